@@ -1,0 +1,86 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "klarna-reconciler",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "klarna-reconciler", targets: ["klarna-reconciler"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
+    ],
+    targets: [
+        // C at the edge: thin system-library targets; shim.h wraps the variadic APIs Swift cannot call.
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+
+        // Domain: no I/O, no C. Retry policy, rate budget, clocks.
+        .target(name: "ReconcilerCore", swiftSettings: strict),
+
+        // Typed Klarna API (HPP, KP, OM, Klarna Network) over an HTTP transport; the libcurl transport lives here.
+        .target(
+            name: "KlarnaAPI",
+            dependencies: [
+                "CCurl",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // Small HTTP/1.1 server on SwiftNIO (TCP or unix socket), used by the sandbox and by ingest.
+        .target(
+            name: "HTTPServer",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // The Klarna API simulator used by tests, the demo and the benchmarks.
+        .target(
+            name: "KlarnaSandbox",
+            dependencies: [
+                "HTTPServer", "ReconcilerCore",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
+        .target(name: "SystemdSupport", dependencies: ["CSystemd"], swiftSettings: strict),
+
+        .executableTarget(
+            name: "klarna-reconciler",
+            dependencies: [
+                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "SystemdSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
+        .executableTarget(
+            name: "klarna-bench",
+            dependencies: ["KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore"],
+            path: "Benchmarks/ClientBench",
+            swiftSettings: strict
+        ),
+
+        .testTarget(name: "ReconcilerCoreTests", dependencies: ["ReconcilerCore"], swiftSettings: strict),
+        .testTarget(name: "KlarnaAPITests", dependencies: ["KlarnaAPI"], swiftSettings: strict),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore"],
+            swiftSettings: strict
+        ),
+    ]
+)
