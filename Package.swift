@@ -28,7 +28,7 @@ let package = Package(
         .target(
             name: "KlarnaAPI",
             dependencies: [
-                "CCurl",
+                "CCurl", "ReconcilerCore",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict

@@ -105,6 +105,9 @@ final class CurlTransfer: @unchecked Sendable {
         try check(ccurl_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"), "protocols")
         try check(ccurl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "nosignal")
         try check(ccurl_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1), "keepalive")
+        if request.freshConnection {
+            try check(ccurl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1), "fresh connect")
+        }
         try check(ccurl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "verify peer")
         try check(ccurl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "verify host")
         if let caBundlePath = configuration.caBundlePath {

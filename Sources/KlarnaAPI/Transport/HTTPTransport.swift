@@ -48,10 +48,14 @@ public struct HTTPRequest: Sendable {
     public var credentials: BasicCredentials?
     /// Overrides the transport's total timeout for this request.
     public var timeout: Duration?
+    /// Send on a new connection, never a pooled one. A request on a reused connection that dies before any answer
+    /// is re-sent by libcurl on its own; for a write that would be a second side effect nobody asked for, so
+    /// writes take a fresh connection and every retry stays with the caller.
+    public var freshConnection: Bool
 
     public init(
         method: String, url: String, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8]? = nil,
-        credentials: BasicCredentials? = nil, timeout: Duration? = nil
+        credentials: BasicCredentials? = nil, timeout: Duration? = nil, freshConnection: Bool = false
     ) {
         self.method = method
         self.url = url
@@ -59,6 +63,7 @@ public struct HTTPRequest: Sendable {
         self.body = body
         self.credentials = credentials
         self.timeout = timeout
+        self.freshConnection = freshConnection
     }
 }
 

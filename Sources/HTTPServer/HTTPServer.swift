@@ -1,0 +1,243 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// One HTTP request as a handler sees it: the whole body already read, within the configured limit.
+public struct ServerRequest: Sendable {
+    public var method: String
+    /// The request target as sent, e.g. `/v1/webhooks/hpp-status?token=abc`.
+    public var uri: String
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+
+    public init(method: String, uri: String, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+        self.method = method
+        self.uri = uri
+        self.headers = headers
+        self.body = body
+    }
+
+    /// The path without the query string.
+    public var path: String { uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? uri }
+
+    /// Query parameters, percent-decoded; the first occurrence of a name wins.
+    public var query: [String: String] {
+        guard let mark = uri.firstIndex(of: "?") else { return [:] }
+        var result: [String: String] = [:]
+        for pair in uri[uri.index(after: mark)...].split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let name = Self.decode(parts[0])
+            if result[name] == nil { result[name] = parts.count > 1 ? Self.decode(parts[1]) : "" }
+        }
+        return result
+    }
+
+    public func header(_ name: String) -> String? {
+        let wanted = name.lowercased()
+        return headers.first { $0.name.lowercased() == wanted }?.value
+    }
+
+    private static func decode(_ text: Substring) -> String {
+        let bytes = Array(text.utf8)
+        var out: [UInt8] = []
+        var index = 0
+        while index < bytes.count {
+            if bytes[index] == UInt8(ascii: "%"), index + 2 < bytes.count,
+                let value = UInt8(String(decoding: bytes[index + 1...index + 2], as: UTF8.self), radix: 16)
+            {
+                out.append(value)
+                index += 3
+            } else {
+                out.append(bytes[index] == UInt8(ascii: "+") ? UInt8(ascii: " ") : bytes[index])
+                index += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+public struct ServerResponse: Sendable {
+    public var status: Int
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+
+    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// What a handler answers: a response, or an abrupt close with no response (a TCP reset where the socket allows).
+public enum ServerReply: Sendable {
+    case response(ServerResponse)
+    case reset
+}
+
+public typealias RequestHandler = @Sendable (ServerRequest) async -> ServerReply
+
+/// Where a server listens.
+public enum ListenAddress: Sendable, CustomStringConvertible {
+    case tcp(host: String, port: Int)
+    case unix(path: String)
+    /// An already bound and listening socket, e.g. passed by systemd socket activation.
+    case adopted(descriptor: Int32)
+
+    /// Parses `HOST:PORT`, `[V6]:PORT`, `unix:/path` or `/path`.
+    public init?(parsing text: String) {
+        if text.hasPrefix("unix:") { self = .unix(path: String(text.dropFirst(5))); return }
+        if text.hasPrefix("/") { self = .unix(path: text); return }
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65_535).contains(port)
+        else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { return nil }
+        self = .tcp(host: host, port: port)
+    }
+
+    public var description: String {
+        switch self {
+        case .tcp(let host, let port): host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        case .unix(let path): "unix:\(path)"
+        case .adopted(let fd): "fd:\(fd)"
+        }
+    }
+}
+
+/// A small HTTP/1.1 server on SwiftNIO: keep-alive, a body limit, one task per connection, and nothing else.
+/// ``bind(_:configuration:logger:handler:)`` binds at once (so callers learn the port); ``run()`` serves until the
+/// surrounding task is cancelled, then closes the listener and waits for open connections to finish.
+public struct HTTPServer: Sendable {
+    public struct Configuration: Sendable {
+        public var maxBodyBytes: Int
+        public var backlog: Int32
+
+        public init(maxBodyBytes: Int = 1 << 20, backlog: Int32 = 256) {
+            self.maxBodyBytes = maxBodyBytes
+            self.backlog = backlog
+        }
+    }
+
+    typealias Connection = NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>
+
+    private let listener: NIOAsyncChannel<Connection, Never>
+    private let configuration: Configuration
+    private let handler: RequestHandler
+    private let logger: Logger
+
+    /// The bound address, e.g. with the port the kernel picked for `port: 0`.
+    public let localAddress: ListenAddress
+
+    public static func bind(
+        _ address: ListenAddress, configuration: Configuration = Configuration(), logger: Logger,
+        handler: @escaping RequestHandler
+    ) async throws -> HTTPServer {
+        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: configuration.backlog)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.so_reuseaddr), value: 1)
+        let initializer: @Sendable (any Channel) -> EventLoopFuture<Connection> = { channel in
+            channel.eventLoop.makeCompletedFuture {
+                try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                return try Connection(wrappingChannelSynchronously: channel)
+            }
+        }
+        let listener: NIOAsyncChannel<Connection, Never>
+        switch address {
+        case .tcp(let host, let port):
+            listener = try await bootstrap.bind(host: host, port: port, childChannelInitializer: initializer)
+        case .unix(let path):
+            listener = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true, childChannelInitializer: initializer)
+        case .adopted(let descriptor):
+            listener = try await bootstrap.bind(descriptor, childChannelInitializer: initializer)
+        }
+        let local: ListenAddress
+        switch (address, listener.channel.localAddress) {
+        case (.tcp, let bound?): local = .tcp(host: bound.ipAddress ?? "127.0.0.1", port: bound.port ?? 0)
+        default: local = address
+        }
+        return HTTPServer(listener: listener, configuration: configuration, handler: handler, logger: logger, localAddress: local)
+    }
+
+    public var port: Int? {
+        if case .tcp(_, let port) = localAddress { return port }
+        return nil
+    }
+
+    public func run() async throws {
+        try await withThrowingDiscardingTaskGroup { group in
+            try await listener.executeThenClose { inbound in
+                for try await connection in inbound {
+                    group.addTask { await serve(connection) }
+                }
+            }
+        }
+    }
+
+    private func serve(_ connection: Connection) async {
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                var head: HTTPRequestHead?
+                var body: [UInt8] = []
+                var tooLarge = false
+                for try await part in inbound {
+                    switch part {
+                    case .head(let requestHead):
+                        head = requestHead
+                        body.removeAll(keepingCapacity: true)
+                        tooLarge = false
+                    case .body(let chunk):
+                        if body.count + chunk.readableBytes > configuration.maxBodyBytes {
+                            tooLarge = true
+                        } else if !tooLarge {
+                            body.append(contentsOf: chunk.readableBytesView)
+                        }
+                    case .end:
+                        guard let requestHead = head else { return }
+                        let reply: ServerReply
+                        if tooLarge {
+                            reply = .response(ServerResponse(
+                                status: 413, headers: [("Content-Type", "application/json")],
+                                body: Array(#"{"error":"too_large","detail":"request body exceeds \#(configuration.maxBodyBytes) bytes"}"#.utf8)))
+                        } else {
+                            let request = ServerRequest(
+                                method: requestHead.method.rawValue, uri: requestHead.uri,
+                                headers: requestHead.headers.map { ($0.name, $0.value) }, body: body)
+                            reply = await handler(request)
+                        }
+                        switch reply {
+                        case .reset:
+                            // SO_LINGER 0 turns the close into a TCP RST: the client sees a connection reset.
+                            if let socket = connection.channel as? any SocketOptionProvider {
+                                try? await socket.setSoLinger(linger(l_onoff: 1, l_linger: 0)).get()
+                            }
+                            return
+                        case .response(let response):
+                            let keepAlive = requestHead.isKeepAlive && !tooLarge
+                            try await write(response, keepAlive: keepAlive, version: requestHead.version, to: outbound)
+                            if !keepAlive { return }
+                        }
+                        head = nil
+                    }
+                }
+            }
+        } catch {
+            logger.debug("connection ended: \(error)")
+        }
+    }
+
+    private func write(
+        _ response: ServerResponse, keepAlive: Bool, version: HTTPVersion,
+        to outbound: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>
+    ) async throws {
+        var headers = HTTPHeaders(response.headers.map { ($0.name, $0.value) })
+        headers.replaceOrAdd(name: "Content-Length", value: String(response.body.count))
+        headers.replaceOrAdd(name: "Connection", value: keepAlive ? "keep-alive" : "close")
+        try await outbound.write(.head(HTTPResponseHead(version: version, status: .init(statusCode: response.status), headers: headers)))
+        if !response.body.isEmpty {
+            try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: response.body))))
+        }
+        try await outbound.write(.end(nil))
+    }
+}

@@ -1,0 +1,211 @@
+import Foundation
+import Logging
+
+/// Typed calls to Klarna's HPP, KP, OM and Klarna Network APIs over an ``HTTPTransport``.
+///
+/// Every call logs one line with a local request id, the operation, the HTTP status, the duration and Klarna's
+/// correlation id, and fails with a ``KlarnaAPIError`` that says whether retrying is safe. Retrying itself is the
+/// caller's choice (see `Retrier` in ReconcilerCore): side effects belong to the engine's intents, not to this layer.
+public struct KlarnaClient: Sendable {
+    public let configuration: KlarnaConfiguration
+    private let transport: any HTTPTransport
+    private let logger: Logger
+
+    public init(configuration: KlarnaConfiguration, transport: any HTTPTransport, logger: Logger) {
+        self.configuration = configuration
+        self.transport = transport
+        self.logger = logger
+    }
+
+    /// The User-Agent this product sends, in Klarna's SDK convention.
+    public static func userAgent(libcurl: String) -> String {
+        "\(ProductInfo.name)/\(ProductInfo.version) (Library/\(ProductInfo.name)_\(ProductInfo.version); Language/Swift_6; OS/Linux; \(libcurl.split(separator: " ").first ?? "libcurl"))"
+    }
+
+    // MARK: Hosted Payment Page
+
+    public func readHPPSession(id: String) async throws -> HPPSession {
+        try await decode(HPPSession.self, send(.readHPPSession, "GET", "/hpp/v1/sessions/\(try segment(id))", resource: id))
+    }
+
+    /// Disables the session; the consumer can no longer pay with it. Klarna answers 400 for a completed session.
+    public func disableHPPSession(id: String) async throws {
+        _ = try await send(.disableHPPSession, "DELETE", "/hpp/v1/sessions/\(try segment(id))", resource: id)
+    }
+
+    // MARK: Klarna Payments
+
+    public func readPaymentSession(id: String) async throws -> PaymentSession {
+        try await decode(PaymentSession.self, send(.readPaymentSession, "GET", "/payments/v1/sessions/\(try segment(id))", resource: id))
+    }
+
+    /// Places the order with an authorization token (valid 60 minutes). Klarna documents no idempotency for this
+    /// call: after an unclear failure read the KP session before anything else (``KlarnaAPIError/outcomeUnknown``).
+    public func createOrder(
+        authorizationToken: String, order: CreateOrderRequest, idempotencyKey: String? = nil
+    ) async throws -> CreateOrderResponse {
+        let path = "/payments/v1/authorizations/\(try segment(authorizationToken))/order"
+        return try await decode(
+            CreateOrderResponse.self,
+            send(.createOrder, "POST", path, resource: Self.redacted(authorizationToken), body: encode(order), idempotencyKey: idempotencyKey))
+    }
+
+    /// Releases an authorization that will not be used (`204`).
+    public func cancelAuthorization(authorizationToken: String) async throws {
+        let path = "/payments/v1/authorizations/\(try segment(authorizationToken))"
+        _ = try await send(.cancelAuthorization, "DELETE", path, resource: Self.redacted(authorizationToken))
+    }
+
+    public func createCustomerToken(
+        authorizationToken: String, request: CustomerTokenRequest, idempotencyKey: String? = nil
+    ) async throws -> CustomerTokenResponse {
+        let path = "/payments/v1/authorizations/\(try segment(authorizationToken))/customer-token"
+        return try await decode(
+            CustomerTokenResponse.self,
+            send(.createCustomerToken, "POST", path, resource: Self.redacted(authorizationToken), body: encode(request), idempotencyKey: idempotencyKey))
+    }
+
+    // MARK: Order Management
+
+    public func readOrder(id: String) async throws -> Order {
+        try await decode(Order.self, send(.readOrder, "GET", "/ordermanagement/v1/orders/\(try segment(id))", resource: id))
+    }
+
+    /// Captures `request.capturedAmount`. The same `idempotencyKey` within 24 h captures once and answers the same.
+    public func createCapture(orderID: String, request: CaptureRequest, idempotencyKey: String) async throws -> CaptureCreated {
+        let path = "/ordermanagement/v1/orders/\(try segment(orderID))/captures"
+        let response = try await send(.createCapture, "POST", path, resource: orderID, body: encode(request), idempotencyKey: idempotencyKey)
+        guard let captureID = response.http.headers["Capture-Id"], !captureID.isEmpty else {
+            throw KlarnaAPIError(
+                operation: .createCapture, failure: .undecodableResponse(status: response.http.status, detail: "no Capture-Id header"),
+                requestID: response.requestID, correlationIDHeader: response.http.headers["Klarna-Correlation-Id"])
+        }
+        return CaptureCreated(captureID: captureID, location: response.http.headers["Location"])
+    }
+
+    public func extendAuthorizationTime(orderID: String, idempotencyKey: String) async throws {
+        let path = "/ordermanagement/v1/orders/\(try segment(orderID))/extend-authorization-time"
+        _ = try await send(.extendAuthorizationTime, "POST", path, resource: orderID, idempotencyKey: idempotencyKey)
+    }
+
+    /// Cancels an order that has no captures (else 403 `CANCEL_NOT_ALLOWED`).
+    public func cancelOrder(orderID: String, idempotencyKey: String) async throws {
+        let path = "/ordermanagement/v1/orders/\(try segment(orderID))/cancel"
+        _ = try await send(.cancelOrder, "POST", path, resource: orderID, idempotencyKey: idempotencyKey)
+    }
+
+    // MARK: Klarna Network
+
+    public func readPaymentRequest(id: String) async throws -> PaymentRequest {
+        let path = "/v2/payment/requests/\(try segment(id))"
+        return try await decode(PaymentRequest.self, send(.readPaymentRequest, "GET", path, resource: id, base: configuration.networkBaseURL))
+    }
+
+    // MARK: Plumbing
+
+    struct Answer {
+        let http: HTTPResponse
+        let requestID: String
+        let operation: KlarnaOperation
+    }
+
+    private func send(
+        _ operation: KlarnaOperation, _ method: String, _ path: String, resource: String,
+        body: [UInt8]? = nil, idempotencyKey: String? = nil, base: String? = nil
+    ) async throws -> Answer {
+        let requestID = Self.newRequestID()
+        var log = logger
+        log[metadataKey: "request.id"] = .string(requestID)
+        log[metadataKey: "klarna.operation"] = .string(operation.name)
+        log[metadataKey: "klarna.resource"] = .string(resource)
+
+        var headers = HTTPHeaders([("Accept", "application/json")])
+        if body != nil { headers.add("Content-Type", "application/json") }
+        if let idempotencyKey {
+            headers.add("Klarna-Idempotency-Key", idempotencyKey)
+            log[metadataKey: "klarna.idempotency_key"] = .string(idempotencyKey)
+        }
+        let request = HTTPRequest(
+            method: method, url: (base ?? configuration.baseURL) + path, headers: headers, body: body,
+            credentials: configuration.credentials, freshConnection: operation.safety != .read)
+
+        let started = ContinuousClock.now
+        let response: HTTPResponse
+        do {
+            response = try await transport.execute(request)
+        } catch let error as TransportError {
+            log[metadataKey: "duration_ms"] = .stringConvertible((ContinuousClock.now - started).milliseconds)
+            log.info("Klarna call failed without a response: \(error)")
+            throw KlarnaAPIError(operation: operation, failure: .transport(error), requestID: requestID)
+        }
+        let correlation = response.headers["Klarna-Correlation-Id"]
+        log[metadataKey: "http.status"] = .stringConvertible(response.status)
+        log[metadataKey: "duration_ms"] = .stringConvertible((ContinuousClock.now - started).milliseconds)
+        if let correlation { log[metadataKey: "klarna.correlation_id"] = .string(correlation) }
+
+        guard (200..<300).contains(response.status) else {
+            let parsed = try? KlarnaJSON.decoder().decode(KlarnaErrorBody.self, from: Data(response.body))
+            let error = KlarnaAPIError(
+                operation: operation, failure: .http(status: response.status), requestID: requestID,
+                errorCode: parsed?.errorCode, errorMessages: parsed?.errorMessages ?? [],
+                correlationID: parsed?.correlationID, correlationIDHeader: correlation,
+                rateLimit: RateLimitHeaders(headers: response.headers))
+            log.info("Klarna call failed: \(error)")
+            throw error
+        }
+        log.debug("Klarna call succeeded")
+        return Answer(http: response, requestID: requestID, operation: operation)
+    }
+
+    private func decode<T: Decodable>(_ type: T.Type, _ answer: Answer) throws -> T {
+        do {
+            return try KlarnaJSON.decoder().decode(type, from: Data(answer.http.body))
+        } catch {
+            throw KlarnaAPIError(
+                operation: answer.operation,
+                failure: .undecodableResponse(status: answer.http.status, detail: Self.describe(error)),
+                requestID: answer.requestID, correlationIDHeader: answer.http.headers["Klarna-Correlation-Id"])
+        }
+    }
+
+    private func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+        Array(try KlarnaJSON.encoder().encode(value))
+    }
+
+    /// Percent-encodes one path segment so an id can never add path components or a query.
+    private func segment(_ id: String) throws -> String {
+        guard !id.isEmpty else {
+            throw TransportError(kind: .invalidRequest, requestMayHaveBeenSent: false, detail: "empty resource id")
+        }
+        var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
+        allowed.insert(charactersIn: "-._~:")
+        return id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id
+    }
+
+    /// Authorization tokens let anyone holding merchant credentials place an order: logs show only their tail.
+    static func redacted(_ token: String) -> String {
+        token.count <= 8 ? "…" : "…" + token.suffix(6)
+    }
+
+    private static func newRequestID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return String(generator.next() & 0xFFFF_FFFF_FFFF, radix: 16, uppercase: false)
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        switch error {
+        case DecodingError.keyNotFound(let key, let context):
+            return "missing \(path(context.codingPath + [key]))"
+        case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
+            return "wrong type at \(path(context.codingPath)): \(context.debugDescription)"
+        case DecodingError.dataCorrupted(let context):
+            return context.codingPath.isEmpty ? "not JSON" : "bad value at \(path(context.codingPath)): \(context.debugDescription)"
+        default:
+            return "\(error)"
+        }
+    }
+
+    private static func path(_ keys: [any CodingKey]) -> String {
+        keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+    }
+}

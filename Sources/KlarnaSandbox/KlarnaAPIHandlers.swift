@@ -1,0 +1,339 @@
+import Foundation
+import HTTPServer
+
+struct KlarnaCallContext {
+    let request: ServerRequest
+    let idempotencyKey: String?
+    let seq: Int
+    let now: Date
+
+    func effect(_ kind: SandboxEffect.Kind, in state: inout SandboxState, order: String? = nil, kp: String? = nil,
+                hpp: String? = nil, amount: Int? = nil, capture: String? = nil, token: String? = nil) {
+        state.effects.append(SandboxEffect(
+            seq: state.effects.count + 1, at: now, kind: kind, requestSeq: seq, orderId: order, kpSessionId: kp,
+            hppSessionId: hpp, amount: amount, captureId: capture, tokenId: token, idempotencyKey: idempotencyKey))
+    }
+}
+
+/// Klarna's behaviour per endpoint, following API-NOTES §2–§6 and the specs.
+enum KlarnaAPIHandlers {
+    static func handle(_ route: KlarnaRoute, context: inout KlarnaCallContext, state: inout SandboxState) -> SandboxResponse {
+        let id = route.parameters.first ?? ""
+        switch route.name {
+        case "hpp.read_session": return readHPP(id, context, &state)
+        case "hpp.disable_session": return disableHPP(id, context, &state)
+        case "kp.read_session": return readKP(id, context, &state)
+        case "kp.create_order": return createOrder(token: id, context, &state)
+        case "kp.cancel_authorization": return cancelAuthorization(token: id, context, &state)
+        case "kp.create_customer_token": return createCustomerToken(token: id, context, &state)
+        case "om.read_order": return readOrder(id, context, &state)
+        case "om.create_capture": return createCapture(order: id, context, &state)
+        case "om.extend_authorization_time": return extendAuthorization(order: id, context, &state)
+        case "om.cancel_order": return cancelOrder(order: id, context, &state)
+        case "kn.read_payment_request": return readPaymentRequest(id, context, &state)
+        default: return .klarnaError(404, "NOT_FOUND", "No such resource")
+        }
+    }
+
+    // MARK: HPP
+
+    struct HPPBody: Encodable {
+        let sessionId: String
+        let status: String
+        let updatedAt: Date
+        let expiresAt: Date
+        let authorizationToken: String?
+        let orderId: String?
+        let klarnaReference: String?
+    }
+
+    static func hppBody(_ session: SandboxState.HostedSession, _ state: SandboxState) -> HPPBody {
+        let completedWithToken = session.status == "COMPLETED" && session.orderID == nil
+        return HPPBody(
+            sessionId: session.id, status: session.status, updatedAt: session.updatedAt, expiresAt: session.expiresAt,
+            authorizationToken: completedWithToken ? state.paymentSessions[session.kpSessionID]?.authorizationToken : nil,
+            orderId: session.orderID, klarnaReference: session.klarnaReference)
+    }
+
+    static func liveHPP(_ id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxState.HostedSession? {
+        state.catchUp(hpp: id, now: context.now)
+        guard let session = state.hostedSessions[id], session.expiresAt > context.now else { return nil }
+        return session
+    }
+
+    static let hppNotFound = SandboxResponse.klarnaError(404, "NOT_FOUND", "HPP session has expired or could not be found by provided id.")
+
+    static func readHPP(_ id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        guard let session = liveHPP(id, context, &state) else { return hppNotFound }
+        return .json(200, hppBody(session, state))
+    }
+
+    static func disableHPP(_ id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        guard let session = liveHPP(id, context, &state) else { return hppNotFound }
+        if session.status == "COMPLETED" {
+            return .klarnaError(400, "BAD_VALUE", "HPP session has already been successfully completed.")
+        }
+        if session.status != "DISABLED" {
+            state.hostedSessions[id]?.schedule = []
+            state.transition(hpp: id, to: "DISABLED", at: context.now)
+            context.effect(.hppDisabled, in: &state, kp: session.kpSessionID, hpp: id)
+        }
+        return .noContent()
+    }
+
+    // MARK: KP
+
+    struct KPBody: Encodable {
+        let status: String
+        let purchaseCountry: String
+        let purchaseCurrency: String
+        let locale: String
+        let orderAmount: Int
+        let orderTaxAmount: Int
+        let orderLines: [SandboxOrderLine]
+        let expiresAt: Date
+        let authorizationToken: String?
+        let merchantReference1: String?
+        let intent: String
+    }
+
+    static func readKP(_ id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        for hpp in state.paymentSessions[id]?.hppSessionIDs ?? [] { state.catchUp(hpp: hpp, now: context.now) }
+        guard let session = state.paymentSessions[id], session.expiresAt > context.now else {
+            return .klarnaError(404, "NOT_FOUND", "The session does not exist")
+        }
+        return .json(200, KPBody(
+            status: session.complete ? "complete" : "incomplete", purchaseCountry: session.purchaseCountry,
+            purchaseCurrency: session.purchaseCurrency, locale: session.locale, orderAmount: session.orderAmount,
+            orderTaxAmount: session.orderTaxAmount, orderLines: session.orderLines, expiresAt: session.expiresAt,
+            authorizationToken: session.authorizationToken, merchantReference1: session.merchantReference,
+            intent: session.intent))
+    }
+
+    enum TokenCheck {
+        case valid(SandboxState.PaymentSession)
+        case invalid(SandboxResponse)
+    }
+
+    /// An authorization token is usable while it is known, not cancelled and younger than 60 minutes.
+    static func checkToken(_ token: String, _ context: KlarnaCallContext, _ state: SandboxState) -> TokenCheck {
+        guard let kpID = state.tokens[token], let session = state.paymentSessions[kpID], !session.tokenCancelled,
+            let expiry = session.tokenExpiresAt, expiry > context.now
+        else { return .invalid(.klarnaError(404, "NOT_FOUND", "Invalid authorization token")) }
+        return .valid(session)
+    }
+
+    struct CreateOrderBody: Decodable {
+        let purchaseCountry: String?
+        let purchaseCurrency: String?
+        let orderAmount: Int?
+        let orderTaxAmount: Int?
+        let orderLines: [SandboxOrderLine]?
+        let merchantReference1: String?
+        let autoCapture: Bool?
+    }
+
+    static func createOrder(token: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        guard case .valid(var session) = checkToken(token, context, state) else {
+            if case .invalid(let response) = checkToken(token, context, state) { return response }
+            return .klarnaError(404, "NOT_FOUND", "Invalid authorization token")
+        }
+        if session.complete { return .klarnaError(404, "SESSION_COMPLETED", "An order has already been placed for this session") }
+        if session.intent == "tokenize" { return .klarnaError(403, "INVALID_OPERATION", "The session intent does not allow placing an order") }
+        guard let body = try? SandboxResponse.decoder.decode(CreateOrderBody.self, from: Data(context.request.body)) else {
+            return .klarnaError(400, "BAD_VALUE", "The request body is not valid JSON for an order")
+        }
+        let missing = [
+            body.purchaseCountry == nil ? "purchase_country" : nil, body.purchaseCurrency == nil ? "purchase_currency" : nil,
+            body.orderAmount == nil ? "order_amount" : nil, body.orderLines == nil ? "order_lines" : nil,
+        ].compactMap { $0 }
+        if !missing.isEmpty { return .klarnaError(400, "BAD_VALUE", "Missing required fields: [\(missing.joined(separator: ", "))]") }
+        let mismatched = [
+            body.orderAmount != session.orderAmount ? "order_amount" : nil,
+            body.purchaseCurrency != session.purchaseCurrency ? "purchase_currency" : nil,
+            body.purchaseCountry?.uppercased() != session.purchaseCountry.uppercased() ? "purchase_country" : nil,
+            body.orderLines?.reduce(0, { $0 + $1.totalAmount }) != session.orderAmount ? "order_lines" : nil,
+        ].compactMap { $0 }
+        if !mismatched.isEmpty { return .klarnaError(409, "BAD_VALUE", "Not matching fields: [\(mismatched.joined(separator: ", "))]") }
+
+        let order = state.placeOrder(for: &session, at: context.now, capture: body.autoCapture ?? false)
+        state.paymentSessions[session.id] = session
+        context.effect(.orderPlaced, in: &state, order: order.id, kp: session.id, amount: order.orderAmount)
+        struct Body: Encodable {
+            let orderId: String
+            let redirectUrl: String
+            let fraudStatus: String
+            let authorizedPaymentMethod: [String: String]
+        }
+        return .json(200, Body(
+            orderId: order.id, redirectUrl: "https://payments.klarna.com/redirect/\(order.id)",
+            fraudStatus: order.fraudStatus, authorizedPaymentMethod: ["type": "invoice"]))
+    }
+
+    static func cancelAuthorization(token: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        switch checkToken(token, context, state) {
+        case .invalid(let response): return response
+        case .valid(let session):
+            if session.complete { return .klarnaError(403, "INVALID_OPERATION", "The authorization has been used to place an order") }
+            state.paymentSessions[session.id]?.tokenCancelled = true
+            context.effect(.authorizationCancelled, in: &state, kp: session.id)
+            return .noContent()
+        }
+    }
+
+    struct CustomerTokenBody: Decodable {
+        let purchaseCountry: String?
+        let purchaseCurrency: String?
+        let locale: String?
+        let description: String?
+        let intendedUse: String?
+    }
+
+    static func createCustomerToken(token: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        let session: SandboxState.PaymentSession
+        switch checkToken(token, context, state) {
+        case .invalid(let response): return response
+        case .valid(let valid): session = valid
+        }
+        if session.intent == "buy" { return .klarnaError(403, "INVALID_OPERATION", "The session intent does not allow tokenization") }
+        guard let body = try? SandboxResponse.decoder.decode(CustomerTokenBody.self, from: Data(context.request.body)) else {
+            return .klarnaError(400, "BAD_VALUE", "The request body is not valid JSON for a customer token")
+        }
+        let missing = [
+            body.purchaseCountry == nil ? "purchase_country" : nil, body.purchaseCurrency == nil ? "purchase_currency" : nil,
+            body.locale == nil ? "locale" : nil, body.description == nil ? "description" : nil,
+            body.intendedUse == nil ? "intended_use" : nil,
+        ].compactMap { $0 }
+        if !missing.isEmpty { return .klarnaError(400, "BAD_VALUE", "Missing required fields: [\(missing.joined(separator: ", "))]") }
+        let tokenID = UUID().uuidString.lowercased()
+        context.effect(.customerTokenCreated, in: &state, kp: session.id, token: tokenID)
+        struct Body: Encodable {
+            let tokenId: String
+            let redirectUrl: String
+        }
+        return .json(200, Body(tokenId: tokenID, redirectUrl: "https://payments.klarna.com/redirect/token/\(tokenID)"))
+    }
+
+    // MARK: OM
+
+    struct OrderBody: Encodable {
+        struct CaptureBody: Encodable {
+            let captureId: String
+            let capturedAmount: Int
+            let capturedAt: Date
+        }
+
+        let orderId: String
+        let status: String
+        let fraudStatus: String
+        let orderAmount: Int
+        let originalOrderAmount: Int
+        let capturedAmount: Int
+        let refundedAmount: Int
+        let remainingAuthorizedAmount: Int
+        let purchaseCurrency: String
+        let expiresAt: Date
+        let createdAt: Date
+        let klarnaReference: String
+        let merchantReference1: String?
+        let captures: [CaptureBody]
+    }
+
+    static let noSuchOrder = SandboxResponse.klarnaError(404, "NO_SUCH_ORDER", "The order does not exist")
+
+    static func readOrder(_ id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        state.catchUp(order: id, now: context.now)
+        guard let order = state.orders[id] else { return noSuchOrder }
+        return .json(200, OrderBody(
+            orderId: order.id, status: order.status, fraudStatus: order.fraudStatus, orderAmount: order.orderAmount,
+            originalOrderAmount: order.orderAmount, capturedAmount: order.capturedAmount, refundedAmount: 0,
+            remainingAuthorizedAmount: order.remainingAuthorizedAmount, purchaseCurrency: order.currency,
+            expiresAt: order.expiresAt, createdAt: order.createdAt, klarnaReference: order.klarnaReference,
+            merchantReference1: order.merchantReference,
+            captures: order.captures.map { .init(captureId: $0.id, capturedAmount: $0.amount, capturedAt: $0.at) }))
+    }
+
+    struct CaptureRequestBody: Decodable {
+        let capturedAmount: Int?
+    }
+
+    static func createCapture(order id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        state.catchUp(order: id, now: context.now)
+        guard var order = state.orders[id] else { return noSuchOrder }
+        guard let body = try? SandboxResponse.decoder.decode(CaptureRequestBody.self, from: Data(context.request.body)),
+            let amount = body.capturedAmount
+        else { return .klarnaError(400, "BAD_VALUE", "captured_amount is required") }
+        guard amount > 0 else { return .klarnaError(400, "BAD_VALUE", "captured_amount must be positive") }
+        guard order.fraudStatus == "ACCEPTED", order.status == "AUTHORIZED" || order.status == "PART_CAPTURED",
+            amount <= order.remainingAuthorizedAmount
+        else { return .klarnaError(403, "CAPTURE_NOT_ALLOWED", "Capture not allowed.") }
+        let capture = SandboxState.Capture(id: UUID().uuidString.lowercased(), amount: amount, at: context.now)
+        order.captures.append(capture)
+        order.capturedAmount += amount
+        order.status = order.capturedAmount == order.orderAmount ? "CAPTURED" : "PART_CAPTURED"
+        state.orders[id] = order
+        context.effect(.captured, in: &state, order: id, amount: amount, capture: capture.id)
+        let host = context.request.header("Host") ?? "localhost"
+        return SandboxResponse(status: 201, headers: [
+            ("Capture-Id", capture.id), ("Location", "http://\(host)/ordermanagement/v1/orders/\(id)/captures/\(capture.id)"),
+        ])
+    }
+
+    static func extendAuthorization(order id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        state.catchUp(order: id, now: context.now)
+        guard var order = state.orders[id] else { return noSuchOrder }
+        guard order.status == "AUTHORIZED" || order.status == "PART_CAPTURED" else {
+            return .klarnaError(403, "NOT_ALLOWED", "The order is \(order.status.lowercased()); its authorization cannot be extended")
+        }
+        // Account default expiry from now, never beyond 180 days after creation (API-NOTES §4.3).
+        let limit = order.createdAt.addingTimeInterval(180 * 86_400)
+        order.expiresAt = min(limit, max(order.expiresAt, context.now.addingTimeInterval(28 * 86_400)))
+        state.orders[id] = order
+        context.effect(.authorizationExtended, in: &state, order: id)
+        return .noContent()
+    }
+
+    static func cancelOrder(order id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        state.catchUp(order: id, now: context.now)
+        guard let order = state.orders[id] else { return noSuchOrder }
+        if !order.captures.isEmpty { return .klarnaError(403, "CANCEL_NOT_ALLOWED", "Order has previous captures. Cancel not possible") }
+        guard order.status == "AUTHORIZED" else { return .klarnaError(403, "NOT_ALLOWED", "The order is \(order.status.lowercased())") }
+        state.orders[id]?.status = "CANCELLED"
+        context.effect(.orderCancelled, in: &state, order: id)
+        return .noContent()
+    }
+
+    // MARK: Klarna Network
+
+    static func readPaymentRequest(_ id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        guard var request = state.paymentRequests[id] else {
+            struct NotFound: Encodable {
+                let errorId: String
+                let errorType: String
+                let errorCode: String
+                let errorMessage: String
+            }
+            return .json(404, NotFound(
+                errorId: UUID().uuidString.lowercased(), errorType: "RESOURCE_ERROR", errorCode: "NOT_FOUND",
+                errorMessage: "The payment request does not exist"))
+        }
+        if request.expiresAt <= context.now, ["SUBMITTED", "IN_PROGRESS"].contains(request.state) {
+            request.state = "EXPIRED"
+            request.updatedAt = request.expiresAt
+            state.paymentRequests[id] = request
+        }
+        struct Body: Encodable {
+            let paymentRequestId: String
+            let state: String
+            let stateReason: String?
+            let expiresAt: Date
+            let createdAt: Date
+            let updatedAt: Date
+            let stateContext: [String: String]?
+        }
+        return .json(200, Body(
+            paymentRequestId: request.id, state: request.state, stateReason: request.stateReason,
+            expiresAt: request.expiresAt, createdAt: request.createdAt, updatedAt: request.updatedAt,
+            stateContext: request.sessionToken.map { ["klarna_network_session_token": $0] }))
+    }
+}

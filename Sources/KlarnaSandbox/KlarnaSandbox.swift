@@ -1,0 +1,149 @@
+import Foundation
+import HTTPServer
+import ReconcilerCore
+import Synchronization
+
+/// A Klarna API simulator: HPP, KP, OM and Klarna Network endpoints with Klarna's shapes, status codes and error
+/// bodies, Basic auth, `Klarna-Idempotency-Key` semantics where Klarna documents them, a control API under
+/// `/_sandbox/` for tests (scenarios, clock, faults), and a log of every request and every side effect.
+public final class KlarnaSandbox: Sendable {
+    public struct Configuration: Sendable {
+        public var username: String
+        public var password: String
+        public var clock: any WallClock
+        public var random: any RandomSource
+
+        public init(
+            username: String = "sandbox-merchant", password: String = "sandbox-secret",
+            clock: any WallClock = AdjustableClock(), random: any RandomSource = SystemRandomSource()
+        ) {
+            self.username = username
+            self.password = password
+            self.clock = clock
+            self.random = random
+        }
+    }
+
+    /// Operations whose `Klarna-Idempotency-Key` Klarna honours (the OM spec declares it; KP and HPP do not).
+    static let idempotentRoutes: Set<String> = ["om.create_capture", "om.extend_authorization_time", "om.cancel_order"]
+    static let idempotencyWindow: TimeInterval = 24 * 3_600
+
+    let configuration: Configuration
+    let state = Mutex(SandboxState())
+    private let expectedAuthorization: String
+
+    public init(configuration: Configuration = Configuration()) {
+        self.configuration = configuration
+        expectedAuthorization = "Basic " + Data("\(configuration.username):\(configuration.password)".utf8).base64EncodedString()
+    }
+
+    var now: Date { configuration.clock.now }
+
+    /// The ``RequestHandler`` to serve with ``HTTPServer``.
+    public func handle(_ request: ServerRequest) async -> ServerReply {
+        if request.path.hasPrefix("/_sandbox/") { return .response(control(request).serverResponse) }
+        guard let route = KlarnaRoute(method: request.method, path: request.path) else {
+            let known = KlarnaRoute.pathExists(request.path)
+            return .response(SandboxResponse.klarnaError(
+                known ? 405 : 404, known ? "METHOD_NOT_ALLOWED" : "NOT_FOUND",
+                known ? "Method \(request.method) is not allowed here" : "No such resource").serverResponse)
+        }
+        let key = request.header("Klarna-Idempotency-Key")
+        let (seq, fault) = state.withLock { state -> (Int, SandboxFault?) in
+            let seq = state.requests.count + 1
+            state.requests.append(SandboxRequestRecord(
+                seq: seq, at: now, method: request.method, path: request.path, route: route.name,
+                idempotencyKey: key, status: nil, fault: nil, replayed: false))
+            return (seq, takeFault(for: route.name, in: &state))
+        }
+        let afterEffect = fault?.afterEffect ?? false
+        if let fault, !afterEffect {
+            if fault.kind == .delay {
+                try? await Task.sleep(for: .milliseconds(fault.delayMs ?? 1_000))
+            } else {
+                return finish(seq, fault: fault, reply: faultReply(fault, response: nil))
+            }
+        }
+        var response: SandboxResponse
+        var replayed = false
+        if request.header("Authorization") != expectedAuthorization {
+            response = SandboxResponse.klarnaError(401, "UNAUTHORIZED", "Missing or invalid credentials")
+        } else {
+            (response, replayed) = state.withLock { state in
+                execute(route, request: request, key: key, seq: seq, in: &state)
+            }
+        }
+        if replayed { state.withLock { $0.requests[seq - 1].replayed = true } }
+        if let fault, afterEffect {
+            if fault.kind == .delay {
+                try? await Task.sleep(for: .milliseconds(fault.delayMs ?? 1_000))
+            } else {
+                return finish(seq, fault: fault, reply: faultReply(fault, response: response))
+            }
+        }
+        return finish(seq, fault: fault, reply: .response(response.serverResponse))
+    }
+
+    private func finish(_ seq: Int, fault: SandboxFault?, reply: ServerReply) -> ServerReply {
+        state.withLock { state in
+            if case .response(let response) = reply { state.requests[seq - 1].status = response.status }
+            state.requests[seq - 1].fault = fault.map { $0.kind.rawValue + (($0.afterEffect ?? false) ? " after effect" : "") }
+        }
+        return reply
+    }
+
+    /// Runs one Klarna call, honouring `Klarna-Idempotency-Key` on the routes where Klarna does.
+    private func execute(
+        _ route: KlarnaRoute, request: ServerRequest, key: String?, seq: Int, in state: inout SandboxState
+    ) -> (SandboxResponse, replayed: Bool) {
+        let now = self.now
+        let honoursKey = key.map { !$0.isEmpty } ?? false && Self.idempotentRoutes.contains(route.name)
+        if honoursKey, let key, let stored = state.idempotency[key], now.timeIntervalSince(stored.at) < Self.idempotencyWindow {
+            return (stored.response, true)
+        }
+        var context = KlarnaCallContext(request: request, idempotencyKey: key, seq: seq, now: now)
+        let response = KlarnaAPIHandlers.handle(route, context: &context, state: &state)
+        if honoursKey, let key { state.idempotency[key] = SandboxState.StoredReply(at: now, response: response) }
+        return (response, false)
+    }
+
+    private func takeFault(for route: String, in state: inout SandboxState) -> SandboxFault? {
+        for (index, entry) in state.faults.enumerated() where entry.fault.route == route || entry.fault.route == "*" {
+            if let probability = entry.fault.probability, configuration.random.nextUnit() >= probability { continue }
+            var fault = entry.fault
+            if let count = fault.count {
+                if count <= 1 { state.faults.remove(at: index) } else {
+                    fault.count = count - 1
+                    state.faults[index].fault = fault
+                }
+            }
+            return entry.fault
+        }
+        return nil
+    }
+
+    private func faultReply(_ fault: SandboxFault, response: SandboxResponse?) -> ServerReply {
+        switch fault.kind {
+        case .reset:
+            return .reset
+        case .malformed:
+            var broken = response ?? SandboxResponse(status: 200)
+            if !(200..<300).contains(broken.status) { broken.status = 200 }
+            broken.headers = [("Content-Type", "application/json")] + broken.headers.filter { $0.name != "Content-Type" }
+            broken.body = Array(#"{"order_id": "truncated-in-the-midd"#.utf8)
+            return .response(broken.serverResponse)
+        case .rateLimit:
+            var limited = SandboxResponse.klarnaError(429, "TOO_MANY_REQUESTS", "Rate limit exceeded")
+            limited.headers += [
+                ("X-Ratelimit-Limit", "50, 50;w=1"), ("X-Ratelimit-Remaining", "0"),
+                ("X-Ratelimit-Reset", String(fault.resetSeconds ?? 1)),
+            ]
+            if let retryAfter = fault.retryAfterSeconds { limited.headers.append(("Retry-After", String(retryAfter))) }
+            return .response(limited.serverResponse)
+        case .status, .delay:
+            let status = fault.status ?? 503
+            let code = fault.errorCode ?? (status >= 500 ? (status == 500 ? "INTERNAL_SERVER_ERROR" : "TEMPORARILY_UNAVAILABLE") : "BAD_REQUEST")
+            return .response(SandboxResponse.klarnaError(status, code, "Injected fault").serverResponse)
+        }
+    }
+}

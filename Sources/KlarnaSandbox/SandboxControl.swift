@@ -1,0 +1,248 @@
+import Foundation
+import HTTPServer
+import ReconcilerCore
+
+/// Scenario, clock and fault controls. The same operations serve in-process tests (Swift) and separate processes
+/// (`/_sandbox/…` over HTTP, unauthenticated: the sandbox binds loopback and holds no real money).
+extension KlarnaSandbox {
+    public struct ControlError: Error, CustomStringConvertible {
+        public let status: Int
+        public let description: String
+    }
+
+    /// Creates a KP session and an HPP session for it; the HPP session then follows `spec.schedule`.
+    @discardableResult
+    public func createSession(_ spec: SessionSpec = SessionSpec()) throws -> CreatedSession {
+        let mode = spec.placeOrderMode ?? "NONE"
+        guard ["NONE", "PLACE_ORDER", "CAPTURE_ORDER"].contains(mode) else {
+            throw ControlError(status: 400, description: "place_order_mode must be NONE, PLACE_ORDER or CAPTURE_ORDER")
+        }
+        let amount = spec.orderAmount ?? spec.orderLines?.reduce(0) { $0 + $1.totalAmount } ?? 10_000
+        guard amount > 0 else { throw ControlError(status: 400, description: "order_amount must be positive") }
+        let lines = spec.orderLines ?? [SandboxOrderLine(name: "Sandbox item", quantity: 1, unitPrice: amount, totalAmount: amount, taxRate: 0, totalTaxAmount: 0)]
+        let now = self.now
+        let kpID = UUID().uuidString.lowercased()
+        let hppID = UUID().uuidString.lowercased()
+        let fraudDecision = spec.fraudDecisionAfterSeconds.map { (after: $0, status: spec.fraudDecision ?? "ACCEPTED") }
+        let payment = SandboxState.PaymentSession(
+            id: kpID, purchaseCountry: spec.purchaseCountry ?? "SE", purchaseCurrency: spec.purchaseCurrency ?? "SEK",
+            locale: spec.locale ?? "sv-SE", orderAmount: amount, orderTaxAmount: spec.orderTaxAmount ?? 0,
+            orderLines: lines, merchantReference: spec.merchantReference, intent: spec.intent ?? "buy", createdAt: now,
+            expiresAt: now.addingTimeInterval(48 * 3_600), hppSessionIDs: [hppID],
+            fraudStatus: spec.fraudStatus ?? "ACCEPTED", fraudDecision: fraudDecision)
+        // Klarna: the HPP session expires one hour before its payment session.
+        let hpp = SandboxState.HostedSession(
+            id: hppID, kpSessionID: kpID, mode: mode, updatedAt: now, expiresAt: payment.expiresAt.addingTimeInterval(-3_600),
+            schedule: (spec.schedule ?? []).map { (at: now.addingTimeInterval($0.afterSeconds), status: $0.status) })
+        state.withLock { state in
+            state.paymentSessions[kpID] = payment
+            state.hostedSessions[hppID] = hpp
+        }
+        return CreatedSession(kpSessionId: kpID, hppSessionId: hppID, expiresAt: hpp.expiresAt)
+    }
+
+    /// Moves an HPP session to `status` now, as the consumer would.
+    public func setHPPStatus(_ id: String, _ status: String) throws {
+        try state.withLock { state in
+            guard state.hostedSessions[id] != nil else { throw ControlError(status: 404, description: "no HPP session \(id)") }
+            state.catchUp(hpp: id, now: now)
+            state.transition(hpp: id, to: status, at: now)
+        }
+    }
+
+    /// Replaces the HPP session's remaining schedule; times are relative to now.
+    public func setSchedule(_ id: String, _ steps: [ScheduleStep]) throws {
+        let now = self.now
+        try state.withLock { state in
+            guard state.hostedSessions[id] != nil else { throw ControlError(status: 404, description: "no HPP session \(id)") }
+            state.hostedSessions[id]?.schedule = steps.map { (at: now.addingTimeInterval($0.afterSeconds), status: $0.status) }
+        }
+    }
+
+    public enum Expirable: String, Codable, Sendable {
+        case authorizationToken = "authorization_token", hppSession = "hpp_session", kpSession = "kp_session", order
+    }
+
+    /// Makes something expire now instead of when Klarna's lifetime says.
+    public func expire(_ kind: Expirable, id: String) throws {
+        let now = self.now
+        try state.withLock { state in
+            switch kind {
+            case .authorizationToken:
+                guard let kp = state.tokens[id] else { throw ControlError(status: 404, description: "no authorization token \(id)") }
+                state.paymentSessions[kp]?.tokenExpiresAt = now
+            case .hppSession:
+                guard state.hostedSessions[id] != nil else { throw ControlError(status: 404, description: "no HPP session \(id)") }
+                state.hostedSessions[id]?.expiresAt = now
+            case .kpSession:
+                guard state.paymentSessions[id] != nil else { throw ControlError(status: 404, description: "no KP session \(id)") }
+                state.paymentSessions[id]?.expiresAt = now
+            case .order:
+                guard state.orders[id] != nil else { throw ControlError(status: 404, description: "no order \(id)") }
+                state.orders[id]?.expiresAt = now
+            }
+        }
+    }
+
+    /// Klarna's fraud decision on a pending order.
+    public func setFraudStatus(orderID: String, _ status: String) throws {
+        try state.withLock { state in
+            guard state.orders[orderID] != nil else { throw ControlError(status: 404, description: "no order \(orderID)") }
+            state.orders[orderID]?.fraudStatus = status
+            state.orders[orderID]?.fraudDecisionAt = nil
+            if status == "REJECTED" { state.orders[orderID]?.status = "CANCELLED" }
+        }
+    }
+
+    /// Creates a Klarna Network payment request in `state` (default `SUBMITTED`).
+    public func createPaymentRequest(state initial: String = "SUBMITTED") -> String {
+        let now = self.now
+        let id = "krn:payment:eu1:request:\(UUID().uuidString.lowercased())"
+        state.withLock { state in
+            state.paymentRequests[id] = SandboxState.PaymentRequest(
+                id: id, state: initial, createdAt: now, updatedAt: now, expiresAt: now.addingTimeInterval(3 * 3_600),
+                sessionToken: initial == "COMPLETED" ? "krn:network:eu1:session-token:\(UUID().uuidString.lowercased())" : nil)
+        }
+        return id
+    }
+
+    public func setPaymentRequestState(_ id: String, _ newState: String, reason: String? = nil) throws {
+        let now = self.now
+        try state.withLock { state in
+            guard var request = state.paymentRequests[id] else { throw ControlError(status: 404, description: "no payment request \(id)") }
+            request.state = newState
+            request.stateReason = reason
+            request.updatedAt = now
+            if newState == "COMPLETED", request.sessionToken == nil {
+                request.sessionToken = "krn:network:eu1:session-token:\(UUID().uuidString.lowercased())"
+            }
+            state.paymentRequests[id] = request
+        }
+    }
+
+    @discardableResult
+    public func addFault(_ fault: SandboxFault) -> Int {
+        state.withLock { state in
+            let id = state.nextFaultID
+            state.nextFaultID += 1
+            state.faults.append((id, fault))
+            return id
+        }
+    }
+
+    public func clearFaults() { state.withLock { $0.faults.removeAll() } }
+
+    public func requests(route: String? = nil) -> [SandboxRequestRecord] {
+        state.withLock { state in state.requests.filter { route == nil || $0.route == route } }
+    }
+
+    public func effects(kind: SandboxEffect.Kind? = nil) -> [SandboxEffect] {
+        state.withLock { state in state.effects.filter { kind == nil || $0.kind == kind } }
+    }
+
+    /// Moves the sandbox clock forward; only an ``AdjustableClock`` or a ``ManualClock`` can be moved.
+    public func advanceClock(by duration: Duration) throws {
+        switch configuration.clock {
+        case let clock as AdjustableClock: clock.advance(by: duration)
+        case let clock as ManualClock: clock.advance(by: duration)
+        default: throw ControlError(status: 409, description: "this sandbox's clock cannot be moved")
+        }
+    }
+
+    /// Forgets every session, order, fault and log entry.
+    public func reset() { state.withLock { $0 = SandboxState() } }
+
+    // MARK: HTTP control API
+
+    func control(_ request: ServerRequest) -> SandboxResponse {
+        let parts = Array(request.path.split(separator: "/").map(String.init).dropFirst())  // drop "_sandbox"
+        /// The `*` segments of `pattern` when method and path match it.
+        func match(_ method: String, _ pattern: String) -> [String]? {
+            let expected = pattern.split(separator: "/").map(String.init)
+            guard request.method == method, expected.count == parts.count else { return nil }
+            var ids: [String] = []
+            for (want, have) in zip(expected, parts) {
+                if want == "*" { ids.append(have) } else if want != have { return nil }
+            }
+            return ids
+        }
+        do {
+            if match("POST", "sessions") != nil {
+                return .json(201, try createSession(decode(SessionSpec.self, request, empty: SessionSpec())))
+            } else if let ids = match("POST", "hpp-sessions/*/status") {
+                struct Body: Decodable { let status: String }
+                try setHPPStatus(ids[0], try decode(Body.self, request).status)
+                return .noContent()
+            } else if let ids = match("POST", "hpp-sessions/*/schedule") {
+                struct Body: Decodable { let schedule: [ScheduleStep] }
+                try setSchedule(ids[0], try decode(Body.self, request).schedule)
+                return .noContent()
+            } else if match("POST", "expire") != nil {
+                struct Body: Decodable {
+                    let kind: Expirable
+                    let id: String
+                }
+                let body = try decode(Body.self, request)
+                try expire(body.kind, id: body.id)
+                return .noContent()
+            } else if let ids = match("POST", "orders/*/fraud-status") {
+                struct Body: Decodable { let fraudStatus: String }
+                try setFraudStatus(orderID: ids[0], try decode(Body.self, request).fraudStatus)
+                return .noContent()
+            } else if match("POST", "payment-requests") != nil {
+                struct Body: Decodable { let state: String? }
+                struct Created: Encodable { let paymentRequestId: String }
+                let body = try decode(Body.self, request, empty: Body(state: nil))
+                return .json(201, Created(paymentRequestId: createPaymentRequest(state: body.state ?? "SUBMITTED")))
+            } else if let ids = match("POST", "payment-requests/*/state") {
+                struct Body: Decodable {
+                    let state: String
+                    let stateReason: String?
+                }
+                let body = try decode(Body.self, request)
+                try setPaymentRequestState(ids[0], body.state, reason: body.stateReason)
+                return .noContent()
+            } else if match("POST", "faults") != nil {
+                struct Created: Encodable { let faultId: Int }
+                return .json(201, Created(faultId: addFault(try decode(SandboxFault.self, request))))
+            } else if match("DELETE", "faults") != nil {
+                clearFaults()
+                return .noContent()
+            } else if match("GET", "requests") != nil {
+                struct Body: Encodable { let requests: [SandboxRequestRecord] }
+                return .json(200, Body(requests: requests(route: request.query["route"])))
+            } else if match("GET", "effects") != nil {
+                struct Body: Encodable { let effects: [SandboxEffect] }
+                let kind = try request.query["kind"].map { value -> SandboxEffect.Kind in
+                    guard let kind = SandboxEffect.Kind(rawValue: value) else { throw ControlError(status: 400, description: "unknown effect kind \(value)") }
+                    return kind
+                }
+                return .json(200, Body(effects: effects(kind: kind)))
+            } else if match("POST", "clock/advance") != nil {
+                struct Body: Decodable { let seconds: Double }
+                try advanceClock(by: Duration(timeInterval: try decode(Body.self, request).seconds))
+                return .noContent()
+            } else if match("GET", "clock") != nil {
+                struct Body: Encodable { let now: Date }
+                return .json(200, Body(now: now))
+            } else if match("POST", "reset") != nil {
+                reset()
+                return .noContent()
+            }
+            return .klarnaError(404, "NOT_FOUND", "No sandbox control at \(request.method) \(request.path)")
+        } catch let error as ControlError {
+            return .klarnaError(error.status, "BAD_VALUE", error.description)
+        } catch {
+            return .klarnaError(400, "BAD_VALUE", "\(error)")
+        }
+    }
+
+    private func decode<T: Decodable>(_ type: T.Type, _ request: ServerRequest, empty: T? = nil) throws -> T {
+        if request.body.isEmpty, let empty { return empty }
+        do {
+            return try SandboxResponse.decoder.decode(type, from: Data(request.body))
+        } catch {
+            throw ControlError(status: 400, description: "bad control request body for \(request.path): \(error)")
+        }
+    }
+}

@@ -1,0 +1,165 @@
+import Foundation
+
+/// Klarna's side of the world, as the sandbox keeps it. Mutated only under ``KlarnaSandbox``'s lock.
+struct SandboxState {
+    struct PaymentSession {
+        let id: String
+        var complete = false
+        let purchaseCountry: String
+        let purchaseCurrency: String
+        let locale: String
+        let orderAmount: Int
+        let orderTaxAmount: Int
+        let orderLines: [SandboxOrderLine]
+        let merchantReference: String?
+        let intent: String
+        let createdAt: Date
+        var expiresAt: Date
+        var authorizationToken: String?
+        var tokenExpiresAt: Date?
+        var tokenCancelled = false
+        var orderID: String?
+        var hppSessionIDs: [String] = []
+        let fraudStatus: String
+        let fraudDecision: (after: TimeInterval, status: String)?
+    }
+
+    struct HostedSession {
+        let id: String
+        let kpSessionID: String
+        let mode: String
+        var status = "WAITING"
+        var updatedAt: Date
+        var expiresAt: Date
+        /// Pending transitions, absolute times, in order.
+        var schedule: [(at: Date, status: String)]
+        var orderID: String?
+        var klarnaReference: String?
+    }
+
+    struct Capture {
+        let id: String
+        let amount: Int
+        let at: Date
+    }
+
+    struct Order {
+        let id: String
+        let kpSessionID: String
+        let klarnaReference: String
+        let currency: String
+        let merchantReference: String?
+        let orderAmount: Int
+        var capturedAmount = 0
+        var status = "AUTHORIZED"
+        var fraudStatus: String
+        var fraudDecisionAt: Date?
+        var fraudDecision: String?
+        let createdAt: Date
+        var expiresAt: Date
+        var captures: [Capture] = []
+
+        var remainingAuthorizedAmount: Int {
+            status == "CANCELLED" || status == "EXPIRED" ? 0 : orderAmount - capturedAmount
+        }
+    }
+
+    struct PaymentRequest {
+        let id: String
+        var state: String
+        var stateReason: String?
+        let createdAt: Date
+        var updatedAt: Date
+        var expiresAt: Date
+        var sessionToken: String?
+    }
+
+    struct StoredReply {
+        let at: Date
+        let response: SandboxResponse
+    }
+
+    var paymentSessions: [String: PaymentSession] = [:]
+    var hostedSessions: [String: HostedSession] = [:]
+    var tokens: [String: String] = [:]  // authorization token → KP session id
+    var orders: [String: Order] = [:]
+    var paymentRequests: [String: PaymentRequest] = [:]
+    var idempotency: [String: StoredReply] = [:]
+    var faults: [(id: Int, fault: SandboxFault)] = []
+    var nextFaultID = 1
+    var requests: [SandboxRequestRecord] = []
+    var effects: [SandboxEffect] = []
+
+    // MARK: Time moves lazily: each entity catches up when it is next looked at.
+
+    mutating func catchUp(hpp id: String, now: Date) {
+        guard var session = hostedSessions[id] else { return }
+        while let next = session.schedule.first, next.at <= now {
+            session.schedule.removeFirst()
+            hostedSessions[id] = session
+            transition(hpp: id, to: next.status, at: next.at)
+            session = hostedSessions[id]!
+        }
+    }
+
+    mutating func catchUp(order id: String, now: Date) {
+        guard var order = orders[id] else { return }
+        if let at = order.fraudDecisionAt, let decision = order.fraudDecision, at <= now {
+            order.fraudStatus = decision
+            order.fraudDecisionAt = nil
+            if decision == "REJECTED" { order.status = "CANCELLED" }
+        }
+        if order.expiresAt <= now, order.status == "AUTHORIZED" || order.status == "PART_CAPTURED" {
+            order.status = order.capturedAmount > 0 ? "CLOSED" : "EXPIRED"
+        }
+        orders[id] = order
+    }
+
+    /// Moves an HPP session to `status`; reaching `COMPLETED` authorizes the KP session or places the order.
+    mutating func transition(hpp id: String, to status: String, at: Date) {
+        guard var session = hostedSessions[id], session.status != status else { return }
+        // Klarna's definitive states do not change again.
+        guard !["COMPLETED", "CANCELLED", "DISABLED"].contains(session.status) else { return }
+        session.status = status
+        session.updatedAt = at
+        if status == "COMPLETED", var payment = paymentSessions[session.kpSessionID] {
+            switch session.mode {
+            case "PLACE_ORDER", "CAPTURE_ORDER":
+                let order = placeOrder(for: &payment, at: at, capture: session.mode == "CAPTURE_ORDER")
+                session.orderID = order.id
+                session.klarnaReference = order.klarnaReference
+            default:
+                let token = UUID().uuidString.lowercased()
+                payment.authorizationToken = token
+                payment.tokenExpiresAt = at.addingTimeInterval(60 * 60)
+                tokens[token] = payment.id
+            }
+            paymentSessions[payment.id] = payment
+        }
+        hostedSessions[id] = session
+    }
+
+    mutating func placeOrder(for payment: inout PaymentSession, at: Date, capture: Bool) -> Order {
+        var order = Order(
+            id: UUID().uuidString.lowercased(), kpSessionID: payment.id, klarnaReference: Self.klarnaReference(),
+            currency: payment.purchaseCurrency, merchantReference: payment.merchantReference,
+            orderAmount: payment.orderAmount, fraudStatus: payment.fraudStatus,
+            fraudDecisionAt: payment.fraudDecision.map { at.addingTimeInterval($0.after) },
+            fraudDecision: payment.fraudDecision?.status, createdAt: at,
+            expiresAt: at.addingTimeInterval(28 * 86_400))
+        if capture {
+            order.captures.append(Capture(id: UUID().uuidString.lowercased(), amount: order.orderAmount, at: at))
+            order.capturedAmount = order.orderAmount
+            order.status = "CAPTURED"
+        }
+        payment.complete = true
+        payment.orderID = order.id
+        orders[order.id] = order
+        return order
+    }
+
+    static func klarnaReference() -> String {
+        let alphabet = Array("ABCDEFGHJKLMNPQRSTUVWXYZ23456789")
+        return String((0..<8).map { _ in alphabet.randomElement()! })
+    }
+}

@@ -1,0 +1,171 @@
+import Foundation
+
+/// A test scenario for one payment: the KP session the merchant created and the HPP session in front of it.
+/// Every field is optional in JSON; ``KlarnaSandbox`` fills in a plausible default.
+public struct SessionSpec: Codable, Sendable {
+    public var orderAmount: Int?
+    public var orderTaxAmount: Int?
+    public var purchaseCurrency: String?
+    public var purchaseCountry: String?
+    public var locale: String?
+    public var orderLines: [SandboxOrderLine]?
+    public var merchantReference: String?
+    /// `NONE` (default), `PLACE_ORDER` or `CAPTURE_ORDER`.
+    public var placeOrderMode: String?
+    /// `buy` (default), `tokenize` or `buy_and_tokenize`.
+    public var intent: String?
+    /// Fraud status of the order once placed: `ACCEPTED` (default) or `PENDING`.
+    public var fraudStatus: String?
+    /// For `PENDING`: seconds after placement when Klarna decides, and what (`ACCEPTED` / `REJECTED`).
+    public var fraudDecisionAfterSeconds: Double?
+    public var fraudDecision: String?
+    /// HPP statuses the consumer goes through, relative to creation.
+    public var schedule: [ScheduleStep]?
+
+    public init(
+        orderAmount: Int? = nil, orderTaxAmount: Int? = nil, purchaseCurrency: String? = nil,
+        purchaseCountry: String? = nil, locale: String? = nil, orderLines: [SandboxOrderLine]? = nil,
+        merchantReference: String? = nil, placeOrderMode: String? = nil, intent: String? = nil,
+        fraudStatus: String? = nil, fraudDecisionAfterSeconds: Double? = nil, fraudDecision: String? = nil,
+        schedule: [ScheduleStep]? = nil
+    ) {
+        self.orderAmount = orderAmount
+        self.orderTaxAmount = orderTaxAmount
+        self.purchaseCurrency = purchaseCurrency
+        self.purchaseCountry = purchaseCountry
+        self.locale = locale
+        self.orderLines = orderLines
+        self.merchantReference = merchantReference
+        self.placeOrderMode = placeOrderMode
+        self.intent = intent
+        self.fraudStatus = fraudStatus
+        self.fraudDecisionAfterSeconds = fraudDecisionAfterSeconds
+        self.fraudDecision = fraudDecision
+        self.schedule = schedule
+    }
+}
+
+public struct ScheduleStep: Codable, Sendable {
+    public var afterSeconds: Double
+    public var status: String
+
+    public init(afterSeconds: Double, status: String) {
+        self.afterSeconds = afterSeconds
+        self.status = status
+    }
+}
+
+public struct SandboxOrderLine: Codable, Sendable, Equatable {
+    public var type: String?
+    public var reference: String?
+    public var name: String
+    public var quantity: Int
+    public var unitPrice: Int
+    public var taxRate: Int?
+    public var totalAmount: Int
+    public var totalTaxAmount: Int?
+
+    public init(name: String, quantity: Int, unitPrice: Int, totalAmount: Int, taxRate: Int? = nil, totalTaxAmount: Int? = nil, reference: String? = nil, type: String? = nil) {
+        self.name = name
+        self.quantity = quantity
+        self.unitPrice = unitPrice
+        self.totalAmount = totalAmount
+        self.taxRate = taxRate
+        self.totalTaxAmount = totalTaxAmount
+        self.reference = reference
+        self.type = type
+    }
+}
+
+public struct CreatedSession: Codable, Sendable {
+    public var kpSessionId: String
+    public var hppSessionId: String
+    public var expiresAt: Date
+}
+
+/// A fault to inject on one route (an operation name such as `om.create_capture`, or `*` for every Klarna route).
+public struct SandboxFault: Codable, Sendable {
+    public enum Kind: String, Codable, Sendable {
+        /// An error status with a Klarna error body (default 503 `TEMPORARILY_UNAVAILABLE`).
+        case status
+        /// 429 with `X-Ratelimit-*` headers (and `Retry-After` when `retry_after_seconds` is set).
+        case rateLimit = "rate_limit"
+        /// Wait `delay_ms` before answering (longer than the client's timeout: a timeout).
+        case delay
+        /// Close the connection without an answer (TCP reset).
+        case reset
+        /// A 2xx whose body is not valid JSON.
+        case malformed
+    }
+
+    public var route: String
+    public var kind: Kind
+    public var status: Int?
+    public var errorCode: String?
+    public var delayMs: Int?
+    public var resetSeconds: Int?
+    public var retryAfterSeconds: Int?
+    /// Apply the fault after the real effect happened (the capture is made, the answer is lost).
+    public var afterEffect: Bool?
+    /// How many times it fires; `nil` for every matching request.
+    public var count: Int?
+    /// Chance that a matching request is hit (default 1).
+    public var probability: Double?
+
+    public init(
+        route: String, kind: Kind, status: Int? = nil, errorCode: String? = nil, delayMs: Int? = nil,
+        resetSeconds: Int? = nil, retryAfterSeconds: Int? = nil, afterEffect: Bool? = nil, count: Int? = 1,
+        probability: Double? = nil
+    ) {
+        self.route = route
+        self.kind = kind
+        self.status = status
+        self.errorCode = errorCode
+        self.delayMs = delayMs
+        self.resetSeconds = resetSeconds
+        self.retryAfterSeconds = retryAfterSeconds
+        self.afterEffect = afterEffect
+        self.count = count
+        self.probability = probability
+    }
+}
+
+/// One request the sandbox received, as tests see it in the request log.
+public struct SandboxRequestRecord: Codable, Sendable {
+    public var seq: Int
+    public var at: Date
+    public var method: String
+    public var path: String
+    public var route: String
+    public var idempotencyKey: String?
+    /// The status answered; `nil` when the connection was reset instead.
+    public var status: Int?
+    public var fault: String?
+    /// Answered from the idempotency store without doing anything.
+    public var replayed: Bool
+}
+
+/// One merchant-side side effect the sandbox actually performed. Tests count these: "exactly one capture".
+public struct SandboxEffect: Codable, Sendable, Equatable {
+    public enum Kind: String, Codable, Sendable {
+        case orderPlaced = "order_placed"
+        case captured
+        case authorizationCancelled = "authorization_cancelled"
+        case customerTokenCreated = "customer_token_created"
+        case authorizationExtended = "authorization_extended"
+        case orderCancelled = "order_cancelled"
+        case hppDisabled = "hpp_disabled"
+    }
+
+    public var seq: Int
+    public var at: Date
+    public var kind: Kind
+    public var requestSeq: Int
+    public var orderId: String?
+    public var kpSessionId: String?
+    public var hppSessionId: String?
+    public var amount: Int?
+    public var captureId: String?
+    public var tokenId: String?
+    public var idempotencyKey: String?
+}

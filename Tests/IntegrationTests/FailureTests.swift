@@ -1,0 +1,254 @@
+import Foundation
+import KlarnaAPI
+import KlarnaSandbox
+import ReconcilerCore
+import Testing
+
+/// Each failure class over real sockets: what the error carries and whether it may be retried.
+@Suite struct FailureTests {
+    @Test func serverErrorCarriesKlarnasWordsAndIsRetryableOnlyWhereRepeatingIsSafe() async throws {
+        try await SandboxHarness.with { h in
+            let (created, token) = try await h.authorizedSession()
+            let session = try await h.client.readPaymentSession(id: created.kpSessionId)
+            h.sandbox.addFault(SandboxFault(route: "*", kind: .status, status: 503, count: 2))
+
+            let read = await #expect(throws: KlarnaAPIError.self) { try await h.client.readHPPSession(id: created.hppSessionId) }
+            #expect(read?.status == 503)
+            #expect(read?.errorCode == "TEMPORARILY_UNAVAILABLE")
+            #expect(read?.errorMessages == ["Injected fault"])
+            #expect(read?.correlationID != nil && read?.correlationIDHeader != nil)
+            #expect(read?.retryDisposition == .retry(notBefore: nil))
+            #expect(read?.outcomeUnknown == false)
+
+            // A 5xx on create-order may have placed the order: unsafe to repeat blindly.
+            let place = await #expect(throws: KlarnaAPIError.self) {
+                try await h.client.createOrder(authorizationToken: token, order: CreateOrderRequest(session: session))
+            }
+            #expect(place?.status == 503)
+            #expect(place?.retryDisposition == .doNotRetry)
+            #expect(place?.outcomeUnknown == true)
+        }
+    }
+
+    @Test func rateLimitCarriesTheHeadersAndSaysWhenToComeBack() async throws {
+        try await SandboxHarness.with { h in
+            let orderID = try await h.placedOrder()
+            h.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .rateLimit, resetSeconds: 2, retryAfterSeconds: 3))
+            let error = await #expect(throws: KlarnaAPIError.self) {
+                try await h.client.createCapture(orderID: orderID, request: CaptureRequest(capturedAmount: 100), idempotencyKey: "k")
+            }
+            #expect(error?.status == 429)
+            #expect(error?.errorCode == "TOO_MANY_REQUESTS")
+            #expect(error?.rateLimit.limit == "50, 50;w=1")
+            #expect(error?.rateLimit.remaining == 0)
+            #expect(error?.rateLimit.reset == .seconds(2))
+            #expect(error?.rateLimit.retryAfter == .seconds(3))
+            #expect(error?.retryDisposition == .retry(notBefore: .seconds(3)))
+            #expect(h.sandbox.effects(kind: .captured).isEmpty)
+        }
+    }
+
+    @Test func rateLimitWithoutRetryAfterFallsBackToTheReset() async throws {
+        try await SandboxHarness.with { h in
+            let (created, token) = try await h.authorizedSession()
+            let session = try await h.client.readPaymentSession(id: created.kpSessionId)
+            h.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .rateLimit, resetSeconds: 4))
+            let error = await #expect(throws: KlarnaAPIError.self) {
+                try await h.client.createOrder(authorizationToken: token, order: CreateOrderRequest(session: session))
+            }
+            // Even the unsafe create-order may be retried after a 429: Klarna refused it before doing anything.
+            #expect(error?.retryDisposition == .retry(notBefore: .seconds(4)))
+            #expect(error?.outcomeUnknown == false)
+        }
+    }
+
+    @Test func timeoutIsReportedAsSentAndAmbiguousForWrites() async throws {
+        try await SandboxHarness.with(requestTimeout: .milliseconds(300)) { h in
+            let orderID = try await h.placedOrder()
+            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .delay, delayMs: 1_500))
+            let read = await #expect(throws: KlarnaAPIError.self) { try await h.client.readOrder(id: orderID) }
+            guard case .transport(let transport)? = read?.failure else { Issue.record("expected a transport failure"); return }
+            #expect(transport.kind == .timeout)
+            #expect(transport.requestMayHaveBeenSent)
+            #expect(read?.retryDisposition == .retry(notBefore: nil))
+
+            h.sandbox.addFault(SandboxFault(route: "om.cancel_order", kind: .delay, delayMs: 1_500))
+            let cancel = await #expect(throws: KlarnaAPIError.self) { try await h.client.cancelOrder(orderID: orderID, idempotencyKey: "t") }
+            #expect(cancel?.outcomeUnknown == true)
+            #expect(cancel?.retryDisposition == .retry(notBefore: nil))
+        }
+    }
+
+    @Test func connectionResetIsATransportFailure() async throws {
+        try await SandboxHarness.with { h in
+            let created = try h.sandbox.createSession()
+            h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .reset))
+            let error = await #expect(throws: KlarnaAPIError.self) { try await h.client.readHPPSession(id: created.hppSessionId) }
+            guard case .transport(let transport)? = error?.failure else { Issue.record("expected a transport failure"); return }
+            #expect(transport.kind == .connectionReset)
+            #expect(error?.retryDisposition == .retry(notBefore: nil))
+            // The next call works on a fresh connection.
+            #expect(try await h.client.readHPPSession(id: created.hppSessionId).status == .waiting)
+            #expect(h.sandbox.requests(route: "hpp.read_session").map(\.status) == [nil, 200])
+        }
+    }
+
+    @Test func resetAfterTheEffectLeavesTheOutcomeUnknown() async throws {
+        try await SandboxHarness.with { h in
+            let (created, token) = try await h.authorizedSession()
+            let session = try await h.client.readPaymentSession(id: created.kpSessionId)
+            h.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .reset, afterEffect: true))
+            let error = await #expect(throws: KlarnaAPIError.self) {
+                try await h.client.createOrder(authorizationToken: token, order: CreateOrderRequest(session: session))
+            }
+            #expect(error?.outcomeUnknown == true)
+            #expect(error?.retryDisposition == .doNotRetry)
+            // The order exists although the answer was lost; reading the KP session tells.
+            #expect(h.sandbox.effects(kind: .orderPlaced).count == 1)
+            #expect(try await h.client.readPaymentSession(id: created.kpSessionId).status == .complete)
+        }
+    }
+
+    @Test func malformedJSONIsAnUndecodableResponse() async throws {
+        try await SandboxHarness.with { h in
+            let orderID = try await h.placedOrder()
+            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .malformed))
+            let error = await #expect(throws: KlarnaAPIError.self) { try await h.client.readOrder(id: orderID) }
+            guard case .undecodableResponse(let status, let detail)? = error?.failure else { Issue.record("expected undecodable"); return }
+            #expect(status == 200)
+            #expect(detail == "not JSON")
+            #expect(error?.retryDisposition == .retry(notBefore: nil))
+            #expect(error?.correlationIDHeader != nil)
+        }
+    }
+
+    @Test func wrongCredentialsGive401AndThePasswordAppearsNowhere() async throws {
+        let wrong = BasicCredentials(username: "sandbox-merchant", password: "not-the-Pa55word-xyz")
+        try await SandboxHarness.with(credentials: wrong) { h in
+            let created = try h.sandbox.createSession()
+            let error = await #expect(throws: KlarnaAPIError.self) { try await h.client.readHPPSession(id: created.hppSessionId) }
+            #expect(error?.status == 401)
+            #expect(error?.retryDisposition == .doNotRetry)
+            let everything = "\(error!) \(String(reflecting: error!)) \(h.client.configuration) \(wrong) " + h.logs.all.joined()
+            #expect(!everything.contains("not-the-Pa55word-xyz"))
+            #expect(!h.logs.all.isEmpty)
+        }
+    }
+
+    @Test func unknownResourcesGive404WithKlarnasErrorCode() async throws {
+        try await SandboxHarness.with { h in
+            let order = await #expect(throws: KlarnaAPIError.self) { try await h.client.readOrder(id: "no-such-order") }
+            #expect(order?.status == 404)
+            #expect(order?.errorCode == "NO_SUCH_ORDER")
+            let hpp = await #expect(throws: KlarnaAPIError.self) { try await h.client.readHPPSession(id: "no-such-session") }
+            #expect(hpp?.errorMessages == ["HPP session has expired or could not be found by provided id."])
+            #expect(hpp?.retryDisposition == .doNotRetry)
+        }
+    }
+
+    @Test func orderDataNotMatchingTheSessionGives409() async throws {
+        try await SandboxHarness.with { h in
+            let (created, token) = try await h.authorizedSession()
+            var order = CreateOrderRequest(session: try await h.client.readPaymentSession(id: created.kpSessionId))
+            order.orderAmount += 1
+            let error = await #expect(throws: KlarnaAPIError.self) { try await h.client.createOrder(authorizationToken: token, order: order) }
+            #expect(error?.status == 409)
+            #expect(error?.errorCode == "BAD_VALUE")
+            #expect(error?.errorMessages.first?.contains("order_amount") == true)
+            #expect(error?.retryDisposition == .doNotRetry)
+            #expect(h.sandbox.effects(kind: .orderPlaced).isEmpty)
+        }
+    }
+
+    @Test func anExpiredAuthorizationTokenCannotPlaceAnOrder() async throws {
+        let clock = ManualClock()
+        try await SandboxHarness.with(clock: clock) { h in
+            let (created, token) = try await h.authorizedSession()
+            let session = try await h.client.readPaymentSession(id: created.kpSessionId)
+            clock.advance(by: .seconds(61 * 60))
+            let error = await #expect(throws: KlarnaAPIError.self) {
+                try await h.client.createOrder(authorizationToken: token, order: CreateOrderRequest(session: session))
+            }
+            #expect(error?.status == 404)
+            #expect(error?.errorMessages == ["Invalid authorization token"])
+        }
+    }
+
+    @Test func hppSessionIsGoneAfterItsExpiry() async throws {
+        let clock = ManualClock()
+        try await SandboxHarness.with(clock: clock) { h in
+            let created = try h.sandbox.createSession()
+            clock.advance(by: .seconds(47 * 3_600))
+            let error = await #expect(throws: KlarnaAPIError.self) { try await h.client.readHPPSession(id: created.hppSessionId) }
+            #expect(error?.status == 404)
+        }
+    }
+
+    @Test func refusedConnectionIsSafeToRetryEvenForUnsafeCalls() async throws {
+        let port = try unusedLoopbackPort()
+        let client = KlarnaClient(
+            configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(port)", credentials: SandboxHarness.credentials),
+            transport: CurlTransport(), logger: CapturedLogs().logger())
+        let error = await #expect(throws: KlarnaAPIError.self) {
+            try await client.createOrder(authorizationToken: "t", order: CreateOrderRequest(purchaseCountry: "SE", purchaseCurrency: "SEK", orderAmount: 1, orderLines: []))
+        }
+        guard case .transport(let transport)? = error?.failure else { Issue.record("expected a transport failure"); return }
+        #expect(transport.kind == .connectFailed)
+        #expect(!transport.requestMayHaveBeenSent)
+        #expect(error?.outcomeUnknown == false)
+        #expect(error?.retryDisposition == .retry(notBefore: nil))
+    }
+
+    @Test func retrierRidesOutTransientFailuresOfEveryClass() async throws {
+        try await SandboxHarness.with(requestTimeout: .milliseconds(300)) { h in
+            let created = try h.sandbox.createSession()
+            h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .status, status: 502, count: 1))
+            h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .rateLimit, resetSeconds: 0, count: 1))
+            h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .reset, count: 1))
+            h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .delay, delayMs: 800, count: 1))
+            h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .malformed, count: 1))
+            let retrier = Retrier(
+                policy: RetryPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(50), maxAttempts: 10),
+                clock: SystemClock(), random: SystemRandomSource(),
+                rateLimiter: RateLimiter(ratePerSecond: 100, burst: 10, clock: SystemClock()))
+            let retried = RetryLog()
+            let session = try await retrier.run(onRetry: { retried.append("\($0.error)") }) { _ in
+                try await h.client.readHPPSession(id: created.hppSessionId)
+            }
+            #expect(session.status == .waiting)
+            // Five faults, six requests. A GET whose reused connection is reset before any answer is re-sent by
+            // libcurl itself (harmless for a read), so the reset may not surface as a retry of ours.
+            #expect(h.sandbox.requests(route: "hpp.read_session").count == 6)
+            #expect((4...5).contains(retried.count))
+        }
+    }
+}
+
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A loopback TCP port nothing listens on: bound by the kernel's choice, then closed again.
+func unusedLoopbackPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    try withUnsafeMutablePointer(to: &address) { pointer in
+        try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+            guard bind(fd, raw, length) == 0, getsockname(fd, raw, &length) == 0 else { throw SocketSetupFailed() }
+        }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+struct SocketSetupFailed: Error {}
+
+final class RetryLog: Sendable {
+    private let entries = Mutex<[String]>([])
+    func append(_ entry: String) { entries.withLock { $0.append(entry) } }
+    var count: Int { entries.withLock { $0.count } }
+}
