@@ -1,0 +1,60 @@
+import ArgumentParser
+import Foundation
+import HTTPServer
+import KlarnaSandbox
+import Logging
+import ServiceLifecycle
+import SystemdSupport
+
+struct SandboxCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sandbox",
+        abstract: "Runs a Klarna API simulator (HPP, KP, OM, Klarna Network) with scenario and fault controls under /_sandbox/."
+    )
+
+    @Option(name: .long, help: "Where to listen: HOST:PORT, or unix:/path.")
+    var listen: String = "127.0.0.1:8089"
+
+    @Option(name: .long, help: "The merchant username the sandbox accepts.")
+    var username: String = "sandbox-merchant"
+
+    @Option(name: .long, help: "A file holding the password the sandbox accepts (default: sandbox-secret).")
+    var passwordFile: String?
+
+    func run() async throws {
+        guard let address = ListenAddress(parsing: listen) else {
+            throw ValidationError("--listen must be HOST:PORT or unix:/path, not \(listen)")
+        }
+        var password = "sandbox-secret"
+        if let passwordFile {
+            guard let text = try? String(contentsOfFile: passwordFile, encoding: .utf8) else {
+                throw ValidationError("cannot read --password-file \(passwordFile)")
+            }
+            password = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        var logger = Logger(label: "klarna-sandbox")
+        logger.logLevel = .info
+        let sandbox = KlarnaSandbox(configuration: .init(username: username, password: password))
+        let server = try await HTTPServer.bind(address, logger: logger) { await sandbox.handle($0) }
+        let status = "Klarna sandbox listening on \(server.localAddress)"
+        logger.notice("\(status)")
+        SystemdNotifier().ready(status: status)
+        let group = ServiceGroup(
+            services: [ServerService(server: server)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        try await group.run()
+        SystemdNotifier().stopping(status: "Klarna sandbox stopped")
+    }
+}
+
+/// Serves until the group shuts down gracefully.
+struct ServerService: Service {
+    let server: HTTPServer
+
+    func run() async throws {
+        do {
+            try await cancelWhenGracefulShutdown { try await server.run() }
+        } catch is CancellationError {
+            // Shutdown asked for: the listener is closed and open connections have finished.
+        }
+    }
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Client throughput against the Klarna sandbox on loopback, next to wrk against the same sandbox in the same run.
+# Usage: scripts/bench.sh  (after `swift build -c release`; `make bench` does both).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.build/release
+SECONDS_PER_RUN=${BENCH_SECONDS:-10}
+CONCURRENCY=${BENCH_CONCURRENCY:-32}
+PORT=${BENCH_PORT:-18189}
+URL=http://127.0.0.1:$PORT
+
+$BIN/klarna-reconciler sandbox --listen 127.0.0.1:$PORT 2>/dev/null &
+SANDBOX=$!
+trap 'kill $SANDBOX 2>/dev/null || true' EXIT
+for _ in $(seq 100); do curl -sf -o /dev/null $URL/_sandbox/clock && break; sleep 0.05; done
+
+HPP=$(curl -sf -X POST $URL/_sandbox/sessions -d '{"order_amount":20000}' | sed -E 's/.*"hpp_session_id":"([^"]+)".*/\1/')
+PATH_ONE=/hpp/v1/sessions/$HPP
+
+echo "== klarna-reconciler client bench: GET $PATH_ONE, $CONCURRENCY concurrent, ${SECONDS_PER_RUN}s, 2 cores shared with the sandbox"
+echo "   machine: $(nproc) cores, $(uname -r), $($BIN/klarna-reconciler --version)"
+CLIENT=$($BIN/klarna-bench $URL "$HPP" --concurrency "$CONCURRENCY" --seconds "$SECONDS_PER_RUN")
+value() { echo "$CLIENT" | awk -v k="$1" '$1 == k { print $2 }'; }
+printf "%-34s %10s %10s %10s %10s\n" "load generator" "req/s" "p50 ms" "p99 ms" "failures"
+printf "%-34s %10s %10s %10s %10s\n" "KlarnaClient (libcurl multi)" "$(value rps)" "$(value p50_ms)" "$(value p99_ms)" "$(value failures)"
+
+AUTH="Authorization: Basic $(printf 'sandbox-merchant:sandbox-secret' | base64)"
+WRK=$(wrk -t2 -c"$CONCURRENCY" -d"${SECONDS_PER_RUN}s" --latency -H "$AUTH" "$URL$PATH_ONE")
+wrk_rps=$(echo "$WRK" | awk '/Requests\/sec/ { printf "%.0f", $2 }')
+to_ms() { awk -v v="$1" 'BEGIN { if (v ~ /us$/) printf "%.2f", v/1000; else if (v ~ /ms$/) printf "%.2f", v+0; else printf "%.2f", v*1000 }'; }
+wrk_p50=$(to_ms "$(echo "$WRK" | awk '$1 == "50%" { print $2 }')")
+wrk_p99=$(to_ms "$(echo "$WRK" | awk '$1 == "99%" { print $2 }')")
+wrk_errors=$(echo "$WRK" | awk '/Non-2xx|Socket errors/ { n++ } END { print n+0 }')
+printf "%-34s %10s %10s %10s %10s\n" "wrk -t2 -c$CONCURRENCY (C, no JSON decode)" "$wrk_rps" "$wrk_p50" "$wrk_p99" "$wrk_errors"
+echo "client / wrk throughput ratio: $(awk -v a="$(value rps)" -v b="$wrk_rps" 'BEGIN { printf "%.2f", a/b }')"
+echo "client peak RSS: $(value peak_rss_kib) KiB"
