@@ -134,20 +134,20 @@ enum KlarnaAPIHandlers {
     }
 
     static func createOrder(token: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
-        guard case .valid(var session) = checkToken(token, context, state) else {
-            if case .invalid(let response) = checkToken(token, context, state) { return response }
-            return .klarnaError(404, "NOT_FOUND", "Invalid authorization token")
+        var session: SandboxState.PaymentSession
+        switch checkToken(token, context, state) {
+        case .invalid(let response): return response
+        case .valid(let valid): session = valid
         }
         if session.complete { return .klarnaError(404, "SESSION_COMPLETED", "An order has already been placed for this session") }
         if session.intent == "tokenize" { return .klarnaError(403, "INVALID_OPERATION", "The session intent does not allow placing an order") }
         guard let body = try? SandboxResponse.decoder.decode(CreateOrderBody.self, from: Data(context.request.body)) else {
             return .klarnaError(400, "BAD_VALUE", "The request body is not valid JSON for an order")
         }
-        let missing = [
-            body.purchaseCountry == nil ? "purchase_country" : nil, body.purchaseCurrency == nil ? "purchase_currency" : nil,
-            body.orderAmount == nil ? "order_amount" : nil, body.orderLines == nil ? "order_lines" : nil,
-        ].compactMap { $0 }
-        if !missing.isEmpty { return .klarnaError(400, "BAD_VALUE", "Missing required fields: [\(missing.joined(separator: ", "))]") }
+        if let missing = missingFields([
+            ("purchase_country", body.purchaseCountry), ("purchase_currency", body.purchaseCurrency),
+            ("order_amount", body.orderAmount), ("order_lines", body.orderLines),
+        ]) { return missing }
         let mismatched = [
             body.orderAmount != session.orderAmount ? "order_amount" : nil,
             body.purchaseCurrency != session.purchaseCurrency ? "purchase_currency" : nil,
@@ -199,12 +199,10 @@ enum KlarnaAPIHandlers {
         guard let body = try? SandboxResponse.decoder.decode(CustomerTokenBody.self, from: Data(context.request.body)) else {
             return .klarnaError(400, "BAD_VALUE", "The request body is not valid JSON for a customer token")
         }
-        let missing = [
-            body.purchaseCountry == nil ? "purchase_country" : nil, body.purchaseCurrency == nil ? "purchase_currency" : nil,
-            body.locale == nil ? "locale" : nil, body.description == nil ? "description" : nil,
-            body.intendedUse == nil ? "intended_use" : nil,
-        ].compactMap { $0 }
-        if !missing.isEmpty { return .klarnaError(400, "BAD_VALUE", "Missing required fields: [\(missing.joined(separator: ", "))]") }
+        if let missing = missingFields([
+            ("purchase_country", body.purchaseCountry), ("purchase_currency", body.purchaseCurrency),
+            ("locale", body.locale), ("description", body.description), ("intended_use", body.intendedUse),
+        ]) { return missing }
         let tokenID = UUID().uuidString.lowercased()
         context.effect(.customerTokenCreated, in: &state, kp: session.id, token: tokenID)
         struct Body: Encodable {
@@ -212,6 +210,12 @@ enum KlarnaAPIHandlers {
             let redirectUrl: String
         }
         return .json(200, Body(tokenId: tokenID, redirectUrl: "https://payments.klarna.com/redirect/token/\(tokenID)"))
+    }
+
+    /// Klarna's 400 for required fields a request left out, or `nil` when all are present.
+    static func missingFields(_ fields: [(name: String, value: (any Sendable)?)]) -> SandboxResponse? {
+        let missing = fields.filter { $0.value == nil }.map(\.name)
+        return missing.isEmpty ? nil : .klarnaError(400, "BAD_VALUE", "Missing required fields: [\(missing.joined(separator: ", "))]")
     }
 
     // MARK: OM
