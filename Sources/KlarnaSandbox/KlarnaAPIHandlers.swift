@@ -15,17 +15,36 @@ struct KlarnaCallContext {
     }
 }
 
+/// Klarna refusing a call; handlers throw it so each check is one line and the answer is Klarna's error.
+struct Rejection: Error {
+    let response: SandboxResponse
+
+    init(_ status: Int, _ code: String, _ message: String) {
+        response = .klarnaError(status, code, message)
+    }
+}
+
 /// Klarna's behaviour per endpoint, following API-NOTES §2–§6 and the specs.
 enum KlarnaAPIHandlers {
     static func handle(_ route: KlarnaRoute, context: inout KlarnaCallContext, state: inout SandboxState) -> SandboxResponse {
+        do {
+            return try dispatch(route, context: &context, state: &state)
+        } catch {
+            return error.response
+        }
+    }
+
+    private static func dispatch(
+        _ route: KlarnaRoute, context: inout KlarnaCallContext, state: inout SandboxState
+    ) throws(Rejection) -> SandboxResponse {
         let id = route.parameters.first ?? ""
         switch route.name {
         case "hpp.read_session": return readHPP(id, context, &state)
         case "hpp.disable_session": return disableHPP(id, context, &state)
         case "kp.read_session": return readKP(id, context, &state)
-        case "kp.create_order": return createOrder(token: id, context, &state)
-        case "kp.cancel_authorization": return cancelAuthorization(token: id, context, &state)
-        case "kp.create_customer_token": return createCustomerToken(token: id, context, &state)
+        case "kp.create_order": return try createOrder(token: id, context, &state)
+        case "kp.cancel_authorization": return try cancelAuthorization(token: id, context, &state)
+        case "kp.create_customer_token": return try createCustomerToken(token: id, context, &state)
         case "om.read_order": return readOrder(id, context, &state)
         case "om.create_capture": return createCapture(order: id, context, &state)
         case "om.extend_authorization_time": return extendAuthorization(order: id, context, &state)
@@ -110,17 +129,28 @@ enum KlarnaAPIHandlers {
             intent: session.intent))
     }
 
-    enum TokenCheck {
-        case valid(SandboxState.PaymentSession)
-        case invalid(SandboxResponse)
-    }
-
-    /// An authorization token is usable while it is known, not cancelled and younger than 60 minutes.
-    static func checkToken(_ token: String, _ context: KlarnaCallContext, _ state: SandboxState) -> TokenCheck {
+    /// The KP session an authorization token belongs to, while the token is known, not cancelled and younger than
+    /// 60 minutes.
+    static func authorizedSession(_ token: String, _ context: KlarnaCallContext, _ state: SandboxState) throws(Rejection) -> SandboxState.PaymentSession {
         guard let kpID = state.tokens[token], let session = state.paymentSessions[kpID], !session.tokenCancelled,
             let expiry = session.tokenExpiresAt, expiry > context.now
-        else { return .invalid(.klarnaError(404, "NOT_FOUND", "Invalid authorization token")) }
-        return .valid(session)
+        else { throw Rejection(404, "NOT_FOUND", "Invalid authorization token") }
+        return session
+    }
+
+    /// The request body as `T`, or Klarna's 400 naming what it should have been.
+    static func body<T: Decodable>(_ type: T.Type, _ context: KlarnaCallContext, what: String) throws(Rejection) -> T {
+        do {
+            return try SandboxResponse.decoder.decode(type, from: Data(context.request.body))
+        } catch {
+            throw Rejection(400, "BAD_VALUE", "The request body is not valid JSON for \(what)")
+        }
+    }
+
+    /// Klarna's 400 for required fields a request left out.
+    static func requireFields(_ fields: [(name: String, value: (any Sendable)?)]) throws(Rejection) {
+        let missing = fields.filter { $0.value == nil }.map(\.name)
+        if !missing.isEmpty { throw Rejection(400, "BAD_VALUE", "Missing required fields: [\(missing.joined(separator: ", "))]") }
     }
 
     struct CreateOrderBody: Decodable {
@@ -133,28 +163,22 @@ enum KlarnaAPIHandlers {
         let autoCapture: Bool?
     }
 
-    static func createOrder(token: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
-        var session: SandboxState.PaymentSession
-        switch checkToken(token, context, state) {
-        case .invalid(let response): return response
-        case .valid(let valid): session = valid
-        }
-        if session.complete { return .klarnaError(404, "SESSION_COMPLETED", "An order has already been placed for this session") }
-        if session.intent == "tokenize" { return .klarnaError(403, "INVALID_OPERATION", "The session intent does not allow placing an order") }
-        guard let body = try? SandboxResponse.decoder.decode(CreateOrderBody.self, from: Data(context.request.body)) else {
-            return .klarnaError(400, "BAD_VALUE", "The request body is not valid JSON for an order")
-        }
-        if let missing = missingFields([
+    static func createOrder(token: String, _ context: KlarnaCallContext, _ state: inout SandboxState) throws(Rejection) -> SandboxResponse {
+        var session = try authorizedSession(token, context, state)
+        if session.complete { throw Rejection(404, "SESSION_COMPLETED", "An order has already been placed for this session") }
+        if session.intent == "tokenize" { throw Rejection(403, "INVALID_OPERATION", "The session intent does not allow placing an order") }
+        let body = try body(CreateOrderBody.self, context, what: "an order")
+        try requireFields([
             ("purchase_country", body.purchaseCountry), ("purchase_currency", body.purchaseCurrency),
             ("order_amount", body.orderAmount), ("order_lines", body.orderLines),
-        ]) { return missing }
+        ])
         let mismatched = [
             body.orderAmount != session.orderAmount ? "order_amount" : nil,
             body.purchaseCurrency != session.purchaseCurrency ? "purchase_currency" : nil,
             body.purchaseCountry?.uppercased() != session.purchaseCountry.uppercased() ? "purchase_country" : nil,
             body.orderLines?.reduce(0, { $0 + $1.totalAmount }) != session.orderAmount ? "order_lines" : nil,
         ].compactMap { $0 }
-        if !mismatched.isEmpty { return .klarnaError(409, "BAD_VALUE", "Not matching fields: [\(mismatched.joined(separator: ", "))]") }
+        if !mismatched.isEmpty { throw Rejection(409, "BAD_VALUE", "Not matching fields: [\(mismatched.joined(separator: ", "))]") }
 
         let order = state.placeOrder(for: &session, at: context.now, capture: body.autoCapture ?? false)
         state.paymentSessions[session.id] = session
@@ -170,15 +194,12 @@ enum KlarnaAPIHandlers {
             fraudStatus: order.fraudStatus, authorizedPaymentMethod: ["type": "invoice"]))
     }
 
-    static func cancelAuthorization(token: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
-        switch checkToken(token, context, state) {
-        case .invalid(let response): return response
-        case .valid(let session):
-            if session.complete { return .klarnaError(403, "INVALID_OPERATION", "The authorization has been used to place an order") }
-            state.paymentSessions[session.id]?.tokenCancelled = true
-            context.effect(.authorizationCancelled, in: &state, kp: session.id)
-            return .noContent()
-        }
+    static func cancelAuthorization(token: String, _ context: KlarnaCallContext, _ state: inout SandboxState) throws(Rejection) -> SandboxResponse {
+        let session = try authorizedSession(token, context, state)
+        if session.complete { throw Rejection(403, "INVALID_OPERATION", "The authorization has been used to place an order") }
+        state.paymentSessions[session.id]?.tokenCancelled = true
+        context.effect(.authorizationCancelled, in: &state, kp: session.id)
+        return .noContent()
     }
 
     struct CustomerTokenBody: Decodable {
@@ -189,20 +210,14 @@ enum KlarnaAPIHandlers {
         let intendedUse: String?
     }
 
-    static func createCustomerToken(token: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
-        let session: SandboxState.PaymentSession
-        switch checkToken(token, context, state) {
-        case .invalid(let response): return response
-        case .valid(let valid): session = valid
-        }
-        if session.intent == "buy" { return .klarnaError(403, "INVALID_OPERATION", "The session intent does not allow tokenization") }
-        guard let body = try? SandboxResponse.decoder.decode(CustomerTokenBody.self, from: Data(context.request.body)) else {
-            return .klarnaError(400, "BAD_VALUE", "The request body is not valid JSON for a customer token")
-        }
-        if let missing = missingFields([
+    static func createCustomerToken(token: String, _ context: KlarnaCallContext, _ state: inout SandboxState) throws(Rejection) -> SandboxResponse {
+        let session = try authorizedSession(token, context, state)
+        if session.intent == "buy" { throw Rejection(403, "INVALID_OPERATION", "The session intent does not allow tokenization") }
+        let body = try body(CustomerTokenBody.self, context, what: "a customer token")
+        try requireFields([
             ("purchase_country", body.purchaseCountry), ("purchase_currency", body.purchaseCurrency),
             ("locale", body.locale), ("description", body.description), ("intended_use", body.intendedUse),
-        ]) { return missing }
+        ])
         let tokenID = UUID().uuidString.lowercased()
         context.effect(.customerTokenCreated, in: &state, kp: session.id, token: tokenID)
         struct Body: Encodable {
@@ -210,12 +225,6 @@ enum KlarnaAPIHandlers {
             let redirectUrl: String
         }
         return .json(200, Body(tokenId: tokenID, redirectUrl: "https://payments.klarna.com/redirect/token/\(tokenID)"))
-    }
-
-    /// Klarna's 400 for required fields a request left out, or `nil` when all are present.
-    static func missingFields(_ fields: [(name: String, value: (any Sendable)?)]) -> SandboxResponse? {
-        let missing = fields.filter { $0.value == nil }.map(\.name)
-        return missing.isEmpty ? nil : .klarnaError(400, "BAD_VALUE", "Missing required fields: [\(missing.joined(separator: ", "))]")
     }
 
     // MARK: OM

@@ -97,7 +97,7 @@ public final class KlarnaSandbox: Sendable {
         _ route: KlarnaRoute, request: ServerRequest, key: String?, seq: Int, in state: inout SandboxState
     ) -> (SandboxResponse, replayed: Bool) {
         let now = self.now
-        let honoursKey = key.map { !$0.isEmpty } ?? false && Self.idempotentRoutes.contains(route.name)
+        let honoursKey = !(key ?? "").isEmpty && Self.idempotentRoutes.contains(route.name)
         if honoursKey, let key, let stored = state.idempotency[key], now.timeIntervalSince(stored.at) < Self.idempotencyWindow {
             return (stored.response, true)
         }

@@ -6,6 +6,8 @@ struct SandboxResponse: Sendable {
     var status: Int
     var headers: [(name: String, value: String)] = []
     var body: [UInt8] = []
+    /// Sent as `Klarna-Correlation-Id`; an error body quotes the same value as `correlation_id`, as Klarna's do.
+    var correlationID = UUID().uuidString.lowercased()
 
     static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
@@ -37,12 +39,15 @@ struct SandboxResponse: Sendable {
             let errorCode: String
             let errorMessages: [String]
         }
-        return json(status, Body(correlationId: UUID().uuidString.lowercased(), errorCode: code, errorMessages: [message]))
+        let id = UUID().uuidString.lowercased()
+        var response = json(status, Body(correlationId: id, errorCode: code, errorMessages: [message]))
+        response.correlationID = id
+        return response
     }
 
     static func noContent() -> SandboxResponse { SandboxResponse(status: 204) }
 
     var serverResponse: ServerResponse {
-        ServerResponse(status: status, headers: headers + [("Klarna-Correlation-Id", UUID().uuidString.lowercased())], body: body)
+        ServerResponse(status: status, headers: headers + [("Klarna-Correlation-Id", correlationID)], body: body)
     }
 }

@@ -42,7 +42,6 @@ struct SandboxCommand: AsyncParsableCommand {
         let group = ServiceGroup(
             services: [ServerService(server: server)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         try await group.run()
-        SystemdNotifier().stopping(status: "Klarna sandbox stopped")
     }
 }
 
@@ -52,7 +51,11 @@ struct ServerService: Service {
 
     func run() async throws {
         do {
-            try await cancelWhenGracefulShutdown { try await server.run() }
+            try await withGracefulShutdownHandler {
+                try await cancelWhenGracefulShutdown { try await server.run() }
+            } onGracefulShutdown: {
+                SystemdNotifier().stopping(status: "Klarna sandbox stopping")
+            }
         } catch is CancellationError {
             // Shutdown asked for: the listener is closed and open connections have finished.
         }

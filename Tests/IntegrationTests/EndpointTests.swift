@@ -180,6 +180,7 @@ import Testing
             #expect(error?.outcomeUnknown == false)
             #expect(error?.correlationID != nil)
             #expect(error?.correlationIDHeader != nil)
+            #expect(error?.correlationID == error?.correlationIDHeader)
             #expect(h.sandbox.effects(kind: .captured).isEmpty)
         }
     }

@@ -199,6 +199,62 @@ import Testing
         #expect(error?.retryDisposition == .retry(notBefore: nil))
     }
 
+    @Test func anEmptyIdFailsLocallyAsAKlarnaAPIError() async throws {
+        try await SandboxHarness.with { h in
+            let error = await #expect(throws: KlarnaAPIError.self) { try await h.client.readOrder(id: "") }
+            guard case .transport(let transport)? = error?.failure else { Issue.record("expected a transport failure"); return }
+            #expect(transport.kind == .invalidRequest)
+            #expect(error?.retryDisposition == .doNotRetry)
+            await #expect(throws: KlarnaAPIError.self) {
+                try await h.client.createCapture(orderID: "", request: CaptureRequest(capturedAmount: 1), idempotencyKey: "k")
+            }
+            #expect(h.sandbox.requests().isEmpty)
+        }
+    }
+
+    @Test func anOversizedResponseIsCutOffAndNotRetried() async throws {
+        try await SandboxHarness.with { h in
+            let orderID = try await h.placedOrder()
+            let small = KlarnaClient(
+                configuration: h.client.configuration,
+                transport: CurlTransport(configuration: .init(maxResponseBytes: 64)), logger: h.logs.logger())
+            let error = await #expect(throws: KlarnaAPIError.self) { try await small.readOrder(id: orderID) }
+            guard case .transport(let transport)? = error?.failure else { Issue.record("expected a transport failure"); return }
+            #expect(transport.kind == .responseTooLarge)
+            #expect(error?.retryDisposition == .doNotRetry)
+        }
+    }
+
+    @Test func aCancelledCallerSendsNothing() async throws {
+        try await SandboxHarness.with { h in
+            let created = try h.sandbox.createSession()
+            let client = h.client
+            let result = await Task { () async throws -> HPPSession in
+                withUnsafeCurrentTask { $0?.cancel() }
+                return try await client.readHPPSession(id: created.hppSessionId)
+            }.result
+            #expect(throws: CancellationError.self) { try result.get() }
+            #expect(h.sandbox.requests().isEmpty)
+        }
+    }
+
+    @Test func cancellingACallInFlightEndsItAtOnce() async throws {
+        try await SandboxHarness.with { h in
+            let created = try h.sandbox.createSession()
+            h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .delay, delayMs: 3_000))
+            let client = h.client
+            let call = Task { try await client.readHPPSession(id: created.hppSessionId) }
+            try await waitUntil { !h.sandbox.requests().isEmpty }
+            let cancelled = ContinuousClock.now
+            call.cancel()
+            await #expect(throws: CancellationError.self) { try await call.value }
+            #expect(ContinuousClock.now - cancelled < .seconds(2))
+            // The transport still works for the next caller.
+            h.sandbox.clearFaults()
+            #expect(try await client.readHPPSession(id: created.hppSessionId).status == .waiting)
+        }
+    }
+
     @Test func retrierRidesOutTransientFailuresOfEveryClass() async throws {
         try await SandboxHarness.with(requestTimeout: .milliseconds(300)) { h in
             let created = try h.sandbox.createSession()
@@ -246,6 +302,17 @@ func unusedLoopbackPort() throws -> Int {
 }
 
 struct SocketSetupFailed: Error {}
+
+/// Polls a condition until it holds or a deadline passes; tests synchronise on state, never on sleeps alone.
+func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while !condition() {
+        if ContinuousClock.now > deadline { throw ConditionTimeout() }
+        try await Task.sleep(for: .milliseconds(5))
+    }
+}
+
+struct ConditionTimeout: Error {}
 
 final class RetryLog: Sendable {
     private let entries = Mutex<[String]>([])

@@ -25,18 +25,18 @@ public struct KlarnaClient: Sendable {
     // MARK: Hosted Payment Page
 
     public func readHPPSession(id: String) async throws -> HPPSession {
-        try await decode(HPPSession.self, send(.readHPPSession, "GET", "/hpp/v1/sessions/\(try segment(id))", resource: id))
+        try await decode(HPPSession.self, send(.readHPPSession, "GET", "/hpp/v1/sessions/\(segment(id))", resource: id))
     }
 
     /// Disables the session; the consumer can no longer pay with it. Klarna answers 400 for a completed session.
     public func disableHPPSession(id: String) async throws {
-        _ = try await send(.disableHPPSession, "DELETE", "/hpp/v1/sessions/\(try segment(id))", resource: id)
+        _ = try await send(.disableHPPSession, "DELETE", "/hpp/v1/sessions/\(segment(id))", resource: id)
     }
 
     // MARK: Klarna Payments
 
     public func readPaymentSession(id: String) async throws -> PaymentSession {
-        try await decode(PaymentSession.self, send(.readPaymentSession, "GET", "/payments/v1/sessions/\(try segment(id))", resource: id))
+        try await decode(PaymentSession.self, send(.readPaymentSession, "GET", "/payments/v1/sessions/\(segment(id))", resource: id))
     }
 
     /// Places the order with an authorization token (valid 60 minutes). Klarna documents no idempotency for this
@@ -44,7 +44,7 @@ public struct KlarnaClient: Sendable {
     public func createOrder(
         authorizationToken: String, order: CreateOrderRequest, idempotencyKey: String? = nil
     ) async throws -> CreateOrderResponse {
-        let path = "/payments/v1/authorizations/\(try segment(authorizationToken))/order"
+        let path = "/payments/v1/authorizations/\(segment(authorizationToken))/order"
         return try await decode(
             CreateOrderResponse.self,
             send(.createOrder, "POST", path, resource: Self.redacted(authorizationToken), body: encode(order), idempotencyKey: idempotencyKey))
@@ -52,14 +52,14 @@ public struct KlarnaClient: Sendable {
 
     /// Releases an authorization that will not be used (`204`).
     public func cancelAuthorization(authorizationToken: String) async throws {
-        let path = "/payments/v1/authorizations/\(try segment(authorizationToken))"
+        let path = "/payments/v1/authorizations/\(segment(authorizationToken))"
         _ = try await send(.cancelAuthorization, "DELETE", path, resource: Self.redacted(authorizationToken))
     }
 
     public func createCustomerToken(
         authorizationToken: String, request: CustomerTokenRequest, idempotencyKey: String? = nil
     ) async throws -> CustomerTokenResponse {
-        let path = "/payments/v1/authorizations/\(try segment(authorizationToken))/customer-token"
+        let path = "/payments/v1/authorizations/\(segment(authorizationToken))/customer-token"
         return try await decode(
             CustomerTokenResponse.self,
             send(.createCustomerToken, "POST", path, resource: Self.redacted(authorizationToken), body: encode(request), idempotencyKey: idempotencyKey))
@@ -68,12 +68,12 @@ public struct KlarnaClient: Sendable {
     // MARK: Order Management
 
     public func readOrder(id: String) async throws -> Order {
-        try await decode(Order.self, send(.readOrder, "GET", "/ordermanagement/v1/orders/\(try segment(id))", resource: id))
+        try await decode(Order.self, send(.readOrder, "GET", "/ordermanagement/v1/orders/\(segment(id))", resource: id))
     }
 
     /// Captures `request.capturedAmount`. The same `idempotencyKey` within 24 h captures once and answers the same.
     public func createCapture(orderID: String, request: CaptureRequest, idempotencyKey: String) async throws -> CaptureCreated {
-        let path = "/ordermanagement/v1/orders/\(try segment(orderID))/captures"
+        let path = "/ordermanagement/v1/orders/\(segment(orderID))/captures"
         let response = try await send(.createCapture, "POST", path, resource: orderID, body: encode(request), idempotencyKey: idempotencyKey)
         guard let captureID = response.http.headers["Capture-Id"], !captureID.isEmpty else {
             throw KlarnaAPIError(
@@ -84,20 +84,20 @@ public struct KlarnaClient: Sendable {
     }
 
     public func extendAuthorizationTime(orderID: String, idempotencyKey: String) async throws {
-        let path = "/ordermanagement/v1/orders/\(try segment(orderID))/extend-authorization-time"
+        let path = "/ordermanagement/v1/orders/\(segment(orderID))/extend-authorization-time"
         _ = try await send(.extendAuthorizationTime, "POST", path, resource: orderID, idempotencyKey: idempotencyKey)
     }
 
     /// Cancels an order that has no captures (else 403 `CANCEL_NOT_ALLOWED`).
     public func cancelOrder(orderID: String, idempotencyKey: String) async throws {
-        let path = "/ordermanagement/v1/orders/\(try segment(orderID))/cancel"
+        let path = "/ordermanagement/v1/orders/\(segment(orderID))/cancel"
         _ = try await send(.cancelOrder, "POST", path, resource: orderID, idempotencyKey: idempotencyKey)
     }
 
     // MARK: Klarna Network
 
     public func readPaymentRequest(id: String) async throws -> PaymentRequest {
-        let path = "/v2/payment/requests/\(try segment(id))"
+        let path = "/v2/payment/requests/\(segment(id))"
         return try await decode(PaymentRequest.self, send(.readPaymentRequest, "GET", path, resource: id, base: configuration.networkBaseURL))
     }
 
@@ -114,6 +114,13 @@ public struct KlarnaClient: Sendable {
         body: [UInt8]? = nil, idempotencyKey: String? = nil, base: String? = nil
     ) async throws -> Answer {
         let requestID = Self.newRequestID()
+        // Paths are constant templates with one id each: an empty id shows as "//" or a trailing "/".
+        guard !path.contains("//"), !path.hasSuffix("/") else {
+            throw KlarnaAPIError(
+                operation: operation,
+                failure: .transport(TransportError(kind: .invalidRequest, requestMayHaveBeenSent: false, detail: "empty resource id")),
+                requestID: requestID)
+        }
         var log = logger
         log[metadataKey: "request.id"] = .string(requestID)
         log[metadataKey: "klarna.operation"] = .string(operation.name)
@@ -173,10 +180,7 @@ public struct KlarnaClient: Sendable {
     }
 
     /// Percent-encodes one path segment so an id can never add path components or a query.
-    private func segment(_ id: String) throws -> String {
-        guard !id.isEmpty else {
-            throw TransportError(kind: .invalidRequest, requestMayHaveBeenSent: false, detail: "empty resource id")
-        }
+    private func segment(_ id: String) -> String {
         var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
         allowed.insert(charactersIn: "-._~:")
         return id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id

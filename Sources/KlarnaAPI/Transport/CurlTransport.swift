@@ -45,6 +45,8 @@ public final class CurlTransport: HTTPTransport {
     public static var libcurlVersion: String { String(cString: curl_version()) }
 
     public func execute(_ request: HTTPRequest) async throws -> HTTPResponse {
+        // A task cancelled before this point would otherwise still send: its cancel could reach the driver first.
+        try Task.checkCancellation()
         let transfer = try CurlTransfer(request: request, configuration: configuration)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
@@ -75,7 +77,6 @@ final class CurlTransfer: @unchecked Sendable {
     var continuation: CheckedContinuation<HTTPResponse, any Error>?
     private var body: [UInt8] = []
     private var headers = HTTPHeaders()
-    private var statusLine = ""
     private let maxResponseBytes: Int
     private(set) var overflowed = false
 
@@ -179,7 +180,6 @@ final class CurlTransfer: @unchecked Sendable {
         let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if line.hasPrefix("HTTP/") {
             // A new status line (after 100 Continue or a proxy CONNECT) starts a new header block.
-            statusLine = line
             headers = HTTPHeaders()
         } else if let colon = line.firstIndex(of: ":") {
             let name = String(line[..<colon]).trimmingCharacters(in: .whitespaces)
@@ -193,8 +193,7 @@ final class CurlTransfer: @unchecked Sendable {
         if code == CURLE_OK {
             var status = 0
             _ = ccurl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
-            let version = statusLine.split(separator: " ").first.map(String.init) ?? "HTTP/1.1"
-            return .success(HTTPResponse(status: status, headers: headers, body: body, httpVersion: version))
+            return .success(HTTPResponse(status: status, headers: headers, body: body))
         }
         return .failure(transportError(for: code))
     }

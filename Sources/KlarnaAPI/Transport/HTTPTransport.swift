@@ -71,14 +71,11 @@ public struct HTTPResponse: Sendable {
     public var status: Int
     public var headers: HTTPHeaders
     public var body: [UInt8]
-    /// The protocol actually spoken, e.g. "HTTP/1.1" or "HTTP/2".
-    public var httpVersion: String
 
-    public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = [], httpVersion: String = "HTTP/1.1") {
+    public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
         self.status = status
         self.headers = headers
         self.body = body
-        self.httpVersion = httpVersion
     }
 }
 
