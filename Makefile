@@ -3,7 +3,7 @@ SWIFT_BIN ?= /opt/swift/usr/bin
 export PATH := $(SWIFT_BIN):$(PATH)
 
 PREFIX ?= /usr/local
-DEBIAN_PACKAGES := pkg-config libcurl4-openssl-dev libsystemd-dev curl
+DEBIAN_PACKAGES := pkg-config libcurl4-openssl-dev libsystemd-dev libsqlite3-dev curl
 BENCH_PACKAGES := wrk
 
 .PHONY: deps build demo check bench install clean

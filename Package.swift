@@ -16,11 +16,16 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.0.0"),
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.0.0", traits: [.defaults, "YAML"]),
+        // Already in the graph through swift-configuration's YAML trait; used directly to name unknown keys.
+        .package(url: "https://github.com/jpsim/Yams", "5.4.0"..<"7.0.0"),
     ],
     targets: [
         // C at the edge: thin system-library targets; shim.h wraps the variadic APIs Swift cannot call.
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
 
         // Domain: no I/O, no C. Retry policy, rate budget, clocks.
         .target(name: "ReconcilerCore", swiftSettings: strict),
@@ -59,10 +64,38 @@ let package = Package(
 
         .target(name: "SystemdSupport", dependencies: ["CSystemd"], swiftSettings: strict),
 
+        // Durable state: the store protocol and its SQLite implementation (WAL, versioned migrations).
+        .target(name: "ReconcilerStore", dependencies: ["CSQLite", "ReconcilerCore"], swiftSettings: strict),
+
+        // The daemon's work: scheduler, workers, intents against Klarna, outbox and notifications.
+        .target(
+            name: "Engine",
+            dependencies: [
+                "KlarnaAPI", "ReconcilerCore", "ReconcilerStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // config.yaml + environment overrides + credentials, validated into one value.
+        .target(
+            name: "Settings",
+            dependencies: [
+                "ReconcilerCore", "KlarnaAPI", "Engine",
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
         .executableTarget(
             name: "klarna-reconciler",
             dependencies: [
                 "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "SystemdSupport",
+                "ReconcilerStore", "Engine", "Settings",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),

@@ -7,6 +7,9 @@ struct KlarnaReconciler: AsyncParsableCommand {
         commandName: "klarna-reconciler",
         abstract: "Makes every Klarna payment end correctly: tracks HPP sessions, places and captures orders exactly once.",
         version: "\(ProductInfo.version) (\(CurlTransport.libcurlVersion))",
-        subcommands: [SandboxCommand.self, DemoCommand.self]
+        subcommands: [
+            RunCommand.self, CheckConfigCommand.self, TrackCommand.self, CaptureCommand.self, StatusCommand.self,
+            ListCommand.self, ShowCommand.self, SandboxCommand.self, DemoCommand.self,
+        ]
     )
 }

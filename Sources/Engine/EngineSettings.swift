@@ -1,0 +1,34 @@
+import Foundation
+import ReconcilerCore
+
+/// The engine's tunables, from config.yaml (`polling`, `retry`, `authorization_expiry`, `engine`).
+public struct EngineSettings: Sendable, Equatable {
+    public var polling: PollingSchedule
+    public var deadlines: Deadlines
+    /// Backoff after failed reads. Reads never give up: the session's or order's own deadline ends them.
+    public var readRetry: RetryPolicy
+    /// Backoff and attempt limit for side effects (intents). Giving up is an outcome: `needs_attention`.
+    public var writeRetry: RetryPolicy
+    /// Sessions and orders worked on at the same time.
+    public var maxConcurrency: Int
+    /// `description` sent when creating a customer token (Klarna shows it to the consumer).
+    public var customerTokenDescription: String
+    /// How often to look for requests other processes (`track`, `capture`) left in the store.
+    public var wakeupInterval: Duration
+
+    public init(
+        polling: PollingSchedule = PollingSchedule(), deadlines: Deadlines = Deadlines(),
+        readRetry: RetryPolicy = RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(300), maxAttempts: .max),
+        writeRetry: RetryPolicy = RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(300), maxAttempts: 25),
+        maxConcurrency: Int = 16, customerTokenDescription: String = "Subscription",
+        wakeupInterval: Duration = .seconds(1)
+    ) {
+        self.polling = polling
+        self.deadlines = deadlines
+        self.readRetry = readRetry
+        self.writeRetry = writeRetry
+        self.maxConcurrency = maxConcurrency
+        self.customerTokenDescription = customerTokenDescription
+        self.wakeupInterval = wakeupInterval
+    }
+}

@@ -1,0 +1,240 @@
+import Foundation
+import KlarnaAPI
+import Logging
+import ReconcilerCore
+import ReconcilerStore
+import ServiceLifecycle
+
+/// The outcome document, as written to the outbox and POSTed to `notify.url`.
+public struct OutcomeDocument: Codable, Sendable, Equatable {
+    public var id: Int64
+    /// Stable per outcome: the notify `Idempotency-Key`, so a receiver can drop repeats.
+    public var idempotencyKey: String
+    public var at: Date
+    public var outcome: String
+    public var reason: String
+    public var hppSessionId: String?
+    public var kpSessionId: String?
+    public var orderId: String?
+    public var merchantReference: String?
+    public var amount: Int?
+    public var currency: String?
+    public var fraudStatus: String?
+    public var captureId: String?
+    public var customerTokenId: String?
+    public var klarnaReference: String?
+
+    public init(_ stored: StoredOutcome) {
+        let outcome = stored.outcome
+        id = stored.id
+        idempotencyKey = IdempotencyKey.uuidV5(
+            namespace: IdempotencyKey.namespace,
+            name: "outcome:\(stored.id):\(outcome.kind.rawValue):\(outcome.orderID ?? outcome.hppSessionID ?? "")"
+        ).uuidString.lowercased()
+        at = stored.at
+        self.outcome = outcome.kind.rawValue
+        reason = outcome.reason
+        hppSessionId = outcome.hppSessionID
+        kpSessionId = outcome.kpSessionID
+        orderId = outcome.orderID
+        merchantReference = outcome.merchantReference
+        amount = outcome.amount
+        currency = outcome.currency
+        fraudStatus = outcome.fraudStatus
+        captureId = outcome.captureID
+        customerTokenId = outcome.customerTokenID
+        klarnaReference = outcome.klarnaReference
+    }
+
+    public static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(KlarnaJSON.formatDate(date))
+        }
+        encoder.outputFormatting = [.sortedKeys]
+        return encoder
+    }()
+}
+
+/// Writes outcome files Maildir-style: `tmp/` → fsync → `rename` into `new/` → fsync of `new/`. A reader never sees
+/// a partial file, and a crash between rename and bookkeeping rewrites the same name, so each outcome is one file.
+public struct OutboxWriter: Sendable {
+    public let directory: String
+
+    public init(directory: String) throws {
+        self.directory = directory
+        for sub in ["tmp", "new"] {
+            try FileManager.default.createDirectory(atPath: "\(directory)/\(sub)", withIntermediateDirectories: true)
+        }
+    }
+
+    /// Sorting names sorts by time, then by outcome id.
+    public static func fileName(_ document: OutcomeDocument) -> String {
+        let stamp = KlarnaJSON.formatDate(document.at).replacingOccurrences(of: ":", with: "").replacingOccurrences(of: "-", with: "")
+        return "\(stamp)-\(String(format: "%012lld", document.id))-\(document.outcome).json"
+    }
+
+    @discardableResult
+    public func write(_ document: OutcomeDocument) throws -> String {
+        let name = Self.fileName(document)
+        let data = try OutcomeDocument.encoder.encode(document) + Data("\n".utf8)
+        let temporary = "\(directory)/tmp/\(name)"
+        let final = "\(directory)/new/\(name)"
+        try Self.writeSynced(data, to: temporary)
+        guard rename(temporary, final) == 0 else { throw OutboxError(path: final, errno: errno, action: "rename into") }
+        try Self.syncDirectory("\(directory)/new")
+        return final
+    }
+
+    static func writeSynced(_ data: Data, to path: String) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o640)
+        guard fd >= 0 else { throw OutboxError(path: path, errno: errno, action: "create") }
+        defer { close(fd) }
+        let written = data.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
+        guard written == data.count else { throw OutboxError(path: path, errno: errno, action: "write") }
+        guard fsync(fd) == 0 else { throw OutboxError(path: path, errno: errno, action: "fsync") }
+    }
+
+    static func syncDirectory(_ path: String) throws {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw OutboxError(path: path, errno: errno, action: "open") }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw OutboxError(path: path, errno: errno, action: "fsync") }
+    }
+}
+
+public struct OutboxError: Error, CustomStringConvertible {
+    public let path: String
+    public let errno: Int32
+    public let action: String
+    public var description: String { "cannot \(action) \(path): \(String(cString: strerror(errno)))" }
+}
+
+/// POSTs outcome documents to `notify.url` with an `Idempotency-Key`.
+public struct OutcomeNotifier: Sendable {
+    public let url: String
+    public let transport: any HTTPTransport
+    public let retry: RetryPolicy
+    public let timeout: Duration
+
+    public init(url: String, transport: any HTTPTransport, retry: RetryPolicy, timeout: Duration) {
+        self.url = url
+        self.transport = transport
+        self.retry = retry
+        self.timeout = timeout
+    }
+
+    /// `nil` on a 2xx; else what went wrong.
+    func send(_ document: OutcomeDocument) async throws -> String? {
+        let body = Array(try OutcomeDocument.encoder.encode(document))
+        let request = HTTPRequest(
+            method: "POST", url: url,
+            headers: HTTPHeaders([("Content-Type", "application/json"), ("Idempotency-Key", document.idempotencyKey)]),
+            body: body, timeout: timeout, freshConnection: true)
+        do {
+            let response = try await transport.execute(request)
+            return (200..<300).contains(response.status) ? nil : "HTTP \(response.status)"
+        } catch let error as TransportError {
+            return error.description
+        }
+    }
+}
+
+/// Delivers recorded outcomes: first the outbox file, then (if configured) the notification. Wakes when the
+/// reconciler records an outcome, and every few seconds for notification retries.
+public struct OutcomeDeliveryService: Service {
+    let store: any ReconcilerStore
+    let writer: OutboxWriter
+    let notifier: OutcomeNotifier?
+    let clock: any WallClock
+    let random: any RandomSource
+    let bell: Doorbell
+    let logger: Logger
+
+    public init(
+        store: any ReconcilerStore, writer: OutboxWriter, notifier: OutcomeNotifier?, clock: any WallClock,
+        random: any RandomSource = SystemRandomSource(), bell: Doorbell, logger: Logger
+    ) {
+        self.store = store
+        self.writer = writer
+        self.notifier = notifier
+        self.clock = clock
+        self.random = random
+        self.bell = bell
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let stopping = StopFlag()
+        await withGracefulShutdownHandler {
+            while !stopping.isSet, !Task.isCancelled {
+                let busy = await deliverBatch()
+                if !busy { await bell.wait(timeout: .seconds(5), clock: clock) }
+            }
+        } onGracefulShutdown: {
+            stopping.set()
+            bell.ring()
+        }
+        // Outcomes recorded while the workers drained.
+        await deliverBatch()
+    }
+
+    /// Delivers what is due; `true` when more may be waiting.
+    @discardableResult
+    public func deliverBatch(limit: Int = 200) async -> Bool {
+        let pending: [StoredOutcome]
+        do {
+            pending = try await store.undeliveredOutcomes(now: clock.now, limit: limit)
+        } catch {
+            logger.error("cannot read outcomes to deliver: \(error)")
+            return false
+        }
+        var progressed = false
+        for stored in pending {
+            let document = OutcomeDocument(stored)
+            var metadata: Logger.Metadata = ["outcome_id": .stringConvertible(stored.id), "outcome": .string(document.outcome)]
+            if let order = document.orderId { metadata["order_id"] = .string(order) }
+            if let hpp = document.hppSessionId { metadata["hpp_session_id"] = .string(hpp) }
+            if !stored.outboxWritten {
+                do {
+                    let path = try writer.write(document)
+                    try await store.markOutboxWritten(stored.id)
+                    if notifier == nil { try await store.markNotified(stored.id) }
+                    logger.debug("outcome written to \(path)", metadata: metadata)
+                    progressed = true
+                } catch {
+                    // Disk full or unwritable outbox: the outcome stays recorded and is written once it can be.
+                    logger.error("cannot write outcome \(stored.id) to the outbox: \(error)", metadata: metadata)
+                    return false
+                }
+            }
+            guard !stored.notified else { continue }
+            guard let notifier else {
+                // Recorded while notify.url was configured; it no longer is.
+                try? await store.markNotified(stored.id)
+                continue
+            }
+            do {
+                if let failure = try await notifier.send(document) {
+                    let attempt = stored.notifyAttempts + 1
+                    switch notifier.retry.decide(afterAttempt: attempt, elapsed: .zero, disposition: .retry(notBefore: nil), random: random) {
+                    case .retry(let delay):
+                        try await store.notifyFailed(stored.id, nextAt: clock.now.addingTimeInterval(delay.timeInterval))
+                        logger.warning("notify.url refused outcome \(stored.id) (\(failure)); retry \(attempt) in \(TrackedSession.seconds(delay))", metadata: metadata)
+                    case .giveUp(let reason):
+                        try await store.notifyFailed(stored.id, nextAt: nil)
+                        logger.error("gave up notifying outcome \(stored.id) (\(failure), \(reason)); it stays in the outbox", metadata: metadata)
+                    }
+                } else {
+                    try await store.markNotified(stored.id)
+                    progressed = true
+                }
+            } catch {
+                logger.error("cannot record notification of outcome \(stored.id): \(error)", metadata: metadata)
+            }
+        }
+        return progressed && pending.count == limit
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+import Logging
+import ReconcilerCore
+import ReconcilerStore
+import ServiceLifecycle
+import Synchronization
+
+/// Runs due work with bounded concurrency. Sleeps until the next due time or a doorbell ring (new work, a worker
+/// finishing); on graceful shutdown it stops taking work and lets the running workers finish their step.
+public struct WorkerService: Service {
+    public let reconciler: Reconciler
+    public let scheduler: Scheduler
+    private let logger: Logger
+
+    public init(reconciler: Reconciler, scheduler: Scheduler, logger: Logger) {
+        self.reconciler = reconciler
+        self.scheduler = scheduler
+        self.logger = logger
+    }
+
+    /// Loads every open session and order into the scheduler. Call before `run`, ahead of READY.
+    public func loadOpenWork() async throws -> Int {
+        let work = try await reconciler.store.openWork()
+        for item in work { await scheduler.schedule(item.key, at: item.due) }
+        return work.count
+    }
+
+    public func run() async throws {
+        let stopping = StopFlag()
+        let wakeupBell = Doorbell()
+        await withGracefulShutdownHandler {
+            await withDiscardingTaskGroup { group in
+                group.addTask { await pollWakeups(until: stopping, bell: wakeupBell) }
+                await dispatch(group: &group, until: stopping)
+            }
+        } onGracefulShutdown: {
+            stopping.set()
+            scheduler.doorbell.ring()
+            wakeupBell.ring()
+        }
+    }
+
+    private func dispatch(group: inout DiscardingTaskGroup, until stopping: StopFlag) async {
+        let clock = reconciler.clock
+        let limit = reconciler.settings.maxConcurrency
+        while !stopping.isSet, !Task.isCancelled {
+            let capacity = limit - (await scheduler.runningCount)
+            let keys = capacity > 0 ? await scheduler.take(now: clock.now, capacity: capacity) : []
+            for key in keys {
+                group.addTask {
+                    let result = await work(key)
+                    for other in result.wake { await scheduler.wake(other, at: clock.now) }
+                    await scheduler.finished(key, next: result.next)
+                }
+            }
+            if !keys.isEmpty { continue }
+            let timeout = await scheduler.nextDue().map { Duration(timeInterval: max(0, $0.timeIntervalSince(clock.now))) }
+            // At capacity, only a finishing worker (which rings) can change anything.
+            await scheduler.doorbell.wait(timeout: capacity > 0 ? timeout : nil, clock: clock)
+        }
+    }
+
+    /// Runs one key; a failure of the store or anything unexpected is logged and the key tried again later, never
+    /// dropped.
+    private func work(_ key: WorkKey) async -> Reconciler.WorkResult {
+        do {
+            return try await reconciler.process(key)
+        } catch is CancellationError {
+            return Reconciler.WorkResult(next: reconciler.clock.now)
+        } catch {
+            let delay = reconciler.settings.readRetry.maxDelay / 10
+            logger.error("work on \(key) failed: \(error); trying again in \(delay)", metadata: ["work_key": .string(key.description)])
+            return Reconciler.WorkResult(next: reconciler.clock.now.addingTimeInterval(delay.timeInterval))
+        }
+    }
+
+    /// Picks up what `track` and `capture` (other processes) left in the store.
+    private func pollWakeups(until stopping: StopFlag, bell: Doorbell) async {
+        var last: Int64 = 0
+        while !stopping.isSet, !Task.isCancelled {
+            do {
+                let (keys, newest) = try await reconciler.store.wakeups(after: last)
+                last = newest
+                for key in keys { await scheduler.wake(key, at: reconciler.clock.now) }
+            } catch {
+                logger.warning("cannot read wakeups from the store: \(error)")
+            }
+            await bell.wait(timeout: reconciler.settings.wakeupInterval, clock: reconciler.clock)
+        }
+    }
+}
+
+/// Set once when graceful shutdown begins.
+final class StopFlag: Sendable {
+    private let flag = Mutex(false)
+    var isSet: Bool { flag.withLock { $0 } }
+    func set() { flag.withLock { $0 = true } }
+}

@@ -1,0 +1,106 @@
+import Foundation
+
+/// An outbound side effect, persisted before the call so it happens at most once, whatever crashes in between.
+///
+/// `intended → sent → confirmed | failed | ambiguous`. `sent` is written before the request leaves; a crash after it
+/// leaves the intent `sent`, and the next run reads Klarna before anything else. `ambiguous` is a call that ended
+/// without a clear answer (timeout, reset, 5xx on a write); it is resolved the same way.
+public struct Intent: Codable, Sendable, Equatable {
+    public enum Kind: String, Codable, Sendable, CaseIterable {
+        case placeOrder = "place_order"
+        case capture
+        case extendAuthorization = "extend_authorization"
+        case customerToken = "customer_token"
+
+        /// Klarna deduplicates these by `Klarna-Idempotency-Key` (OM writes); the others have no documented
+        /// idempotency and must never be repeated after an unclear answer without reading first.
+        public var klarnaDeduplicates: Bool { self == .capture || self == .extendAuthorization }
+    }
+
+    public enum State: String, Codable, Sendable, CaseIterable {
+        case intended, sent, confirmed, failed, ambiguous
+    }
+
+    /// Also the `Klarna-Idempotency-Key`: a UUIDv5 of the operation and its target.
+    public var key: String
+    public var kind: Kind
+    /// The session (place order, customer token) or order (capture, extend) this intent belongs to.
+    public var subject: String
+    public var amount: Int?
+    /// For captures: the order's captured amount once this capture is done, to recognise it on a read.
+    public var expectedCapturedTotal: Int?
+    public var captureRequestID: Int64?
+    public var state: State
+    public var attempts: Int
+    public var nextAttemptAt: Date?
+    public var lastError: String?
+    /// What Klarna created: order id, capture id or customer token id.
+    public var result: String?
+    public var createdAt: Date
+    public var updatedAt: Date
+
+    public init(key: String, kind: Kind, subject: String, amount: Int? = nil, expectedCapturedTotal: Int? = nil, captureRequestID: Int64? = nil, now: Date) {
+        self.key = key
+        self.kind = kind
+        self.subject = subject
+        self.amount = amount
+        self.expectedCapturedTotal = expectedCapturedTotal
+        self.captureRequestID = captureRequestID
+        self.state = .intended
+        self.attempts = 0
+        self.createdAt = now
+        self.updatedAt = now
+    }
+
+    /// Needs a read of Klarna before anything else is tried.
+    public var needsResolution: Bool { state == .sent || state == .ambiguous }
+    public var isFinished: Bool { state == .confirmed || state == .failed }
+
+    /// Written (and committed) right before the request leaves.
+    public func sending(now: Date) -> Intent {
+        var intent = self
+        intent.state = .sent
+        intent.attempts += 1
+        intent.updatedAt = now
+        intent.nextAttemptAt = nil
+        return intent
+    }
+
+    public func confirmed(result: String?, now: Date) -> Intent {
+        var intent = self
+        intent.state = .confirmed
+        intent.result = result ?? intent.result
+        intent.lastError = nil
+        intent.nextAttemptAt = nil
+        intent.updatedAt = now
+        return intent
+    }
+
+    public func failed(_ error: String, now: Date) -> Intent {
+        var intent = self
+        intent.state = .failed
+        intent.lastError = error
+        intent.nextAttemptAt = nil
+        intent.updatedAt = now
+        return intent
+    }
+
+    /// The call may or may not have had its effect.
+    public func ambiguous(_ error: String, now: Date) -> Intent {
+        var intent = self
+        intent.state = .ambiguous
+        intent.lastError = error
+        intent.updatedAt = now
+        return intent
+    }
+
+    /// Known not to have happened (or, for deduplicated kinds, safe to send again with the same key) after `delay`.
+    public func retrying(_ error: String?, at: Date, now: Date) -> Intent {
+        var intent = self
+        intent.state = .intended
+        if let error { intent.lastError = error }
+        intent.nextAttemptAt = at
+        intent.updatedAt = now
+        return intent
+    }
+}

@@ -1,0 +1,245 @@
+import Foundation
+
+/// One HPP session the daemon follows until it is final, and what the daemon did about it.
+public struct TrackedSession: Codable, Sendable, Equatable {
+    public enum Phase: String, Codable, Sendable, CaseIterable {
+        /// Reading the HPP session until its status is final.
+        case polling
+        /// `COMPLETED` with an authorization token: the order (and/or customer token) is ours to create.
+        case authorized
+        /// The order exists; its ``TrackedOrder`` carries on.
+        case ordered
+        /// Finished with an outcome.
+        case closed
+    }
+
+    public var hppSessionID: String
+    public var kpSessionID: String
+    /// `nil` until known: inferred from what HPP returns on `COMPLETED`.
+    public var mode: PlaceOrderMode?
+    public var merchantReference: String?
+    public var capturePolicy: CapturePolicy
+    public var purpose: PaymentPurpose
+    public var phase: Phase
+    public var hppStatus: String?
+    public var hppUpdatedAt: Date?
+    public var expiresAt: Date?
+    public var authorizationToken: String?
+    public var tokenExpiresAt: Date?
+    public var orderID: String?
+    public var klarnaReference: String?
+    public var customerTokenID: String?
+    public var outcome: OutcomeKind?
+    public var trackedAt: Date
+    /// Start of the current dense polling window: tracking time or the last webhook hint.
+    public var pollAnchor: Date
+    public var nextDueAt: Date?
+    public var reads: Int
+    public var consecutiveFailures: Int
+    public var lastError: String?
+
+    public init(
+        hppSessionID: String, kpSessionID: String, mode: PlaceOrderMode?, merchantReference: String?,
+        capturePolicy: CapturePolicy, purpose: PaymentPurpose, trackedAt: Date
+    ) {
+        self.hppSessionID = hppSessionID
+        self.kpSessionID = kpSessionID
+        self.mode = mode
+        self.merchantReference = merchantReference
+        self.capturePolicy = capturePolicy
+        self.purpose = purpose
+        self.phase = .polling
+        self.trackedAt = trackedAt
+        self.pollAnchor = trackedAt
+        self.nextDueAt = trackedAt
+        self.reads = 0
+        self.consecutiveFailures = 0
+    }
+
+    public var isOpen: Bool { phase == .polling || phase == .authorized }
+
+    /// A base outcome carrying this session's identifiers.
+    public func outcome(_ kind: OutcomeKind, _ reason: String) -> Outcome {
+        Outcome(
+            kind: kind, reason: reason, hppSessionID: hppSessionID, kpSessionID: kpSessionID, orderID: orderID,
+            merchantReference: merchantReference, customerTokenID: customerTokenID, klarnaReference: klarnaReference)
+    }
+}
+
+/// What an HPP read returned, in the domain's terms.
+public enum HPPObservation: Sendable, Equatable {
+    case session(status: String, updatedAt: Date?, expiresAt: Date?, authorizationToken: String?, orderID: String?, klarnaReference: String?)
+    /// `404`: "HPP session has expired or could not be found".
+    case notFound
+}
+
+/// The result of applying something to a session: its new state, what to record, and what to do next.
+public struct SessionStep: Sendable, Equatable {
+    public var session: TrackedSession
+    public var events: [DomainEvent] = []
+    public var outcome: Outcome?
+    /// Set when the session hands over to an order (PLACE_ORDER / CAPTURE_ORDER).
+    public var handOff: OrderHandOff?
+
+    public init(session: TrackedSession, events: [DomainEvent] = [], outcome: Outcome? = nil, handOff: OrderHandOff? = nil) {
+        self.session = session
+        self.events = events
+        self.outcome = outcome
+        self.handOff = handOff
+    }
+}
+
+/// A new order for the order machine: found on the HPP session or placed by the daemon.
+public struct OrderHandOff: Sendable, Equatable {
+    public var orderID: String
+    public var placedBy: PlaceOrderMode
+}
+
+/// HPP statuses Klarna documents as final (API-NOTES §2.2). Anything else, including unknown values, keeps polling.
+public enum HPPStatusRules {
+    public static let final: Set<String> = ["COMPLETED", "CANCELLED", "DISABLED"]
+    public static let known: Set<String> = ["WAITING", "BACK", "IN_PROGRESS", "MANUAL_ID_CHECK", "COMPLETED", "CANCELLED", "FAILED", "DISABLED", "ERROR"]
+}
+
+extension TrackedSession {
+    /// Applies one read of the HPP session at `now`.
+    public func applying(_ observation: HPPObservation, now: Date, schedule: PollingSchedule) -> SessionStep {
+        var session = self
+        session.reads += 1
+        session.consecutiveFailures = 0
+        session.lastError = nil
+        guard phase == .polling else {
+            // Final already: later reads (or stale hints) change nothing.
+            session.nextDueAt = nil
+            return SessionStep(session: session)
+        }
+        switch observation {
+        case .notFound:
+            session.phase = .closed
+            session.nextDueAt = nil
+            if hppStatus != nil || expiresAt.map({ now >= $0 }) == true {
+                session.outcome = .expired
+                let reason = "HPP session expired before the consumer completed it (last status \(hppStatus ?? "unknown"))"
+                return SessionStep(session: session, events: [DomainEvent("expired", reason)], outcome: session.outcome(.expired, reason))
+            }
+            session.outcome = .needsAttention
+            let reason = "Klarna does not know HPP session \(hppSessionID) (404 on the first read); check the id"
+            return SessionStep(session: session, events: [DomainEvent("not_found", reason)], outcome: session.outcome(.needsAttention, reason))
+
+        case .session(let status, let updatedAt, let expiresAt, let token, let orderID, let klarnaReference):
+            if let updatedAt, let previous = hppUpdatedAt, updatedAt < previous {
+                // Out of order (a delayed webhook or a lagging replica): never move backwards.
+                session.nextDueAt = schedule.nextPoll(now: now, anchor: pollAnchor, expiresAt: session.expiresAt)
+                return SessionStep(session: session, events: [DomainEvent(
+                    "stale_status", "ignored \(status) from \(Self.format(updatedAt)): already saw \(hppStatus ?? "?") from \(Self.format(previous))")])
+            }
+            var events: [DomainEvent] = []
+            if status != hppStatus {
+                let note = HPPStatusRules.known.contains(status) ? "" : " (unknown to this version: treated as not final)"
+                events.append(DomainEvent("status", "HPP status \(hppStatus ?? "—") → \(status)\(note)"))
+            }
+            session.hppStatus = status
+            session.hppUpdatedAt = updatedAt ?? session.hppUpdatedAt
+            session.expiresAt = expiresAt ?? session.expiresAt
+            session.klarnaReference = klarnaReference ?? session.klarnaReference
+
+            switch status {
+            case "COMPLETED":
+                return session.completed(token: token, orderID: orderID, now: now, events: events)
+            case "CANCELLED", "DISABLED":
+                session.phase = .closed
+                session.outcome = .cancelled
+                session.nextDueAt = nil
+                let reason = status == "CANCELLED" ? "the consumer cancelled the payment" : "the HPP session was disabled by the merchant"
+                return SessionStep(session: session, events: events, outcome: session.outcome(.cancelled, reason))
+            default:
+                session.nextDueAt = schedule.nextPoll(now: now, anchor: pollAnchor, expiresAt: session.expiresAt)
+                return SessionStep(session: session, events: events)
+            }
+        }
+    }
+
+    private func completed(token: String?, orderID: String?, now: Date, events: [DomainEvent]) -> SessionStep {
+        var session = self
+        var events = events
+        session.nextDueAt = now
+        if let orderID {
+            // HPP placed the order (PLACE_ORDER / CAPTURE_ORDER).
+            let placedBy = mode == .captureOrder ? PlaceOrderMode.captureOrder : .placeOrder
+            if mode == PlaceOrderMode.none {
+                events.append(DomainEvent("mode_mismatch", "tracked as NONE but HPP returned order \(orderID): following the order"))
+            }
+            session.mode = session.mode ?? placedBy
+            session.orderID = orderID
+            session.phase = .ordered
+            session.nextDueAt = nil
+            return SessionStep(session: session, events: events, handOff: OrderHandOff(orderID: orderID, placedBy: placedBy))
+        }
+        guard let token, !token.isEmpty else {
+            session.phase = .closed
+            session.outcome = .needsAttention
+            session.nextDueAt = nil
+            let reason = "HPP session is COMPLETED but carries neither an authorization_token nor an order_id"
+            return SessionStep(session: session, events: events + [DomainEvent("needs_attention", reason)], outcome: session.outcome(.needsAttention, reason))
+        }
+        if mode != nil && mode != PlaceOrderMode.none {
+            events.append(DomainEvent("mode_mismatch", "tracked as \(mode!.rawValue) but HPP returned an authorization token: placing the order"))
+        }
+        session.mode = PlaceOrderMode.none
+        session.authorizationToken = token
+        // The token lives 60 minutes from the authorization, which HPP dates with updated_at.
+        let authorizedAt = min(hppUpdatedAt ?? now, now)
+        session.tokenExpiresAt = authorizedAt.addingTimeInterval(Deadlines.authorizationTokenLifetime.timeInterval)
+        session.phase = .authorized
+        events.append(DomainEvent("authorized", "authorization token …\(token.suffix(6)) valid until \(Self.format(session.tokenExpiresAt!))"))
+        return SessionStep(session: session, events: events)
+    }
+
+    /// A read failed: count it and come back after `retryAfter`. Past `expires_at` plus the grace period, a session
+    /// Klarna cannot confirm is recorded as expired rather than followed forever.
+    public func readFailed(_ error: String, now: Date, retryAfter: Duration, schedule: PollingSchedule) -> SessionStep {
+        var session = self
+        session.consecutiveFailures += 1
+        session.lastError = error
+        if phase == .polling, let expiresAt, now >= expiresAt.addingTimeInterval(schedule.expiryGrace.timeInterval) {
+            session.phase = .closed
+            session.outcome = .expired
+            session.nextDueAt = nil
+            let reason = "HPP session passed expires_at \(Self.format(expiresAt)) while Klarna could not be read (\(error))"
+            return SessionStep(session: session, events: [DomainEvent("expired", reason)], outcome: session.outcome(.expired, reason))
+        }
+        session.nextDueAt = now.addingTimeInterval(retryAfter.timeInterval)
+        return SessionStep(session: session, events: [DomainEvent("read_failed", "\(error); next read in \(Self.seconds(retryAfter))")])
+    }
+
+    /// A webhook or an operator says something changed: read now and poll densely again.
+    public func hinted(now: Date) -> TrackedSession {
+        var session = self
+        guard isOpen else { return session }
+        session.pollAnchor = now
+        session.nextDueAt = now
+        return session
+    }
+
+    /// The authorization token is gone before the order could be placed.
+    public func tokenExpired(now: Date, detail: String) -> SessionStep {
+        var session = self
+        session.phase = .closed
+        session.outcome = .expired
+        session.nextDueAt = nil
+        let reason = "authorization token expired at \(Self.format(tokenExpiresAt ?? now)) before the order could be placed: \(detail)"
+        return SessionStep(session: session, events: [DomainEvent("token_expired", reason)], outcome: session.outcome(.expired, reason))
+    }
+
+    /// Ends the session with `kind` (for outcomes decided by the engine around an intent).
+    public func closed(_ kind: OutcomeKind, _ reason: String) -> SessionStep {
+        var session = self
+        session.phase = .closed
+        session.outcome = kind
+        session.nextDueAt = nil
+        return SessionStep(session: session, events: [DomainEvent(kind.rawValue, reason)], outcome: session.outcome(kind, reason))
+    }
+
+    public static func format(_ date: Date) -> String { date.formatted(.iso8601) }
+    public static func seconds(_ duration: Duration) -> String { String(format: "%.1f s", duration.timeInterval) }
+}

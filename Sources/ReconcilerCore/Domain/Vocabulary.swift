@@ -1,0 +1,90 @@
+import Foundation
+
+/// How the HPP session was created (`options.place_order_mode`): who places the order.
+public enum PlaceOrderMode: String, Codable, Sendable, CaseIterable {
+    /// HPP hands back an authorization token; the daemon places the order.
+    case none = "NONE"
+    /// HPP places the order itself and hands back its `order_id`.
+    case placeOrder = "PLACE_ORDER"
+    /// HPP places and captures the order.
+    case captureOrder = "CAPTURE_ORDER"
+}
+
+/// When a placed order is captured.
+public enum CapturePolicy: String, Codable, Sendable, CaseIterable {
+    /// Capture the full amount as soon as `fraud_status` is `ACCEPTED`.
+    case immediate
+    /// Wait for a capture request (socket, spool file or `klarna-reconciler capture`).
+    case onRequest = "on_request"
+    /// Never capture: the merchant does it elsewhere.
+    case never
+}
+
+/// What the consumer's authorization is for (the KP session's `intent`).
+public enum PaymentPurpose: String, Codable, Sendable, CaseIterable {
+    case buy
+    case tokenize
+    case buyAndTokenize = "buy_and_tokenize"
+
+    public var placesOrder: Bool { self != .tokenize }
+    public var createsCustomerToken: Bool { self != .buy }
+}
+
+/// The outcomes an operator or the merchant's backend acts on. Each is recorded, written to the outbox and logged.
+public enum OutcomeKind: String, Codable, Sendable, CaseIterable {
+    case orderPlaced = "order_placed"
+    case captured
+    case customerTokenCreated = "customer_token_created"
+    case cancelled
+    case rejected
+    case expired
+    case needsAttention = "needs_attention"
+}
+
+/// An outcome as the domain decides it; the engine stores it and writes it to the outbox.
+public struct Outcome: Codable, Sendable, Equatable {
+    public var kind: OutcomeKind
+    /// One sentence for an operator: what happened and why.
+    public var reason: String
+    public var hppSessionID: String?
+    public var kpSessionID: String?
+    public var orderID: String?
+    public var merchantReference: String?
+    public var amount: Int?
+    public var currency: String?
+    public var fraudStatus: String?
+    public var captureID: String?
+    public var customerTokenID: String?
+    public var klarnaReference: String?
+
+    public init(
+        kind: OutcomeKind, reason: String, hppSessionID: String? = nil, kpSessionID: String? = nil, orderID: String? = nil,
+        merchantReference: String? = nil, amount: Int? = nil, currency: String? = nil, fraudStatus: String? = nil,
+        captureID: String? = nil, customerTokenID: String? = nil, klarnaReference: String? = nil
+    ) {
+        self.kind = kind
+        self.reason = reason
+        self.hppSessionID = hppSessionID
+        self.kpSessionID = kpSessionID
+        self.orderID = orderID
+        self.merchantReference = merchantReference
+        self.amount = amount
+        self.currency = currency
+        self.fraudStatus = fraudStatus
+        self.captureID = captureID
+        self.customerTokenID = customerTokenID
+        self.klarnaReference = klarnaReference
+    }
+}
+
+/// Something that happened to a session or order, kept for `show` and logged. `kind` is a stable word
+/// (`tracked`, `status`, `stale_status`, `attempt`, `retry`, `warning`, …); `message` is for people.
+public struct DomainEvent: Codable, Sendable, Equatable {
+    public var kind: String
+    public var message: String
+
+    public init(_ kind: String, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+}

@@ -1,0 +1,68 @@
+import Foundation
+
+/// Versioned schema changes, applied in order inside one transaction each; `PRAGMA user_version` records the level.
+/// Never edit a shipped migration: append a new one.
+enum Migrations {
+    static let steps: [String] = [
+        // 1: sessions, orders, intents, events, outcomes, capture requests, wakeups, health.
+        """
+        CREATE TABLE sessions (
+          hpp_session_id TEXT PRIMARY KEY, kp_session_id TEXT NOT NULL, order_id TEXT, merchant_reference TEXT,
+          phase TEXT NOT NULL, outcome TEXT, next_due REAL, deadline REAL, tracked_at REAL NOT NULL, updated_at REAL NOT NULL,
+          data TEXT NOT NULL);
+        CREATE INDEX sessions_due ON sessions(next_due) WHERE next_due IS NOT NULL;
+        CREATE INDEX sessions_kp ON sessions(kp_session_id);
+        CREATE INDEX sessions_order ON sessions(order_id) WHERE order_id IS NOT NULL;
+        CREATE INDEX sessions_reference ON sessions(merchant_reference) WHERE merchant_reference IS NOT NULL;
+        CREATE INDEX sessions_phase ON sessions(phase, updated_at);
+        CREATE TABLE orders (
+          order_id TEXT PRIMARY KEY, hpp_session_id TEXT, merchant_reference TEXT, phase TEXT NOT NULL, outcome TEXT,
+          next_due REAL, deadline REAL, created_at REAL NOT NULL, updated_at REAL NOT NULL, data TEXT NOT NULL);
+        CREATE INDEX orders_due ON orders(next_due) WHERE next_due IS NOT NULL;
+        CREATE INDEX orders_reference ON orders(merchant_reference) WHERE merchant_reference IS NOT NULL;
+        CREATE INDEX orders_phase ON orders(phase, updated_at);
+        CREATE TABLE intents (
+          key TEXT PRIMARY KEY, kind TEXT NOT NULL, subject TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,
+          next_attempt REAL, created_at REAL NOT NULL, updated_at REAL NOT NULL, data TEXT NOT NULL);
+        CREATE INDEX intents_subject ON intents(subject);
+        CREATE INDEX intents_state ON intents(state, updated_at);
+        CREATE TABLE events (
+          id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, hpp_session_id TEXT, order_id TEXT, kind TEXT NOT NULL,
+          message TEXT NOT NULL, detail TEXT);
+        CREATE INDEX events_session ON events(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
+        CREATE INDEX events_order ON events(order_id) WHERE order_id IS NOT NULL;
+        CREATE TABLE outcomes (
+          id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, kind TEXT NOT NULL, hpp_session_id TEXT, order_id TEXT,
+          data TEXT NOT NULL, outbox_written INTEGER NOT NULL DEFAULT 0, notified INTEGER NOT NULL DEFAULT 0,
+          notify_attempts INTEGER NOT NULL DEFAULT 0, notify_next REAL);
+        CREATE INDEX outcomes_undelivered ON outcomes(id) WHERE outbox_written = 0 OR notified = 0;
+        CREATE INDEX outcomes_session ON outcomes(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
+        CREATE INDEX outcomes_order ON outcomes(order_id) WHERE order_id IS NOT NULL;
+        CREATE TABLE capture_requests (
+          id INTEGER PRIMARY KEY AUTOINCREMENT, order_id TEXT NOT NULL, amount INTEGER, requested_at REAL NOT NULL,
+          state TEXT NOT NULL DEFAULT 'pending', note TEXT);
+        CREATE INDEX capture_requests_pending ON capture_requests(order_id, id) WHERE state = 'pending';
+        CREATE TABLE wakeups (id INTEGER PRIMARY KEY AUTOINCREMENT, work_key TEXT NOT NULL);
+        CREATE TABLE health (name TEXT PRIMARY KEY, at REAL NOT NULL, detail TEXT);
+        """,
+    ]
+
+    static var latest: Int { steps.count }
+
+    static func version(of db: SQLiteConnection) throws -> Int {
+        try db.query("PRAGMA user_version").first?.int(0) ?? 0
+    }
+
+    static func apply(to db: SQLiteConnection) throws {
+        let current = try version(of: db)
+        guard current <= latest else {
+            throw SQLiteError(code: 1, message: "store schema version \(current) is newer than this binary (\(latest)); refusing to touch it", sql: nil)
+        }
+        for index in current..<latest {
+            try db.transaction {
+                try db.execute(steps[index])
+                try db.execute("PRAGMA user_version = \(index + 1)")
+            }
+        }
+    }
+}

@@ -1,0 +1,346 @@
+import Foundation
+import ReconcilerCore
+
+/// The embedded store: one SQLite file in WAL mode, every commit fsynced. The connection lives on one serial queue,
+/// so blocking SQLite calls (and their fsyncs) never run on Swift's cooperative pool.
+public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
+    public let path: String
+    private let connection: SQLiteConnection
+    private let queue: DispatchQueue
+    private let encoder: JSONEncoder
+    private let decoder = JSONDecoder()
+
+    /// Opens the store at `path`, creating it and applying migrations unless `readOnly`.
+    /// - Parameter busyTimeout: how long to wait for another process's write before failing (CLI vs daemon).
+    public init(path: String, readOnly: Bool = false, busyTimeout: Duration = .seconds(5)) throws {
+        self.path = path
+        self.queue = DispatchQueue(label: "klarna-reconciler.store")
+        self.connection = try SQLiteConnection(path: path, readOnly: readOnly, busyTimeout: busyTimeout)
+        encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        if !readOnly { try Migrations.apply(to: connection) }
+        else if try Migrations.version(of: connection) != Migrations.latest {
+            throw SQLiteError(code: 1, message: "store schema is version \(try Migrations.version(of: connection)), this binary expects \(Migrations.latest); run the daemon once to migrate", sql: nil)
+        }
+    }
+
+    /// The schema version in the file.
+    public func schemaVersion() async throws -> Int { try await run { try Migrations.version(of: $0) } }
+
+    private func run<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { [connection] in
+                continuation.resume(with: Result { try body(connection) })
+            }
+        }
+    }
+
+    private func json<T: Encodable>(_ value: T) throws -> String {
+        String(decoding: try encoder.encode(value), as: UTF8.self)
+    }
+
+    private func decode<T: Decodable>(_ type: T.Type, _ text: String?) throws -> T {
+        try decoder.decode(type, from: Data((text ?? "").utf8))
+    }
+
+    // MARK: Sessions and orders
+
+    public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult {
+        let data = try json(session)
+        return try await run { db in
+            try db.transaction {
+                if let row = try db.query("SELECT data FROM sessions WHERE hpp_session_id = ?", [.text(session.hppSessionID)]).first {
+                    return .existing(try self.decode(TrackedSession.self, row.string(0)))
+                }
+                try self.writeSession(db, session, data: data, at: at)
+                try self.insertEvent(db, NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event), at: at)
+                try db.query("INSERT INTO wakeups (work_key) VALUES (?)", [.text(WorkKey.session(session.hppSessionID).description)])
+                return .tracked(session)
+            }
+        }
+    }
+
+    public func session(_ hppSessionID: String) async throws -> TrackedSession? {
+        try await run { db in
+            try db.query("SELECT data FROM sessions WHERE hpp_session_id = ?", [.text(hppSessionID)]).first
+                .map { try self.decode(TrackedSession.self, $0.string(0)) }
+        }
+    }
+
+    public func order(_ orderID: String) async throws -> TrackedOrder? {
+        try await run { db in
+            try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first
+                .map { try self.decode(TrackedOrder.self, $0.string(0)) }
+        }
+    }
+
+    public func intent(_ key: String) async throws -> Intent? {
+        try await run { db in
+            try db.query("SELECT data FROM intents WHERE key = ?", [.text(key)]).first.map { try self.decode(Intent.self, $0.string(0)) }
+        }
+    }
+
+    public func commit(_ change: Change, at: Date) async throws {
+        guard !change.isEmpty else { return }
+        let sessions = try change.sessions.map { ($0, try json($0)) }
+        let orders = try change.orders.map { ($0, try json($0)) }
+        let newOrders = try change.newOrders.map { ($0, try json($0)) }
+        let intents = try change.intents.map { ($0, try json($0)) }
+        let outcomes = try change.outcomes.map { ($0, try json($0)) }
+        try await run { db in
+            try db.transaction {
+                for (session, data) in sessions { try self.writeSession(db, session, data: data, at: at) }
+                for (order, data) in newOrders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: true) }
+                for (order, data) in orders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: false) }
+                for (intent, data) in intents {
+                    try db.query(
+                        """
+                        INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        ON CONFLICT(key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+                          next_attempt = excluded.next_attempt, updated_at = excluded.updated_at, data = excluded.data
+                        """,
+                        [.text(intent.key), .text(intent.kind.rawValue), .text(intent.subject), .text(intent.state.rawValue),
+                         SQLValue(intent.attempts), SQLValue(intent.nextAttemptAt), SQLValue(intent.createdAt), SQLValue(at), .text(data)])
+                }
+                for event in change.events { try self.insertEvent(db, event, at: at) }
+                for (outcome, data) in outcomes {
+                    try db.query(
+                        "INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data) VALUES (?, ?, ?, ?, ?)",
+                        [SQLValue(at), .text(outcome.kind.rawValue), SQLValue(outcome.hppSessionID), SQLValue(outcome.orderID), .text(data)])
+                }
+                for request in change.finishedCaptureRequests {
+                    try db.query("UPDATE capture_requests SET state = ?, note = ? WHERE id = ?", [.text(request.state), .text(request.note), .integer(request.id)])
+                }
+                for entry in change.health {
+                    try db.query(
+                        "INSERT INTO health (name, at, detail) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET at = excluded.at, detail = excluded.detail",
+                        [.text(entry.name), SQLValue(at), .text(entry.detail)])
+                }
+            }
+        }
+    }
+
+    private func writeSession(_ db: SQLiteConnection, _ session: TrackedSession, data: String, at: Date) throws {
+        let deadline = session.phase == .authorized ? session.tokenExpiresAt : (session.phase == .polling ? session.expiresAt : nil)
+        try db.query(
+            """
+            INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(hpp_session_id) DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome,
+              next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data
+            """,
+            [.text(session.hppSessionID), .text(session.kpSessionID), SQLValue(session.orderID), SQLValue(session.merchantReference),
+             .text(session.phase.rawValue), SQLValue(session.outcome?.rawValue), SQLValue(session.isOpen ? session.nextDueAt : nil),
+             SQLValue(deadline), SQLValue(session.trackedAt), SQLValue(at), .text(data)])
+    }
+
+    private func writeOrder(_ db: SQLiteConnection, _ order: TrackedOrder, data: String, at: Date, onlyIfNew: Bool) throws {
+        let conflict = onlyIfNew
+            ? "DO NOTHING"
+            : "DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data"
+        try db.query(
+            """
+            INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(order_id) \(conflict)
+            """,
+            [.text(order.orderID), SQLValue(order.hppSessionID), SQLValue(order.merchantReference), .text(order.phase.rawValue),
+             SQLValue(order.outcome?.rawValue), SQLValue(order.isOpen ? order.nextDueAt : nil), SQLValue(order.isOpen ? order.expiresAt : nil),
+             SQLValue(order.createdAt), SQLValue(at), .text(data)])
+    }
+
+    private func insertEvent(_ db: SQLiteConnection, _ event: NewEvent, at: Date) throws {
+        try db.query(
+            "INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail) VALUES (?, ?, ?, ?, ?, ?)",
+            [SQLValue(at), SQLValue(event.hppSessionID), SQLValue(event.orderID), .text(event.event.kind), .text(event.event.message),
+             event.detail.isEmpty ? .null : .text(try json(event.detail))])
+    }
+
+    // MARK: Scheduling
+
+    public func openWork() async throws -> [(key: WorkKey, due: Date)] {
+        try await run { db in
+            var work: [(key: WorkKey, due: Date)] = []
+            for row in try db.query("SELECT hpp_session_id, next_due FROM sessions WHERE next_due IS NOT NULL") {
+                work.append((.session(row.string(0) ?? ""), row.date(1)!))
+            }
+            for row in try db.query("SELECT order_id, next_due FROM orders WHERE next_due IS NOT NULL") {
+                work.append((.order(row.string(0) ?? ""), row.date(1)!))
+            }
+            return work
+        }
+    }
+
+    public func wakeups(after sequence: Int64) async throws -> (keys: [WorkKey], last: Int64) {
+        try await run { db in
+            let rows = try db.query("SELECT id, work_key FROM wakeups WHERE id > ? ORDER BY id", [.integer(sequence)])
+            guard let last = rows.last?.int64(0) else { return ([], sequence) }
+            try db.query("DELETE FROM wakeups WHERE id <= ?", [.integer(last)])
+            return (rows.compactMap { $0.string(1).flatMap(WorkKey.init) }, last)
+        }
+    }
+
+    public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
+        try await run { db in
+            try db.transaction {
+                guard let row = try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first else { return .unknownOrder }
+                let order = try self.decode(TrackedOrder.self, row.string(0))
+                guard order.isOpen else { return .refused("order \(orderID) is \(order.outcome?.rawValue ?? "closed"): nothing to capture") }
+                guard order.capturePolicy == .onRequest else {
+                    return .refused("order \(orderID) has capture policy \(order.capturePolicy.rawValue); capture requests apply to on_request")
+                }
+                try db.query("INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (?, ?, ?)", [.text(orderID), SQLValue(amount), SQLValue(at)])
+                let id = db.lastInsertRowID
+                let what = amount.map { "capture of \($0) requested" } ?? "capture of the remaining amount requested"
+                try self.insertEvent(db, NewEvent(hppSessionID: order.hppSessionID, orderID: orderID, DomainEvent("capture_requested", what), detail: ["request": "\(id)"]), at: at)
+                try db.query("INSERT INTO wakeups (work_key) VALUES (?)", [.text(WorkKey.order(orderID).description)])
+                return .accepted(id: id)
+            }
+        }
+    }
+
+    public func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? {
+        try await run { db in
+            try db.query(
+                "SELECT id, amount, requested_at FROM capture_requests WHERE order_id = ? AND state = 'pending' ORDER BY id LIMIT 1",
+                [.text(orderID)]
+            ).first.map { CaptureRequestItem(id: $0.int64(0)!, orderID: orderID, amount: $0.int(1), requestedAt: $0.date(2)!) }
+        }
+    }
+
+    // MARK: Reading for people
+
+    public func timeline(for id: String) async throws -> (sessions: [TrackedSession], orders: [TrackedOrder], intents: [Intent], events: [RecordedEvent], outcomes: [StoredOutcome]) {
+        try await run { db in
+            let sessions = try db.query(
+                "SELECT data FROM sessions WHERE hpp_session_id = ?1 OR kp_session_id = ?1 OR order_id = ?1 OR merchant_reference = ?1",
+                [.text(id)]
+            ).map { try self.decode(TrackedSession.self, $0.string(0)) }
+            var orderIDs = Set(sessions.compactMap(\.orderID))
+            orderIDs.formUnion(try db.query("SELECT order_id FROM orders WHERE order_id = ?1 OR merchant_reference = ?1", [.text(id)]).compactMap { $0.string(0) })
+            let orders = try orderIDs.sorted().compactMap { orderID in
+                try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first.map { try self.decode(TrackedOrder.self, $0.string(0)) }
+            }
+            let sessionIDs = Set(sessions.map(\.hppSessionID)).union(orders.compactMap(\.hppSessionID))
+            var events: [RecordedEvent] = []
+            var outcomes: [StoredOutcome] = []
+            var intents: [Intent] = []
+            for subject in sessionIDs.sorted() {
+                events += try db.query("SELECT id, at, hpp_session_id, order_id, kind, message, detail FROM events WHERE hpp_session_id = ?", [.text(subject)]).map(self.event)
+                outcomes += try db.query("SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes WHERE hpp_session_id = ?", [.text(subject)]).map(self.outcome)
+                intents += try db.query("SELECT data FROM intents WHERE subject = ?", [.text(subject)]).map { try self.decode(Intent.self, $0.string(0)) }
+            }
+            for orderID in orderIDs.sorted() {
+                events += try db.query("SELECT id, at, hpp_session_id, order_id, kind, message, detail FROM events WHERE order_id = ? AND hpp_session_id IS NULL", [.text(orderID)]).map(self.event)
+                outcomes += try db.query("SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes WHERE order_id = ? AND hpp_session_id IS NULL", [.text(orderID)]).map(self.outcome)
+                intents += try db.query("SELECT data FROM intents WHERE subject = ?", [.text(orderID)]).map { try self.decode(Intent.self, $0.string(0)) }
+            }
+            return (sessions, orders, intents.sorted { $0.createdAt < $1.createdAt }, events.sorted { $0.id < $1.id }, outcomes.sorted { $0.id < $1.id })
+        }
+    }
+
+    public func list(phase: String?, limit: Int) async throws -> StoreListing {
+        try await run { db in
+            let filter = phase.map { [SQLValue.text($0)] } ?? []
+            let sessions = try db.query(
+                "SELECT data FROM sessions \(phase == nil ? "" : "WHERE phase = ?1 OR outcome = ?1") ORDER BY updated_at DESC LIMIT \(limit)", filter
+            ).map { try self.decode(TrackedSession.self, $0.string(0)) }
+            let orders = try db.query(
+                "SELECT data FROM orders \(phase == nil ? "" : "WHERE phase = ?1 OR outcome = ?1") ORDER BY updated_at DESC LIMIT \(limit)", filter
+            ).map { try self.decode(TrackedOrder.self, $0.string(0)) }
+            let intents = try db.query(
+                "SELECT data FROM intents \(phase == nil ? "" : "WHERE state = ?1 OR kind = ?1") ORDER BY updated_at DESC LIMIT \(limit)", filter
+            ).map { try self.decode(Intent.self, $0.string(0)) }
+            return StoreListing(sessions: sessions, orders: orders, intents: intents)
+        }
+    }
+
+    public func summary(now: Date) async throws -> StatusSummary {
+        try await run { db in
+            func counts(_ sql: String) throws -> [String: Int] {
+                Dictionary(uniqueKeysWithValues: try db.query(sql).map { ($0.string(0) ?? "?", $0.int(1) ?? 0) })
+            }
+            var summary = StatusSummary(
+                sessionsByPhase: try counts("SELECT phase, COUNT(*) FROM sessions GROUP BY phase"),
+                ordersByPhase: try counts("SELECT phase, COUNT(*) FROM orders GROUP BY phase"),
+                intentsByState: try counts("SELECT state, COUNT(*) FROM intents GROUP BY state"),
+                outcomesByKind: try counts("SELECT kind, COUNT(*) FROM outcomes GROUP BY kind"),
+                backlog: 0, undeliveredOutcomes: 0)
+            let oldest = try db.query(
+                """
+                SELECT id, since FROM (
+                  SELECT hpp_session_id AS id, tracked_at AS since FROM sessions WHERE next_due IS NOT NULL
+                  UNION ALL SELECT order_id, created_at FROM orders WHERE next_due IS NOT NULL) ORDER BY since LIMIT 1
+                """).first
+            summary.oldestOpenID = oldest?.string(0)
+            summary.oldestOpenSince = oldest?.date(1)
+            let deadline = try db.query(
+                """
+                SELECT what, deadline FROM (
+                  SELECT 'session ' || hpp_session_id AS what, deadline FROM sessions WHERE next_due IS NOT NULL AND deadline IS NOT NULL
+                  UNION ALL SELECT 'order ' || order_id, deadline FROM orders WHERE next_due IS NOT NULL AND deadline IS NOT NULL) ORDER BY deadline LIMIT 1
+                """).first
+            summary.nextDeadlineWhat = deadline?.string(0)
+            summary.nextDeadline = deadline?.date(1)
+            let due = try db.query(
+                "SELECT MIN(d) FROM (SELECT MIN(next_due) AS d FROM sessions UNION ALL SELECT MIN(next_due) FROM orders)").first
+            summary.nextDueAt = due?.date(0)
+            let nowValue = SQLValue(now)
+            summary.backlog = (try db.query("SELECT (SELECT COUNT(*) FROM sessions WHERE next_due <= ?1) + (SELECT COUNT(*) FROM orders WHERE next_due <= ?1)", [nowValue]).first?.int(0)) ?? 0
+            summary.undeliveredOutcomes = (try db.query("SELECT COUNT(*) FROM outcomes WHERE outbox_written = 0").first?.int(0)) ?? 0
+            for row in try db.query("SELECT name, at, detail FROM health") {
+                switch row.string(0) {
+                case "klarna_ok": summary.lastKlarnaSuccess = row.date(1)
+                case "klarna_error":
+                    summary.lastKlarnaError = row.date(1)
+                    summary.lastKlarnaErrorDetail = row.string(2)
+                default: break
+                }
+            }
+            return summary
+        }
+    }
+
+    // MARK: Outcomes
+
+    public func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] {
+        try await run { db in
+            try db.query(
+                """
+                SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes
+                WHERE outbox_written = 0 OR (notified = 0 AND (notify_next IS NULL OR notify_next <= ?)) ORDER BY id LIMIT ?
+                """,
+                [SQLValue(now), SQLValue(limit)]
+            ).map(self.outcome)
+        }
+    }
+
+    public func markOutboxWritten(_ id: Int64) async throws {
+        try await run { db in _ = try db.query("UPDATE outcomes SET outbox_written = 1 WHERE id = ?", [.integer(id)]) }
+    }
+
+    public func markNotified(_ id: Int64) async throws {
+        try await run { db in _ = try db.query("UPDATE outcomes SET notified = 1 WHERE id = ?", [.integer(id)]) }
+    }
+
+    public func notifyFailed(_ id: Int64, nextAt: Date?) async throws {
+        try await run { db in
+            // No next attempt: given up; counted as delivered so the queue moves on (the outbox file stays).
+            _ = try db.query(
+                "UPDATE outcomes SET notify_attempts = notify_attempts + 1, notify_next = ?, notified = ? WHERE id = ?",
+                [SQLValue(nextAt), .integer(nextAt == nil ? 1 : 0), .integer(id)])
+        }
+    }
+
+    private func event(_ row: SQLRow) throws -> RecordedEvent {
+        RecordedEvent(
+            id: row.int64(0)!, at: row.date(1)!, hppSessionID: row.string(2), orderID: row.string(3), kind: row.string(4) ?? "",
+            message: row.string(5) ?? "", detail: try row.string(6).map { try decode([String: String].self, $0) } ?? [:])
+    }
+
+    private func outcome(_ row: SQLRow) throws -> StoredOutcome {
+        StoredOutcome(
+            id: row.int64(0)!, at: row.date(1)!, outcome: try decode(Outcome.self, row.string(2)), outboxWritten: row.int(3) == 1,
+            notified: row.int(4) == 1, notifyAttempts: row.int(5) ?? 0, notifyNextAt: row.date(6))
+    }
+}

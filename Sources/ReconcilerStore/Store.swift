@@ -1,0 +1,148 @@
+import Foundation
+import ReconcilerCore
+
+/// A unit of work the scheduler runs: one session or one order, never two workers at once for the same key.
+public enum WorkKey: Hashable, Sendable, CustomStringConvertible {
+    case session(String)
+    case order(String)
+
+    public var description: String {
+        switch self {
+        case .session(let id): "session:\(id)"
+        case .order(let id): "order:\(id)"
+        }
+    }
+
+    public init?(_ text: String) {
+        if text.hasPrefix("session:") { self = .session(String(text.dropFirst(8))) }
+        else if text.hasPrefix("order:") { self = .order(String(text.dropFirst(6))) }
+        else { return nil }
+    }
+}
+
+/// A line of a session's or order's timeline, for `show` and journald.
+public struct RecordedEvent: Sendable, Codable, Equatable {
+    public var id: Int64
+    public var at: Date
+    public var hppSessionID: String?
+    public var orderID: String?
+    public var kind: String
+    public var message: String
+    /// Structured extras: attempt, intent key, HTTP status, Klarna correlation id, error code.
+    public var detail: [String: String]
+}
+
+/// An event to record with the ids it belongs to.
+public struct NewEvent: Sendable {
+    public var hppSessionID: String?
+    public var orderID: String?
+    public var event: DomainEvent
+    public var detail: [String: String]
+
+    public init(hppSessionID: String?, orderID: String?, _ event: DomainEvent, detail: [String: String] = [:]) {
+        self.hppSessionID = hppSessionID
+        self.orderID = orderID
+        self.event = event
+        self.detail = detail
+    }
+}
+
+public struct StoredOutcome: Sendable, Equatable {
+    public var id: Int64
+    public var at: Date
+    public var outcome: Outcome
+    public var outboxWritten: Bool
+    public var notified: Bool
+    public var notifyAttempts: Int
+    public var notifyNextAt: Date?
+}
+
+/// Everything one step of work changes, committed atomically.
+public struct Change: Sendable {
+    public var sessions: [TrackedSession] = []
+    /// Orders to write; a new order (hand-off) is inserted only if Klarna's id is not known yet.
+    public var orders: [TrackedOrder] = []
+    public var newOrders: [TrackedOrder] = []
+    public var intents: [Intent] = []
+    public var events: [NewEvent] = []
+    public var outcomes: [Outcome] = []
+    /// Capture requests served (`done`) or refused, with a note.
+    public var finishedCaptureRequests: [(id: Int64, state: String, note: String)] = []
+    /// `klarna_ok` / `klarna_error` for `status`.
+    public var health: [(name: String, detail: String)] = []
+
+    public init() {}
+
+    public var isEmpty: Bool {
+        sessions.isEmpty && orders.isEmpty && newOrders.isEmpty && intents.isEmpty && events.isEmpty && outcomes.isEmpty
+            && finishedCaptureRequests.isEmpty && health.isEmpty
+    }
+}
+
+public enum TrackResult: Sendable, Equatable {
+    case tracked(TrackedSession)
+    /// Already tracked: nothing changed (a repeated track request is not an error).
+    case existing(TrackedSession)
+}
+
+public enum CaptureRequestResult: Sendable, Equatable {
+    case accepted(id: Int64)
+    case unknownOrder
+    /// The order does not take capture requests now (closed, or its policy is not `on_request`).
+    case refused(String)
+}
+
+/// One screen of numbers for `klarna-reconciler status`.
+public struct StatusSummary: Sendable, Codable, Equatable {
+    public var sessionsByPhase: [String: Int]
+    public var ordersByPhase: [String: Int]
+    public var intentsByState: [String: Int]
+    public var outcomesByKind: [String: Int]
+    public var oldestOpenSince: Date?
+    public var oldestOpenID: String?
+    public var nextDueAt: Date?
+    public var nextDeadline: Date?
+    public var nextDeadlineWhat: String?
+    /// Items due now or earlier that no worker has taken yet.
+    public var backlog: Int
+    public var undeliveredOutcomes: Int
+    public var lastKlarnaSuccess: Date?
+    public var lastKlarnaError: Date?
+    public var lastKlarnaErrorDetail: String?
+}
+
+public struct StoreListing: Sendable, Codable, Equatable {
+    public var sessions: [TrackedSession]
+    public var orders: [TrackedOrder]
+    public var intents: [Intent]
+}
+
+/// Durable state. The SQLite implementation is the default; the protocol leaves room for PostgreSQL.
+public protocol ReconcilerStore: Sendable {
+    /// Starts tracking `session` unless it is tracked already; records `event` with it.
+    func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult
+    func session(_ hppSessionID: String) async throws -> TrackedSession?
+    func order(_ orderID: String) async throws -> TrackedOrder?
+    func intent(_ key: String) async throws -> Intent?
+    func commit(_ change: Change, at: Date) async throws
+
+    /// Every open session and order with when it is due.
+    func openWork() async throws -> [(key: WorkKey, due: Date)]
+    /// Keys other processes (CLI) asked to be looked at, after `sequence`; returns the newest sequence seen.
+    func wakeups(after sequence: Int64) async throws -> (keys: [WorkKey], last: Int64)
+
+    func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult
+    func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem?
+
+    /// The session or order `id` names (an HPP session id, KP session id, order id or merchant reference) and its
+    /// timeline.
+    func timeline(for id: String) async throws -> (sessions: [TrackedSession], orders: [TrackedOrder], intents: [Intent], events: [RecordedEvent], outcomes: [StoredOutcome])
+    func list(phase: String?, limit: Int) async throws -> StoreListing
+    func summary(now: Date) async throws -> StatusSummary
+
+    /// Outcomes without their outbox file, or whose notification is due at `now`.
+    func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome]
+    func markOutboxWritten(_ id: Int64) async throws
+    func markNotified(_ id: Int64) async throws
+    func notifyFailed(_ id: Int64, nextAt: Date?) async throws
+}

@@ -1,0 +1,104 @@
+import Engine
+import Foundation
+import KlarnaAPI
+import Logging
+import ReconcilerCore
+
+/// The daemon's validated configuration: config.yaml, then `KLARNA_RECONCILER_*` environment overrides, then
+/// credentials from `$CREDENTIALS_DIRECTORY` (or `*_file` keys). Secrets never appear in ``description``.
+public struct Settings: Sendable {
+    public var configPath: String
+    public var klarna: KlarnaConfiguration
+    /// Where the Klarna password came from, for `check-config`.
+    public var passwordSource: String
+    public var connectTimeout: Duration
+    public var requestTimeout: Duration
+    public var storePath: String
+    public var storeBusyTimeout: Duration
+    public var outboxDirectory: String
+    public var notifyURL: String?
+    public var notifyTimeout: Duration
+    public var notifyMaxAttempts: Int
+    public var ratePerSecond: Double
+    public var rateBurst: Double
+    public var defaultCapturePolicy: CapturePolicy
+    public var engine: EngineSettings
+    public var logLevel: Logger.Level
+}
+
+/// A configuration problem, said in one line: which key, what is wrong, and where it came from.
+public struct SettingsError: Error, CustomStringConvertible, Equatable {
+    public let key: String?
+    public let problem: String
+
+    public init(_ key: String?, _ problem: String) {
+        self.key = key
+        self.problem = problem
+    }
+
+    public var description: String { key.map { "\($0): \(problem)" } ?? problem }
+}
+
+/// Every key config.yaml may hold, with its default as documented in etc/config.yaml.
+public enum SettingsKeys {
+    public static let all: [String] = [
+        "klarna.base_url", "klarna.network_base_url", "klarna.region", "klarna.environment", "klarna.username",
+        "klarna.password_file", "klarna.connect_timeout_seconds", "klarna.request_timeout_seconds",
+        "store.path", "store.busy_timeout_ms",
+        "outbox.dir",
+        "notify.url", "notify.timeout_seconds", "notify.max_attempts",
+        "polling.dense_interval_seconds", "polling.dense_window_seconds", "polling.max_interval_seconds",
+        "polling.expiry_grace_seconds", "polling.pending_fraud_interval_seconds", "polling.order_recheck_interval_seconds",
+        "retry.initial_delay_ms", "retry.max_delay_seconds", "retry.max_attempts",
+        "rate_limit.requests_per_second", "rate_limit.burst",
+        "capture.default_policy",
+        "authorization_expiry.warn_before_hours", "authorization_expiry.auto_extend",
+        "engine.max_concurrency", "engine.customer_token_description", "engine.wakeup_interval_ms",
+        "log.level",
+    ]
+}
+
+extension Settings {
+    /// The effective configuration, one `key: value` per line, secrets redacted. What `check-config` prints.
+    public var effectiveDescription: String {
+        func seconds(_ duration: Duration) -> String {
+            let value = duration.timeInterval
+            return value == value.rounded() ? "\(Int(value))" : String(format: "%.3f", value)
+        }
+        let engine = self.engine
+        let lines: [(String, String)] = [
+            ("config", configPath),
+            ("klarna.base_url", klarna.baseURL),
+            ("klarna.network_base_url", klarna.networkBaseURL),
+            ("klarna.username", klarna.credentials.username),
+            ("klarna.password", "<redacted> (\(passwordSource))"),
+            ("klarna.connect_timeout_seconds", seconds(connectTimeout)),
+            ("klarna.request_timeout_seconds", seconds(requestTimeout)),
+            ("store.path", storePath),
+            ("store.busy_timeout_ms", "\(Int(storeBusyTimeout.timeInterval * 1_000))"),
+            ("outbox.dir", outboxDirectory),
+            ("notify.url", notifyURL ?? "(none)"),
+            ("notify.timeout_seconds", seconds(notifyTimeout)),
+            ("notify.max_attempts", "\(notifyMaxAttempts)"),
+            ("polling.dense_interval_seconds", seconds(engine.polling.denseInterval)),
+            ("polling.dense_window_seconds", seconds(engine.polling.denseWindow)),
+            ("polling.max_interval_seconds", seconds(engine.polling.maxInterval)),
+            ("polling.expiry_grace_seconds", seconds(engine.polling.expiryGrace)),
+            ("polling.pending_fraud_interval_seconds", seconds(engine.deadlines.pendingFraudInterval)),
+            ("polling.order_recheck_interval_seconds", seconds(engine.deadlines.orderRecheckInterval)),
+            ("retry.initial_delay_ms", "\(Int(engine.writeRetry.initialDelay.timeInterval * 1_000))"),
+            ("retry.max_delay_seconds", seconds(engine.writeRetry.maxDelay)),
+            ("retry.max_attempts", "\(engine.writeRetry.maxAttempts)"),
+            ("rate_limit.requests_per_second", "\(ratePerSecond)"),
+            ("rate_limit.burst", "\(rateBurst)"),
+            ("capture.default_policy", defaultCapturePolicy.rawValue),
+            ("authorization_expiry.warn_before_hours", String(format: "%g", engine.deadlines.authorizationWarnBefore.timeInterval / 3_600)),
+            ("authorization_expiry.auto_extend", "\(engine.deadlines.autoExtendAuthorization)"),
+            ("engine.max_concurrency", "\(engine.maxConcurrency)"),
+            ("engine.customer_token_description", engine.customerTokenDescription),
+            ("engine.wakeup_interval_ms", "\(Int(engine.wakeupInterval.timeInterval * 1_000))"),
+            ("log.level", logLevel.rawValue),
+        ]
+        return lines.map { "\($0.0): \($0.1)" }.joined(separator: "\n")
+    }
+}

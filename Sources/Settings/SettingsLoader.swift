@@ -1,0 +1,259 @@
+import Configuration
+import Engine
+import Foundation
+import KlarnaAPI
+import Logging
+import ReconcilerCore
+import SystemPackage
+import Yams
+
+extension Settings {
+    public static let defaultConfigPath = "/etc/klarna-reconciler/config.yaml"
+    /// Environment variables with this prefix override config.yaml: `KLARNA_RECONCILER_KLARNA_BASE_URL` sets
+    /// `klarna.base_url`.
+    public static let environmentPrefix = "KLARNA_RECONCILER_"
+
+    /// Reads and validates everything. Any problem is one ``SettingsError``.
+    /// - Parameter needsKlarnaPassword: `false` for operator commands that only touch the store.
+    public static func load(
+        configPath: String, environment: [String: String] = ProcessInfo.processInfo.environment, needsKlarnaPassword: Bool = true
+    ) async throws(SettingsError) -> Settings {
+        let text: String
+        do {
+            text = try String(contentsOfFile: configPath, encoding: .utf8)
+        } catch {
+            throw SettingsError(nil, "cannot read config file \(configPath): \(Self.reason(error))")
+        }
+        try checkKeys(text, path: configPath)
+        let file: FileProvider<YAMLSnapshot>
+        do {
+            file = try await FileProvider<YAMLSnapshot>(filePath: FilePath(configPath))
+        } catch {
+            throw SettingsError(nil, "config file \(configPath) is not valid YAML: \(error)")
+        }
+        var overrides: [String: String] = [:]
+        for (name, value) in environment where name.hasPrefix(environmentPrefix) {
+            overrides[String(name.dropFirst(environmentPrefix.count))] = value
+        }
+        let reader = Values(
+            reader: ConfigReader(providers: [EnvironmentVariablesProvider(environmentVariables: overrides), file]),
+            configPath: configPath)
+
+        var credentials: ConfigReader?
+        if let directory = environment["CREDENTIALS_DIRECTORY"], !directory.isEmpty {
+            do {
+                credentials = ConfigReader(provider: try await DirectoryFilesProvider(directoryPath: FilePath(directory)))
+            } catch {
+                throw SettingsError(nil, "cannot read credentials directory \(directory): \(error)")
+            }
+        }
+        return try build(reader, credentials: credentials, environment: environment, needsKlarnaPassword: needsKlarnaPassword)
+    }
+
+    private static func build(
+        _ values: Values, credentials: ConfigReader?, environment: [String: String], needsKlarnaPassword: Bool
+    ) throws(SettingsError) -> Settings {
+        let username = try values.string("klarna.username")
+        guard let username, !username.isEmpty else { throw SettingsError("klarna.username", "missing (the Klarna API username, e.g. K123456_abcdef)") }
+
+        let (password, passwordSource) = needsKlarnaPassword ? try klarnaPassword(values, credentials: credentials) : ("", "not loaded")
+        let credentialsValue = BasicCredentials(username: username, password: password)
+        var klarna: KlarnaConfiguration
+        if let baseURL = try values.string("klarna.base_url") {
+            try validateURL(baseURL, key: "klarna.base_url")
+            let network = try values.string("klarna.network_base_url")
+            if let network { try validateURL(network, key: "klarna.network_base_url") }
+            klarna = KlarnaConfiguration(baseURL: baseURL, networkBaseURL: network, credentials: credentialsValue)
+        } else {
+            let region = try values.choice("klarna.region", KlarnaConfiguration.Region.self)
+            let environmentName = try values.choice("klarna.environment", KlarnaConfiguration.Environment.self)
+            guard let region, let environmentName else {
+                throw SettingsError("klarna.base_url", "missing: set klarna.base_url, or klarna.region (eu|na|oc) and klarna.environment (playground|production)")
+            }
+            klarna = KlarnaConfiguration(region: region, environment: environmentName, credentials: credentialsValue)
+            if let network = try values.string("klarna.network_base_url") {
+                try validateURL(network, key: "klarna.network_base_url")
+                klarna.networkBaseURL = network
+            }
+        }
+
+        let base = URL(fileURLWithPath: values.configPath).deletingLastPathComponent()
+        func path(_ value: String) -> String { value.hasPrefix("/") ? value : base.appendingPathComponent(value).standardizedFileURL.path }
+        let defaultStore = environment["STATE_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }.map { "\($0)/state.sqlite" }
+            ?? "/var/lib/klarna-reconciler/state.sqlite"
+
+        let notifyURL = try values.string("notify.url").flatMap { $0.isEmpty ? nil : $0 }
+        if let notifyURL { try validateURL(notifyURL, key: "notify.url", allowRemoteHTTP: true) }
+
+        let polling = PollingSchedule(
+            denseInterval: try values.seconds("polling.dense_interval_seconds", default: 2),
+            denseWindow: try values.seconds("polling.dense_window_seconds", default: 600),
+            maxInterval: try values.seconds("polling.max_interval_seconds", default: 300),
+            expiryGrace: try values.seconds("polling.expiry_grace_seconds", default: 600))
+        guard polling.maxInterval >= polling.denseInterval else {
+            throw SettingsError("polling.max_interval_seconds", "must be at least polling.dense_interval_seconds")
+        }
+        let deadlines = Deadlines(
+            authorizationWarnBefore: try values.seconds("authorization_expiry.warn_before_hours", default: 72, unit: 3_600),
+            autoExtendAuthorization: try values.bool("authorization_expiry.auto_extend", default: false),
+            pendingFraudInterval: try values.seconds("polling.pending_fraud_interval_seconds", default: 900),
+            orderRecheckInterval: try values.seconds("polling.order_recheck_interval_seconds", default: 21_600))
+        let initial = try values.seconds("retry.initial_delay_ms", default: 1_000, unit: 0.001)
+        let maxDelay = try values.seconds("retry.max_delay_seconds", default: 300)
+        let engine = EngineSettings(
+            polling: polling, deadlines: deadlines,
+            readRetry: RetryPolicy(initialDelay: initial, maxDelay: maxDelay, maxAttempts: .max),
+            writeRetry: RetryPolicy(initialDelay: initial, maxDelay: maxDelay, maxAttempts: try values.int("retry.max_attempts", default: 25, range: 1...1_000)),
+            maxConcurrency: try values.int("engine.max_concurrency", default: 16, range: 1...1_024),
+            customerTokenDescription: try values.string("engine.customer_token_description") ?? "Subscription",
+            wakeupInterval: try values.seconds("engine.wakeup_interval_ms", default: 1_000, unit: 0.001))
+
+        let level = try values.string("log.level") ?? "info"
+        guard let logLevel = Logger.Level(rawValue: level) else {
+            throw SettingsError("log.level", "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(level)\"")
+        }
+        return Settings(
+            configPath: values.configPath, klarna: klarna, passwordSource: passwordSource,
+            connectTimeout: try values.seconds("klarna.connect_timeout_seconds", default: 5),
+            requestTimeout: try values.seconds("klarna.request_timeout_seconds", default: 30),
+            storePath: path(try values.string("store.path") ?? defaultStore),
+            storeBusyTimeout: try values.seconds("store.busy_timeout_ms", default: 5_000, unit: 0.001),
+            outboxDirectory: path(try values.string("outbox.dir") ?? "/var/spool/klarna-reconciler-outbox"),
+            notifyURL: notifyURL,
+            notifyTimeout: try values.seconds("notify.timeout_seconds", default: 10),
+            notifyMaxAttempts: try values.int("notify.max_attempts", default: 12, range: 1...100),
+            ratePerSecond: try values.double("rate_limit.requests_per_second", default: 25, range: 0.1...10_000),
+            rateBurst: try values.double("rate_limit.burst", default: 10, range: 1...10_000),
+            defaultCapturePolicy: try values.choice("capture.default_policy", CapturePolicy.self) ?? .immediate,
+            engine: engine, logLevel: logLevel)
+    }
+
+    private static func klarnaPassword(_ values: Values, credentials: ConfigReader?) throws(SettingsError) -> (String, String) {
+        if let file = try values.string("klarna.password_file") {
+            let path = file.hasPrefix("/") ? file : URL(fileURLWithPath: values.configPath).deletingLastPathComponent().appendingPathComponent(file).path
+            let text: String
+            do {
+                text = try String(contentsOfFile: path, encoding: .utf8)
+            } catch {
+                throw SettingsError("klarna.password_file", "cannot read \(path): \(Self.reason(error))")
+            }
+            let password = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !password.isEmpty else { throw SettingsError("klarna.password_file", "\(path) is empty") }
+            return (password, "file \(path)")
+        }
+        if let password = credentials?.string(forKey: "klarna.password", isSecret: true)?.trimmingCharacters(in: .whitespacesAndNewlines), !password.isEmpty {
+            return (password, "credential klarna-password")
+        }
+        throw SettingsError("klarna password", "no credential \"klarna-password\" in $CREDENTIALS_DIRECTORY and no klarna.password_file")
+    }
+
+    /// `https://host[:port][/path]`; plain `http` only to a loopback host (a local sandbox), because Basic auth would
+    /// cross the network in clear text.
+    static func validateURL(_ text: String, key: String, allowRemoteHTTP: Bool = false) throws(SettingsError) {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty,
+              scheme == "https" || scheme == "http"
+        else { throw SettingsError(key, "\"\(text)\" is not an http(s) URL with a host") }
+        if scheme == "http", !allowRemoteHTTP, !["127.0.0.1", "localhost", "::1", "[::1]"].contains(host) {
+            throw SettingsError(key, "\"\(text)\" uses plain http to a remote host; use https (plain http is for a loopback sandbox only)")
+        }
+        if url.query != nil || url.user != nil {
+            throw SettingsError(key, "\"\(text)\" must not carry a query or credentials (credentials come from files)")
+        }
+    }
+
+    /// Unknown keys are refused by name: a typo must not silently fall back to a default. Secrets in the file are
+    /// refused too.
+    static func checkKeys(_ text: String, path: String) throws(SettingsError) {
+        let document: Any?
+        do {
+            document = try Yams.load(yaml: text)
+        } catch {
+            throw SettingsError(nil, "config file \(path) is not valid YAML: \(error)")
+        }
+        guard let document else { return }
+        guard let root = document as? [String: Any] else { throw SettingsError(nil, "config file \(path) must be a mapping of sections (klarna:, store:, …)") }
+        var keys: [String] = []
+        var lists: [String] = []
+        func walk(_ value: Any, _ prefix: String) {
+            if let mapping = value as? [String: Any] {
+                for (key, child) in mapping { walk(child, prefix.isEmpty ? key : "\(prefix).\(key)") }
+            } else {
+                keys.append(prefix)
+                if value is [Any] { lists.append(prefix) }
+            }
+        }
+        walk(root, "")
+        if let key = lists.sorted().first { throw SettingsError(key, "must be a single value, not a list") }
+        let known = Set(SettingsKeys.all)
+        for key in keys.sorted() where !known.contains(key) {
+            if key.hasSuffix("password") || key.hasSuffix("secret") || key.hasSuffix("key") {
+                throw SettingsError(key, "secrets are never read from config.yaml; use a credential file (klarna-password via LoadCredential=) or klarna.password_file")
+            }
+            let section = key.split(separator: ".").first.map(String.init) ?? key
+            let siblings = SettingsKeys.all.filter { $0.hasPrefix(section + ".") }
+            throw SettingsError(key, "unknown key in \(path)" + (siblings.isEmpty ? "" : "; \(section) takes: \(siblings.map { String($0.dropFirst(section.count + 1)) }.joined(separator: ", "))"))
+        }
+    }
+
+    static func reason(_ error: any Error) -> String {
+        let nsError = error as NSError
+        if let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+            return String(cString: strerror(Int32(underlying.code)))
+        }
+        switch nsError.code {
+        case NSFileReadNoSuchFileError: return "no such file"
+        case NSFileReadNoPermissionError: return "permission denied"
+        case NSFileReadInapplicableStringEncodingError: return "not UTF-8 text"
+        default: return nsError.localizedDescription
+        }
+    }
+}
+
+/// Typed reads that tell a missing key (default applies) from a present one of the wrong type (an error).
+struct Values {
+    let reader: ConfigReader
+    let configPath: String
+
+    func string(_ key: String) throws(SettingsError) -> String? {
+        reader.string(forKey: ConfigKey(key))?.trimmingCharacters(in: .whitespaces)
+    }
+
+    func int(_ key: String, default value: Int, range: ClosedRange<Int>) throws(SettingsError) -> Int {
+        guard let raw = try string(key) else { return value }
+        guard let number = Int(raw) else { throw SettingsError(key, "must be a whole number, not \"\(raw)\"") }
+        guard range.contains(number) else { throw SettingsError(key, "must be between \(range.lowerBound) and \(range.upperBound), not \(number)") }
+        return number
+    }
+
+    func double(_ key: String, default value: Double, range: ClosedRange<Double>) throws(SettingsError) -> Double {
+        guard let raw = try string(key) else { return value }
+        guard let number = Double(raw), number.isFinite else { throw SettingsError(key, "must be a number, not \"\(raw)\"") }
+        guard range.contains(number) else { throw SettingsError(key, "must be between \(range.lowerBound) and \(range.upperBound), not \(raw)") }
+        return number
+    }
+
+    /// A positive duration given in `unit` seconds (1 for `_seconds`, 0.001 for `_ms`, 3600 for `_hours`).
+    func seconds(_ key: String, default value: Double, unit: Double = 1) throws(SettingsError) -> Duration {
+        guard let raw = try string(key) else { return Duration(timeInterval: value * unit) }
+        guard let number = Double(raw), number.isFinite else { throw SettingsError(key, "must be a number, not \"\(raw)\"") }
+        guard number > 0 else { throw SettingsError(key, "must be greater than 0, not \(raw)") }
+        return Duration(timeInterval: number * unit)
+    }
+
+    func bool(_ key: String, default value: Bool) throws(SettingsError) -> Bool {
+        guard let raw = try string(key) else { return value }
+        switch raw.lowercased() {
+        case "true", "yes", "on", "1": return true
+        case "false", "no", "off", "0": return false
+        default: throw SettingsError(key, "must be true or false, not \"\(raw)\"")
+        }
+    }
+
+    func choice<T: RawRepresentable & CaseIterable>(_ key: String, _ type: T.Type) throws(SettingsError) -> T? where T.RawValue == String {
+        guard let raw = try string(key) else { return nil }
+        guard let value = T(rawValue: raw) else {
+            throw SettingsError(key, "must be one of \(T.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(raw)\"")
+        }
+        return value
+    }
+}

@@ -1,0 +1,38 @@
+import ArgumentParser
+import Foundation
+import ReconcilerStore
+import Settings
+
+/// `--config`, shared by every command that reads the configuration.
+struct ConfigOptions: ParsableArguments {
+    @Option(name: .long, help: "The configuration file.")
+    var config: String = Settings.defaultConfigPath
+
+    /// Loads the configuration or exits 78 (EX_CONFIG) with one line saying what is wrong.
+    func load(needsKlarnaPassword: Bool) async throws -> Settings {
+        do {
+            return try await Settings.load(configPath: config, needsKlarnaPassword: needsKlarnaPassword)
+        } catch {
+            printError("klarna-reconciler: config error: \(error)")
+            throw ExitCode(78)
+        }
+    }
+
+    /// Opens the store for an operator command, which waits for the daemon's writes instead of failing.
+    func openStore(_ settings: Settings, readOnly: Bool) throws -> SQLiteStore {
+        if readOnly, !FileManager.default.fileExists(atPath: settings.storePath) {
+            printError("klarna-reconciler: no store at \(settings.storePath) yet: the daemon creates it on its first start")
+            throw ExitCode(69)
+        }
+        do {
+            return try SQLiteStore(path: settings.storePath, readOnly: readOnly, busyTimeout: settings.storeBusyTimeout)
+        } catch {
+            printError("klarna-reconciler: cannot open the store \(settings.storePath): \(error)")
+            throw ExitCode.failure
+        }
+    }
+}
+
+func printError(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}

@@ -1,0 +1,212 @@
+import ArgumentParser
+import Foundation
+import KlarnaAPI
+import ReconcilerCore
+import ReconcilerStore
+
+extension ReconcilerCore.PlaceOrderMode: ExpressibleByArgument {}
+extension CapturePolicy: ExpressibleByArgument {}
+extension PaymentPurpose: ExpressibleByArgument {}
+
+/// Klarna ids are UUIDs or `krn:` names; anything printable without spaces up to 255 characters is accepted.
+func validID(_ id: String) -> Bool {
+    (1...255).contains(id.count) && id.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value != 0x7F && $0.value < 0x80 }
+}
+
+struct TrackCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "track", abstract: "Registers an HPP session for the daemon to follow to its end.")
+
+    @Argument(help: "The HPP session id.") var hppSessionID: String
+    @Option(name: .customLong("kp-session"), help: "The KP (payment) session id behind it.") var kpSessionID: String
+    @Option(help: "How the HPP session was created: NONE (default), PLACE_ORDER or CAPTURE_ORDER.") var mode: ReconcilerCore.PlaceOrderMode = .none
+    @Option(help: "The merchant's own reference (merchant_reference1 on the order).") var reference: String?
+    @Option(help: "immediate, on_request or never (default: capture.default_policy).") var capture: CapturePolicy?
+    @Option(help: "buy (default), tokenize or buy_and_tokenize.") var intent: PaymentPurpose = .buy
+    @OptionGroup var options: ConfigOptions
+
+    func validate() throws {
+        guard validID(hppSessionID) else { throw ValidationError("HPP_SESSION_ID must be 1–255 printable ASCII characters without spaces") }
+        guard validID(kpSessionID) else { throw ValidationError("--kp-session must be 1–255 printable ASCII characters without spaces") }
+        if let reference, reference.count > 255 { throw ValidationError("--reference is at most 255 characters (Klarna's limit)") }
+    }
+
+    func run() async throws {
+        let settings = try await options.load(needsKlarnaPassword: false)
+        let store = try options.openStore(settings, readOnly: false)
+        let now = Date()
+        let session = TrackedSession(
+            hppSessionID: hppSessionID, kpSessionID: kpSessionID, mode: mode, merchantReference: reference,
+            capturePolicy: capture ?? settings.defaultCapturePolicy, purpose: intent, trackedAt: now)
+        let description = "mode \(mode.rawValue), capture \(session.capturePolicy.rawValue), intent \(intent.rawValue)"
+        switch try await store.track(session, event: DomainEvent("tracked", "tracking requested by the command line (\(description))"), at: now) {
+        case .tracked:
+            print("tracking HPP session \(hppSessionID) (KP session \(kpSessionID), \(description))")
+        case .existing(let existing):
+            print("HPP session \(hppSessionID) is already tracked since \(existing.trackedAt.formatted(.iso8601)) (\(existing.phase.rawValue)); nothing changed")
+        }
+    }
+}
+
+struct CaptureCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "capture", abstract: "Asks the daemon to capture an order whose capture policy is on_request.")
+
+    @Argument(help: "The Klarna order id.") var orderID: String
+    @Option(help: "Amount in minor units (cents); default: the remaining authorized amount.") var amount: Int?
+    @OptionGroup var options: ConfigOptions
+
+    func validate() throws {
+        guard validID(orderID) else { throw ValidationError("ORDER_ID must be 1–255 printable ASCII characters without spaces") }
+        if let amount, amount <= 0 { throw ValidationError("--amount must be a positive number of minor units") }
+    }
+
+    func run() async throws {
+        let settings = try await options.load(needsKlarnaPassword: false)
+        let store = try options.openStore(settings, readOnly: false)
+        switch try await store.requestCapture(orderID: orderID, amount: amount, at: Date()) {
+        case .accepted(let id):
+            print("capture of \(amount.map(String.init) ?? "the remaining amount") requested for order \(orderID) (request \(id)); the daemon performs it once Klarna accepts the order")
+        case .unknownOrder:
+            printError("klarna-reconciler: order \(orderID) is not tracked (track its HPP session first)")
+            throw ExitCode.failure
+        case .refused(let reason):
+            printError("klarna-reconciler: \(reason)")
+            throw ExitCode.failure
+        }
+    }
+}
+
+struct StatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status", abstract: "One screen: counts by state, oldest open item, next deadline, Klarna health, backlog.")
+
+    @Flag(help: "Print JSON.") var json = false
+    @OptionGroup var options: ConfigOptions
+
+    func run() async throws {
+        let settings = try await options.load(needsKlarnaPassword: false)
+        let store = try options.openStore(settings, readOnly: true)
+        let now = Date()
+        let summary = try await store.summary(now: now)
+        if json { return try printJSON(summary) }
+        func counts(_ values: [String: Int]) -> String {
+            values.isEmpty ? "none" : values.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+        }
+        func when(_ date: Date?) -> String {
+            guard let date else { return "—" }
+            return "\(date.formatted(.iso8601)) (\(relative(date, now)))"
+        }
+        print("store:          \(settings.storePath)")
+        print("sessions:       \(counts(summary.sessionsByPhase))")
+        print("orders:         \(counts(summary.ordersByPhase))")
+        print("intents:        \(counts(summary.intentsByState))")
+        print("outcomes:       \(counts(summary.outcomesByKind))")
+        print("oldest open:    \(summary.oldestOpenID.map { "\($0) since \(when(summary.oldestOpenSince))" } ?? "—")")
+        print("next due:       \(when(summary.nextDueAt))")
+        print("next deadline:  \(summary.nextDeadlineWhat.map { "\($0) at \(when(summary.nextDeadline))" } ?? "—")")
+        print("backlog:        \(summary.backlog) due now, \(summary.undeliveredOutcomes) outcomes not yet in the outbox")
+        print("Klarna success: \(when(summary.lastKlarnaSuccess))")
+        print("Klarna error:   \(when(summary.lastKlarnaError))\(summary.lastKlarnaErrorDetail.map { " \($0)" } ?? "")")
+    }
+}
+
+struct ListCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "list", abstract: "Lists sessions, orders and intents, newest first.")
+
+    @Option(help: "Only this phase or outcome (polling, authorized, ordered, closed, pending_fraud, awaiting_capture, needs_attention, …) or intent state (sent, ambiguous, …).")
+    var state: String?
+    @Option(help: "At most this many of each.") var limit: Int = 100
+    @Flag(help: "Print JSON.") var json = false
+    @OptionGroup var options: ConfigOptions
+
+    func run() async throws {
+        let settings = try await options.load(needsKlarnaPassword: false)
+        let store = try options.openStore(settings, readOnly: true)
+        let listing = try await store.list(phase: state, limit: max(1, limit))
+        if json { return try printJSON(listing) }
+        print("SESSIONS (\(listing.sessions.count))")
+        for session in listing.sessions {
+            print("  \(session.hppSessionID)  \(session.phase.rawValue)\(session.outcome.map { "/\($0.rawValue)" } ?? "")  hpp \(session.hppStatus ?? "—")  kp \(session.kpSessionID)  \(session.merchantReference ?? "")")
+        }
+        print("ORDERS (\(listing.orders.count))")
+        for order in listing.orders {
+            print("  \(order.orderID)  \(order.phase.rawValue)\(order.outcome.map { "/\($0.rawValue)" } ?? "")  fraud \(order.fraudStatus ?? "—")  captured \(order.capturedAmount)/\(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? "")  \(order.merchantReference ?? "")")
+        }
+        print("INTENTS (\(listing.intents.count))")
+        for intent in listing.intents {
+            print("  \(intent.key)  \(intent.kind.rawValue) \(intent.state.rawValue)  attempts \(intent.attempts)  \(intent.subject)\(intent.lastError.map { "  last error: \($0)" } ?? "")")
+        }
+    }
+}
+
+struct ShowCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "show", abstract: "The whole timeline of one payment: by HPP session, KP session, order id or merchant reference.")
+
+    @Argument(help: "An HPP session id, KP session id, order id or merchant reference.") var id: String
+    @Flag(help: "Print JSON.") var json = false
+    @OptionGroup var options: ConfigOptions
+
+    struct Timeline: Encodable {
+        let sessions: [TrackedSession]
+        let orders: [TrackedOrder]
+        let intents: [Intent]
+        let events: [RecordedEvent]
+        let outcomes: [Outcome]
+    }
+
+    func run() async throws {
+        let settings = try await options.load(needsKlarnaPassword: false)
+        let store = try options.openStore(settings, readOnly: true)
+        let found = try await store.timeline(for: id)
+        guard !found.sessions.isEmpty || !found.orders.isEmpty else {
+            printError("klarna-reconciler: nothing tracked matches \(id)")
+            throw ExitCode.failure
+        }
+        if json {
+            return try printJSON(Timeline(sessions: found.sessions, orders: found.orders, intents: found.intents, events: found.events, outcomes: found.outcomes.map(\.outcome)))
+        }
+        for session in found.sessions {
+            print("HPP session \(session.hppSessionID)  (KP session \(session.kpSessionID))")
+            print("  phase \(session.phase.rawValue)\(session.outcome.map { ", outcome \($0.rawValue)" } ?? ""), HPP status \(session.hppStatus ?? "—"), mode \(session.mode?.rawValue ?? "inferred"), capture \(session.capturePolicy.rawValue), intent \(session.purpose.rawValue)")
+            print("  reference \(session.merchantReference ?? "—"), tracked \(session.trackedAt.formatted(.iso8601)), \(session.reads) reads\(session.expiresAt.map { ", expires \($0.formatted(.iso8601))" } ?? "")\(session.tokenExpiresAt.map { ", token valid until \($0.formatted(.iso8601))" } ?? "")")
+        }
+        for order in found.orders {
+            print("Order \(order.orderID)  (\(order.klarnaReference ?? "no Klarna reference"))")
+            print("  phase \(order.phase.rawValue)\(order.outcome.map { ", outcome \($0.rawValue)" } ?? ""), status \(order.status ?? "—"), fraud \(order.fraudStatus ?? "—"), captured \(order.capturedAmount) of \(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? ""), capture \(order.capturePolicy.rawValue)\(order.expiresAt.map { ", authorization until \($0.formatted(.iso8601))" } ?? "")")
+        }
+        if !found.intents.isEmpty { print("Intents") }
+        for intent in found.intents {
+            print("  \(intent.kind.rawValue) \(intent.state.rawValue), \(intent.attempts) attempt(s), key \(intent.key)\(intent.result.map { ", result \($0)" } ?? "")\(intent.lastError.map { ", last error: \($0)" } ?? "")")
+        }
+        print("Timeline")
+        for event in found.events {
+            let extras = event.detail.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+            print("  \(event.at.formatted(.iso8601))  \(event.kind.padding(toLength: 16, withPad: " ", startingAt: 0)) \(event.message)\(extras.isEmpty ? "" : "  [\(extras)]")")
+        }
+        if !found.outcomes.isEmpty { print("Outcomes") }
+        for stored in found.outcomes {
+            print("  \(stored.at.formatted(.iso8601))  \(stored.outcome.kind.rawValue): \(stored.outcome.reason)\(stored.outboxWritten ? "" : " (not yet in the outbox)")")
+        }
+    }
+}
+
+func printJSON<T: Encodable>(_ value: T) throws {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+    encoder.keyEncodingStrategy = .convertToSnakeCase
+    encoder.dateEncodingStrategy = .custom { date, encoder in
+        var container = encoder.singleValueContainer()
+        try container.encode(KlarnaJSON.formatDate(date))
+    }
+    print(String(decoding: try encoder.encode(value), as: UTF8.self))
+}
+
+func relative(_ date: Date, _ now: Date) -> String {
+    let seconds = Int(date.timeIntervalSince(now).rounded())
+    let magnitude = abs(seconds)
+    let text = magnitude < 120 ? "\(magnitude) s" : magnitude < 7_200 ? "\(magnitude / 60) min" : magnitude < 172_800 ? "\(magnitude / 3_600) h" : "\(magnitude / 86_400) d"
+    return seconds >= 0 ? "in \(text)" : "\(text) ago"
+}

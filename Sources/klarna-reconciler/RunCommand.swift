@@ -1,0 +1,103 @@
+import ArgumentParser
+import Engine
+import Foundation
+import KlarnaAPI
+import Logging
+import ReconcilerCore
+import ReconcilerStore
+import ServiceLifecycle
+import Settings
+import SystemdSupport
+
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Runs the daemon: tracks sessions, places and captures orders, writes outcomes to the outbox."
+    )
+
+    @OptionGroup var options: ConfigOptions
+
+    func run() async throws {
+        let settings = try await options.load(needsKlarnaPassword: true)
+        var logger = Logger(label: "klarna-reconciler")
+        logger.logLevel = settings.logLevel
+        let notifier = SystemdNotifier()
+
+        func fail(_ message: String) -> ExitCode {
+            logger.critical("\(message)")
+            notifier.notify(["STATUS": message])
+            return ExitCode.failure
+        }
+
+        let lock: StoreLock
+        let store: SQLiteStore
+        let writer: OutboxWriter
+        do {
+            try FileManager.default.createDirectory(
+                atPath: (settings.storePath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            lock = try StoreLock(storePath: settings.storePath)
+            store = try SQLiteStore(path: settings.storePath, busyTimeout: settings.storeBusyTimeout)
+            writer = try OutboxWriter(directory: settings.outboxDirectory)
+        } catch {
+            throw fail("cannot start: \(error)")
+        }
+
+        let clock = SystemClock()
+        let transport = CurlTransport(configuration: .init(
+            connectTimeout: settings.connectTimeout, requestTimeout: settings.requestTimeout,
+            userAgent: KlarnaClient.userAgent(libcurl: CurlTransport.libcurlVersion)))
+        defer { transport.shutdown() }
+        let client = KlarnaClient(configuration: settings.klarna, transport: transport, logger: logger)
+        let outcomeBell = Doorbell()
+        let reconciler = Reconciler(
+            store: store, client: client, clock: clock,
+            rateLimiter: RateLimiter(ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst, clock: clock),
+            settings: settings.engine, logger: logger, outcomeBell: outcomeBell)
+        let scheduler = Scheduler()
+        let workers = WorkerService(reconciler: reconciler, scheduler: scheduler, logger: logger)
+        let notify = settings.notifyURL.map {
+            OutcomeNotifier(
+                url: $0, transport: transport,
+                retry: RetryPolicy(initialDelay: .seconds(2), maxDelay: .seconds(600), maxAttempts: settings.notifyMaxAttempts),
+                timeout: settings.notifyTimeout)
+        }
+        let delivery = OutcomeDeliveryService(
+            store: store, writer: writer, notifier: notify, clock: clock, bell: outcomeBell, logger: logger)
+
+        let open: Int
+        do {
+            open = try await workers.loadOpenWork()
+        } catch {
+            throw fail("cannot read open work from \(settings.storePath): \(error)")
+        }
+        let status = "tracking \(open) open sessions and orders; store \(settings.storePath)"
+        logger.notice("klarna-reconciler \(ProductInfo.version) ready: \(status)", metadata: ["klarna_base_url": .string(settings.klarna.baseURL)])
+        let group = ServiceGroup(configuration: .init(
+            services: [
+                // Shut down in reverse: announce, let the workers finish their step, then flush outcomes.
+                .init(service: delivery),
+                .init(service: workers),
+                .init(service: ShutdownAnnouncer(notifier: notifier, logger: logger)),
+            ],
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        notifier.ready(status: status)
+        try await group.run()
+        withExtendedLifetime(lock) {}
+        logger.notice("klarna-reconciler stopped")
+    }
+}
+
+/// Says STOPPING=1 the moment graceful shutdown begins, while the workers finish their current step.
+struct ShutdownAnnouncer: Service {
+    let notifier: SystemdNotifier
+    let logger: Logger
+
+    func run() async throws {
+        await withGracefulShutdownHandler {
+            try? await gracefulShutdown()
+        } onGracefulShutdown: {
+            logger.notice("stopping: finishing the steps under way")
+            notifier.stopping(status: "stopping: finishing the steps under way")
+        }
+    }
+}

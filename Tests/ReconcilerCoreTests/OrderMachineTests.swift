@@ -1,0 +1,223 @@
+import Foundation
+import Testing
+@testable import ReconcilerCore
+
+@Suite("Order state machine")
+struct OrderMachineTests {
+    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+    let deadlines = Deadlines(authorizationWarnBefore: .seconds(3 * 86_400), autoExtendAuthorization: false, pendingFraudInterval: .seconds(900), orderRecheckInterval: .seconds(6 * 3_600))
+
+    func order(_ policy: CapturePolicy, placedBy: PlaceOrderMode = PlaceOrderMode.none) -> TrackedOrder {
+        TrackedOrder(orderID: "o-1", hppSessionID: "hpp-1", kpSessionID: "kp-1", merchantReference: "ref", capturePolicy: policy, placedBy: placedBy, createdAt: t0)
+    }
+
+    func read(_ status: String = "AUTHORIZED", fraud: String = "ACCEPTED", captured: Int = 0, remaining: Int? = nil, expiresIn days: Double = 28) -> OrderObservation {
+        OrderObservation(
+            status: status, fraudStatus: fraud, orderAmount: 10_000, capturedAmount: captured,
+            remainingAuthorizedAmount: remaining ?? (10_000 - captured), currency: "EUR",
+            expiresAt: t0.addingTimeInterval(days * 86_400), klarnaReference: "KREF")
+    }
+
+    @Test("The first read records order_placed once, with the fraud status")
+    func placedOnce() {
+        let first = order(.never).applying(read(), request: nil, now: t0, deadlines: deadlines)
+        #expect(first.outcomes.map(\.kind) == [.orderPlaced])
+        #expect(first.outcomes.first?.fraudStatus == "ACCEPTED")
+        #expect(first.outcomes.first?.amount == 10_000)
+        var open = order(.onRequest)
+        open = open.applying(read(), request: nil, now: t0, deadlines: deadlines).order
+        let second = open.applying(read(), request: nil, now: t0.addingTimeInterval(60), deadlines: deadlines)
+        #expect(second.outcomes.isEmpty)
+    }
+
+    @Test("PENDING is never captured, whatever the policy", arguments: CapturePolicy.allCases)
+    func pendingNeverCaptured(policy: CapturePolicy) {
+        let step = order(policy).applying(read(fraud: "PENDING"), request: CaptureRequestItem(id: 1, orderID: "o-1", amount: nil, requestedAt: t0), now: t0, deadlines: deadlines)
+        #expect(step.action == nil)
+        #expect(step.order.phase == .pendingFraud)
+        #expect(step.order.nextDueAt == t0.addingTimeInterval(900))
+    }
+
+    @Test("An unknown fraud status is treated like PENDING")
+    func unknownFraud() {
+        let step = order(.immediate).applying(read(fraud: "UNDER_REVIEW"), request: nil, now: t0, deadlines: deadlines)
+        #expect(step.action == nil)
+        #expect(step.order.phase == .pendingFraud)
+    }
+
+    @Test("PENDING then ACCEPTED captures under immediate")
+    func pendingThenAccepted() {
+        let pending = order(.immediate).applying(read(fraud: "PENDING"), request: nil, now: t0, deadlines: deadlines).order
+        let accepted = pending.applying(read(), request: nil, now: t0.addingTimeInterval(900), deadlines: deadlines)
+        #expect(accepted.action == .capture(amount: 10_000, requestID: nil))
+        #expect(accepted.order.phase == .capturing)
+        #expect(accepted.events.contains { $0.kind == "order_status" })
+    }
+
+    @Test("REJECTED fraud closes as rejected")
+    func rejected() {
+        let step = order(.immediate).applying(read("CANCELLED", fraud: "REJECTED"), request: nil, now: t0, deadlines: deadlines)
+        #expect(step.order.phase == .closed)
+        #expect(step.outcomes.map(\.kind) == [.orderPlaced, .rejected])
+    }
+
+    @Test("Klarna-side end states close the order", arguments: [
+        ("CANCELLED", 0, OutcomeKind.cancelled), ("EXPIRED", 0, .expired), ("CAPTURED", 10_000, .captured),
+        ("CLOSED", 10_000, .captured), ("CLOSED", 0, .cancelled),
+    ])
+    func endStates(status: String, captured: Int, kind: OutcomeKind) {
+        let step = order(.onRequest).applying(read(status, captured: captured, remaining: 0), request: nil, now: t0, deadlines: deadlines)
+        #expect(step.order.phase == .closed)
+        #expect(step.order.outcome == kind)
+        #expect(step.outcomes.last?.kind == kind)
+        #expect(step.action == nil)
+    }
+
+    @Test("CAPTURE_ORDER: HPP captured it; the first read says so")
+    func captureOrderMode() {
+        let step = order(.immediate, placedBy: .captureOrder).applying(read("CAPTURED", captured: 10_000), request: nil, now: t0, deadlines: deadlines)
+        #expect(step.outcomes.map(\.kind) == [.orderPlaced, .captured])
+        #expect(step.outcomes.last?.reason.contains("CAPTURE_ORDER") == true)
+        #expect(step.action == nil)
+    }
+
+    @Test("immediate captures the remaining amount (after a partial capture elsewhere too)")
+    func immediate() {
+        #expect(order(.immediate).applying(read(), request: nil, now: t0, deadlines: deadlines).action == .capture(amount: 10_000, requestID: nil))
+        #expect(order(.immediate).applying(read("PART_CAPTURED", captured: 4_000), request: nil, now: t0, deadlines: deadlines).action == .capture(amount: 6_000, requestID: nil))
+    }
+
+    @Test("never: closes after order_placed without capturing")
+    func never() {
+        let step = order(.never).applying(read(), request: nil, now: t0, deadlines: deadlines)
+        #expect(step.action == nil)
+        #expect(step.order.phase == .closed)
+        #expect(step.order.outcome == .orderPlaced)
+    }
+
+    @Test("on_request waits, then captures the requested or the remaining amount")
+    func onRequest() {
+        let waiting = order(.onRequest).applying(read(), request: nil, now: t0, deadlines: deadlines)
+        #expect(waiting.action == nil)
+        #expect(waiting.order.phase == .awaitingCapture)
+        #expect(waiting.order.nextDueAt == t0.addingTimeInterval(6 * 3_600))
+        let partial = waiting.order.applying(read(), request: CaptureRequestItem(id: 7, orderID: "o-1", amount: 2_500, requestedAt: t0), now: t0, deadlines: deadlines)
+        #expect(partial.action == .capture(amount: 2_500, requestID: 7))
+        #expect(partial.order.phase == .capturing)
+        let rest = waiting.order.applying(read(), request: CaptureRequestItem(id: 8, orderID: "o-1", amount: nil, requestedAt: t0), now: t0, deadlines: deadlines)
+        #expect(rest.action == .capture(amount: 10_000, requestID: 8))
+    }
+
+    @Test("A request above what remains is refused with the reason, and the next request is looked at at once")
+    func overCapture() {
+        let step = order(.onRequest).applying(read("PART_CAPTURED", captured: 9_000), request: CaptureRequestItem(id: 3, orderID: "o-1", amount: 5_000, requestedAt: t0), now: t0, deadlines: deadlines)
+        guard case .refuseRequest(let id, let reason) = step.action else { Issue.record("expected a refusal"); return }
+        #expect(id == 3)
+        #expect(reason.contains("1000 remains"))
+        #expect(step.order.phase == .awaitingCapture)
+        #expect(step.order.nextDueAt == t0)
+    }
+
+    @Test("Authorization expiry: next look at the warning time, warn once, then expire")
+    func authorizationExpiry() {
+        let waiting = order(.onRequest).applying(read(expiresIn: 10), request: nil, now: t0, deadlines: deadlines).order
+        // Recheck every 6 h is sooner than the warning 7 days away.
+        #expect(waiting.nextDueAt == t0.addingTimeInterval(6 * 3_600))
+        let close = order(.onRequest).applying(read(expiresIn: 3.1), request: nil, now: t0, deadlines: deadlines).order
+        #expect(close.nextDueAt == t0.addingTimeInterval(0.1 * 86_400))
+
+        let warnTime = t0.addingTimeInterval(7 * 86_400)
+        let warned = waiting.applying(read(expiresIn: 10), request: nil, now: warnTime, deadlines: deadlines)
+        #expect(warned.events.map(\.kind) == ["authorization_expiring"])
+        #expect(warned.order.warnedForExpiry == t0.addingTimeInterval(10 * 86_400))
+        #expect(warned.action == nil)
+        let again = warned.order.applying(read(expiresIn: 10), request: nil, now: warnTime.addingTimeInterval(3_600), deadlines: deadlines)
+        #expect(again.events.isEmpty)
+        // The next look is no later than the expiry itself.
+        #expect(again.order.nextDueAt! <= t0.addingTimeInterval(10 * 86_400))
+
+        let expired = again.order.applying(read(expiresIn: 10), request: nil, now: t0.addingTimeInterval(10 * 86_400), deadlines: deadlines)
+        #expect(expired.order.phase == .closed)
+        #expect(expired.outcomes.map(\.kind) == [.expired])
+    }
+
+    @Test("auto_extend asks for an extension once per expiry date; a new date warns again")
+    func autoExtend() {
+        var deadlines = self.deadlines
+        deadlines.autoExtendAuthorization = true
+        let near = t0.addingTimeInterval(8 * 86_400)
+        let waiting = order(.onRequest).applying(read(expiresIn: 10), request: nil, now: t0, deadlines: deadlines).order
+        let first = waiting.applying(read(expiresIn: 10), request: nil, now: near, deadlines: deadlines)
+        #expect(first.action == .extendAuthorization)
+        let second = first.order.applying(read(expiresIn: 10), request: nil, now: near.addingTimeInterval(60), deadlines: deadlines)
+        #expect(second.action == nil)
+        let extended = second.order.applying(read(expiresIn: 38), request: nil, now: near.addingTimeInterval(120), deadlines: deadlines)
+        #expect(extended.action == nil)
+        #expect(extended.events.isEmpty)
+        let later = extended.order.applying(read(expiresIn: 38), request: nil, now: t0.addingTimeInterval(36 * 86_400), deadlines: deadlines)
+        #expect(later.events.map(\.kind) == ["authorization_expiring"])
+        #expect(later.action == .extendAuthorization)
+    }
+
+    @Test("A confirmed capture closes the order when nothing remains, else reads again")
+    func captureConfirmed() {
+        let capturing = order(.onRequest).applying(read(), request: CaptureRequestItem(id: 1, orderID: "o-1", amount: 4_000, requestedAt: t0), now: t0, deadlines: deadlines).order
+        let partial = capturing.captureConfirmed(amount: 4_000, captureID: "cap-1", now: t0)
+        #expect(partial.order.phase == .checking)
+        #expect(partial.order.capturedAmount == 4_000)
+        #expect(partial.order.remainingAuthorizedAmount == 6_000)
+        #expect(partial.outcomes.first?.kind == .captured)
+        #expect(partial.outcomes.first?.amount == 4_000)
+        #expect(partial.outcomes.first?.captureID == "cap-1")
+        let full = partial.order.captureConfirmed(amount: 6_000, captureID: "cap-2", now: t0)
+        #expect(full.order.phase == .closed)
+        #expect(full.order.status == "CAPTURED")
+        #expect(full.order.outcome == .captured)
+    }
+
+    @Test("Read failures back off and keep the order open; hints make it due now")
+    func failuresAndHints() {
+        let waiting = order(.onRequest).applying(read(), request: nil, now: t0, deadlines: deadlines).order
+        let failed = waiting.readFailed("timeout", now: t0, retryAfter: .seconds(30))
+        #expect(failed.order.nextDueAt == t0.addingTimeInterval(30))
+        #expect(failed.order.consecutiveFailures == 1)
+        #expect(failed.order.isOpen)
+        let hinted = failed.order.hinted(now: t0.addingTimeInterval(5))
+        #expect(hinted.nextDueAt == t0.addingTimeInterval(5))
+        #expect(hinted.phase == .checking)
+    }
+}
+
+@Suite("Intents")
+struct IntentTests {
+    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+
+    @Test("intended → sent → confirmed, counting attempts")
+    func happyPath() {
+        let intent = Intent(key: "k", kind: .capture, subject: "o", amount: 100, now: t0)
+        #expect(intent.state == .intended)
+        let sent = intent.sending(now: t0)
+        #expect(sent.state == .sent && sent.attempts == 1 && sent.needsResolution)
+        let done = sent.confirmed(result: "cap", now: t0)
+        #expect(done.state == .confirmed && done.isFinished && done.result == "cap" && done.lastError == nil)
+    }
+
+    @Test("Ambiguous needs a read; a retry goes back to intended with the same key")
+    func ambiguousThenRetry() {
+        let sent = Intent(key: "k", kind: .placeOrder, subject: "s", now: t0).sending(now: t0)
+        let unclear = sent.ambiguous("timeout", now: t0)
+        #expect(unclear.needsResolution && !unclear.isFinished)
+        let again = unclear.retrying(nil, at: t0.addingTimeInterval(5), now: t0)
+        #expect(again.state == .intended && again.key == "k" && again.lastError == "timeout" && again.nextAttemptAt == t0.addingTimeInterval(5))
+        #expect(again.sending(now: t0).attempts == 2)
+        #expect(unclear.failed("refused", now: t0).isFinished)
+    }
+
+    @Test("Only OM writes are deduplicated by Klarna")
+    func dedup() {
+        #expect(Intent.Kind.capture.klarnaDeduplicates)
+        #expect(Intent.Kind.extendAuthorization.klarnaDeduplicates)
+        #expect(!Intent.Kind.placeOrder.klarnaDeduplicates)
+        #expect(!Intent.Kind.customerToken.klarnaDeduplicates)
+    }
+}
