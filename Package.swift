@@ -113,6 +113,11 @@ let package = Package(
         .testTarget(name: "ReconcilerCoreTests", dependencies: ["ReconcilerCore"], swiftSettings: strict),
         .testTarget(name: "KlarnaAPITests", dependencies: ["KlarnaAPI"], swiftSettings: strict),
         .testTarget(
+            name: "EngineTests",
+            dependencies: ["Engine", "ReconcilerStore", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore"],
+            swiftSettings: strict
+        ),
+        .testTarget(
             name: "IntegrationTests",
             dependencies: ["KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore"],
             swiftSettings: strict

@@ -52,7 +52,7 @@ public struct Reconciler: Sendable {
         guard var session = try await store.session(id), session.isOpen else { return WorkResult(next: nil) }
         // A session can take several steps in one turn: COMPLETED, then straight on to placing the order.
         for _ in 0..<4 {
-            if let due = session.nextDueAt, due > clock.now { return WorkResult(next: due) }
+            if let due = session.nextDueAt, !isDue(due) { return WorkResult(next: due) }
             switch session.phase {
             case .polling:
                 let (next, handOff) = try await poll(session)
@@ -61,7 +61,7 @@ public struct Reconciler: Sendable {
                 session = next
             case .authorized:
                 let result = try await advanceAuthorized(session)
-                guard result.wake.isEmpty, let next = try await store.session(id), next.isOpen, next.nextDueAt.map({ $0 <= clock.now }) == true else {
+                guard result.wake.isEmpty, let next = try await store.session(id), next.isOpen, next.nextDueAt.map(isDue) == true else {
                     return result
                 }
                 session = next
@@ -327,7 +327,7 @@ public struct Reconciler: Sendable {
         if let key = order.activeIntent, let intent = try await store.intent(key), !intent.isFinished {
             return try await driveOrderIntent(order, intent)
         }
-        if let due = order.nextDueAt, due > clock.now { return WorkResult(next: due) }
+        if let due = order.nextDueAt, !isDue(due) { return WorkResult(next: due) }
         var change = Change()
         let result = try await klarna(&change, { try await client.readOrder(id: id) })
         let now = clock.now
@@ -510,6 +510,9 @@ public struct Reconciler: Sendable {
     }
 
     // MARK: Plumbing
+
+    /// Due now, allowing for the rounding of stored times (the store keeps seconds as a double).
+    private func isDue(_ date: Date) -> Bool { date.timeIntervalSince(clock.now) < 0.001 }
 
     /// One Klarna call under the shared rate budget; a 429's hint pauses everyone. Records health for `status`.
     private func klarna<T: Sendable>(_ change: inout Change, _ call: () async throws -> T) async throws -> Result<T, KlarnaAPIError> {

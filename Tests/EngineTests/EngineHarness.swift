@@ -1,0 +1,147 @@
+import Foundation
+import HTTPServer
+import KlarnaAPI
+import KlarnaSandbox
+import Logging
+import Synchronization
+import Testing
+@testable import Engine
+@testable import ReconcilerCore
+@testable import ReconcilerStore
+
+/// The engine against the sandbox over a real loopback socket, with a real SQLite file, on one manual clock shared
+/// by both sides: 61 minutes pass in a call, and nothing sleeps.
+struct EngineHarness {
+    let sandbox: KlarnaSandbox
+    let store: SQLiteStore
+    let reconciler: Reconciler
+    let clock: ManualClock
+    let directory: TemporaryDirectory
+    let logs: LogLines
+
+    static func with<T: Sendable>(
+        settings: EngineSettings = EngineHarness.fastSettings, requestTimeout: Duration = .seconds(2),
+        _ body: (EngineHarness) async throws -> T
+    ) async throws -> T {
+        let clock = ManualClock(now: Date())
+        let sandbox = KlarnaSandbox(configuration: .init(username: "merchant", password: "secret", clock: clock, random: SeededRandomSource(seed: 7)))
+        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "test.sandbox")) { await sandbox.handle($0) }
+        let serving = Task { try await server.run() }
+        defer { serving.cancel() }
+        let transport = CurlTransport(configuration: .init(connectTimeout: .seconds(2), requestTimeout: requestTimeout))
+        defer { transport.shutdown() }
+        let logs = LogLines()
+        let client = KlarnaClient(
+            configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "merchant", password: "secret")),
+            transport: transport, logger: logs.logger())
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteStore(path: directory.path + "/state.sqlite")
+        let reconciler = Reconciler(
+            store: store, client: client, clock: clock, random: SeededRandomSource(seed: 11), rateLimiter: nil,
+            settings: settings, logger: logs.logger())
+        return try await body(EngineHarness(sandbox: sandbox, store: store, reconciler: reconciler, clock: clock, directory: directory, logs: logs))
+    }
+
+    static let fastSettings = EngineSettings(
+        polling: PollingSchedule(denseInterval: .seconds(2), denseWindow: .seconds(600), maxInterval: .seconds(300), expiryGrace: .seconds(600)),
+        deadlines: Deadlines(authorizationWarnBefore: .seconds(3 * 86_400), autoExtendAuthorization: false, pendingFraudInterval: .seconds(60), orderRecheckInterval: .seconds(6 * 3_600)),
+        readRetry: RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), maxAttempts: .max),
+        writeRetry: RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), maxAttempts: 25),
+        maxConcurrency: 4)
+
+    /// Creates a payment in the sandbox and tracks it.
+    @discardableResult
+    func track(
+        _ spec: SessionSpec = SessionSpec(orderAmount: 10_000), mode: ReconcilerCore.PlaceOrderMode? = ReconcilerCore.PlaceOrderMode.none,
+        capture: CapturePolicy = .immediate, purpose: PaymentPurpose = .buy
+    ) async throws -> CreatedSession {
+        var spec = spec
+        spec.placeOrderMode = spec.placeOrderMode ?? mode?.rawValue
+        spec.intent = spec.intent ?? purpose.rawValue
+        let created = try sandbox.createSession(spec)
+        let session = TrackedSession(
+            hppSessionID: created.hppSessionId, kpSessionID: created.kpSessionId, mode: mode,
+            merchantReference: spec.merchantReference, capturePolicy: capture, purpose: purpose, trackedAt: clock.now)
+        _ = try await store.track(session, event: DomainEvent("tracked", "test"), at: clock.now)
+        return created
+    }
+
+    /// Works every due key until nothing is due before `horizon` from now, moving the clock to each next due time.
+    /// Returns how many steps ran.
+    @discardableResult
+    func run(for horizon: Duration = .seconds(3_600), maxSteps: Int = 2_000) async throws -> Int {
+        let end = clock.now.addingTimeInterval(horizon.timeInterval)
+        var steps = 0
+        while steps < maxSteps {
+            let work = try await store.openWork()
+            let due = work.filter { $0.due <= clock.now }
+            if due.isEmpty {
+                guard let next = work.map(\.due).min(), next <= end else { break }
+                clock.advance(by: Duration(timeInterval: next.timeIntervalSince(clock.now)))
+                continue
+            }
+            for item in due.sorted(by: { $0.due < $1.due }) {
+                _ = try await reconciler.process(item.key)
+                steps += 1
+            }
+        }
+        return steps
+    }
+
+    func session(_ created: CreatedSession) async throws -> TrackedSession {
+        try #require(try await store.session(created.hppSessionId))
+    }
+
+    func order(of created: CreatedSession) async throws -> TrackedOrder {
+        let orderID = try #require(try await session(created).orderID)
+        return try #require(try await store.order(orderID))
+    }
+
+    func outcomes(_ created: CreatedSession) async throws -> [OutcomeKind] {
+        try await store.timeline(for: created.hppSessionId).outcomes.map(\.outcome.kind)
+    }
+
+    func effects(_ kind: SandboxEffect.Kind, kp: String? = nil, order: String? = nil) -> [SandboxEffect] {
+        sandbox.effects(kind: kind).filter { (kp == nil || $0.kpSessionId == kp) && (order == nil || $0.orderId == order) }
+    }
+
+    /// The invariant every test ends with: no KP session got two orders, no order more captures than allowed, no
+    /// session two customer tokens.
+    func expectNoDoubleEffects(capturesPerOrder: Int = 1, sourceLocation: SourceLocation = #_sourceLocation) {
+        let orders = Dictionary(grouping: sandbox.effects(kind: .orderPlaced), by: { $0.kpSessionId ?? "" })
+        #expect(orders.values.allSatisfy { $0.count == 1 }, "an order was placed twice for a KP session", sourceLocation: sourceLocation)
+        let captures = Dictionary(grouping: sandbox.effects(kind: .captured), by: { $0.orderId ?? "" })
+        #expect(captures.values.allSatisfy { $0.count <= capturesPerOrder }, "an order was captured too often: \(captures.mapValues(\.count))", sourceLocation: sourceLocation)
+        let tokens = Dictionary(grouping: sandbox.effects(kind: .customerTokenCreated), by: { $0.kpSessionId ?? "" })
+        #expect(tokens.values.allSatisfy { $0.count == 1 }, "two customer tokens for one session", sourceLocation: sourceLocation)
+    }
+}
+
+/// Log lines in memory, with metadata, to check what reaches the logs (and what must not).
+final class LogLines: Sendable {
+    private let lines = Mutex<[String]>([])
+    var all: [String] { lines.withLock { $0 } }
+
+    func logger() -> Logger {
+        var logger = Logger(label: "test.engine") { _ in Handler(sink: self) }
+        logger.logLevel = .trace
+        return logger
+    }
+
+    struct Handler: LogHandler {
+        let sink: LogLines
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String, file: String, function: String, line: UInt) {
+            let all = metadata.merging(explicit ?? [:]) { $1 }
+            let rendered = "\(level) \(message) \(all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"
+            sink.lines.withLock { $0.append(rendered) }
+        }
+    }
+}
