@@ -158,7 +158,7 @@ public struct Reconciler: Sendable {
                 paymentSession = kp
             }
         }
-        if let next = intent.nextAttemptAt, next > now {
+        if let next = intent.nextAttemptAt, !now.hasReached(next) {
             var waiting = session
             waiting.nextDueAt = next
             change.sessions = [waiting]
@@ -166,9 +166,10 @@ public struct Reconciler: Sendable {
             try await commit(change, now: now)
             return WorkResult(next: next)
         }
-        if let expiry = session.tokenExpiresAt, now >= expiry {
+        if let expiry = session.tokenExpiresAt, now.hasReached(expiry) {
             change.intents = [intent.failed("authorization token expired", now: now)]
-            let step = session.tokenExpired(now: now, detail: intent.lastError.map { "last error: \($0)" } ?? "no attempt succeeded")
+            let lastError = intent.lastError ?? session.lastError
+            let step = session.tokenExpired(now: now, detail: lastError.map { "last error: \($0)" } ?? "no attempt succeeded")
             record(step, into: &change)
             try await commit(change, now: now)
             return WorkResult(next: nil)
@@ -412,7 +413,7 @@ public struct Reconciler: Sendable {
                 intent = intent.retrying(nil, at: now, now: now)
             }
         }
-        if let next = intent.nextAttemptAt, next > now {
+        if let next = intent.nextAttemptAt, !now.hasReached(next) {
             var waiting = order
             waiting.nextDueAt = next
             change.orders = [waiting]
@@ -511,8 +512,7 @@ public struct Reconciler: Sendable {
 
     // MARK: Plumbing
 
-    /// Due now, allowing for the rounding of stored times (the store keeps seconds as a double).
-    private func isDue(_ date: Date) -> Bool { date.timeIntervalSince(clock.now) < 0.001 }
+    private func isDue(_ date: Date) -> Bool { clock.now.hasReached(date) }
 
     /// One Klarna call under the shared rate budget; a 429's hint pauses everyone. Records health for `status`.
     private func klarna<T: Sendable>(_ change: inout Change, _ call: () async throws -> T) async throws -> Result<T, KlarnaAPIError> {

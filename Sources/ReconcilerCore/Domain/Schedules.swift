@@ -34,7 +34,7 @@ public struct PollingSchedule: Sendable, Equatable, Codable {
     public func nextPoll(now: Date, anchor: Date, expiresAt: Date?) -> Date {
         let elapsed = Duration(timeInterval: max(0, now.timeIntervalSince(anchor)))
         var next = now.addingTimeInterval(interval(sinceAnchor: elapsed).timeInterval)
-        if let expiresAt, now < expiresAt, next > expiresAt { next = expiresAt }
+        if let expiresAt, !now.hasReached(expiresAt), next > expiresAt { next = expiresAt }
         return next
     }
 }

@@ -219,7 +219,7 @@ extension TrackedOrder {
             step.action = .capture(amount: observation.remainingAuthorizedAmount, requestID: nil)
             return step
         case .onRequest:
-            if let expiresAt = order.expiresAt, now >= expiresAt {
+            if let expiresAt = order.expiresAt, now.hasReached(expiresAt) {
                 return close(.expired, "the authorization expired at \(TrackedSession.format(expiresAt)) without a capture request")
             }
             if let request {
@@ -238,7 +238,7 @@ extension TrackedOrder {
             var next = now.addingTimeInterval(deadlines.orderRecheckInterval.timeInterval)
             if let expiresAt = order.expiresAt {
                 let warnAt = expiresAt.addingTimeInterval(-deadlines.authorizationWarnBefore.timeInterval)
-                if now >= warnAt {
+                if now.hasReached(warnAt) {
                     if order.warnedForExpiry != expiresAt {
                         order.warnedForExpiry = expiresAt
                         step.events.append(DomainEvent("authorization_expiring", "the authorization expires at \(TrackedSession.format(expiresAt)) and the order is not captured"))
@@ -311,7 +311,7 @@ extension TrackedOrder {
     }
 
     private func capped(_ date: Date, now: Date) -> Date {
-        guard let expiresAt, expiresAt > now else { return date }
+        guard let expiresAt, !now.hasReached(expiresAt) else { return date }
         return min(date, expiresAt)
     }
 }

@@ -201,14 +201,17 @@ extension TrackedSession {
         var session = self
         session.consecutiveFailures += 1
         session.lastError = error
-        if phase == .polling, let expiresAt, now >= expiresAt.addingTimeInterval(schedule.expiryGrace.timeInterval) {
+        if phase == .polling, let expiresAt, now.hasReached(expiresAt.addingTimeInterval(schedule.expiryGrace.timeInterval)) {
             session.phase = .closed
             session.outcome = .expired
             session.nextDueAt = nil
             let reason = "HPP session passed expires_at \(Self.format(expiresAt)) while Klarna could not be read (\(error))"
             return SessionStep(session: session, events: [DomainEvent("expired", reason)], outcome: session.outcome(.expired, reason))
         }
-        session.nextDueAt = now.addingTimeInterval(retryAfter.timeInterval)
+        var next = now.addingTimeInterval(retryAfter.timeInterval)
+        // Never sleep through the token's deadline: its expiry is an outcome, recorded on time.
+        if phase == .authorized, let tokenExpiresAt, !now.hasReached(tokenExpiresAt) { next = min(next, tokenExpiresAt) }
+        session.nextDueAt = next
         return SessionStep(session: session, events: [DomainEvent("read_failed", "\(error); next read in \(Self.seconds(retryAfter))")])
     }
 

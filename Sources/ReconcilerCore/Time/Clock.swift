@@ -91,3 +91,9 @@ extension Duration {
         self = .nanoseconds(Int64((timeInterval * 1e9).rounded()))
     }
 }
+
+extension Date {
+    /// `true` once `deadline` has come, allowing a millisecond for the rounding of stored times: work scheduled for a
+    /// deadline must see it as reached when it runs.
+    public func hasReached(_ deadline: Date) -> Bool { timeIntervalSince(deadline) > -0.001 }
+}

@@ -1,0 +1,246 @@
+import Foundation
+import KlarnaAPI
+import KlarnaSandbox
+import Testing
+@testable import Engine
+@testable import ReconcilerCore
+@testable import ReconcilerStore
+
+@Suite("Engine against the sandbox: faults, deadlines, recovery")
+struct EngineFaultTests {
+    static let completesSoon = [ScheduleStep(afterSeconds: 5, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: 30, status: "COMPLETED")]
+
+    static let routes = ["hpp.read_session", "kp.read_session", "kp.create_order", "om.read_order", "om.create_capture"]
+
+    static let faults: [(String, SandboxFault.Kind, Int?)] = [
+        ("503", .status, 503), ("500", .status, 500), ("429", .rateLimit, nil), ("timeout", .delay, nil),
+        ("reset", .reset, nil), ("malformed", .malformed, nil),
+    ]
+
+    static var cases: [(String, String)] { routes.flatMap { route in faults.map { (route, $0.0) } } }
+
+    @Test("Faults on every route, before Klarna acts: the payment still ends captured, one order, one capture", arguments: cases)
+    func faultBeforeEffect(route: String, name: String) async throws {
+        let (_, kind, status) = Self.faults.first { $0.0 == name }!
+        try await EngineHarness.with(requestTimeout: .milliseconds(800)) { h in
+            let created = try await h.track(SessionSpec(orderAmount: 7_700, schedule: Self.completesSoon))
+            h.sandbox.addFault(SandboxFault(route: route, kind: kind, status: status, delayMs: 1_200, resetSeconds: 20, count: 2))
+            try await h.run()
+            if route == "kp.create_order", kind == .delay {
+                // A slow Klarna still places the order after the client gave up: the daemon must not place another,
+                // and says so.
+                #expect(try await h.outcomes(created) == [.needsAttention])
+                #expect(h.effects(.orderPlaced).count == 1)
+                return
+            }
+            #expect(try await h.outcomes(created) == [.orderPlaced, .captured], "\(route) \(name)")
+            let order = try await h.order(of: created)
+            #expect(h.effects(.captured, order: order.orderID).map(\.amount) == [7_700])
+            #expect(h.sandbox.requests(route: route).contains { $0.fault != nil }, "the fault fired")
+            h.expectNoDoubleEffects()
+            let events = try await h.store.timeline(for: created.hppSessionId).events
+            // libcurl transparently repeats a read whose reused connection was reset; every other failure shows.
+            if kind != .reset || route.hasPrefix("om.create") || route.hasPrefix("kp.create") {
+                #expect(events.contains { ["read_failed", "retry", "ambiguous"].contains($0.kind) }, "the failure is on the timeline")
+            }
+            if kind == .rateLimit {
+                // The 429's X-Ratelimit-Reset (20 s) was honoured: no request to that route inside the window.
+                let requests = h.sandbox.requests(route: route)
+                let limited = try #require(requests.firstIndex { $0.status == 429 })
+                #expect(requests[limited + 1].at.timeIntervalSince(requests[limited].at) >= 20)
+            }
+        }
+    }
+
+    @Test("A capture whose answer is lost after Klarna made it is confirmed by reading the order, never repeated",
+          arguments: [SandboxFault.Kind.reset, .delay, .status])
+    func captureLostAnswer(kind: SandboxFault.Kind) async throws {
+        try await EngineHarness.with(requestTimeout: .milliseconds(800)) { h in
+            let created = try await h.track(SessionSpec(orderAmount: 4_200, schedule: Self.completesSoon))
+            h.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: kind, status: 502, delayMs: 1_200, afterEffect: true, count: 1))
+            try await h.run()
+            #expect(try await h.outcomes(created) == [.orderPlaced, .captured])
+            #expect(h.effects(.captured).count == 1)
+            let intent = try #require(try await h.store.timeline(for: created.hppSessionId).intents.first { $0.kind == .capture })
+            #expect(intent.state == .confirmed)
+            let events = try await h.store.timeline(for: created.hppSessionId).events
+            #expect(events.contains { $0.kind == "ambiguous" })
+            #expect(events.contains { $0.kind == "resolved" && $0.message.contains("was done") })
+            // Every capture request carried the same key.
+            #expect(Set(h.sandbox.requests(route: "om.create_capture").map(\.idempotencyKey)).count == 1)
+        }
+    }
+
+    @Test("create-order answered with a lost response after Klarna placed it: needs attention, never a second order",
+          arguments: [SandboxFault.Kind.reset, .delay, .malformed, .status])
+    func placeOrderLostAnswer(kind: SandboxFault.Kind) async throws {
+        try await EngineHarness.with(requestTimeout: .milliseconds(800)) { h in
+            let created = try await h.track(SessionSpec(orderAmount: 3_000, merchantReference: "shop-77", schedule: Self.completesSoon))
+            h.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: kind, status: 500, delayMs: 1_200, afterEffect: true, count: 1))
+            try await h.run()
+            #expect(try await h.outcomes(created) == [.needsAttention])
+            #expect(h.effects(.orderPlaced).count == 1)
+            #expect(h.sandbox.requests(route: "kp.create_order").count == 1)
+            let outcome = try #require(try await h.store.timeline(for: created.hppSessionId).outcomes.first?.outcome)
+            #expect(outcome.reason.contains("shop-77") && outcome.reason.contains(created.kpSessionId))
+            let intent = try #require(try await h.store.timeline(for: created.hppSessionId).intents.first)
+            #expect(intent.state == .ambiguous)
+        }
+    }
+
+    @Test("A refused create-order is not retried: 409 needs attention, 404 (token gone) is expired")
+    func placeOrderRefused() async throws {
+        try await EngineHarness.with { h in
+            let mismatch = try await h.track(SessionSpec(schedule: Self.completesSoon))
+            h.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .status, status: 409, errorCode: "BAD_VALUE", count: 1))
+            try await h.run()
+            #expect(try await h.outcomes(mismatch) == [.needsAttention])
+            #expect(h.sandbox.requests(route: "kp.create_order").count == 1)
+
+            let released = try await h.track(SessionSpec(schedule: Self.completesSoon))
+            h.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .status, status: 404, errorCode: "NOT_FOUND", count: 1))
+            try await h.run()
+            #expect(try await h.outcomes(released) == [.expired])
+            #expect(h.sandbox.requests(route: "kp.create_order").count == 2)
+            #expect(h.effects(.orderPlaced).isEmpty)
+        }
+    }
+
+    @Test("Klarna's KP API down for 61 minutes after authorization: outcome expired, with the reason, no order")
+    func tokenExpiresDuringOutage() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(schedule: [ScheduleStep(afterSeconds: 10, status: "COMPLETED")]))
+            for route in ["kp.read_session", "kp.create_order"] {
+                h.sandbox.addFault(SandboxFault(route: route, kind: .status, status: 503, count: nil))
+            }
+            try await h.run(for: .seconds(59 * 60))
+            #expect(try await h.session(created).phase == .authorized, "still trying before the hour is up")
+            try await h.run(for: .seconds(2 * 60))
+            let session = try await h.session(created)
+            #expect(session.phase == .closed && session.outcome == .expired)
+            let outcome = try #require(try await h.store.timeline(for: created.hppSessionId).outcomes.first?.outcome)
+            #expect(outcome.reason.contains("authorization token expired"))
+            #expect(outcome.reason.contains("503"))
+            #expect(h.effects(.orderPlaced).isEmpty)
+            // The outage was retried with backoff, not hammered: dozens of reads in an hour, not thousands.
+            let attempts = h.sandbox.requests(route: "kp.read_session").count
+            #expect(attempts > 5 && attempts < 400, "\(attempts) reads")
+        }
+    }
+
+    @Test("All of Klarna down for 61 minutes: on recovery the token's age comes from HPP's updated_at, so no doomed order is attempted")
+    func wholeOutage() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(schedule: [ScheduleStep(afterSeconds: 10, status: "COMPLETED")]))
+            try await h.run(for: .seconds(5))
+            let fault = h.sandbox.addFault(SandboxFault(route: "*", kind: .status, status: 503, count: nil))
+            _ = fault
+            try await h.run(for: .seconds(61 * 60))
+            h.sandbox.clearFaults()
+            try await h.run(for: .seconds(600))
+            #expect(try await h.outcomes(created) == [.expired])
+            #expect(h.sandbox.requests(route: "kp.create_order").isEmpty)
+            let status = try await h.store.summary(now: h.clock.now)
+            #expect(status.lastKlarnaErrorDetail?.contains("503") == true)
+        }
+    }
+
+    @Test("Authorization about to expire: warned once; with auto_extend extended once; expiry without capture is an outcome")
+    func authorizationExpiry() async throws {
+        var settings = EngineHarness.fastSettings
+        settings.deadlines.autoExtendAuthorization = true
+        try await EngineHarness.with(settings: settings) { h in
+            let created = try await h.track(SessionSpec(schedule: Self.completesSoon), capture: .onRequest)
+            try await h.run(for: .seconds(120))
+            let order = try await h.order(of: created)
+            let expiresAt = try #require(order.expiresAt)
+            // Up to three days before expiry: nothing.
+            try await h.run(for: .seconds(expiresAt.timeIntervalSince(h.clock.now) - 3 * 86_400 - 60))
+            #expect(try await h.store.timeline(for: order.orderID).events.filter { $0.kind == "authorization_expiring" }.isEmpty)
+            try await h.run(for: .seconds(120))
+            let events = try await h.store.timeline(for: order.orderID).events
+            #expect(events.filter { $0.kind == "authorization_expiring" }.count == 1)
+            #expect(events.contains { $0.kind == "authorization_extended" })
+            #expect(h.effects(.authorizationExtended, order: order.orderID).count == 1)
+            #expect(h.logs.all.contains { $0.hasPrefix("warning") && $0.contains("event=authorization_expiring") && $0.contains("order_id=\(order.orderID)") })
+            let extended = try #require(try await h.store.order(order.orderID)?.expiresAt)
+            #expect(extended > expiresAt)
+        }
+    }
+
+    @Test("Without auto_extend the warning stands and expiry ends the order as expired")
+    func authorizationExpires() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(schedule: Self.completesSoon), capture: .onRequest)
+            try await h.run(for: .seconds(120))
+            let order = try await h.order(of: created)
+            let expiresAt = try #require(order.expiresAt)
+            try h.sandbox.expire(.order, id: order.orderID)
+            _ = expiresAt
+            var change = Change()
+            change.orders = [order.hinted(now: h.clock.now)]
+            try await h.store.commit(change, at: h.clock.now)
+            try await h.run(for: .seconds(60))
+            #expect(try await h.outcomes(created) == [.orderPlaced, .expired])
+            #expect(h.effects(.authorizationExtended).isEmpty)
+        }
+    }
+
+    @Test("Restart after a crash right after 'sent': the intent is resolved by reading Klarna first")
+    func crashAfterSent() async throws {
+        try await EngineHarness.with { h in
+            // Two sessions authorized; for one Klarna got the order before the crash, for the other it did not.
+            let placed = try await h.track(SessionSpec(schedule: Self.completesSoon))
+            let notPlaced = try await h.track(SessionSpec(schedule: Self.completesSoon))
+            try h.sandbox.setHPPStatus(placed.hppSessionId, "COMPLETED")
+            try h.sandbox.setHPPStatus(notPlaced.hppSessionId, "COMPLETED")
+            for created in [placed, notPlaced] {
+                var session = try await h.session(created)
+                let hpp = try await h.reconciler.client.readHPPSession(id: created.hppSessionId)
+                session.phase = .authorized
+                session.authorizationToken = hpp.authorizationToken
+                session.tokenExpiresAt = h.clock.now.addingTimeInterval(3_600)
+                var change = Change()
+                change.sessions = [session]
+                change.intents = [Intent(key: IdempotencyKey.make(.placeOrder, created.kpSessionId), kind: .placeOrder, subject: created.hppSessionId, now: h.clock.now).sending(now: h.clock.now)]
+                try await h.store.commit(change, at: h.clock.now)
+            }
+            let kp = try await h.reconciler.client.readPaymentSession(id: placed.kpSessionId)
+            let token = try #require(try await h.session(placed).authorizationToken)
+            _ = try await h.reconciler.client.createOrder(authorizationToken: token, order: CreateOrderRequest(session: kp))
+
+            try await h.run()
+            #expect(try await h.outcomes(placed) == [.needsAttention])
+            #expect(try await h.outcomes(notPlaced) == [.orderPlaced, .captured])
+            h.expectNoDoubleEffects()
+        }
+    }
+
+    @Test("Unknown HPP statuses keep polling; an older status from a lagging read changes nothing")
+    func unknownAndStaleStatus() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(schedule: [
+                ScheduleStep(afterSeconds: 5, status: "MANUAL_ID_CHECK"), ScheduleStep(afterSeconds: 15, status: "SOMETHING_NEW"),
+                ScheduleStep(afterSeconds: 30, status: "COMPLETED"),
+            ]))
+            try await h.run()
+            let statuses = try await h.store.timeline(for: created.hppSessionId).events.filter { $0.kind == "status" }.map(\.message)
+            #expect(statuses.contains { $0.contains("SOMETHING_NEW") && $0.contains("unknown to this version") })
+            #expect(try await h.outcomes(created) == [.orderPlaced, .captured])
+        }
+    }
+
+    @Test("Credentials and authorization tokens never reach the logs or the timeline")
+    func noSecrets() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(schedule: Self.completesSoon))
+            try await h.run()
+            let token = try #require(try await h.session(created).authorizationToken)
+            let timeline = try await h.store.timeline(for: created.hppSessionId)
+            let text = h.logs.all.joined(separator: "\n") + timeline.events.map { "\($0.message) \($0.detail)" }.joined() + timeline.outcomes.map(\.outcome.reason).joined()
+            #expect(!text.contains(token))
+            #expect(!text.contains("secret"))
+        }
+    }
+}
+
