@@ -29,7 +29,7 @@ extension Settings {
         do {
             file = try await FileProvider<YAMLSnapshot>(filePath: FilePath(configPath))
         } catch {
-            throw SettingsError(nil, "config file \(configPath) is not valid YAML: \(error)")
+            throw SettingsError(nil, "config file \(configPath) is not valid YAML: \(oneLine(error))")
         }
         var overrides: [String: String] = [:]
         for (name, value) in environment where name.hasPrefix(environmentPrefix) {
@@ -44,7 +44,7 @@ extension Settings {
             do {
                 credentials = ConfigReader(provider: try await DirectoryFilesProvider(directoryPath: FilePath(directory)))
             } catch {
-                throw SettingsError(nil, "cannot read credentials directory \(directory): \(error)")
+                throw SettingsError(nil, "cannot read credentials directory \(directory): \(oneLine(error))")
             }
         }
         return try build(reader, credentials: credentials, environment: environment, needsKlarnaPassword: needsKlarnaPassword)
@@ -168,7 +168,7 @@ extension Settings {
         do {
             document = try Yams.load(yaml: text)
         } catch {
-            throw SettingsError(nil, "config file \(path) is not valid YAML: \(error)")
+            throw SettingsError(nil, "config file \(path) is not valid YAML: \(oneLine(error))")
         }
         guard let document else { return }
         guard let root = document as? [String: Any] else { throw SettingsError(nil, "config file \(path) must be a mapping of sections (klarna:, store:, …)") }
@@ -193,6 +193,11 @@ extension Settings {
             let siblings = SettingsKeys.all.filter { $0.hasPrefix(section + ".") }
             throw SettingsError(key, "unknown key in \(path)" + (siblings.isEmpty ? "" : "; \(section) takes: \(siblings.map { String($0.dropFirst(section.count + 1)) }.joined(separator: ", "))"))
         }
+    }
+
+    /// Library errors can span lines; a config error is one.
+    static func oneLine(_ error: any Error) -> String {
+        "\(error)".split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
     }
 
     static func reason(_ error: any Error) -> String {

@@ -1,0 +1,121 @@
+import Foundation
+import HTTPServer
+import KlarnaAPI
+import Logging
+import Synchronization
+import Testing
+@testable import Engine
+@testable import ReconcilerCore
+@testable import ReconcilerStore
+
+@Suite("Outbox and notifications")
+struct OutboxTests {
+    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+
+    func storeWithOutcomes(_ directory: TemporaryDirectory, count: Int) async throws -> SQLiteStore {
+        let store = try SQLiteStore(path: directory.path + "/s.sqlite")
+        var change = Change()
+        change.outcomes = (0..<count).map { Outcome(kind: $0 % 2 == 0 ? .orderPlaced : .captured, reason: "r\($0)", hppSessionID: "h\($0)", orderID: "o\($0)", amount: 100 * $0, currency: "EUR") }
+        try await store.commit(change, at: t0)
+        return store
+    }
+
+    @Test("Each outcome becomes one complete JSON file in new/, names sorting by time; tmp/ is left empty")
+    func writesFiles() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try await storeWithOutcomes(directory, count: 5)
+        let writer = try OutboxWriter(directory: directory.path + "/outbox")
+        let delivery = OutcomeDeliveryService(store: store, writer: writer, notifier: nil, clock: ManualClock(now: t0), bell: Doorbell(), logger: Logger(label: "t"))
+        await delivery.deliverBatch()
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").sorted()
+        #expect(names.count == 5)
+        #expect(names.first == "20270115T080000.000Z-000000000001-order_placed.json")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/tmp").isEmpty)
+        let data = try Data(contentsOf: URL(fileURLWithPath: directory.path + "/outbox/new/" + names[1]))
+        let json = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        #expect(json["outcome"] as? String == "captured")
+        #expect(json["order_id"] as? String == "o1")
+        #expect(json["amount"] as? Int == 100)
+        #expect((json["idempotency_key"] as? String)?.count == 36)
+        #expect(try await store.undeliveredOutcomes(now: t0, limit: 10).isEmpty)
+        // Delivering again writes nothing new.
+        await delivery.deliverBatch()
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 5)
+    }
+
+    @Test("A crash between rename and bookkeeping rewrites the same file: still one file per outcome")
+    func rewriteIsIdempotent() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try await storeWithOutcomes(directory, count: 1)
+        let writer = try OutboxWriter(directory: directory.path + "/outbox")
+        let stored = try #require(try await store.undeliveredOutcomes(now: t0, limit: 1).first)
+        try writer.write(OutcomeDocument(stored))
+        try writer.write(OutcomeDocument(stored))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 1)
+    }
+
+    @Test("An unwritable outbox keeps the outcome pending; it is written once the directory is usable again")
+    func unwritableOutbox() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try await storeWithOutcomes(directory, count: 2)
+        let writer = try OutboxWriter(directory: directory.path + "/outbox")
+        // A file where tmp/ should be: no process, root included, can create files in it.
+        let tmp = directory.path + "/outbox/tmp"
+        try FileManager.default.removeItem(atPath: tmp)
+        FileManager.default.createFile(atPath: tmp, contents: Data())
+        let delivery = OutcomeDeliveryService(store: store, writer: writer, notifier: nil, clock: ManualClock(now: t0), bell: Doorbell(), logger: Logger(label: "t"))
+        await delivery.deliverBatch()
+        #expect(try await store.undeliveredOutcomes(now: t0, limit: 10).count == 2)
+        try FileManager.default.removeItem(atPath: tmp)
+        try FileManager.default.createDirectory(atPath: tmp, withIntermediateDirectories: false)
+        await delivery.deliverBatch()
+        #expect(try await store.undeliveredOutcomes(now: t0, limit: 10).isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 2)
+    }
+
+    @Test("notify.url gets each outcome with a stable Idempotency-Key, retried with backoff until it answers 2xx")
+    func notifyRetries() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let received = Mutex<[(key: String, body: [UInt8])]>([])
+        let failuresLeft = Mutex(2)
+        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "t")) { request in
+            received.withLock { $0.append((request.header("Idempotency-Key") ?? "", request.body)) }
+            let fail = failuresLeft.withLock { left -> Bool in
+                defer { left -= 1 }
+                return left > 0
+            }
+            return .response(ServerResponse(status: fail ? 503 : 204))
+        }
+        let serving = Task { try await server.run() }
+        defer { serving.cancel() }
+        let store = try await storeWithOutcomes(directory, count: 1)
+        let clock = ManualClock(now: t0)
+        let transport = CurlTransport(configuration: .init())
+        defer { transport.shutdown() }
+        let notifier = OutcomeNotifier(
+            url: "http://127.0.0.1:\(server.port!)/outcomes", transport: transport,
+            retry: RetryPolicy(initialDelay: .seconds(10), maxDelay: .seconds(60), maxAttempts: 5), timeout: .seconds(5))
+        let delivery = OutcomeDeliveryService(
+            store: store, writer: try OutboxWriter(directory: directory.path + "/outbox"), notifier: notifier, clock: clock,
+            random: SeededRandomSource(seed: 3), bell: Doorbell(), logger: Logger(label: "t"))
+        await delivery.deliverBatch()
+        #expect(received.withLock { $0.count } == 1)
+        // Not due again until the backoff has passed.
+        await delivery.deliverBatch()
+        #expect(received.withLock { $0.count } == 1)
+        for _ in 0..<4 {
+            clock.advance(by: .seconds(60))
+            await delivery.deliverBatch()
+        }
+        let calls = received.withLock { $0 }
+        #expect(calls.count == 3)
+        #expect(Set(calls.map(\.key)).count == 1)
+        #expect(try await store.undeliveredOutcomes(now: clock.now.addingTimeInterval(3_600), limit: 10).isEmpty)
+        let body = try #require(try JSONSerialization.jsonObject(with: Data(calls[0].body)) as? [String: Any])
+        #expect(body["idempotency_key"] as? String == calls[0].key)
+    }
+}

@@ -1,0 +1,133 @@
+import Foundation
+import Testing
+@testable import Settings
+
+@Suite("Configuration")
+struct SettingsTests {
+    /// Writes `yaml` (and a password file) into a fresh directory and loads it.
+    func load(_ yaml: String, environment: [String: String] = [:], password: String? = "pw-secret-value") async throws(SettingsError) -> Settings {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        try! yaml.write(toFile: directory.path + "/config.yaml", atomically: true, encoding: .utf8)
+        if let password { try! password.write(toFile: directory.path + "/pw", atomically: true, encoding: .utf8) }
+        return try await Settings.load(configPath: directory.path + "/config.yaml", environment: environment)
+    }
+
+    let minimal = """
+        klarna:
+          base_url: https://api.playground.klarna.com
+          username: K123_abc
+          password_file: pw
+        store:
+          path: state.sqlite
+        """
+
+    func error(_ yaml: String, environment: [String: String] = [:], password: String? = "pw") async -> SettingsError? {
+        do {
+            _ = try await load(yaml, environment: environment, password: password)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test("A minimal config loads with documented defaults; relative paths are relative to the config file")
+    func minimalConfig() async throws {
+        let settings = try await load(minimal)
+        #expect(settings.klarna.baseURL == "https://api.playground.klarna.com")
+        #expect(settings.klarna.credentials.password == "pw-secret-value")
+        #expect(settings.storePath.hasSuffix("/state.sqlite") && settings.storePath.hasPrefix("/"))
+        #expect(settings.outboxDirectory == "/var/spool/klarna-reconciler-outbox")
+        #expect(settings.defaultCapturePolicy == .immediate)
+        #expect(settings.engine.polling.denseInterval == .seconds(2))
+        #expect(settings.ratePerSecond == 25)
+        #expect(!settings.effectiveDescription.contains("pw-secret-value"))
+        #expect(settings.effectiveDescription.contains("klarna.password: <redacted>"))
+    }
+
+    @Test("region + environment give Klarna's regional host")
+    func region() async throws {
+        let settings = try await load("""
+            klarna:
+              region: na
+              environment: production
+              username: u
+              password_file: pw
+            """)
+        #expect(settings.klarna.baseURL == "https://api-na.klarna.com")
+    }
+
+    @Test("Environment overrides win over the file; credentials come from $CREDENTIALS_DIRECTORY")
+    func overridesAndCredentials() async throws {
+        let credentials = TemporaryDirectory()
+        defer { credentials.remove() }
+        try "from-credential\n".write(toFile: credentials.path + "/klarna-password", atomically: true, encoding: .utf8)
+        let settings = try await load("""
+            klarna:
+              base_url: https://api.klarna.com
+              username: u
+            polling:
+              dense_interval_seconds: 2
+            """, environment: [
+                "KLARNA_RECONCILER_POLLING_DENSE_INTERVAL_SECONDS": "7", "CREDENTIALS_DIRECTORY": credentials.path,
+                "KLARNA_RECONCILER_CAPTURE_DEFAULT_POLICY": "on_request", "STATE_DIRECTORY": "/var/lib/x",
+            ], password: nil)
+        #expect(settings.engine.polling.denseInterval == .seconds(7))
+        #expect(settings.klarna.credentials.password == "from-credential")
+        #expect(settings.passwordSource == "credential klarna-password")
+        #expect(settings.defaultCapturePolicy == .onRequest)
+        #expect(settings.storePath == "/var/lib/x/state.sqlite")
+    }
+
+    @Test("Every kind of bad configuration is one precise line naming the key", arguments: [
+        ("klarna:\n  base_url: https://x.klarna.com\n  password_file: pw", "klarna.username: missing"),
+        ("klarna:\n  username: u\n  password_file: pw", "klarna.base_url: missing"),
+        ("klarna:\n  base_url: not a url\n  username: u\n  password_file: pw", "klarna.base_url: \"not a url\" is not an http(s) URL"),
+        ("klarna:\n  base_url: http://api.klarna.com\n  username: u\n  password_file: pw", "plain http to a remote host"),
+        ("klarna:\n  base_url: ftp://api.klarna.com\n  username: u\n  password_file: pw", "is not an http(s) URL"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: missing-file", "klarna.password_file: cannot read"),
+        ("klarna:\n  base_url: https://a.b\n  username: u", "no credential \"klarna-password\""),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password: hunter2", "klarna.password: secrets are never read from config.yaml"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_interval_seconds: fast", "polling.dense_interval_seconds: must be a number, not \"fast\""),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_interval_seconds: -1", "must be greater than 0"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nengine:\n  max_concurrency: 1.5", "engine.max_concurrency: must be a whole number"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nengine:\n  max_concurrency: 0", "must be between 1 and 1024"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\ncapture:\n  default_policy: later", "capture.default_policy: must be one of immediate, on_request, never"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nauthorization_expiry:\n  auto_extend: maybe", "must be true or false"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_intervall_seconds: 2", "polling.dense_intervall_seconds: unknown key"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nlog:\n  level: loud", "log.level: must be one of"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  url: mailto:x", "notify.url"),
+        ("klarna:\n  base_url: https://a.b\n  username: [u, v]\n  password_file: pw", "klarna.username: must be a single value"),
+        ("klarna: [unclosed", "not valid YAML"),
+        ("- just\n- a list", "must be a mapping"),
+    ])
+    func badConfig(yaml: String, expected: String) async {
+        let error = await error(yaml)
+        #expect(error?.description.contains(expected) == true, "\(error?.description ?? "no error") should say \(expected)")
+        #expect(error?.description.contains("\n") == false)
+        #expect(error?.description.contains("hunter2") == false)
+    }
+
+    @Test("An unreadable password file or credential is a config error naming it, not a crash")
+    func unreadable() async throws {
+        // A directory where a file should be cannot be read as text, not even by root.
+        let credentials = TemporaryDirectory()
+        defer { credentials.remove() }
+        try FileManager.default.createDirectory(atPath: credentials.path + "/klarna-password", withIntermediateDirectories: false)
+        let fromDirectory = await error("klarna:\n  base_url: https://a.b\n  username: u", environment: ["CREDENTIALS_DIRECTORY": credentials.path], password: nil)
+        #expect(fromDirectory != nil)
+        #expect(fromDirectory?.description.contains("\n") == false)
+        let fromFile = await error("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: /")
+        #expect(fromFile?.description.hasPrefix("klarna.password_file: cannot read /") == true)
+    }
+
+    @Test("A missing config file says which path")
+    func missingFile() async {
+        do {
+            _ = try await Settings.load(configPath: "/nonexistent/config.yaml", environment: [:])
+            Issue.record("loaded")
+        } catch {
+            #expect(error.description == "cannot read config file /nonexistent/config.yaml: no such file")
+        }
+    }
+}
