@@ -119,7 +119,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore"],
+            dependencies: ["KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore"],
             swiftSettings: strict
         ),
     ]

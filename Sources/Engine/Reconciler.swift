@@ -39,17 +39,20 @@ public struct Reconciler: Sendable {
         self.outcomeBell = outcomeBell
     }
 
-    public func process(_ key: WorkKey) async throws -> WorkResult {
+    /// Works on `key` once. `hinted`: someone said something changed (a webhook, a capture request), so Klarna is
+    /// read now even if the next read was planned for later.
+    public func process(_ key: WorkKey, hinted: Bool = false) async throws -> WorkResult {
         switch key {
-        case .session(let id): try await processSession(id)
-        case .order(let id): try await processOrder(id)
+        case .session(let id): try await processSession(id, hinted: hinted)
+        case .order(let id): try await processOrder(id, hinted: hinted)
         }
     }
 
     // MARK: Sessions
 
-    private func processSession(_ id: String) async throws -> WorkResult {
+    private func processSession(_ id: String, hinted: Bool) async throws -> WorkResult {
         guard var session = try await store.session(id), session.isOpen else { return WorkResult(next: nil) }
+        if hinted, session.phase == .polling { session = session.hinted(now: clock.now) }
         // A session can take several steps in one turn: COMPLETED, then straight on to placing the order.
         for _ in 0..<4 {
             if let due = session.nextDueAt, !isDue(due) { return WorkResult(next: due) }
@@ -323,8 +326,9 @@ public struct Reconciler: Sendable {
 
     // MARK: Orders
 
-    private func processOrder(_ id: String) async throws -> WorkResult {
-        guard let order = try await store.order(id), order.isOpen else { return WorkResult(next: nil) }
+    private func processOrder(_ id: String, hinted: Bool) async throws -> WorkResult {
+        guard var order = try await store.order(id), order.isOpen else { return WorkResult(next: nil) }
+        if hinted, order.activeIntent == nil { order = order.hinted(now: clock.now) }
         if let key = order.activeIntent, let intent = try await store.intent(key), !intent.isFinished {
             return try await driveOrderIntent(order, intent)
         }

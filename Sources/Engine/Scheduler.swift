@@ -18,6 +18,8 @@ public actor Scheduler {
     private var running: Set<WorkKey> = []
     /// Keys woken or rescheduled while running: when to run them once the worker is done.
     private var afterRun: [WorkKey: Date] = [:]
+    /// Keys woken by a hint (a webhook, a capture request): the worker reads Klarna even if not due yet.
+    private var hinted: Set<WorkKey> = []
     private var sequence: UInt64 = 0
     public nonisolated let doorbell = Doorbell()
 
@@ -36,8 +38,10 @@ public actor Scheduler {
         doorbell.ring()
     }
 
-    /// Makes `key` due at `time` unless it is due earlier already (a hint, a CLI request).
+    /// Makes `key` due at `time` unless it is due earlier already (a hint, a CLI request). The next run of the key
+    /// is told it was hinted.
     public func wake(_ key: WorkKey, at time: Date) {
+        hinted.insert(key)
         if running.contains(key) {
             afterRun[key] = min(afterRun[key] ?? time, time)
         } else if let due = dueByKey[key], due <= time {
@@ -48,16 +52,22 @@ public actor Scheduler {
         doorbell.ring()
     }
 
+    public struct Job: Sendable, Equatable {
+        public let key: WorkKey
+        /// Woken by a hint since its last run.
+        public let hinted: Bool
+    }
+
     /// Hands out up to `capacity` keys due at `now`, marking them running.
-    public func take(now: Date, capacity: Int) -> [WorkKey] {
-        var keys: [WorkKey] = []
-        while keys.count < capacity, let top = validTop(), top.due <= now {
+    public func take(now: Date, capacity: Int) -> [Job] {
+        var jobs: [Job] = []
+        while jobs.count < capacity, let top = validTop(), top.due <= now {
             popTop()
             dueByKey[top.key] = nil
             running.insert(top.key)
-            keys.append(top.key)
+            jobs.append(Job(key: top.key, hinted: hinted.remove(top.key) != nil))
         }
-        return keys
+        return jobs
     }
 
     /// When the earliest waiting key is due.

@@ -45,15 +45,15 @@ public struct WorkerService: Service {
         let limit = reconciler.settings.maxConcurrency
         while !stopping.isSet, !Task.isCancelled {
             let capacity = limit - (await scheduler.runningCount)
-            let keys = capacity > 0 ? await scheduler.take(now: clock.now, capacity: capacity) : []
-            for key in keys {
+            let jobs = capacity > 0 ? await scheduler.take(now: clock.now, capacity: capacity) : []
+            for job in jobs {
                 group.addTask {
-                    let result = await work(key)
-                    for other in result.wake { await scheduler.wake(other, at: clock.now) }
-                    await scheduler.finished(key, next: result.next)
+                    let result = await work(job)
+                    for other in result.wake { await scheduler.schedule(other, at: clock.now) }
+                    await scheduler.finished(job.key, next: result.next)
                 }
             }
-            if !keys.isEmpty { continue }
+            if !jobs.isEmpty { continue }
             let timeout = await scheduler.nextDue().map { Duration(timeInterval: max(0, $0.timeIntervalSince(clock.now))) }
             // At capacity, only a finishing worker (which rings) can change anything.
             await scheduler.doorbell.wait(timeout: capacity > 0 ? timeout : nil, clock: clock)
@@ -62,9 +62,10 @@ public struct WorkerService: Service {
 
     /// Runs one key; a failure of the store or anything unexpected is logged and the key tried again later, never
     /// dropped.
-    private func work(_ key: WorkKey) async -> Reconciler.WorkResult {
+    private func work(_ job: Scheduler.Job) async -> Reconciler.WorkResult {
+        let key = job.key
         do {
-            return try await reconciler.process(key)
+            return try await reconciler.process(key, hinted: job.hinted)
         } catch is CancellationError {
             return Reconciler.WorkResult(next: reconciler.clock.now)
         } catch {

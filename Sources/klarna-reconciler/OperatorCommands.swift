@@ -184,7 +184,7 @@ struct ShowCommand: AsyncParsableCommand {
         print("Timeline")
         for event in found.events {
             let extras = event.detail.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-            print("  \(event.at.formatted(.iso8601))  \(event.kind.padding(toLength: 16, withPad: " ", startingAt: 0)) \(event.message)\(extras.isEmpty ? "" : "  [\(extras)]")")
+            print("  \(event.at.formatted(.iso8601))  \(event.kind.count >= 22 ? event.kind : event.kind.padding(toLength: 22, withPad: " ", startingAt: 0)) \(event.message)\(extras.isEmpty ? "" : "  [\(extras)]")")
         }
         if !found.outcomes.isEmpty { print("Outcomes") }
         for stored in found.outcomes {

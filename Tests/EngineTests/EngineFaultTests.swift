@@ -177,9 +177,7 @@ struct EngineFaultTests {
             let expiresAt = try #require(order.expiresAt)
             try h.sandbox.expire(.order, id: order.orderID)
             _ = expiresAt
-            var change = Change()
-            change.orders = [order.hinted(now: h.clock.now)]
-            try await h.store.commit(change, at: h.clock.now)
+            _ = try await h.reconciler.process(.order(order.orderID), hinted: true)
             try await h.run(for: .seconds(60))
             #expect(try await h.outcomes(created) == [.orderPlaced, .expired])
             #expect(h.effects(.authorizationExtended).isEmpty)

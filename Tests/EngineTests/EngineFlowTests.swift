@@ -37,17 +37,14 @@ struct EngineModeTests {
             #expect(order.phase == .awaitingCapture)
             #expect(h.effects(.captured).isEmpty)
             #expect(try await h.store.requestCapture(orderID: order.orderID, amount: 2_500, at: h.clock.now) == .accepted(id: 1))
-            // The wakeup brings the order due now (the daemon's wakeup poller does this; here we hint directly).
-            var change = Change()
-            change.orders = [order.hinted(now: h.clock.now)]
-            try await h.store.commit(change, at: h.clock.now)
+            // The daemon's wakeup poller hands the order to a worker as hinted.
+            _ = try await h.reconciler.process(.order(order.orderID), hinted: true)
             try await h.run()
             order = try await h.order(of: created)
             #expect(order.capturedAmount == 2_500)
             #expect(order.phase == .awaitingCapture)
             _ = try await h.store.requestCapture(orderID: order.orderID, amount: nil, at: h.clock.now)
-            change.orders = [order.hinted(now: h.clock.now)]
-            try await h.store.commit(change, at: h.clock.now)
+            _ = try await h.reconciler.process(.order(order.orderID), hinted: true)
             try await h.run()
             order = try await h.order(of: created)
             #expect(order.phase == .closed && order.capturedAmount == 10_000)
@@ -64,9 +61,7 @@ struct EngineModeTests {
             try await h.run()
             let order = try await h.order(of: created)
             _ = try await h.store.requestCapture(orderID: order.orderID, amount: 5_000, at: h.clock.now)
-            var change = Change()
-            change.orders = [order.hinted(now: h.clock.now)]
-            try await h.store.commit(change, at: h.clock.now)
+            _ = try await h.reconciler.process(.order(order.orderID), hinted: true)
             try await h.run()
             #expect(h.effects(.captured).isEmpty)
             #expect(try await h.store.oldestCaptureRequest(orderID: order.orderID) == nil)

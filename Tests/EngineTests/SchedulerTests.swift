@@ -16,8 +16,8 @@ struct SchedulerTests {
         await scheduler.schedule(.session("b"), at: t0.addingTimeInterval(2))
         await scheduler.schedule(.session("later"), at: t0.addingTimeInterval(100))
         #expect(await scheduler.take(now: t0, capacity: 10).isEmpty)
-        #expect(await scheduler.take(now: t0.addingTimeInterval(5), capacity: 2) == [.session("a"), .session("b")])
-        #expect(await scheduler.take(now: t0.addingTimeInterval(5), capacity: 2) == [.session("c")])
+        #expect(await scheduler.take(now: t0.addingTimeInterval(5), capacity: 2).map(\.key) == [.session("a"), .session("b")])
+        #expect(await scheduler.take(now: t0.addingTimeInterval(5), capacity: 2).map(\.key) == [.session("c")])
         #expect(await scheduler.nextDue() == t0.addingTimeInterval(100))
     }
 
@@ -31,7 +31,7 @@ struct SchedulerTests {
         #expect(await scheduler.nextDue() == t0.addingTimeInterval(50))
         await scheduler.wake(.order("o"), at: t0.addingTimeInterval(5))
         #expect(await scheduler.nextDue() == t0.addingTimeInterval(5))
-        #expect(await scheduler.take(now: t0.addingTimeInterval(100), capacity: 10) == [.order("o")])
+        #expect(await scheduler.take(now: t0.addingTimeInterval(100), capacity: 10).map(\.key) == [.order("o")])
         #expect(await scheduler.scheduledCount == 0)
     }
 
@@ -39,15 +39,27 @@ struct SchedulerTests {
     func perKeySerialization() async {
         let scheduler = Scheduler()
         await scheduler.schedule(.session("s"), at: t0)
-        #expect(await scheduler.take(now: t0, capacity: 10) == [.session("s")])
+        #expect(await scheduler.take(now: t0, capacity: 10).map(\.key) == [.session("s")])
         await scheduler.wake(.session("s"), at: t0)
         await scheduler.schedule(.session("s"), at: t0)
         #expect(await scheduler.take(now: t0.addingTimeInterval(1), capacity: 10).isEmpty)
         // The worker says "again in an hour"; the wake during the run wins.
         await scheduler.finished(.session("s"), next: t0.addingTimeInterval(3_600))
-        #expect(await scheduler.take(now: t0.addingTimeInterval(1), capacity: 10) == [.session("s")])
+        #expect(await scheduler.take(now: t0.addingTimeInterval(1), capacity: 10).map(\.key) == [.session("s")])
         await scheduler.finished(.session("s"), next: nil)
         #expect(await scheduler.nextDue() == nil)
+    }
+
+    @Test("A wake marks the next run as hinted, once; a plain schedule does not")
+    func hints() async {
+        let scheduler = Scheduler()
+        await scheduler.schedule(.order("o"), at: t0)
+        #expect(await scheduler.take(now: t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: false)])
+        await scheduler.wake(.order("o"), at: t0)
+        await scheduler.finished(.order("o"), next: t0.addingTimeInterval(3_600))
+        #expect(await scheduler.take(now: t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: true)])
+        await scheduler.finished(.order("o"), next: t0)
+        #expect(await scheduler.take(now: t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: false)])
     }
 
     @Test("A finished key with nothing to do disappears; running count tracks workers")
@@ -57,7 +69,7 @@ struct SchedulerTests {
         let taken = await scheduler.take(now: t0, capacity: 3)
         #expect(taken.count == 3)
         #expect(await scheduler.runningCount == 3)
-        for key in taken { await scheduler.finished(key, next: nil) }
+        for job in taken { await scheduler.finished(job.key, next: nil) }
         #expect(await scheduler.runningCount == 0)
         #expect(await scheduler.take(now: t0, capacity: 10).count == 2)
     }

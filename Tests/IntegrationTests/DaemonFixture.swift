@@ -1,0 +1,137 @@
+import Foundation
+import Glibc
+import HTTPServer
+import KlarnaSandbox
+import Logging
+import ReconcilerCore
+import ReconcilerStore
+import Testing
+
+/// The real `klarna-reconciler` binary as a separate process, with its config, store and outbox in a temporary
+/// folder, against a sandbox served from the test process over a real loopback socket.
+final class DaemonFixture: @unchecked Sendable {
+    let directory: String
+    let sandbox: KlarnaSandbox
+    let sandboxURL: String
+    private let serving: Task<Void, any Error>
+    private(set) var daemon: Process?
+    var configPath: String { directory + "/config.yaml" }
+    var storePath: String { directory + "/state/state.sqlite" }
+    var outboxNew: String { directory + "/outbox/new" }
+
+    /// - Parameter extraConfig: YAML appended to the generated config.
+    init(extraConfig: String = "") async throws {
+        directory = NSTemporaryDirectory() + "klarna-reconciler-daemon-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        sandbox = KlarnaSandbox(configuration: .init(username: "merchant", password: "daemon-secret"))
+        let sandbox = self.sandbox
+        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "test.sandbox")) { await sandbox.handle($0) }
+        serving = Task { try await server.run() }
+        sandboxURL = "http://127.0.0.1:\(server.port!)"
+        try "daemon-secret\n".write(toFile: directory + "/klarna-password", atomically: true, encoding: .utf8)
+        try """
+            klarna:
+              base_url: \(sandboxURL)
+              username: merchant
+              password_file: klarna-password
+              request_timeout_seconds: 2
+            store:
+              path: state/state.sqlite
+            outbox:
+              dir: outbox
+            polling:
+              dense_interval_seconds: 0.2
+              pending_fraud_interval_seconds: 0.5
+            retry:
+              initial_delay_ms: 100
+              max_delay_seconds: 2
+            rate_limit:
+              requests_per_second: 2000
+              burst: 200
+            engine:
+              wakeup_interval_ms: 100
+            log:
+              level: info
+            \(extraConfig)
+            """.write(toFile: configPath, atomically: true, encoding: .utf8)
+    }
+
+    deinit {
+        if let daemon, daemon.isRunning { kill(daemon.processIdentifier, SIGKILL) }
+        serving.cancel()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Starts `run` and waits for READY=1 on a notify socket.
+    func start() async throws {
+        let notify = try NotifySocket(path: directory + "/notify-\(UUID().uuidString.prefix(6))")
+        let process = Process()
+        process.executableURL = SandboxProcessTests.executable
+        process.arguments = ["run", "--config", configPath]
+        process.environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }
+        FileManager.default.createFile(atPath: directory + "/daemon.log", contents: nil)
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/daemon.log"))
+        log.seekToEndOfFile()
+        process.standardError = log
+        process.standardOutput = log
+        try process.run()
+        daemon = process
+        let ready = try await notify.receive(timeout: .seconds(20))
+        #expect(ready?.hasPrefix("READY=1") == true, "daemon did not report READY: \(daemonLog.suffix(500))")
+    }
+
+    var daemonLog: String { (try? String(contentsOfFile: directory + "/daemon.log", encoding: .utf8)) ?? "" }
+
+    func kill9() async throws {
+        guard let daemon else { return }
+        kill(daemon.processIdentifier, SIGKILL)
+        try await waitUntil(timeout: .seconds(10)) { !daemon.isRunning }
+        self.daemon = nil
+    }
+
+    /// SIGTERM, then the exit status.
+    func stop() async throws -> Int32 {
+        guard let daemon else { return -1 }
+        kill(daemon.processIdentifier, SIGTERM)
+        try await waitUntil(timeout: .seconds(20)) { !daemon.isRunning }
+        self.daemon = nil
+        return daemon.terminationStatus
+    }
+
+    struct Result {
+        let status: Int32
+        let output: String
+        let errors: String
+    }
+
+    /// Runs a CLI command against this fixture's config and returns its exit status and output.
+    func cli(_ arguments: [String], config: String? = nil) async throws -> Result {
+        let id = UUID().uuidString.prefix(8)
+        let out = directory + "/cli-\(id).out", err = directory + "/cli-\(id).err"
+        FileManager.default.createFile(atPath: out, contents: nil)
+        FileManager.default.createFile(atPath: err, contents: nil)
+        let process = Process()
+        process.executableURL = SandboxProcessTests.executable
+        process.arguments = arguments + ["--config", config ?? configPath]
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: err))
+        try process.run()
+        try await waitUntil(timeout: .seconds(30)) { !process.isRunning }
+        return Result(
+            status: process.terminationStatus, output: try String(contentsOfFile: out, encoding: .utf8),
+            errors: try String(contentsOfFile: err, encoding: .utf8))
+    }
+
+    func readStore() throws -> SQLiteStore { try SQLiteStore(path: storePath, readOnly: true) }
+
+    func outboxFiles() -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: outboxNew)) ?? []).sorted() }
+}
+
+/// Waits for an async condition, checking every 50 ms, failing after `timeout`.
+func waitUntilAsync(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while try await !condition() {
+        if ContinuousClock.now > deadline { throw ConditionTimeout() }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+}
