@@ -5,159 +5,213 @@ import KlarnaAPI
 import KlarnaSandbox
 import Logging
 import ReconcilerCore
+import ReconcilerStore
 
 struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo",
-        abstract: "Starts the Klarna sandbox and walks payments through it with the real client, printing each step."
+        abstract: "Runs the Klarna sandbox and the daemon in a temporary folder, tracks sample payments and shows what happened."
     )
 
-    @Flag(name: .long, help: "Also print the client's own log lines (request ids, durations, correlation ids).")
-    var verbose = false
+    @Flag(name: .long, help: "Keep the temporary folder (config, store, outbox, daemon log) afterwards.")
+    var keep = false
 
     func run() async throws {
-        var logger = Logger(label: "klarna-reconciler.demo")
-        logger.logLevel = verbose ? .debug : .warning
-        let sandbox = KlarnaSandbox()
-        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: logger) { await sandbox.handle($0) }
-        let serving = Task { try await server.run() }
-        defer { serving.cancel() }
-
-        let baseURL = "http://127.0.0.1:\(server.port!)"
-        let transport = CurlTransport(configuration: .init(
-            connectTimeout: .seconds(2), requestTimeout: .seconds(2),
-            userAgent: KlarnaClient.userAgent(libcurl: CurlTransport.libcurlVersion)))
-        let client = KlarnaClient(
-            configuration: KlarnaConfiguration(
-                baseURL: baseURL, credentials: BasicCredentials(username: "sandbox-merchant", password: "sandbox-secret")),
-            transport: transport, logger: logger)
-        let retrier = Retrier(
-            policy: RetryPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(2), maxAttempts: 6, deadline: .seconds(20)),
-            clock: SystemClock(), random: SystemRandomSource(),
-            rateLimiter: RateLimiter(ratePerSecond: 50, burst: 10, clock: SystemClock()))
-        let script = DemoScript(sandbox: sandbox, client: client, retrier: retrier)
-
-        print("klarna-reconciler \(ProductInfo.version) demo: Klarna sandbox on \(baseURL), client over \(CurlTransport.libcurlVersion.split(separator: " ").first ?? "libcurl")")
-        try await script.run()
-        transport.shutdown()
+        let folder = NSTemporaryDirectory() + "klarna-reconciler-demo-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let demo = try await Demo(folder: folder)
+        defer {
+            demo.stopDaemon()
+            if !keep { try? FileManager.default.removeItem(atPath: folder) }
+        }
+        try await demo.run()
+        print(keep ? "\nEverything is in \(folder)" : "\n(run with --keep to look at the config, store, outbox and daemon log)")
     }
 }
 
-/// The scripted flow. Each step says what the merchant's side does and shows what Klarna answered.
-struct DemoScript {
-    let sandbox: KlarnaSandbox
-    let client: KlarnaClient
-    let retrier: Retrier
+/// The scripted tour: each step says what the shop does and what the daemon made of it.
+final class Demo: @unchecked Sendable {
+    let folder: String
+    let sandbox = KlarnaSandbox()
+    let baseURL: String
+    private let serving: Task<Void, any Error>
+    private var daemon: Process?
+    private static let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+
+    init(folder: String) async throws {
+        self.folder = folder
+        let sandbox = self.sandbox
+        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "demo.sandbox")) { await sandbox.handle($0) }
+        serving = Task { try await server.run() }
+        baseURL = "http://127.0.0.1:\(server.port!)"
+    }
+
+    deinit { serving.cancel() }
 
     func run() async throws {
-        let lines = [
-            SandboxOrderLine(name: "Running shoes", quantity: 1, unitPrice: 19_900, totalAmount: 19_900, taxRate: 1_900, totalTaxAmount: 3_177),
-            SandboxOrderLine(name: "Socks (3 pack)", quantity: 1, unitPrice: 5_000, totalAmount: 5_000, taxRate: 1_900, totalTaxAmount: 798),
+        step(1, "A Klarna sandbox on \(baseURL) and the daemon in \(folder)")
+        try writeConfig()
+        try await startDaemon()
+        detail("daemon ready (pid \(daemon!.processIdentifier)); config.yaml, state/state.sqlite and outbox/ live in the folder")
+
+        step(2, "The shop creates payments and tells the daemon to track them (klarna-reconciler track …)")
+        let lines = [SandboxOrderLine(name: "Running shoes", quantity: 1, unitPrice: 19_900, totalAmount: 19_900, taxRate: 1_900, totalTaxAmount: 3_177)]
+        func payment(_ reference: String, mode: String = "NONE", fraud: String? = nil, completes: String = "COMPLETED", after: Double = 1.5) throws -> CreatedSession {
+            try sandbox.createSession(SessionSpec(
+                purchaseCurrency: "EUR", purchaseCountry: "DE", locale: "de-DE", orderLines: lines, merchantReference: reference,
+                placeOrderMode: mode, fraudStatus: fraud, fraudDecisionAfterSeconds: fraud == nil ? nil : 4, fraudDecision: fraud == nil ? nil : "ACCEPTED",
+                schedule: [ScheduleStep(afterSeconds: 0.5, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: after, status: completes)]))
+        }
+        let payments: [(String, CreatedSession, [String])] = [
+            ("NONE, capture immediate", try payment("shop-1001"), []),
+            ("PLACE_ORDER (HPP places the order)", try payment("shop-1002", mode: "PLACE_ORDER"), ["--mode", "PLACE_ORDER"]),
+            ("CAPTURE_ORDER (HPP also captures)", try payment("shop-1003", mode: "CAPTURE_ORDER"), ["--mode", "CAPTURE_ORDER"]),
+            ("the consumer cancels", try payment("shop-1004", completes: "CANCELLED"), []),
+            ("fraud review PENDING, then ACCEPTED", try payment("shop-1005", fraud: "PENDING"), []),
+            ("capture on request", try payment("shop-1006"), ["--capture", "on_request"]),
+            ("completes while Klarna is down", try payment("shop-1007", after: 2.5), []),
         ]
-        step(1, "The shop creates a payment: a KP session and an HPP session in front of it")
-        let created = try sandbox.createSession(SessionSpec(
-            orderTaxAmount: 3_975, purchaseCurrency: "EUR", purchaseCountry: "DE", locale: "de-DE", orderLines: lines,
-            merchantReference: "shop-order-1001", schedule: [
-                ScheduleStep(afterSeconds: 0.3, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: 0.9, status: "COMPLETED"),
-            ]))
-        detail("kp_session_id  \(created.kpSessionId)")
-        detail("hpp_session_id \(created.hppSessionId) (expires \(KlarnaJSON.formatDate(created.expiresAt)))")
-
-        step(2, "Poll the HPP session until Klarna says it is final")
-        var seen: [HPPSessionStatus] = []
-        var hpp = try await client.readHPPSession(id: created.hppSessionId)
-        while !hpp.status.isFinal {
-            if seen.last != hpp.status { seen.append(hpp.status) }
-            try await Task.sleep(for: .milliseconds(100))
-            hpp = try await client.readHPPSession(id: created.hppSessionId)
-        }
-        seen.append(hpp.status)
-        let token = try required(hpp.authorizationToken, "authorization token")
-        detail(seen.map(\.rawValue).joined(separator: " → ") + "  authorization token …\(token.suffix(6)) (valid 60 minutes)")
-
-        step(3, "Read what the consumer authorized and place the order with the token")
-        let session = try await client.readPaymentSession(id: created.kpSessionId)
-        detail("\(money(session.orderAmount, session.purchaseCurrency)), \(session.orderLines.count) lines, KP session \(session.status)")
-        let placed = try await client.createOrder(authorizationToken: token, order: CreateOrderRequest(session: session))
-        detail("order \(placed.orderID), fraud_status \(placed.fraudStatus)")
-        detail("KP session is now \(try await client.readPaymentSession(id: created.kpSessionId).status)")
-
-        step(4, "Capture the full amount; Klarna does it but the answer is lost on the way back")
-        sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .reset, afterEffect: true))
-        let key = UUID().uuidString.lowercased()
-        let capture = CaptureRequest(capturedAmount: session.orderAmount, reference: "shop-order-1001")
-        let captured = try await retrier.run(onRetry: { retry in
-            detail("attempt \(retry.attempt) failed (\(short(retry.error))); retrying in \(millis(retry.delay)) with the same Klarna-Idempotency-Key")
-        }) { _ in
-            try await client.createCapture(orderID: placed.orderID, request: capture, idempotencyKey: key)
-        }
-        detail("201 Created, Capture-Id \(captured.captureID)")
-        let captures = sandbox.effects(kind: .captured).filter { $0.orderId == placed.orderID }
-        detail("Klarna's ledger: \(captures.count) capture of \(money(captures.first?.amount ?? 0, "EUR")) (the retry was answered from the idempotency store)")
-
-        step(5, "Klarna has an outage while we read the order: 503, 503, then 429 with rate-limit headers")
-        sandbox.addFault(SandboxFault(route: "om.read_order", kind: .status, status: 503, count: 2))
-        sandbox.addFault(SandboxFault(route: "om.read_order", kind: .rateLimit, resetSeconds: 1))
-        let order = try await retrier.run(onRetry: { retry in
-            detail("attempt \(retry.attempt): \(short(retry.error)); next try in \(millis(retry.delay))")
-        }) { _ in try await client.readOrder(id: placed.orderID) }
-        detail("order \(order.status), captured \(money(order.capturedAmount, "EUR")), remaining \(money(order.remainingAuthorizedAmount, "EUR"))")
-
-        step(6, "A second payment comes back with fraud_status PENDING: it must not be captured yet")
-        let pending = try sandbox.createSession(SessionSpec(orderAmount: 4_500, purchaseCurrency: "EUR", purchaseCountry: "DE", fraudStatus: "PENDING"))
-        try sandbox.setHPPStatus(pending.hppSessionId, "COMPLETED")
-        let pendingToken = try required(try await client.readHPPSession(id: pending.hppSessionId).authorizationToken, "authorization token")
-        let pendingSession = try await client.readPaymentSession(id: pending.kpSessionId)
-        let pendingOrder = try await client.createOrder(authorizationToken: pendingToken, order: CreateOrderRequest(session: pendingSession))
-        detail("order \(pendingOrder.orderID), fraud_status \(pendingOrder.fraudStatus)")
-        do {
-            _ = try await client.createCapture(orderID: pendingOrder.orderID, request: CaptureRequest(capturedAmount: 4_500), idempotencyKey: UUID().uuidString)
-            detail("UNEXPECTED: Klarna captured a pending order")
-        } catch let error as KlarnaAPIError {
-            detail("capture refused: HTTP \(error.status ?? 0) \(error.errorCode ?? "") — not retryable: \(error.retryDisposition == .doNotRetry)")
-        }
-        try sandbox.setFraudStatus(orderID: pendingOrder.orderID, "ACCEPTED")
-        detail("Klarna accepts after review: fraud_status \(try await client.readOrder(id: pendingOrder.orderID).fraudStatus)")
-
-        step(7, "A third consumer authorizes but the shop cannot deliver: release the authorization")
-        let (released, releasedToken) = try await authorized(amount: 1_999)
-        try await client.cancelAuthorization(authorizationToken: releasedToken)
-        detail("authorization for KP session \(released.kpSessionId) released (204)")
-        do {
-            _ = try await client.createOrder(authorizationToken: releasedToken, order: CreateOrderRequest(session: try await client.readPaymentSession(id: released.kpSessionId)))
-        } catch let error as KlarnaAPIError {
-            detail("placing an order with it now: HTTP \(error.status ?? 0) \(error.errorMessages.joined())")
+        for (what, created, options) in payments {
+            let output = try await cli(["track", created.hppSessionId, "--kp-session", created.kpSessionId, "--reference", referenceOf(created)] + options)
+            detail("\(referenceOf(created)): \(what)")
+            detail("  \(output.trimmingCharacters(in: .whitespacesAndNewlines))")
         }
 
-        step(8, "What Klarna saw")
-        let requests = sandbox.requests()
-        let byRoute = Dictionary(grouping: requests, by: \.route).sorted { $0.key < $1.key }
-        for (route, entries) in byRoute {
-            let faults = entries.compactMap(\.fault).count
-            let replays = entries.filter(\.replayed).count
-            detail("\(route.padding(toLength: 28, withPad: " ", startingAt: 0)) \(entries.count) request\(entries.count == 1 ? "" : "s")" +
-                (faults > 0 ? ", \(faults) with injected faults" : "") + (replays > 0 ? ", \(replays) idempotent replay" : ""))
+        step(3, "Klarna has an outage: every call answers 503 for three seconds")
+        sandbox.addFault(SandboxFault(route: "*", kind: .status, status: 503, count: nil))
+        try await Task.sleep(for: .seconds(3))
+        sandbox.clearFaults()
+        let failed = sandbox.requests().filter { $0.fault != nil }.count
+        detail("\(failed) calls failed with 503; the daemon backed off and retried (see the timeline below)")
+
+        step(4, "The shop ships shop-1006 and asks for the capture (klarna-reconciler capture ORDER_ID)")
+        let store = try SQLiteStore(path: "\(folder)/state/state.sqlite", readOnly: true)
+        let onRequest = try await waitFor("shop-1006 to be placed") {
+            try await store.timeline(for: "shop-1006").orders.first { $0.phase == .awaitingCapture }?.orderID
         }
+        detail(try await cli(["capture", onRequest]).trimmingCharacters(in: .whitespacesAndNewlines))
+
+        step(5, "Waiting until every payment has reached its end")
+        _ = try await waitFor("every payment to finish", timeout: .seconds(60)) { () -> Bool? in
+            let summary = try await store.summary(now: Date())
+            let open = (summary.sessionsByPhase["polling"] ?? 0) + (summary.sessionsByPhase["authorized"] ?? 0)
+                + summary.ordersByPhase.filter { $0.key != "closed" }.values.reduce(0, +)
+            return open == 0 && summary.undeliveredOutcomes == 0 ? true : nil
+        }
+        for (_, created, _) in payments {
+            let timeline = try await store.timeline(for: created.hppSessionId)
+            let outcomes = timeline.outcomes.map { $0.outcome.kind.rawValue }.joined(separator: ", ")
+            detail("\(referenceOf(created)): \(outcomes)")
+        }
+
+        step(6, "The outbox: one JSON file per outcome, for the shop's backend")
+        let files = (try FileManager.default.contentsOfDirectory(atPath: "\(folder)/outbox/new")).sorted()
+        for file in files { detail(file) }
+
+        step(7, "klarna-reconciler status")
+        print(try await cli(["status"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
+
+        step(8, "klarna-reconciler show shop-1007 (the payment that completed during the outage)")
+        print(try await cli(["show", "shop-1007"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
+
+        step(9, "What Klarna saw")
         let effects = sandbox.effects()
         detail("side effects: " + Dictionary(grouping: effects, by: \.kind).map { "\($0.value.count) \($0.key.rawValue)" }.sorted().joined(separator: ", "))
-        let doubled = Dictionary(grouping: effects.filter { $0.kind == .captured || $0.kind == .orderPlaced }) { "\($0.kind) \($0.orderId ?? "")" }
-            .filter { $0.value.count > 1 }
-        guard doubled.isEmpty else {
-            throw DemoFailure(description: "a side effect happened twice: \(doubled.keys.sorted().joined(separator: ", "))")
+        let orders: [String: [SandboxEffect]] = Dictionary(grouping: effects.filter { $0.kind == .orderPlaced }) { $0.kpSessionId ?? "" }
+        let captures: [String: [SandboxEffect]] = Dictionary(grouping: effects.filter { $0.kind == .captured }) { $0.orderId ?? "" }
+        guard orders.values.allSatisfy({ $0.count == 1 }), captures.values.allSatisfy({ $0.count == 1 }) else {
+            throw DemoFailure(description: "a side effect happened twice")
         }
-        print("\nDone: every call went over real HTTP through libcurl; no order was placed or captured twice.")
+        let stopped = stopDaemon()
+        detail("daemon stopped with SIGTERM: exit \(stopped)")
+        print("\nDone: every payment ended; no order was placed or captured twice.")
     }
 
-    private func authorized(amount: Int) async throws -> (CreatedSession, String) {
-        let created = try sandbox.createSession(SessionSpec(orderAmount: amount, purchaseCurrency: "EUR", purchaseCountry: "DE"))
-        try sandbox.setHPPStatus(created.hppSessionId, "COMPLETED")
-        let token = try required(try await client.readHPPSession(id: created.hppSessionId).authorizationToken, "authorization token")
-        return (created, token)
+    private var references: [String: String] = [:]
+
+    private func referenceOf(_ created: CreatedSession) -> String {
+        if let known = references[created.hppSessionId] { return known }
+        let reference = "shop-\(1001 + references.count)"
+        references[created.hppSessionId] = reference
+        return reference
     }
 
-    private func required<T>(_ value: T?, _ what: String) throws -> T {
-        guard let value else { throw DemoFailure(description: "Klarna sandbox returned no \(what)") }
-        return value
+    private func writeConfig() throws {
+        try "sandbox-secret\n".write(toFile: "\(folder)/klarna-password", atomically: true, encoding: .utf8)
+        try """
+            # Written by `klarna-reconciler demo`; see etc/config.yaml for every key.
+            klarna:
+              base_url: \(baseURL)
+              username: sandbox-merchant
+              password_file: klarna-password
+              request_timeout_seconds: 2
+            store:
+              path: state/state.sqlite
+            outbox:
+              dir: outbox
+            polling:
+              dense_interval_seconds: 0.5
+              pending_fraud_interval_seconds: 1
+            retry:
+              initial_delay_ms: 300
+              max_delay_seconds: 2
+            engine:
+              wakeup_interval_ms: 200
+            """.write(toFile: "\(folder)/config.yaml", atomically: true, encoding: .utf8)
+    }
+
+    private func startDaemon() async throws {
+        let process = Process()
+        process.executableURL = Self.executable
+        process.arguments = ["run", "--config", "\(folder)/config.yaml"]
+        FileManager.default.createFile(atPath: "\(folder)/daemon.log", contents: nil)
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(folder)/daemon.log"))
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        daemon = process
+        _ = try await waitFor("the daemon to be ready") { () -> Bool? in
+            guard process.isRunning else { throw DemoFailure(description: "the daemon exited: \(self.daemonLog)") }
+            return self.daemonLog.contains(" ready: ") ? true : nil
+        }
+    }
+
+    private var daemonLog: String { (try? String(contentsOfFile: "\(folder)/daemon.log", encoding: .utf8)) ?? "" }
+
+    @discardableResult
+    func stopDaemon() -> Int32 {
+        guard let daemon, daemon.isRunning else { return daemon?.terminationStatus ?? 0 }
+        daemon.terminate()
+        daemon.waitUntilExit()
+        return daemon.terminationStatus
+    }
+
+    /// Runs this binary with `arguments` against the demo's config and returns what it printed.
+    private func cli(_ arguments: [String]) async throws -> String {
+        let process = Process()
+        process.executableURL = Self.executable
+        process.arguments = arguments + ["--config", "\(folder)/config.yaml"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let text = String(decoding: data, as: UTF8.self)
+        guard process.terminationStatus == 0 else {
+            throw DemoFailure(description: "klarna-reconciler \(arguments.joined(separator: " ")) failed: \(text)")
+        }
+        return text
+    }
+
+    /// Polls `value` every 100 ms until it is non-nil.
+    private func waitFor<T>(_ what: String, timeout: Duration = .seconds(30), _ value: () async throws -> T?) async throws -> T {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let found = try await value() { return found }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw DemoFailure(description: "timed out waiting for \(what); daemon log:\n\(daemonLog.suffix(2_000))")
     }
 }
 
@@ -167,17 +221,3 @@ struct DemoFailure: Error, CustomStringConvertible {
 
 private func step(_ number: Int, _ text: String) { print("\n\(number). \(text)") }
 private func detail(_ text: String) { print("   \(text)") }
-private func millis(_ duration: Duration) -> String { "\(Int(duration.timeInterval * 1_000)) ms" }
-
-private func money(_ minorUnits: Int, _ currency: String) -> String {
-    String(format: "%d.%02d %@", minorUnits / 100, minorUnits % 100, currency)
-}
-
-private func short(_ error: any Error) -> String {
-    guard let error = error as? KlarnaAPIError else { return "\(error)" }
-    switch error.failure {
-    case .http(let status): return "HTTP \(status) \(error.errorCode ?? "")" + (error.rateLimit.hint.map { ", reset in \(Int($0.timeInterval)) s" } ?? "")
-    case .transport(let transport): return "\(transport.kind)"
-    case .undecodableResponse(let status, _): return "unreadable HTTP \(status)"
-    }
-}

@@ -171,7 +171,7 @@ struct ShowCommand: AsyncParsableCommand {
         for session in found.sessions {
             print("HPP session \(session.hppSessionID)  (KP session \(session.kpSessionID))")
             print("  phase \(session.phase.rawValue)\(session.outcome.map { ", outcome \($0.rawValue)" } ?? ""), HPP status \(session.hppStatus ?? "—"), mode \(session.mode?.rawValue ?? "inferred"), capture \(session.capturePolicy.rawValue), intent \(session.purpose.rawValue)")
-            print("  reference \(session.merchantReference ?? "—"), tracked \(session.trackedAt.formatted(.iso8601)), \(session.reads) reads\(session.expiresAt.map { ", expires \($0.formatted(.iso8601))" } ?? "")\(session.tokenExpiresAt.map { ", token valid until \($0.formatted(.iso8601))" } ?? "")")
+            print("  reference \(session.merchantReference ?? "—"), tracked \(session.trackedAt.formatted(.iso8601)), read \(session.reads) time\(session.reads == 1 ? "" : "s")\(session.expiresAt.map { ", expires \($0.formatted(.iso8601))" } ?? "")\(session.tokenExpiresAt.map { ", token valid until \($0.formatted(.iso8601))" } ?? "")")
         }
         for order in found.orders {
             print("Order \(order.orderID)  (\(order.klarnaReference ?? "no Klarna reference"))")
@@ -208,5 +208,5 @@ func relative(_ date: Date, _ now: Date) -> String {
     let seconds = Int(date.timeIntervalSince(now).rounded())
     let magnitude = abs(seconds)
     let text = magnitude < 120 ? "\(magnitude) s" : magnitude < 7_200 ? "\(magnitude / 60) min" : magnitude < 172_800 ? "\(magnitude / 3_600) h" : "\(magnitude / 86_400) d"
-    return seconds >= 0 ? "in \(text)" : "\(text) ago"
+    return seconds > 0 ? "in \(text)" : "\(text) ago"
 }

@@ -130,4 +130,21 @@ struct SettingsTests {
             #expect(error.description == "cannot read config file /nonexistent/config.yaml: no such file")
         }
     }
+
+    @Test("etc/config.yaml documents every key and loads as it is")
+    func exampleConfig() async throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let example = root.appendingPathComponent("etc/config.yaml").path
+        let text = try String(contentsOfFile: example, encoding: .utf8)
+        for key in SettingsKeys.all {
+            let leaf = String(key.split(separator: ".").last!)
+            #expect(text.contains("\(leaf):"), "etc/config.yaml does not document \(key)")
+        }
+        let credentials = TemporaryDirectory()
+        defer { credentials.remove() }
+        try "pw".write(toFile: credentials.path + "/klarna-password", atomically: true, encoding: .utf8)
+        let settings = try await Settings.load(configPath: example, environment: ["CREDENTIALS_DIRECTORY": credentials.path])
+        #expect(settings.klarna.baseURL == "https://api.playground.klarna.com")
+        #expect(settings.storePath == "/var/lib/klarna-reconciler/state.sqlite")
+    }
 }
