@@ -110,11 +110,21 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        .executableTarget(
+            name: "klarna-engine-bench",
+            dependencies: ["KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore"],
+            path: "Benchmarks/EngineBench",
+            swiftSettings: strict
+        ),
+
         .testTarget(name: "ReconcilerCoreTests", dependencies: ["ReconcilerCore"], swiftSettings: strict),
         .testTarget(name: "KlarnaAPITests", dependencies: ["KlarnaAPI"], swiftSettings: strict),
         .testTarget(
             name: "EngineTests",
-            dependencies: ["Engine", "ReconcilerStore", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore"],
+            dependencies: [
+                "Engine", "ReconcilerStore", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: strict
         ),
         .testTarget(

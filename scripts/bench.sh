@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Client throughput against the Klarna sandbox on loopback, next to wrk against the same sandbox in the same run.
+# Client throughput against the Klarna sandbox on loopback, next to wrk against the same sandbox in the same run;
+# then the engine end to end (sessions/s, calls per session, latency, idle RSS and CPU, start-up with a big store).
 # Usage: scripts/bench.sh  (after `swift build -c release`; `make bench` does both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,3 +35,21 @@ wrk_errors=$(echo "$WRK" | awk '/Non-2xx|Socket errors/ { n++ } END { print n+0 
 printf "%-34s %10s %10s %10s %10s\n" "wrk -t2 -c$CONCURRENCY (C, no JSON decode)" "$wrk_rps" "$wrk_p50" "$wrk_p99" "$wrk_errors"
 echo "client / wrk throughput ratio: $(awk -v a="$(value rps)" -v b="$wrk_rps" 'BEGIN { printf "%.2f", a/b }')"
 echo "client peak RSS: $(value peak_rss_kib) KiB"
+
+# The engine end to end: the real daemon binary against a sandbox on loopback (Benchmarks/EngineBench).
+SESSIONS=${BENCH_SESSIONS:-2000}
+LATENCY_SESSIONS=${BENCH_LATENCY_SESSIONS:-300}
+IDLE_SESSIONS=${BENCH_IDLE_SESSIONS:-100000}
+HISTORY_ROWS=${BENCH_HISTORY_ROWS:-1000000}
+echo
+echo "== klarna-reconciler engine bench: daemon process + in-process sandbox on loopback, SQLite on $(df --output=source "$PWD" | tail -1)"
+ENGINE=$($BIN/klarna-engine-bench $BIN/klarna-reconciler --sessions "$SESSIONS" --latency-sessions "$LATENCY_SESSIONS" \
+    --idle-sessions "$IDLE_SESSIONS" --history-rows "$HISTORY_ROWS")
+engine() { echo "$ENGINE" | awk -v k="$1" '$1 == k { print $2 }'; }
+printf "%-58s %s\n" "sessions completed end to end (COMPLETED → captured)" "$(engine e2e_sessions_per_second)/s ($(engine e2e_sessions) in $(engine e2e_seconds) s, daemon CPU $(engine e2e_daemon_cpu_seconds) s)"
+printf "%-58s %s\n" "Klarna calls per completed session" "$(engine e2e_calls_per_session) ($(echo "$ENGINE" | awk '$1 ~ /^e2e_calls_[a-z]+\./ { sub("e2e_calls_", "", $1); printf "%s %s  ", $1, $2 }'))"
+printf "%-58s %s\n" "HPP COMPLETED → order placed, default polling (2 s)" "p50 $(engine latency_p50_ms) ms, p99 $(engine latency_p99_ms) ms, max $(engine latency_max_ms) ms over $(engine latency_sessions) sessions"
+printf "%-58s %s\n" "  Klarna calls per session, polling from tracking to done" "$(engine latency_calls_per_session)"
+printf "%-58s %s\n" "daemon RSS with $(engine idle_sessions) tracked idle sessions" "$(( $(engine idle_rss_kib) / 1024 )) MiB (READY after $(engine idle_ready_seconds) s)"
+printf "%-58s %s\n" "daemon CPU while idle (10 s, nothing due)" "$(engine idle_cpu_percent) % of one core, $(engine idle_klarna_calls) Klarna calls"
+printf "%-58s %s\n" "time to READY with $(engine history_rows) historical rows" "$(engine history_ready_seconds) s (store $(engine history_store_mib) MiB, RSS $(( $(engine history_rss_kib) / 1024 )) MiB)"

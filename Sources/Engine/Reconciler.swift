@@ -260,40 +260,22 @@ public struct Reconciler: Sendable {
         var change = change
         let now = clock.now
         let detail = Self.detail(error).merging(["intent": intent.key, "attempt": "\(intent.attempts)"]) { $1 }
-        if error.outcomeUnknown {
-            // Perhaps done, perhaps not: the next turn reads Klarna before anything else.
-            let delay = settings.writeRetry.backoffCeiling(afterAttempt: 1)
-            change.intents = [intent.ambiguous(Self.short(error), now: now)]
-            var waiting = session
-            waiting.nextDueAt = now.addingTimeInterval(delay.timeInterval)
-            change.sessions = [waiting]
-            change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(
-                "ambiguous", "\(intent.kind.rawValue) attempt \(intent.attempts) ended without a clear answer (\(Self.short(error))); reading Klarna before anything else"), detail: detail))
-            try await commit(change, now: now)
-            return WorkResult(next: waiting.nextDueAt)
-        }
-        let decision = settings.writeRetry.decide(
-            afterAttempt: intent.attempts, elapsed: Duration(timeInterval: now.timeIntervalSince(intent.createdAt)),
-            disposition: error.retryDisposition, random: random)
-        switch decision {
-        case .retry(let delay):
-            var at = now.addingTimeInterval(delay.timeInterval)
-            if let expiry = session.tokenExpiresAt { at = min(at, expiry) }
-            change.intents = [intent.retrying(Self.short(error), at: at, now: now)]
+        switch verdict(intent, error, now: now, deadline: session.tokenExpiresAt) {
+        case .tryAgain(let next, let at, let event):
+            change.intents = [next]
             var waiting = session
             waiting.nextDueAt = at
             waiting.lastError = Self.short(error)
             change.sessions = [waiting]
-            change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(
-                "retry", "\(intent.kind.rawValue) attempt \(intent.attempts) failed (\(Self.short(error))); retrying in \(TrackedSession.seconds(Duration(timeInterval: at.timeIntervalSince(now))))"), detail: detail))
+            change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event, detail: detail))
             try await commit(change, now: now)
             return WorkResult(next: at)
-        case .giveUp(let reason):
-            change.intents = [intent.failed(Self.short(error), now: now)]
+        case .giveUp(let failed, let reason):
+            change.intents = [failed]
             let kind: OutcomeKind
             let why: String
             switch (error.status, error.errorCode) {
-            case (404, _) where intent.kind == .placeOrder || intent.kind == .customerToken:
+            case (404, _):
                 kind = .expired
                 why = "Klarna refused the authorization token (\(Self.short(error))): it expired or was released"
             case (403, "REJECTED"):
@@ -305,6 +287,41 @@ public struct Reconciler: Sendable {
             }
             change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent("failed", why), detail: detail))
             return try await closeSession(session, kind, why, change: change)
+        }
+    }
+
+    enum Verdict {
+        /// Ambiguous (read Klarna first) or plainly failed but retryable: the intent as it now stands and when to
+        /// come back.
+        case tryAgain(Intent, at: Date, event: DomainEvent)
+        /// Not retryable, or out of attempts: the failed intent and why.
+        case giveUp(Intent, reason: String)
+    }
+
+    /// What a failed side-effect call means for its intent. An unclear answer makes it ambiguous (the next step reads
+    /// Klarna before anything else); a clear, retryable failure schedules the same key again with backoff, never
+    /// past `deadline`; anything else gives up.
+    func verdict(_ intent: Intent, _ error: KlarnaAPIError, now: Date, deadline: Date?) -> Verdict {
+        let what = "\(intent.kind.rawValue) attempt \(intent.attempts)"
+        func capped(_ delay: Duration) -> Date {
+            let at = now.addingTimeInterval(delay.timeInterval)
+            return deadline.map { min(at, $0) } ?? at
+        }
+        if error.outcomeUnknown {
+            let at = capped(Duration(timeInterval: settings.writeRetry.backoffCeiling(afterAttempt: intent.attempts).timeInterval * random.nextUnit()))
+            return .tryAgain(intent.ambiguous(Self.short(error), now: now), at: at, event: DomainEvent(
+                "ambiguous", "\(what) ended without a clear answer (\(Self.short(error))); reading Klarna before anything else"))
+        }
+        let decision = settings.writeRetry.decide(
+            afterAttempt: intent.attempts, elapsed: Duration(timeInterval: now.timeIntervalSince(intent.createdAt)),
+            disposition: error.retryDisposition, random: random)
+        switch decision {
+        case .retry(let delay):
+            let at = capped(delay)
+            return .tryAgain(intent.retrying(Self.short(error), at: at, now: now), at: at, event: DomainEvent(
+                "retry", "\(what) failed (\(Self.short(error))); retrying in \(TrackedSession.seconds(Duration(timeInterval: at.timeIntervalSince(now))))\(intent.kind.klarnaDeduplicates ? " with the same idempotency key" : "")"))
+        case .giveUp(let reason):
+            return .giveUp(intent.failed(Self.short(error), now: now), reason: reason.description)
         }
     }
 
@@ -448,30 +465,16 @@ public struct Reconciler: Sendable {
         case .failure(let error):
             let detail = Self.detail(error).merging(["intent": key, "attempt": "\(intent.attempts)"]) { $1 }
             var waiting = order
-            if error.outcomeUnknown {
-                change.intents = [intent.ambiguous(Self.short(error), now: now)]
-                waiting.nextDueAt = now.addingTimeInterval(settings.writeRetry.backoffCeiling(afterAttempt: intent.attempts).timeInterval * random.nextUnit())
-                change.orders = [waiting]
-                change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
-                    "ambiguous", "\(intent.kind.rawValue) attempt \(intent.attempts) ended without a clear answer (\(Self.short(error))); reading the order before trying again"), detail: detail))
-                try await commit(change, now: now)
-                return WorkResult(next: waiting.nextDueAt)
-            }
-            let decision = settings.writeRetry.decide(
-                afterAttempt: intent.attempts, elapsed: Duration(timeInterval: now.timeIntervalSince(intent.createdAt)),
-                disposition: error.retryDisposition, random: random)
-            switch decision {
-            case .retry(let delay):
-                let at = now.addingTimeInterval(delay.timeInterval)
-                change.intents = [intent.retrying(Self.short(error), at: at, now: now)]
+            switch verdict(intent, error, now: now, deadline: nil) {
+            case .tryAgain(let next, let at, let event):
+                change.intents = [next]
                 waiting.nextDueAt = at
                 change.orders = [waiting]
-                change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
-                    "retry", "\(intent.kind.rawValue) attempt \(intent.attempts) failed (\(Self.short(error))); retrying in \(TrackedSession.seconds(delay)) with the same idempotency key"), detail: detail))
+                change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, event, detail: detail))
                 try await commit(change, now: now)
                 return WorkResult(next: at)
-            case .giveUp(let reason):
-                change.intents = [intent.failed(Self.short(error), now: now)]
+            case .giveUp(let failed, let reason):
+                change.intents = [failed]
                 if let requestID = intent.captureRequestID {
                     change.finishedCaptureRequests.append((requestID, "refused", Self.short(error)))
                 }

@@ -22,9 +22,9 @@ struct EngineFaultTests {
     @Test("Faults on every route, before Klarna acts: the payment still ends captured, one order, one capture", arguments: cases)
     func faultBeforeEffect(route: String, name: String) async throws {
         let (_, kind, status) = Self.faults.first { $0.0 == name }!
-        try await EngineHarness.with(requestTimeout: .milliseconds(800)) { h in
+        try await EngineHarness.with(requestTimeout: .seconds(2)) { h in
             let created = try await h.track(SessionSpec(orderAmount: 7_700, schedule: Self.completesSoon))
-            h.sandbox.addFault(SandboxFault(route: route, kind: kind, status: status, delayMs: 1_200, resetSeconds: 20, count: 2))
+            h.sandbox.addFault(SandboxFault(route: route, kind: kind, status: status, delayMs: 2_500, resetSeconds: 20, count: 2))
             try await h.run()
             if route == "kp.create_order", kind == .delay {
                 // A slow Klarna still places the order after the client gave up: the daemon must not place another,
@@ -55,9 +55,9 @@ struct EngineFaultTests {
     @Test("A capture whose answer is lost after Klarna made it is confirmed by reading the order, never repeated",
           arguments: [SandboxFault.Kind.reset, .delay, .status])
     func captureLostAnswer(kind: SandboxFault.Kind) async throws {
-        try await EngineHarness.with(requestTimeout: .milliseconds(800)) { h in
+        try await EngineHarness.with(requestTimeout: .seconds(2)) { h in
             let created = try await h.track(SessionSpec(orderAmount: 4_200, schedule: Self.completesSoon))
-            h.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: kind, status: 502, delayMs: 1_200, afterEffect: true, count: 1))
+            h.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: kind, status: 502, delayMs: 2_500, afterEffect: true, count: 1))
             try await h.run()
             #expect(try await h.outcomes(created) == [.orderPlaced, .captured])
             #expect(h.effects(.captured).count == 1)
@@ -74,9 +74,9 @@ struct EngineFaultTests {
     @Test("create-order answered with a lost response after Klarna placed it: needs attention, never a second order",
           arguments: [SandboxFault.Kind.reset, .delay, .malformed, .status])
     func placeOrderLostAnswer(kind: SandboxFault.Kind) async throws {
-        try await EngineHarness.with(requestTimeout: .milliseconds(800)) { h in
+        try await EngineHarness.with(requestTimeout: .seconds(2)) { h in
             let created = try await h.track(SessionSpec(orderAmount: 3_000, merchantReference: "shop-77", schedule: Self.completesSoon))
-            h.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: kind, status: 500, delayMs: 1_200, afterEffect: true, count: 1))
+            h.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: kind, status: 500, delayMs: 2_500, afterEffect: true, count: 1))
             try await h.run()
             #expect(try await h.outcomes(created) == [.needsAttention])
             #expect(h.effects(.orderPlaced).count == 1)

@@ -63,16 +63,16 @@ import Testing
     }
 
     @Test func timeoutIsReportedAsSentAndAmbiguousForWrites() async throws {
-        try await SandboxHarness.with(requestTimeout: .milliseconds(300)) { h in
+        try await SandboxHarness.with(requestTimeout: .seconds(1)) { h in
             let orderID = try await h.placedOrder()
-            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .delay, delayMs: 1_500))
+            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .delay, delayMs: 3_000))
             let read = await #expect(throws: KlarnaAPIError.self) { try await h.client.readOrder(id: orderID) }
             guard case .transport(let transport)? = read?.failure else { Issue.record("expected a transport failure"); return }
             #expect(transport.kind == .timeout)
             #expect(transport.requestMayHaveBeenSent)
             #expect(read?.retryDisposition == .retry(notBefore: nil))
 
-            h.sandbox.addFault(SandboxFault(route: "om.cancel_order", kind: .delay, delayMs: 1_500))
+            h.sandbox.addFault(SandboxFault(route: "om.cancel_order", kind: .delay, delayMs: 3_000))
             let cancel = await #expect(throws: KlarnaAPIError.self) { try await h.client.cancelOrder(orderID: orderID, idempotencyKey: "t") }
             #expect(cancel?.outcomeUnknown == true)
             #expect(cancel?.retryDisposition == .retry(notBefore: nil))
@@ -256,12 +256,12 @@ import Testing
     }
 
     @Test func retrierRidesOutTransientFailuresOfEveryClass() async throws {
-        try await SandboxHarness.with(requestTimeout: .milliseconds(300)) { h in
+        try await SandboxHarness.with(requestTimeout: .seconds(1)) { h in
             let created = try h.sandbox.createSession()
             h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .status, status: 502, count: 1))
             h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .rateLimit, resetSeconds: 0, count: 1))
             h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .reset, count: 1))
-            h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .delay, delayMs: 800, count: 1))
+            h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .delay, delayMs: 2_000, count: 1))
             h.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .malformed, count: 1))
             let retrier = Retrier(
                 policy: RetryPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(50), maxAttempts: 10),

@@ -1,0 +1,283 @@
+import Foundation
+import Glibc
+import HTTPServer
+import KlarnaSandbox
+import Logging
+import ReconcilerCore
+import ReconcilerStore
+
+// klarna-engine-bench DAEMON_BINARY [--sessions N] [--latency-sessions M] [--idle-sessions K] [--history-rows R]
+// Runs the real daemon binary against an in-process sandbox on loopback and prints `key value` lines for
+// scripts/bench.sh: end-to-end sessions/s, Klarna calls per session, COMPLETED→order-placed latency, RSS and CPU
+// with K idle tracked sessions, and time to READY with R historical rows in the store.
+
+func option(_ name: String, _ fallback: Int) -> Int {
+    guard let index = CommandLine.arguments.firstIndex(of: name), index + 1 < CommandLine.arguments.count,
+        let value = Int(CommandLine.arguments[index + 1])
+    else { return fallback }
+    return value
+}
+
+guard CommandLine.arguments.count >= 2 else {
+    FileHandle.standardError.write(Data("usage: klarna-engine-bench DAEMON_BINARY [--sessions N] [--latency-sessions M] [--idle-sessions K] [--history-rows R]\n".utf8))
+    exit(64)
+}
+let daemonBinary = CommandLine.arguments[1]
+
+func report(_ key: String, _ value: Any) { print("\(key) \(value)") }
+
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    guard !sorted.isEmpty else { return .nan }
+    return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))]
+}
+
+/// A temporary folder with a config pointing at `sandboxURL`, and the daemon process started on it.
+final class Bench: @unchecked Sendable {
+    let folder = NSTemporaryDirectory() + "klarna-engine-bench-" + UUID().uuidString.prefix(8)
+    var storePath: String { folder + "/state.sqlite" }
+    var process: Process?
+
+    init(sandboxURL: String, extra: String = "") throws {
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try "sandbox-secret".write(toFile: folder + "/pw", atomically: true, encoding: .utf8)
+        try """
+            klarna:
+              base_url: \(sandboxURL)
+              username: sandbox-merchant
+              password_file: pw
+            store:
+              path: state.sqlite
+            outbox:
+              dir: outbox
+            \(extra)
+            """.write(toFile: folder + "/config.yaml", atomically: true, encoding: .utf8)
+    }
+
+    /// Starts the daemon; returns seconds from spawn to READY=1.
+    func start() throws -> Double {
+        let notifyPath = folder + "/notify"
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: notifyPath.utf8.prefix($0.count - 1)) }
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: daemonBinary)
+        process.arguments = ["run", "--config", folder + "/config.yaml"]
+        process.environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notifyPath]) { $1 }
+        FileManager.default.createFile(atPath: folder + "/daemon.log", contents: nil)
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: folder + "/daemon.log"))
+        let started = ContinuousClock.now
+        try process.run()
+        self.process = process
+        var buffer = [UInt8](repeating: 0, count: 4_096)
+        while true {
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count > 0, String(decoding: buffer[0..<count], as: UTF8.self).contains("READY=1") { break }
+            guard process.isRunning, ContinuousClock.now - started < .seconds(300) else {
+                let log = (try? String(contentsOfFile: folder + "/daemon.log", encoding: .utf8)) ?? ""
+                throw BenchFailure("no READY=1 from the daemon: \(log.suffix(500))")
+            }
+        }
+        return (ContinuousClock.now - started).seconds
+    }
+
+    func stop() {
+        guard let process, process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+    }
+
+    /// Resident set size (KiB) and CPU seconds (user + system) of the daemon.
+    func usage() -> (rssKiB: Int, cpuSeconds: Double) {
+        guard let pid = process?.processIdentifier else { return (0, 0) }
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        let rss = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }.flatMap { Int($0.split(separator: " ", omittingEmptySubsequences: true)[1]) } ?? 0
+        let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+        let fields = stat.split(separator: ")").last?.split(separator: " ") ?? []
+        let ticks = fields.count > 12 ? (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0) : 0
+        return (rss, ticks / Double(sysconf(Int32(_SC_CLK_TCK))))
+    }
+
+    deinit {
+        stop()
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+}
+
+struct BenchFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
+
+func openWork(_ summary: StatusSummary) -> Int {
+    (summary.sessionsByPhase["polling"] ?? 0) + (summary.sessionsByPhase["authorized"] ?? 0)
+        + summary.ordersByPhase.filter { $0.key != "closed" }.values.reduce(0, +)
+}
+
+func waitUntilDone(_ store: SQLiteStore, timeout: Double) async throws {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if openWork(try await store.summary(now: Date())) == 0 { return }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    throw BenchFailure("work did not finish within \(timeout) s")
+}
+
+func session(_ created: CreatedSession, now: Date, due: Date? = nil) -> TrackedSession {
+    session(hpp: created.hppSessionId, kp: created.kpSessionId, now: now, due: due)
+}
+
+func session(hpp: String, kp: String, now: Date, due: Date? = nil) -> TrackedSession {
+    var session = TrackedSession(
+        hppSessionID: hpp, kpSessionID: kp, mode: ReconcilerCore.PlaceOrderMode.none,
+        merchantReference: nil, capturePolicy: .immediate, purpose: .buy, trackedAt: now)
+    if let due { session.nextDueAt = due }
+    return session
+}
+
+let sandbox = KlarnaSandbox()
+let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "bench.sandbox")) { await sandbox.handle($0) }
+let serving = Task { try await server.run() }
+let sandboxURL = "http://127.0.0.1:\(server.port!)"
+let fast = """
+    rate_limit:
+      requests_per_second: 10000
+      burst: 1000
+    log:
+      level: warning
+    """
+
+// 1. Throughput: N sessions already COMPLETED, tracked before the daemon starts; READY → all captured.
+do {
+    let count = option("--sessions", 2_000)
+    let bench = try Bench(sandboxURL: sandboxURL, extra: fast)
+    let now = Date()
+    var change = Change()
+    for _ in 0..<count {
+        let created = try sandbox.createSession(SessionSpec(orderAmount: 10_000))
+        try sandbox.setHPPStatus(created.hppSessionId, "COMPLETED")
+        change.sessions.append(session(created, now: now))
+    }
+    let store = try SQLiteStore(path: bench.storePath)
+    try await store.commit(change, at: now)
+    let baseline = sandbox.requests().count
+    _ = try bench.start()
+    let started = ContinuousClock.now
+    try await waitUntilDone(try SQLiteStore(path: bench.storePath, readOnly: true), timeout: 600)
+    let elapsed = (ContinuousClock.now - started).seconds
+    let usage = bench.usage()
+    bench.stop()
+    report("e2e_sessions", count)
+    report("e2e_seconds", String(format: "%.2f", elapsed))
+    report("e2e_sessions_per_second", String(format: "%.0f", Double(count) / elapsed))
+    report("e2e_daemon_cpu_seconds", String(format: "%.2f", usage.cpuSeconds))
+    report("e2e_daemon_rss_kib", usage.rssKiB)
+    let requests = Array(sandbox.requests().dropFirst(baseline))
+    report("e2e_calls_per_session", String(format: "%.2f", Double(requests.count) / Double(count)))
+    for (route, entries) in Dictionary(grouping: requests, by: \.route).sorted(by: { $0.key < $1.key }) {
+        report("e2e_calls_\(route)", String(format: "%.2f", Double(entries.count) / Double(count)))
+    }
+}
+
+// 2. Latency: the daemon runs with default polling (dense every 2 s); payments complete at random moments.
+do {
+    let baseline = sandbox.requests().count
+    let count = option("--latency-sessions", 300)
+    // Default polling; the rate budget at Klarna's production limit for reads (200/s) so that polling 300 open
+    // sessions every 2 s (150 reads/s) is not throttled by the default budget of 25/s.
+    let bench = try Bench(sandboxURL: sandboxURL, extra: "rate_limit:\n  requests_per_second: 200\n  burst: 50\nlog:\n  level: warning")
+    _ = try bench.start()
+    let store = try SQLiteStore(path: bench.storePath)
+    var completedAt: [String: Date] = [:]
+    var generator = SystemRandomNumberGenerator()
+    for _ in 0..<count {
+        let after = Double(generator.next() % 10_000) / 1_000
+        let created = try sandbox.createSession(SessionSpec(orderAmount: 5_000, schedule: [ScheduleStep(afterSeconds: after, status: "COMPLETED")]))
+        // The sandbox runs on real time (no offset here), so its schedule is relative to now.
+        completedAt[created.kpSessionId] = Date().addingTimeInterval(after)
+        _ = try await store.track(session(created, now: Date()), event: DomainEvent("tracked", "bench"), at: Date())
+        try await Task.sleep(for: .milliseconds(10_000 / count))
+    }
+    try await waitUntilDone(try SQLiteStore(path: bench.storePath, readOnly: true), timeout: 120)
+    bench.stop()
+    let latencies = sandbox.effects(kind: .orderPlaced).compactMap { effect in
+        completedAt[effect.kpSessionId ?? ""].map { effect.at.timeIntervalSince($0) * 1_000 }
+    }.sorted()
+    report("latency_sessions", latencies.count)
+    report("latency_p50_ms", String(format: "%.0f", percentile(latencies, 0.50)))
+    report("latency_p99_ms", String(format: "%.0f", percentile(latencies, 0.99)))
+    report("latency_max_ms", String(format: "%.0f", latencies.last ?? .nan))
+    report("latency_calls_per_session", String(format: "%.2f", Double(sandbox.requests().count - baseline) / Double(count)))
+}
+
+// 3. Idle: K tracked sessions whose next read is an hour away. RSS, and CPU over 10 s of nothing due.
+do {
+    let baseline = sandbox.requests().count
+    let count = option("--idle-sessions", 100_000)
+    let bench = try Bench(sandboxURL: sandboxURL, extra: "log:\n  level: warning")
+    let store = try SQLiteStore(path: bench.storePath)
+    let now = Date()
+    for batch in stride(from: 0, to: count, by: 20_000) {
+        var change = Change()
+        for index in batch..<min(count, batch + 20_000) {
+            change.sessions.append(session(hpp: "hpp-idle-\(index)", kp: "kp-idle-\(index)", now: now, due: now.addingTimeInterval(3_600 + Double(index % 600))))
+        }
+        try await store.commit(change, at: now)
+    }
+    let ready = try bench.start()
+    try await Task.sleep(for: .seconds(3))
+    let before = bench.usage()
+    try await Task.sleep(for: .seconds(10))
+    let after = bench.usage()
+    bench.stop()
+    report("idle_sessions", count)
+    report("idle_ready_seconds", String(format: "%.2f", ready))
+    report("idle_rss_kib", after.rssKiB)
+    report("idle_cpu_percent", String(format: "%.3f", (after.cpuSeconds - before.cpuSeconds) / 10 * 100))
+    report("idle_klarna_calls", sandbox.requests().count - baseline)
+}
+
+// 4. Start-up with R historical rows: closed sessions and orders and their events.
+do {
+    let rows = option("--history-rows", 1_000_000)
+    let bench = try Bench(sandboxURL: sandboxURL, extra: "log:\n  level: warning")
+    let store = try SQLiteStore(path: bench.storePath)
+    let now = Date()
+    let perKind = rows / 4
+    for batch in stride(from: 0, to: perKind, by: 25_000) {
+        var change = Change()
+        for index in batch..<min(perKind, batch + 25_000) {
+            var closed = session(hpp: "hpp-old-\(index)", kp: "kp-old-\(index)", now: now)
+            closed.phase = .ordered
+            closed.orderID = "order-old-\(index)"
+            closed.nextDueAt = nil
+            change.sessions.append(closed)
+            var order = TrackedOrder(orderID: "order-old-\(index)", hppSessionID: "hpp-old-\(index)", kpSessionID: "kp-old-\(index)", merchantReference: "ref-\(index)", capturePolicy: .immediate, placedBy: .none, createdAt: now)
+            order.phase = .closed
+            order.outcome = .captured
+            order.nextDueAt = nil
+            change.orders.append(order)
+            change.events.append(NewEvent(hppSessionID: "hpp-old-\(index)", orderID: nil, DomainEvent("status", "HPP status — → COMPLETED")))
+            change.events.append(NewEvent(hppSessionID: "hpp-old-\(index)", orderID: "order-old-\(index)", DomainEvent("captured", "captured 10000")))
+        }
+        try await store.commit(change, at: now)
+    }
+    let size = ((try? FileManager.default.attributesOfItem(atPath: bench.storePath)[.size] as? Int) ?? 0)
+        + ((try? FileManager.default.attributesOfItem(atPath: bench.storePath + "-wal")[.size] as? Int) ?? 0)
+    let ready = try bench.start()
+    let usage = bench.usage()
+    bench.stop()
+    report("history_rows", perKind * 4)
+    report("history_store_mib", size >> 20)
+    report("history_ready_seconds", String(format: "%.3f", ready))
+    report("history_rss_kib", usage.rssKiB)
+}
+serving.cancel()
