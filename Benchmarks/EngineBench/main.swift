@@ -68,7 +68,7 @@ final class Bench: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: daemonBinary)
         process.arguments = ["run", "--config", folder + "/config.yaml"]
         process.environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notifyPath]) { $1 }
-        FileManager.default.createFile(atPath: folder + "/daemon.log", contents: nil)
+        _ = FileManager.default.createFile(atPath: folder + "/daemon.log", contents: nil)
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: folder + "/daemon.log"))
         let started = ContinuousClock.now
         try process.run()
