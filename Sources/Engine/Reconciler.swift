@@ -561,8 +561,25 @@ public struct Reconciler: Sendable {
         change.outcomes += step.outcomes
     }
 
+    /// How long a step keeps trying to commit before it gives up (and the worker retries the key later).
+    static let commitPatience: Duration = .seconds(60)
+
+    /// Commits `change`; a failed commit (full disk, I/O error, a store locked too long) is retried with backoff in
+    /// real time, because after a Klarna call its result exists only in memory until it is recorded.
     private func commit(_ change: Change, now: Date) async throws {
-        try await store.commit(change, at: now)
+        let started = ContinuousClock.now
+        var delay = Duration.milliseconds(100)
+        while true {
+            do {
+                try await store.commit(change, at: now)
+                break
+            } catch {
+                guard ContinuousClock.now - started < Self.commitPatience else { throw error }
+                logger.error("cannot record a step in the store (\(error)); trying again in \(delay)")
+                try await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(5))
+            }
+        }
         EventLog.log(change, logger: logger)
         if !change.outcomes.isEmpty { outcomeBell?.ring() }
     }

@@ -18,7 +18,11 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         self.connection = try SQLiteConnection(path: path, readOnly: readOnly, busyTimeout: busyTimeout)
         encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        if !readOnly { try Migrations.apply(to: connection) }
+        if !readOnly {
+            // The store holds authorization tokens: not for every local user (SQLite gives -wal and -shm the same mode).
+            chmod(path, 0o640)
+            try Migrations.apply(to: connection)
+        }
         else if try Migrations.version(of: connection) != Migrations.latest {
             throw SQLiteError(code: 1, message: "store schema is version \(try Migrations.version(of: connection)), this binary expects \(Migrations.latest); run the daemon once to migrate", sql: nil)
         }

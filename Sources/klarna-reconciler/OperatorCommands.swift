@@ -125,7 +125,11 @@ struct ListCommand: AsyncParsableCommand {
         let settings = try await options.load(needsKlarnaPassword: false)
         let store = try options.openStore(settings, readOnly: true)
         let listing = try await store.list(phase: state, limit: max(1, limit))
-        if json { return try printJSON(listing) }
+        if json {
+            var shown = listing
+            shown.sessions = listing.sessions.map(redacted)
+            return try printJSON(shown)
+        }
         print("SESSIONS (\(listing.sessions.count))")
         for session in listing.sessions {
             print("  \(session.hppSessionID)  \(session.phase.rawValue)\(session.outcome.map { "/\($0.rawValue)" } ?? "")  hpp \(session.hppStatus ?? "—")  kp \(session.kpSessionID)  \(session.merchantReference ?? "")")
@@ -166,7 +170,7 @@ struct ShowCommand: AsyncParsableCommand {
             throw ExitCode.failure
         }
         if json {
-            return try printJSON(Timeline(sessions: found.sessions, orders: found.orders, intents: found.intents, events: found.events, outcomes: found.outcomes.map(\.outcome)))
+            return try printJSON(Timeline(sessions: found.sessions.map(redacted), orders: found.orders, intents: found.intents, events: found.events, outcomes: found.outcomes.map(\.outcome)))
         }
         for session in found.sessions {
             print("HPP session \(session.hppSessionID)  (KP session \(session.kpSessionID))")
@@ -191,6 +195,13 @@ struct ShowCommand: AsyncParsableCommand {
             print("  \(stored.at.formatted(.iso8601))  \(stored.outcome.kind.rawValue): \(stored.outcome.reason)\(stored.outboxWritten ? "" : " (not yet in the outbox)")")
         }
     }
+}
+
+/// An authorization token places an order with the merchant's credentials: outside the store only its tail shows.
+func redacted(_ session: TrackedSession) -> TrackedSession {
+    var session = session
+    session.authorizationToken = session.authorizationToken.map { "…" + $0.suffix(6) }
+    return session
 }
 
 func printJSON<T: Encodable>(_ value: T) throws {

@@ -19,8 +19,10 @@ struct EngineHarness {
     let directory: TemporaryDirectory
     let logs: LogLines
 
+    /// - Parameter wrapStore: puts a fault-injecting double between the engine and the real store.
     static func with<T: Sendable>(
         settings: EngineSettings = EngineHarness.fastSettings, requestTimeout: Duration = .seconds(2),
+        wrapStore: (SQLiteStore) -> any ReconcilerStore = { $0 },
         _ body: (EngineHarness) async throws -> T
     ) async throws -> T {
         let clock = ManualClock(now: Date())
@@ -38,7 +40,7 @@ struct EngineHarness {
         defer { directory.remove() }
         let store = try SQLiteStore(path: directory.path + "/state.sqlite")
         let reconciler = Reconciler(
-            store: store, client: client, clock: clock, random: SeededRandomSource(seed: 11), rateLimiter: nil,
+            store: wrapStore(store), client: client, clock: clock, random: SeededRandomSource(seed: 11), rateLimiter: nil,
             settings: settings, logger: logs.logger())
         return try await body(EngineHarness(sandbox: sandbox, store: store, reconciler: reconciler, clock: clock, directory: directory, logs: logs))
     }

@@ -45,6 +45,15 @@ struct DaemonProcessTests {
         for line in ["HPP status COMPLETED", "placing the order, attempt 1", "capturing 4000, attempt 1", "captured 4000", "capture_requested"] {
             #expect(show.output.contains(line), "show lacks \(line)")
         }
+        // The JSON views show authorization tokens only by their tail; the store file is not world-readable.
+        let token = try #require(try await store.session(immediate.hppSessionId)?.authorizationToken)
+        for view in [["show", "shop-1", "--json"], ["list", "--json"]] {
+            let output = try await fixture.cli(view).output
+            #expect(!output.contains(token), "\(view) shows the authorization token")
+            #expect(output.contains("…" + token.suffix(6)))
+        }
+        let mode = try #require(try FileManager.default.attributesOfItem(atPath: fixture.storePath)[.posixPermissions] as? Int)
+        #expect(mode & 0o007 == 0)
         let list = try await fixture.cli(["list", "--state", "awaiting_capture", "--json"])
         let json = try #require(try JSONSerialization.jsonObject(with: Data(list.output.utf8)) as? [String: Any])
         #expect((json["orders"] as? [[String: Any]])?.count == 1)
