@@ -22,7 +22,6 @@ import Testing
             clock.advance(by: .seconds(10))
             session = try await h.client.readHPPSession(id: created.hppSessionId)
             #expect(session.status == .completed)
-            #expect(session.status.isFinal)
             #expect(session.authorizationToken != nil)
             #expect(session.orderID == nil)
         }
@@ -50,7 +49,6 @@ import Testing
             let session = try await h.client.readHPPSession(id: created.hppSessionId)
             #expect(session.status.rawValue == "TIMEOUT")
             #expect(!session.status.isKnown)
-            #expect(!session.status.isFinal)
         }
     }
 

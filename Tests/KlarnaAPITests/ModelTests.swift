@@ -24,15 +24,9 @@ import Testing
         let session = try decode(HPPSession.self, #"{"session_id":"s","status":"\#(value)"}"#)
         #expect(session.status.rawValue == value)
         #expect(!session.status.isKnown)
-        #expect(!session.status.isFinal)
         let order = try decode(Order.self, #"{"order_id":"o","status":"\#(value)","fraud_status":"\#(value)","order_amount":1,"remaining_authorized_amount":1}"#)
         #expect(order.status.rawValue == value)
         #expect(order.fraudStatus != .accepted)
-    }
-
-    @Test func onlyCompletedCancelledAndDisabledAreFinal() {
-        let final = HPPSessionStatus.knownValues.filter(\.isFinal)
-        #expect(Set(final) == [.completed, .cancelled, .disabled])
     }
 
     @Test func createOrderResponseTakesBothShapesOfPaymentMethod() throws {

@@ -27,6 +27,12 @@ struct SessionMachineTests {
         #expect(step.events.first?.message.contains("unknown to this version") == !known)
     }
 
+    @Test("Exactly COMPLETED, CANCELLED and DISABLED are final (API-NOTES §2.2)")
+    func finalStatuses() {
+        #expect(HPPStatusRules.final == ["COMPLETED", "CANCELLED", "DISABLED"])
+        #expect(HPPStatusRules.final.isSubset(of: HPPStatusRules.known))
+    }
+
     @Test("CANCELLED and DISABLED are final: outcome cancelled", arguments: ["CANCELLED", "DISABLED"])
     func cancelled(status: String) {
         let step = tracked().applying(read(status, at: 5), now: t0.addingTimeInterval(5), schedule: schedule)

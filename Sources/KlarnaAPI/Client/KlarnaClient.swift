@@ -5,7 +5,7 @@ import Logging
 ///
 /// Every call logs one line with a local request id, the operation, the HTTP status, the duration and Klarna's
 /// correlation id, and fails with a ``KlarnaAPIError`` that says whether retrying is safe. Retrying itself is the
-/// caller's choice (see `Retrier` in ReconcilerCore): side effects belong to the engine's intents, not to this layer.
+/// caller's choice: side effects belong to the engine's intents (Engine's `Reconciler`), not to this layer.
 public struct KlarnaClient: Sendable {
     public let configuration: KlarnaConfiguration
     private let transport: any HTTPTransport

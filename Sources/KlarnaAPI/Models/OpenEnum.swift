@@ -39,9 +39,6 @@ public struct HPPSessionStatus: OpenEnum {
     public static let knownValues: [Self] = [
         .waiting, .back, .inProgress, .manualIDCheck, .completed, .cancelled, .failed, .disabled, .error,
     ]
-
-    /// Klarna's definitive states. Everything else, unknown values included, may still change.
-    public var isFinal: Bool { self == .completed || self == .cancelled || self == .disabled }
 }
 
 /// HPP `options.place_order_mode`.

@@ -95,7 +95,8 @@ public struct OrderHandOff: Sendable, Equatable {
     public var placedBy: PlaceOrderMode
 }
 
-/// HPP statuses Klarna documents as final (API-NOTES §2.2). Anything else, including unknown values, keeps polling.
+/// HPP statuses (API-NOTES §2.2): the final ones, and the ones this version knows. Anything not final, unknown values
+/// included, keeps polling.
 public enum HPPStatusRules {
     public static let final: Set<String> = ["COMPLETED", "CANCELLED", "DISABLED"]
     public static let known: Set<String> = ["WAITING", "BACK", "IN_PROGRESS", "MANUAL_ID_CHECK", "COMPLETED", "CANCELLED", "FAILED", "DISABLED", "ERROR"]
@@ -143,19 +144,18 @@ extension TrackedSession {
             session.expiresAt = expiresAt ?? session.expiresAt
             session.klarnaReference = klarnaReference ?? session.klarnaReference
 
-            switch status {
-            case "COMPLETED":
-                return session.completed(token: token, orderID: orderID, now: now, events: events)
-            case "CANCELLED", "DISABLED":
-                session.phase = .closed
-                session.outcome = .cancelled
-                session.nextDueAt = nil
-                let reason = status == "CANCELLED" ? "the consumer cancelled the payment" : "the HPP session was disabled by the merchant"
-                return SessionStep(session: session, events: events, outcome: session.outcome(.cancelled, reason))
-            default:
+            guard HPPStatusRules.final.contains(status) else {
                 session.nextDueAt = schedule.nextPoll(now: now, anchor: pollAnchor, expiresAt: session.expiresAt)
                 return SessionStep(session: session, events: events)
             }
+            if status == "COMPLETED" {
+                return session.completed(token: token, orderID: orderID, now: now, events: events)
+            }
+            session.phase = .closed
+            session.outcome = .cancelled
+            session.nextDueAt = nil
+            let reason = status == "CANCELLED" ? "the consumer cancelled the payment" : "the HPP session was disabled by the merchant"
+            return SessionStep(session: session, events: events, outcome: session.outcome(.cancelled, reason))
         }
     }
 
