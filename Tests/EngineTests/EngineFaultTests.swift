@@ -107,6 +107,64 @@ struct EngineFaultTests {
         }
     }
 
+    @Test("A capture Klarna refuses (403) is not repeated: the order is read; still capturable means needs attention")
+    func captureRefused() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(schedule: Self.completesSoon))
+            h.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .status, status: 403, errorCode: "CAPTURE_NOT_ALLOWED", count: 1))
+            try await h.run()
+            #expect(try await h.outcomes(created) == [.orderPlaced, .needsAttention])
+            #expect(h.sandbox.requests(route: "om.create_capture").count == 1)
+            #expect(h.effects(.captured).isEmpty)
+            let events = try await h.store.timeline(for: created.hppSessionId).events.map(\.kind)
+            #expect(events.contains("refused"))
+        }
+    }
+
+    @Test("An order whose authorization expires during fraud review ends as expired, never captured")
+    func captureAfterExpiry() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(fraudStatus: "PENDING", fraudDecisionAfterSeconds: 600, fraudDecision: "ACCEPTED", schedule: Self.completesSoon))
+            try await h.run(for: .seconds(120))
+            let order = try await h.order(of: created)
+            #expect(order.phase == .pendingFraud)
+            try h.sandbox.expire(.order, id: order.orderID)
+            try await h.run()
+            #expect(try await h.outcomes(created) == [.orderPlaced, .expired])
+            #expect(h.effects(.captured).isEmpty)
+        }
+    }
+
+    @Test("An extension Klarna refuses leaves the order waiting for its capture, warned, not abandoned")
+    func extensionRefused() async throws {
+        var settings = EngineHarness.fastSettings
+        settings.deadlines.autoExtendAuthorization = true
+        try await EngineHarness.with(settings: settings) { h in
+            let created = try await h.track(SessionSpec(schedule: Self.completesSoon), capture: .onRequest)
+            try await h.run(for: .seconds(120))
+            let order = try await h.order(of: created)
+            h.sandbox.addFault(SandboxFault(route: "om.extend_authorization_time", kind: .status, status: 403, errorCode: "NOT_ALLOWED", count: nil))
+            try await h.run(for: .seconds(try #require(order.expiresAt).timeIntervalSince(h.clock.now) - 86_400))
+            let now = try #require(try await h.store.order(order.orderID))
+            #expect(now.phase == .awaitingCapture)
+            #expect(h.sandbox.requests(route: "om.extend_authorization_time").count == 1)
+            let events = try await h.store.timeline(for: order.orderID).events.map(\.kind)
+            #expect(events.contains("authorization_expiring") && events.contains("refused"))
+        }
+    }
+
+    @Test("A customer token whose answer was lost needs attention: Klarna offers no read to tell, so none is retried")
+    func customerTokenLostAnswer() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(schedule: Self.completesSoon), purpose: .tokenize)
+            h.sandbox.addFault(SandboxFault(route: "kp.create_customer_token", kind: .reset, afterEffect: true, count: 1))
+            try await h.run()
+            #expect(try await h.outcomes(created) == [.needsAttention])
+            #expect(h.effects(.customerTokenCreated).count == 1)
+            #expect(h.sandbox.requests(route: "kp.create_customer_token").count == 1)
+        }
+    }
+
     @Test("Klarna's KP API down for 61 minutes after authorization: outcome expired, with the reason, no order")
     func tokenExpiresDuringOutage() async throws {
         try await EngineHarness.with { h in
