@@ -71,28 +71,34 @@ struct RunCommand: AsyncParsableCommand {
             throw fail("cannot read open work from \(settings.storePath): \(error)")
         }
         let status = "tracking \(open) open sessions and orders; store \(settings.storePath)"
-        logger.notice("klarna-reconciler \(ProductInfo.version) ready: \(status)", metadata: ["klarna_base_url": .string(settings.klarna.baseURL)])
+        var readyLogger = logger
+        readyLogger[metadataKey: "klarna_base_url"] = .string(settings.klarna.baseURL)
         let group = ServiceGroup(configuration: .init(
             services: [
-                // Shut down in reverse: announce, let the workers finish their step, then flush outcomes.
+                // Started in this order; shut down in reverse: announce, let the workers finish their step, then
+                // flush outcomes.
                 .init(service: delivery),
                 .init(service: workers),
-                .init(service: ShutdownAnnouncer(notifier: notifier, logger: logger)),
+                .init(service: LifecycleAnnouncer(notifier: notifier, status: status, logger: readyLogger)),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        notifier.ready(status: status)
         try await group.run()
         withExtendedLifetime(lock) {}
         logger.notice("klarna-reconciler stopped")
     }
 }
 
-/// Says STOPPING=1 the moment graceful shutdown begins, while the workers finish their current step.
-struct ShutdownAnnouncer: Service {
+/// READY=1 once the group runs (its signal handlers are installed before any service starts, so a SIGTERM right
+/// after READY is a graceful stop, never a kill), and STOPPING=1 the moment graceful shutdown begins, while the
+/// workers finish their current step.
+struct LifecycleAnnouncer: Service {
     let notifier: SystemdNotifier
+    let status: String
     let logger: Logger
 
     func run() async throws {
+        logger.notice("klarna-reconciler \(ProductInfo.version) ready: \(status)")
+        notifier.ready(status: status)
         await withGracefulShutdownHandler {
             try? await gracefulShutdown()
         } onGracefulShutdown: {

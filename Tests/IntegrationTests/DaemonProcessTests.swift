@@ -89,6 +89,15 @@ struct DaemonProcessTests {
         #expect(!good.output.contains("daemon-secret"))
     }
 
+    @Test("SIGTERM the instant READY=1 arrives is a graceful stop (signal handlers are up before READY)")
+    func sigtermRightAfterReady() async throws {
+        let fixture = try await DaemonFixture()
+        for _ in 0..<12 {
+            try await fixture.start()
+            #expect(try await fixture.stop() == 0)
+        }
+    }
+
     @Test("A second daemon on the same store refuses to start")
     func singleInstance() async throws {
         let fixture = try await DaemonFixture()
