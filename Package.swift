@@ -79,6 +79,14 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // How the outside world reaches the daemon: webhook parsing and verification (callback tokens, Klarna
+        // Network signatures).
+        .target(
+            name: "Ingest",
+            dependencies: ["ReconcilerCore", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strict
+        ),
+
         // config.yaml + environment overrides + credentials, validated into one value.
         .target(
             name: "Settings",
@@ -95,7 +103,7 @@ let package = Package(
             name: "klarna-reconciler",
             dependencies: [
                 "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "SystemdSupport",
-                "ReconcilerStore", "Engine", "Settings",
+                "ReconcilerStore", "Engine", "Settings", "Ingest",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -122,7 +130,7 @@ let package = Package(
         .testTarget(
             name: "EngineTests",
             dependencies: [
-                "Engine", "ReconcilerStore", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore",
+                "Engine", "Ingest", "ReconcilerStore", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
