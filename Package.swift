@@ -83,7 +83,11 @@ let package = Package(
         // Network signatures).
         .target(
             name: "Ingest",
-            dependencies: ["ReconcilerCore", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "ReconcilerCore", "ReconcilerStore", "HTTPServer",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strict
         ),
 
@@ -137,7 +141,10 @@ let package = Package(
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore"],
+            dependencies: [
+                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: strict
         ),
     ]

@@ -49,6 +49,8 @@ final class Bench: @unchecked Sendable {
               path: state.sqlite
             outbox:
               dir: outbox
+            ingest:
+              socket: ingest.sock
             \(extra)
             """.write(toFile: folder + "/config.yaml", atomically: true, encoding: .utf8)
     }

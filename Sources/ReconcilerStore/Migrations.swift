@@ -45,6 +45,15 @@ enum Migrations {
         CREATE TABLE wakeups (id INTEGER PRIMARY KEY AUTOINCREMENT, work_key TEXT NOT NULL);
         CREATE TABLE health (name TEXT PRIMARY KEY, at REAL NOT NULL, detail TEXT);
         """,
+        // 2: webhook deliveries for dedupe, and refused deliveries with their reason.
+        """
+        CREATE TABLE deliveries (
+          dedupe_key TEXT PRIMARY KEY, kind TEXT NOT NULL, source TEXT NOT NULL, received_at REAL NOT NULL, summary TEXT NOT NULL,
+          repeats INTEGER NOT NULL DEFAULT 0);
+        CREATE TABLE rejections (
+          id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, source TEXT NOT NULL, status INTEGER NOT NULL,
+          error TEXT NOT NULL, detail TEXT NOT NULL);
+        """,
     ]
 
     static var latest: Int { steps.count }

@@ -186,20 +186,111 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
 
     public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
         try await run { db in
-            try db.transaction {
-                guard let row = try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first else { return .unknownOrder }
-                let order = try self.decode(TrackedOrder.self, row.string(0))
-                guard order.isOpen else { return .refused("order \(orderID) is \(order.outcome?.rawValue ?? "closed"): nothing to capture") }
-                guard order.capturePolicy == .onRequest else {
-                    return .refused("order \(orderID) has capture policy \(order.capturePolicy.rawValue); capture requests apply to on_request")
-                }
-                try db.query("INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (?, ?, ?)", [.text(orderID), SQLValue(amount), SQLValue(at)])
-                let id = db.lastInsertRowID
-                let what = amount.map { "capture of \($0) requested" } ?? "capture of the remaining amount requested"
-                try self.insertEvent(db, NewEvent(hppSessionID: order.hppSessionID, orderID: orderID, DomainEvent("capture_requested", what), detail: ["request": "\(id)"]), at: at)
-                try db.query("INSERT INTO wakeups (work_key) VALUES (?)", [.text(WorkKey.order(orderID).description)])
-                return .accepted(id: id)
+            try db.transaction { try self.insertCaptureRequest(db, orderID: orderID, amount: amount, source: "the command line", at: at) }
+        }
+    }
+
+    private func insertCaptureRequest(_ db: SQLiteConnection, orderID: String, amount: Int?, source: String, at: Date) throws -> CaptureRequestResult {
+        guard let row = try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first else { return .unknownOrder }
+        let order = try decode(TrackedOrder.self, row.string(0))
+        guard order.isOpen else { return .refused("order \(orderID) is \(order.outcome?.rawValue ?? "closed"): nothing to capture") }
+        guard order.capturePolicy == .onRequest else {
+            return .refused("order \(orderID) has capture policy \(order.capturePolicy.rawValue); capture requests apply to on_request")
+        }
+        try db.query("INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (?, ?, ?)", [.text(orderID), SQLValue(amount), SQLValue(at)])
+        let id = db.lastInsertRowID
+        let what = amount.map { "capture of \($0) requested by \(source)" } ?? "capture of the remaining amount requested by \(source)"
+        try insertEvent(db, NewEvent(hppSessionID: order.hppSessionID, orderID: orderID, DomainEvent("capture_requested", what), detail: ["request": "\(id)"]), at: at)
+        try db.query("INSERT INTO wakeups (work_key) VALUES (?)", [.text(WorkKey.order(orderID).description)])
+        return .accepted(id: id)
+    }
+
+    public func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
+        let trackData: String? = switch record.action {
+        case .hintSession(_, let session?): try json(session)
+        case .track(let session): try json(session)
+        default: nil
+        }
+        return try await run { db in
+            do {
+                return try db.transaction { try self.ingest(db, record, trackData: trackData, at: at) }
+            } catch let refusal as Refusal {
+                // Rolled back: a refused delivery leaves no trace but its rejection record.
+                return refusal.result
             }
+        }
+    }
+
+    private func ingest(_ db: SQLiteConnection, _ record: IngestRecord, trackData: String?, at: Date) throws -> IngestResult {
+        if let key = record.dedupeKey {
+            if let seen = try db.query("SELECT received_at FROM deliveries WHERE dedupe_key = ?", [.text(key)]).first {
+                try db.query("UPDATE deliveries SET repeats = repeats + 1 WHERE dedupe_key = ?", [.text(key)])
+                return .repeated(firstSeen: seen.date(0) ?? at)
+            }
+            try db.query(
+                "INSERT INTO deliveries (dedupe_key, kind, source, received_at, summary) VALUES (?, ?, ?, ?, ?)",
+                [.text(key), .text(record.kind), .text(record.source), SQLValue(at), .text(record.summary)])
+        }
+        var detail = ["source": record.source, "kind": record.kind]
+        if let warning = record.warning { detail["warning"] = warning }
+        func note(_ hpp: String?, _ order: String?, _ message: String) throws {
+            try self.insertEvent(db, NewEvent(hppSessionID: hpp, orderID: order, DomainEvent("webhook", message), detail: detail), at: at)
+        }
+        func wake(_ key: WorkKey) throws { try db.query("INSERT INTO wakeups (work_key) VALUES (?)", [.text(key.description)]) }
+
+        switch record.action {
+        case .hintSession(let hppSessionID, let newSession):
+            if try db.query("SELECT 1 FROM sessions WHERE hpp_session_id = ?", [.text(hppSessionID)]).first != nil {
+                try note(hppSessionID, nil, record.summary)
+            } else if let newSession, let trackData {
+                try self.writeSession(db, newSession, data: trackData, at: at)
+                try note(hppSessionID, nil, "\(record.summary); tracking it from this verified callback")
+            } else {
+                return .accepted(wake: [])
+            }
+            try wake(.session(hppSessionID))
+            return .accepted(wake: [.session(hppSessionID)])
+        case .hintSessionsOfPayment(let kpSessionID):
+            let sessions = try db.query("SELECT hpp_session_id FROM sessions WHERE kp_session_id = ? AND next_due IS NOT NULL", [.text(kpSessionID)]).compactMap { $0.string(0) }
+            for id in sessions {
+                try note(id, nil, record.summary)
+                try wake(.session(id))
+            }
+            return .accepted(wake: sessions.map(WorkKey.session))
+        case .hintOrder(let orderID):
+            guard let row = try db.query("SELECT hpp_session_id FROM orders WHERE order_id = ?", [.text(orderID)]).first else { return .accepted(wake: []) }
+            try note(row.string(0), orderID, record.summary)
+            try wake(.order(orderID))
+            return .accepted(wake: [.order(orderID)])
+        case .track(let session):
+            guard try db.query("SELECT 1 FROM sessions WHERE hpp_session_id = ?", [.text(session.hppSessionID)]).first == nil, let trackData else {
+                return .repeated(firstSeen: at)
+            }
+            try self.writeSession(db, session, data: trackData, at: at)
+            try note(session.hppSessionID, nil, record.summary)
+            try wake(.session(session.hppSessionID))
+            return .accepted(wake: [.session(session.hppSessionID)])
+        case .capture(let orderID, let amount):
+            switch try self.insertCaptureRequest(db, orderID: orderID, amount: amount, source: record.source, at: at) {
+            case .accepted: return .accepted(wake: [.order(orderID)])
+            case .unknownOrder: throw Refusal(result: .refused(status: 404, error: "unknown_order", detail: "order \(orderID) is not tracked"))
+            case .refused(let why): throw Refusal(result: .refused(status: 409, error: "not_capturable", detail: why))
+            }
+        case .recordOnly:
+            return .accepted(wake: [])
+        }
+    }
+
+    /// Ends an ingest transaction without committing anything.
+    private struct Refusal: Error {
+        let result: IngestResult
+    }
+
+    public func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
+        try await run { db in
+            _ = try db.query(
+                "INSERT INTO rejections (at, source, status, error, detail) VALUES (?, ?, ?, ?, ?)",
+                [SQLValue(at), .text(source), SQLValue(status), .text(error), .text(String(detail.prefix(1_000)))])
         }
     }
 

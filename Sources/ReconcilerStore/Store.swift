@@ -117,6 +117,50 @@ public struct StoreListing: Sendable, Codable, Equatable {
     public var intents: [Intent]
 }
 
+/// One understood inbound delivery (webhook, track or capture request) and what it asks of the store.
+public struct IngestRecord: Sendable {
+    public enum Action: Sendable {
+        /// An HPP status callback: read the session now; start tracking it if it is new and the callback verified.
+        case hintSession(hppSessionID: String, trackIfUnknown: TrackedSession?)
+        /// A KP authorization callback: read every session of this KP session now.
+        case hintSessionsOfPayment(kpSessionID: String)
+        /// An OM notification: read the order now.
+        case hintOrder(orderID: String)
+        case track(TrackedSession)
+        case capture(orderID: String, amount: Int?)
+        /// Recorded and deduplicated; nothing to wake yet (Klarna Network events).
+        case recordOnly
+    }
+
+    /// Repeats with the same key are acknowledged and not processed again.
+    public var dedupeKey: String?
+    public var kind: String
+    /// `socket`, `spool:<file name>`.
+    public var source: String
+    /// One line for the timeline.
+    public var summary: String
+    public var warning: String?
+    public var action: Action
+
+    public init(dedupeKey: String?, kind: String, source: String, summary: String, warning: String? = nil, action: Action) {
+        self.dedupeKey = dedupeKey
+        self.kind = kind
+        self.source = source
+        self.summary = summary
+        self.warning = warning
+        self.action = action
+    }
+}
+
+public enum IngestResult: Sendable, Equatable {
+    /// Committed; these keys have work now.
+    case accepted(wake: [WorkKey])
+    /// Seen before (same dedupe key): acknowledged, not processed again.
+    case repeated(firstSeen: Date)
+    /// Understood but not acceptable (a capture for an unknown order); nothing was recorded.
+    case refused(status: Int, error: String, detail: String)
+}
+
 /// Durable state. The SQLite implementation is the default; the protocol leaves room for PostgreSQL.
 public protocol ReconcilerStore: Sendable {
     /// Starts tracking `session` unless it is tracked already; records `event` with it.
@@ -132,6 +176,11 @@ public protocol ReconcilerStore: Sendable {
     func wakeups(after sequence: Int64) async throws -> (keys: [WorkKey], last: Int64)
 
     func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult
+    /// Records a delivery and its effect (events, wakeups, a new tracked session, a capture request) in one commit,
+    /// unless its dedupe key was seen before.
+    func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult
+    /// Keeps a refused delivery's reason (socket requests; spool files keep theirs in quarantine/).
+    func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws
     func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem?
 
     /// The session or order `id` names (an HPP session id, KP session id, order id or merchant reference) and its

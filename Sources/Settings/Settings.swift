@@ -24,6 +24,17 @@ public struct Settings: Sendable {
     public var defaultCapturePolicy: CapturePolicy
     public var engine: EngineSettings
     public var logLevel: Logger.Level
+    /// The unix socket forwarders speak HTTP to; `nil` when disabled.
+    public var ingestSocket: String?
+    public var ingestSocketGroup: String?
+    /// An optional loopback TCP listener (`HOST:PORT`).
+    public var ingestListen: String?
+    public var ingestMaxBodyBytes: Int
+    public var callbackPolicy: String
+    /// The `callback-key` credential: HMAC key of the callback-URL tokens. `nil` when not configured.
+    public var callbackKey: [UInt8]?
+    /// The `webhook-signing-keys` credential: Klarna Network signing key id → key.
+    public var signingKeys: [String: [UInt8]]
 }
 
 /// A configuration problem, said in one line: which key, what is wrong, and where it came from.
@@ -55,6 +66,8 @@ public enum SettingsKeys {
         "authorization_expiry.warn_before_hours", "authorization_expiry.auto_extend",
         "engine.max_concurrency", "engine.customer_token_description", "engine.wakeup_interval_ms",
         "log.level",
+        "ingest.socket", "ingest.socket_group", "ingest.listen", "ingest.max_body_bytes",
+        "callback_token.policy", "callback_token.key_file", "webhook_signing.keys_file",
     ]
 }
 
@@ -98,6 +111,13 @@ extension Settings {
             ("engine.customer_token_description", engine.customerTokenDescription),
             ("engine.wakeup_interval_ms", "\(Int(engine.wakeupInterval.timeInterval * 1_000))"),
             ("log.level", logLevel.rawValue),
+            ("ingest.socket", ingestSocket ?? "(disabled)"),
+            ("ingest.socket_group", ingestSocketGroup ?? "(the daemon's group)"),
+            ("ingest.listen", ingestListen ?? "(none)"),
+            ("ingest.max_body_bytes", "\(ingestMaxBodyBytes)"),
+            ("callback_token.policy", callbackPolicy),
+            ("callback_token.key", callbackKey == nil ? "(none: HPP and KP callbacks are refused under policy require)" : "<redacted>"),
+            ("webhook_signing.keys", signingKeys.isEmpty ? "(none: Klarna Network webhooks are refused)" : "<redacted> ids \(signingKeys.keys.sorted().joined(separator: ", "))"),
         ]
         return lines.map { "\($0.0): \($0.1)" }.joined(separator: "\n")
     }

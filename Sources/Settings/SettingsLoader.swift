@@ -108,6 +108,31 @@ extension Settings {
             customerTokenDescription: try values.string("engine.customer_token_description") ?? "Subscription",
             wakeupInterval: try values.seconds("engine.wakeup_interval_ms", default: 1_000, unit: 0.001))
 
+        let socketSetting = try values.string("ingest.socket")
+        let defaultSocket = environment["RUNTIME_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }.map { "\($0)/ingest.sock" }
+            ?? "/run/klarna-reconciler/ingest.sock"
+        let socket = socketSetting.map { $0.isEmpty ? nil : path($0) } ?? defaultSocket
+        let group = try values.string("ingest.socket_group").flatMap { $0.isEmpty ? nil : $0 }
+        if let group, getgrnam(group) == nil { throw SettingsError("ingest.socket_group", "no group named \(group)") }
+        let listen = try values.string("ingest.listen").flatMap { $0.isEmpty ? nil : $0 }
+        if let listen {
+            let host = listen.split(separator: ":").dropLast().joined(separator: ":")
+            guard Int(listen.split(separator: ":").last ?? "") != nil, ["127.0.0.1", "localhost", "[::1]"].contains(host) else {
+                throw SettingsError("ingest.listen", "must be a loopback HOST:PORT (127.0.0.1:PORT or [::1]:PORT), not \"\(listen)\"")
+            }
+        }
+        let policy = try values.string("callback_token.policy") ?? "require"
+        guard ["require", "warn"].contains(policy) else { throw SettingsError("callback_token.policy", "must be one of require, warn, not \"\(policy)\"") }
+        let callbackKey = try secretFile(values, "callback_token.key_file", credential: "callback.key", credentials)
+        if let callbackKey, callbackKey.count < 16 { throw SettingsError("callback-key", "must be at least 16 bytes") }
+        var signingKeys: [String: [UInt8]] = [:]
+        if let json = try secretFile(values, "webhook_signing.keys_file", credential: "webhook.signing.keys", credentials) {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(json)) as? [String: Any], !object.isEmpty,
+                  object.values.allSatisfy({ ($0 as? String)?.isEmpty == false })
+            else { throw SettingsError("webhook-signing-keys", "must be a JSON object of signing key id → key (non-empty strings)") }
+            signingKeys = object.mapValues { Array(($0 as! String).utf8) }
+        }
+
         let level = try values.string("log.level") ?? "info"
         guard let logLevel = Logger.Level(rawValue: level) else {
             throw SettingsError("log.level", "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(level)\"")
@@ -125,7 +150,23 @@ extension Settings {
             ratePerSecond: try values.double("rate_limit.requests_per_second", default: 25, range: 0.1...10_000),
             rateBurst: try values.double("rate_limit.burst", default: 10, range: 1...10_000),
             defaultCapturePolicy: try values.choice("capture.default_policy", CapturePolicy.self) ?? .immediate,
-            engine: engine, logLevel: logLevel)
+            engine: engine, logLevel: logLevel, ingestSocket: socket, ingestSocketGroup: group, ingestListen: listen,
+            ingestMaxBodyBytes: try values.int("ingest.max_body_bytes", default: 1 << 20, range: 1_024...(64 << 20)),
+            callbackPolicy: policy, callbackKey: callbackKey, signingKeys: signingKeys)
+    }
+
+    /// A secret from the file named by `key`, else from the credential `credential`; its bytes, trailing newline
+    /// removed.
+    private static func secretFile(_ values: Values, _ key: String, credential: String, _ credentials: ConfigReader?) throws(SettingsError) -> [UInt8]? {
+        if let file = try values.string(key) {
+            let path = file.hasPrefix("/") ? file : URL(fileURLWithPath: values.configPath).deletingLastPathComponent().appendingPathComponent(file).path
+            guard let data = FileManager.default.contents(atPath: path) else { throw SettingsError(key, "cannot read \(path)") }
+            let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !text.isEmpty else { throw SettingsError(key, "\(path) is empty") }
+            return Array(text.utf8)
+        }
+        return credentials?.string(forKey: ConfigKey(credential), isSecret: true)
+            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.flatMap { $0.isEmpty ? nil : Array($0.utf8) }
     }
 
     private static func klarnaPassword(_ values: Values, credentials: ConfigReader?) throws(SettingsError) -> (String, String) {
@@ -177,6 +218,8 @@ extension Settings {
         func walk(_ value: Any, _ prefix: String) {
             if let mapping = value as? [String: Any] {
                 for (key, child) in mapping { walk(child, prefix.isEmpty ? key : "\(prefix).\(key)") }
+            } else if value is NSNull, SettingsKeys.all.contains(where: { $0.hasPrefix(prefix + ".") }) {
+                // A section whose keys are all commented out.
             } else {
                 keys.append(prefix)
                 if value is [Any] { lists.append(prefix) }

@@ -149,6 +149,8 @@ final class Demo: @unchecked Sendable {
               path: state/state.sqlite
             outbox:
               dir: outbox
+            ingest:
+              socket: ingest.sock
             polling:
               dense_interval_seconds: 0.5
               pending_fraud_interval_seconds: 1

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Engine
 import Foundation
+import HTTPServer
+import Ingest
 import KlarnaAPI
 import Logging
 import ReconcilerCore
@@ -70,7 +72,29 @@ struct RunCommand: AsyncParsableCommand {
         } catch {
             throw fail("cannot read open work from \(settings.storePath): \(error)")
         }
-        let status = "tracking \(open) open sessions and orders; store \(settings.storePath)"
+        let ingestor = Ingestor(
+            reader: WebhookReader(
+                tokens: settings.callbackKey.map(CallbackTokens.init(key:)), policy: CallbackPolicy(rawValue: settings.callbackPolicy) ?? .require,
+                signingKeys: SigningKeys(settings.signingKeys)),
+            store: store, defaultCapturePolicy: settings.defaultCapturePolicy, clock: clock, logger: logger,
+            wake: { keys in for key in keys { await scheduler.wake(key, at: clock.now) } })
+        var servers: [HTTPServer] = []
+        do {
+            let configuration = HTTPServer.Configuration(maxBodyBytes: settings.ingestMaxBodyBytes)
+            let handler = IngestHTTP.handler(ingestor, store: store)
+            if let path = settings.ingestSocket {
+                try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                servers.append(try await HTTPServer.bind(.unix(path: path), configuration: configuration, logger: logger, handler: handler))
+                try SocketPermissions.apply(path: path, group: settings.ingestSocketGroup)
+            }
+            if let listen = settings.ingestListen, let address = ListenAddress(parsing: listen) {
+                servers.append(try await HTTPServer.bind(address, configuration: configuration, logger: logger, handler: handler))
+            }
+        } catch {
+            throw fail("cannot listen for deliveries: \(error)")
+        }
+        let listening = servers.map { "\($0.localAddress)" }.joined(separator: ", ")
+        let status = "tracking \(open) open sessions and orders; store \(settings.storePath)" + (listening.isEmpty ? "" : "; listening on \(listening)")
         var readyLogger = logger
         readyLogger[metadataKey: "klarna_base_url"] = .string(settings.klarna.baseURL)
         let group = ServiceGroup(configuration: .init(
@@ -79,6 +103,7 @@ struct RunCommand: AsyncParsableCommand {
                 // flush outcomes.
                 .init(service: delivery),
                 .init(service: workers),
+            ] + servers.map { .init(service: ServerService(server: $0)) } + [
                 .init(service: LifecycleAnnouncer(notifier: notifier, status: status, logger: readyLogger)),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
@@ -104,6 +129,22 @@ struct LifecycleAnnouncer: Service {
         } onGracefulShutdown: {
             logger.notice("stopping: finishing the steps under way")
             notifier.stopping(status: "stopping: finishing the steps under way")
+        }
+    }
+}
+
+/// The ingest socket is for the daemon and the forwarders' group only: mode 0660, group from config.
+enum SocketPermissions {
+    struct Failed: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    static func apply(path: String, group: String?) throws {
+        guard chmod(path, 0o660) == 0 else { throw Failed(description: "cannot chmod \(path): \(String(cString: strerror(errno)))") }
+        guard let group else { return }
+        guard let entry = getgrnam(group) else { throw Failed(description: "no group named \(group)") }
+        guard chown(path, uid_t.max, entry.pointee.gr_gid) == 0 else {
+            throw Failed(description: "cannot give \(path) to group \(group): \(String(cString: strerror(errno)))")
         }
     }
 }

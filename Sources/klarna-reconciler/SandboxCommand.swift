@@ -40,21 +40,23 @@ struct SandboxCommand: AsyncParsableCommand {
         logger.notice("\(status)")
         SystemdNotifier().ready(status: status)
         let group = ServiceGroup(
-            services: [ServerService(server: server)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            services: [ServerService(server: server) { SystemdNotifier().stopping(status: "Klarna sandbox stopping") }],
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         try await group.run()
     }
 }
 
-/// Serves until the group shuts down gracefully.
+/// Serves until the group shuts down gracefully: the listener closes, open connections finish.
 struct ServerService: Service {
     let server: HTTPServer
+    var onShutdown: @Sendable () -> Void = {}
 
     func run() async throws {
         do {
             try await withGracefulShutdownHandler {
                 try await cancelWhenGracefulShutdown { try await server.run() }
             } onGracefulShutdown: {
-                SystemdNotifier().stopping(status: "Klarna sandbox stopping")
+                onShutdown()
             }
         } catch is CancellationError {
             // Shutdown asked for: the listener is closed and open connections have finished.

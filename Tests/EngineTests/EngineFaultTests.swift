@@ -334,6 +334,10 @@ final class StoreFailingAfterKlarnaAnswered: ReconcilerStore, @unchecked Sendabl
     func wakeups(after sequence: Int64) async throws -> (keys: [WorkKey], last: Int64) { try await store.wakeups(after: sequence) }
     func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult { try await store.requestCapture(orderID: orderID, amount: amount, at: at) }
     func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
+    func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult { try await store.ingest(record, at: at) }
+    func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
+        try await store.recordRejection(source: source, status: status, error: error, detail: detail, at: at)
+    }
     func timeline(for id: String) async throws -> (sessions: [TrackedSession], orders: [TrackedOrder], intents: [Intent], events: [RecordedEvent], outcomes: [StoredOutcome]) { try await store.timeline(for: id) }
     func list(phase: String?, limit: Int) async throws -> StoreListing { try await store.list(phase: phase, limit: limit) }
     func summary(now: Date) async throws -> StatusSummary { try await store.summary(now: now) }

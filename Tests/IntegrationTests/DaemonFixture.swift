@@ -18,6 +18,9 @@ final class DaemonFixture: @unchecked Sendable {
     var configPath: String { directory + "/config.yaml" }
     var storePath: String { directory + "/state/state.sqlite" }
     var outboxNew: String { directory + "/outbox/new" }
+    var socketPath: String { directory + "/ingest.sock" }
+    static let callbackKey = "callback-key-for-tests-0123456789"
+    static let signingKey = "kn-signing-key-for-tests"
 
     /// - Parameter extraConfig: YAML appended to the generated config.
     init(extraConfig: String = "") async throws {
@@ -29,6 +32,8 @@ final class DaemonFixture: @unchecked Sendable {
         serving = Task { try await server.run() }
         sandboxURL = "http://127.0.0.1:\(server.port!)"
         try "daemon-secret\n".write(toFile: directory + "/klarna-password", atomically: true, encoding: .utf8)
+        try "\(Self.callbackKey)\n".write(toFile: directory + "/callback-key", atomically: true, encoding: .utf8)
+        try #"{"krn:partner:global:notification:signing-key:1": "\#(Self.signingKey)"}"#.write(toFile: directory + "/signing-keys.json", atomically: true, encoding: .utf8)
         try """
             klarna:
               base_url: \(sandboxURL)
@@ -39,6 +44,12 @@ final class DaemonFixture: @unchecked Sendable {
               path: state/state.sqlite
             outbox:
               dir: outbox
+            ingest:
+              socket: ingest.sock
+            callback_token:
+              key_file: callback-key
+            webhook_signing:
+              keys_file: signing-keys.json
             polling:
               dense_interval_seconds: 0.2
               pending_fraud_interval_seconds: 0.5
@@ -125,6 +136,26 @@ final class DaemonFixture: @unchecked Sendable {
     func readStore() throws -> SQLiteStore { try SQLiteStore(path: storePath, readOnly: true) }
 
     func outboxFiles() -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: outboxNew)) ?? []).sorted() }
+}
+
+extension DaemonFixture {
+    /// A request over the ingest unix socket with curl, as a forwarder would send it: status and body.
+    func post(_ target: String, _ body: String, headers: [String] = [], method: String = "POST") async throws -> (status: Int, body: String) {
+        let id = UUID().uuidString.prefix(8)
+        let bodyFile = directory + "/req-\(id).json", outFile = directory + "/resp-\(id).json"
+        try body.write(toFile: bodyFile, atomically: true, encoding: .utf8)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+        process.arguments = ["-s", "--unix-socket", socketPath, "-o", outFile, "-w", "%{http_code}", "-X", method]
+            + (method == "POST" ? ["--data-binary", "@\(bodyFile)", "-H", "Content-Type: application/json"] : [])
+            + headers.flatMap { ["-H", $0] } + ["http://localhost\(target)"]
+        let status = Pipe()
+        process.standardOutput = status
+        try process.run()
+        let code = String(decoding: status.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (Int(code) ?? 0, (try? String(contentsOfFile: outFile, encoding: .utf8)) ?? "")
+    }
 }
 
 /// Waits for an async condition, checking every 50 ms, failing after `timeout`.

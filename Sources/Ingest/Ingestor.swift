@@ -1,0 +1,106 @@
+import Foundation
+import Logging
+import ReconcilerCore
+import ReconcilerStore
+
+/// The one path every delivery takes, from the socket or the spool: read and verify, then commit with its dedupe
+/// key, then wake the engine. The caller acknowledges only after ``ingest(_:source:)`` returns `accepted`.
+public struct Ingestor: Sendable {
+    public struct Answer: Sendable, Equatable {
+        public let status: Int
+        /// `accepted`, `repeat`, or the error word of a refusal.
+        public let word: String
+        public let detail: String
+
+        public var accepted: Bool { status == 202 }
+    }
+
+    let reader: WebhookReader
+    let store: any ReconcilerStore
+    let defaultCapturePolicy: CapturePolicy
+    let clock: any WallClock
+    let logger: Logger
+    /// Hands keys with new work to the running engine at once (the wakeups table is the durable fallback).
+    let wake: @Sendable ([WorkKey]) async -> Void
+
+    public init(
+        reader: WebhookReader, store: any ReconcilerStore, defaultCapturePolicy: CapturePolicy, clock: any WallClock,
+        logger: Logger, wake: @escaping @Sendable ([WorkKey]) async -> Void
+    ) {
+        self.reader = reader
+        self.store = store
+        self.defaultCapturePolicy = defaultCapturePolicy
+        self.clock = clock
+        self.logger = logger
+        self.wake = wake
+    }
+
+    public func ingest(_ delivery: Delivery, source: String) async -> Answer {
+        let now = clock.now
+        let webhook: Webhook
+        let warning: String?
+        do {
+            (webhook, warning) = try reader.read(delivery)
+        } catch {
+            logger.warning("refused a delivery from \(source): \(error)", metadata: ["source": .string(source), "error": .string(error.error)])
+            try? await store.recordRejection(source: source, status: error.status, error: error.error, detail: error.detail, at: now)
+            return Answer(status: error.status, word: error.error, detail: error.detail)
+        }
+        let record = Self.record(webhook, warning: warning, source: source, defaultCapturePolicy: defaultCapturePolicy, now: now)
+        let result: IngestResult
+        do {
+            result = try await store.ingest(record, at: now)
+        } catch {
+            logger.error("cannot record a delivery from \(source): \(error)", metadata: ["source": .string(source)])
+            return Answer(status: 503, word: "store_unavailable", detail: "the delivery could not be stored durably; send it again")
+        }
+        switch result {
+        case .accepted(let keys):
+            logger.info("\(record.summary)", metadata: ["source": .string(source), "kind": .string(record.kind)])
+            if let warning { logger.warning("\(warning)", metadata: ["source": .string(source)]) }
+            await wake(keys)
+            return Answer(status: 202, word: "accepted", detail: record.summary)
+        case .repeated(let firstSeen):
+            logger.info("repeat of a delivery first seen \(firstSeen.formatted(.iso8601)): \(record.summary)", metadata: ["source": .string(source)])
+            return Answer(status: 202, word: "repeat", detail: "already received at \(firstSeen.formatted(.iso8601))")
+        case .refused(let status, let error, let detail):
+            try? await store.recordRejection(source: source, status: status, error: error, detail: detail, at: now)
+            return Answer(status: status, word: error, detail: detail)
+        }
+    }
+
+    static func record(_ webhook: Webhook, warning: String?, source: String, defaultCapturePolicy: CapturePolicy, now: Date) -> IngestRecord {
+        let action: IngestRecord.Action
+        let summary: String
+        switch webhook {
+        case .hppStatus(let eventID, let hppSessionID, let kpSessionID, let status):
+            summary = "HPP status callback \(status ?? "?") (event \(eventID)) for HPP session \(hppSessionID)"
+            // Only a verified callback may start tracking: it binds the HPP session to its KP session.
+            let newSession = (warning == nil ? kpSessionID : nil).map {
+                TrackedSession(
+                    hppSessionID: hppSessionID, kpSessionID: $0, mode: nil, merchantReference: nil,
+                    capturePolicy: defaultCapturePolicy, purpose: .buy, trackedAt: now)
+            }
+            action = .hintSession(hppSessionID: hppSessionID, trackIfUnknown: newSession)
+        case .kpAuthorization(let kpSessionID, let tail, _):
+            summary = "KP authorization callback for KP session \(kpSessionID) (token …\(tail))"
+            action = .hintSessionsOfPayment(kpSessionID: kpSessionID)
+        case .omNotification(let orderID, let eventType):
+            summary = "OM notification \(eventType) for order \(orderID)"
+            action = .hintOrder(orderID: orderID)
+        case .klarnaNetwork(let eventID, let eventType, let paymentRequestID, let state):
+            summary = "Klarna Network \(eventType) (event \(eventID)) for \(paymentRequestID ?? "an unnamed payment request") in state \(state ?? "?")"
+            action = .recordOnly
+        case .track(let request):
+            summary = "tracking requested over \(source) (mode \(request.mode?.rawValue ?? "inferred"), capture \((request.capture ?? defaultCapturePolicy).rawValue), intent \(request.purpose.rawValue))"
+            action = .track(TrackedSession(
+                hppSessionID: request.hppSessionID, kpSessionID: request.kpSessionID, mode: request.mode,
+                merchantReference: request.merchantReference, capturePolicy: request.capture ?? defaultCapturePolicy,
+                purpose: request.purpose, trackedAt: now))
+        case .capture(let orderID, let amount, _):
+            summary = "capture of \(amount.map(String.init) ?? "the remaining amount") requested for order \(orderID)"
+            action = .capture(orderID: orderID, amount: amount)
+        }
+        return IngestRecord(dedupeKey: webhook.dedupeKey, kind: webhook.kind, source: source, summary: summary, warning: warning, action: action)
+    }
+}
