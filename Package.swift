@@ -87,6 +87,7 @@ let package = Package(
                 "ReconcilerCore", "ReconcilerStore", "HTTPServer",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
         ),

@@ -51,6 +51,7 @@ final class Bench: @unchecked Sendable {
               dir: outbox
             ingest:
               socket: ingest.sock
+              spool_dir: spool
             \(extra)
             """.write(toFile: folder + "/config.yaml", atomically: true, encoding: .utf8)
     }

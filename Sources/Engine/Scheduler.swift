@@ -1,4 +1,5 @@
 import Foundation
+import ReconcilerCore
 import ReconcilerStore
 
 /// Which work is due when. A min-heap ordered by due time (stale entries are skipped lazily), plus the set of keys a

@@ -30,6 +30,10 @@ public struct Settings: Sendable {
     /// An optional loopback TCP listener (`HOST:PORT`).
     public var ingestListen: String?
     public var ingestMaxBodyBytes: Int
+    /// The spool directory (Maildir semantics); `nil` when disabled.
+    public var spoolDirectory: String?
+    public var spoolRescanInterval: Duration
+    public var spoolKeepDone: Bool
     public var callbackPolicy: String
     /// The `callback-key` credential: HMAC key of the callback-URL tokens. `nil` when not configured.
     public var callbackKey: [UInt8]?
@@ -67,6 +71,7 @@ public enum SettingsKeys {
         "engine.max_concurrency", "engine.customer_token_description", "engine.wakeup_interval_ms",
         "log.level",
         "ingest.socket", "ingest.socket_group", "ingest.listen", "ingest.max_body_bytes",
+        "ingest.spool_dir", "ingest.spool_rescan_seconds", "ingest.spool_keep_done",
         "callback_token.policy", "callback_token.key_file", "webhook_signing.keys_file",
     ]
 }
@@ -115,6 +120,9 @@ extension Settings {
             ("ingest.socket_group", ingestSocketGroup ?? "(the daemon's group)"),
             ("ingest.listen", ingestListen ?? "(none)"),
             ("ingest.max_body_bytes", "\(ingestMaxBodyBytes)"),
+            ("ingest.spool_dir", spoolDirectory ?? "(disabled)"),
+            ("ingest.spool_rescan_seconds", seconds(spoolRescanInterval)),
+            ("ingest.spool_keep_done", "\(spoolKeepDone)"),
             ("callback_token.policy", callbackPolicy),
             ("callback_token.key", callbackKey == nil ? "(none: HPP and KP callbacks are refused under policy require)" : "<redacted>"),
             ("webhook_signing.keys", signingKeys.isEmpty ? "(none: Klarna Network webhooks are refused)" : "<redacted> ids \(signingKeys.keys.sorted().joined(separator: ", "))"),

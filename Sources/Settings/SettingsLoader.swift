@@ -152,6 +152,9 @@ extension Settings {
             defaultCapturePolicy: try values.choice("capture.default_policy", CapturePolicy.self) ?? .immediate,
             engine: engine, logLevel: logLevel, ingestSocket: socket, ingestSocketGroup: group, ingestListen: listen,
             ingestMaxBodyBytes: try values.int("ingest.max_body_bytes", default: 1 << 20, range: 1_024...(64 << 20)),
+            spoolDirectory: (try values.string("ingest.spool_dir")).map { $0.isEmpty ? nil : path($0) } ?? "/var/spool/klarna-reconciler",
+            spoolRescanInterval: try values.seconds("ingest.spool_rescan_seconds", default: 5),
+            spoolKeepDone: try values.bool("ingest.spool_keep_done", default: false),
             callbackPolicy: policy, callbackKey: callbackKey, signingKeys: signingKeys)
     }
 

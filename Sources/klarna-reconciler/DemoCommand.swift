@@ -151,6 +151,8 @@ final class Demo: @unchecked Sendable {
               dir: outbox
             ingest:
               socket: ingest.sock
+              spool_dir: spool
+              spool_rescan_seconds: 1
             polling:
               dense_interval_seconds: 0.5
               pending_fraud_interval_seconds: 1

@@ -9,7 +9,7 @@ struct KlarnaReconciler: AsyncParsableCommand {
         version: "\(ProductInfo.version) (\(CurlTransport.libcurlVersion))",
         subcommands: [
             RunCommand.self, CheckConfigCommand.self, TrackCommand.self, CaptureCommand.self, StatusCommand.self,
-            ListCommand.self, ShowCommand.self, CallbackURLCommand.self, SandboxCommand.self, DemoCommand.self,
+            ListCommand.self, ShowCommand.self, CallbackURLCommand.self, QuarantineCommand.self, SandboxCommand.self, DemoCommand.self,
         ]
     )
 }

@@ -78,6 +78,16 @@ struct RunCommand: AsyncParsableCommand {
                 signingKeys: SigningKeys(settings.signingKeys)),
             store: store, defaultCapturePolicy: settings.defaultCapturePolicy, clock: clock, logger: logger,
             wake: { keys in for key in keys { await scheduler.wake(key, at: clock.now) } })
+        var spoolService: SpoolService?
+        if let directory = settings.spoolDirectory {
+            let spool = Spool(directory: directory, maxFileBytes: settings.ingestMaxBodyBytes + (64 << 10), keepDone: settings.spoolKeepDone)
+            do {
+                try spool.prepare()
+            } catch {
+                throw fail("cannot prepare the spool \(directory): \(error)")
+            }
+            spoolService = SpoolService(spool: spool, ingestor: ingestor, rescanInterval: settings.spoolRescanInterval, clock: clock, logger: logger)
+        }
         var servers: [HTTPServer] = []
         do {
             let configuration = HTTPServer.Configuration(maxBodyBytes: settings.ingestMaxBodyBytes)
@@ -103,7 +113,7 @@ struct RunCommand: AsyncParsableCommand {
                 // flush outcomes.
                 .init(service: delivery),
                 .init(service: workers),
-            ] + servers.map { .init(service: ServerService(server: $0)) } + [
+            ] + servers.map { .init(service: ServerService(server: $0)) } + (spoolService.map { [.init(service: $0)] } ?? []) + [
                 .init(service: LifecycleAnnouncer(notifier: notifier, status: status, logger: readyLogger)),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))

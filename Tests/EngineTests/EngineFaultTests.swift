@@ -302,56 +302,11 @@ struct EngineFaultTests {
 }
 
 
-/// The real store, except that the commit recording a confirmed intent fails the first `failures` times: a full
-/// disk at the worst moment, which a test cannot cause on demand.
-final class StoreFailingAfterKlarnaAnswered: ReconcilerStore, @unchecked Sendable {
-    let store: SQLiteStore
-    private let remaining = Mutex(0)
-
-    init(_ store: SQLiteStore, failures: Int) {
-        self.store = store
-        remaining.withLock { $0 = failures }
-    }
-
-    struct DiskFull: Error {}
-
-    func commit(_ change: Change, at: Date) async throws {
-        if change.intents.contains(where: { $0.state == .confirmed }) {
-            let fail = remaining.withLock { left -> Bool in
-                defer { left = max(0, left - 1) }
-                return left > 0
-            }
-            if fail { throw DiskFull() }
-        }
-        try await store.commit(change, at: at)
-    }
-
-    func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult { try await store.track(session, event: event, at: at) }
-    func session(_ id: String) async throws -> TrackedSession? { try await store.session(id) }
-    func order(_ id: String) async throws -> TrackedOrder? { try await store.order(id) }
-    func intent(_ key: String) async throws -> Intent? { try await store.intent(key) }
-    func openWork() async throws -> [(key: WorkKey, due: Date)] { try await store.openWork() }
-    func wakeups(after sequence: Int64) async throws -> (keys: [WorkKey], last: Int64) { try await store.wakeups(after: sequence) }
-    func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult { try await store.requestCapture(orderID: orderID, amount: amount, at: at) }
-    func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
-    func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult { try await store.ingest(record, at: at) }
-    func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
-        try await store.recordRejection(source: source, status: status, error: error, detail: detail, at: at)
-    }
-    func timeline(for id: String) async throws -> (sessions: [TrackedSession], orders: [TrackedOrder], intents: [Intent], events: [RecordedEvent], outcomes: [StoredOutcome]) { try await store.timeline(for: id) }
-    func list(phase: String?, limit: Int) async throws -> StoreListing { try await store.list(phase: phase, limit: limit) }
-    func summary(now: Date) async throws -> StatusSummary { try await store.summary(now: now) }
-    func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] { try await store.undeliveredOutcomes(now: now, limit: limit) }
-    func markOutboxWritten(_ id: Int64) async throws { try await store.markOutboxWritten(id) }
-    func markNotified(_ id: Int64) async throws { try await store.markNotified(id) }
-    func notifyFailed(_ id: Int64, nextAt: Date?) async throws { try await store.notifyFailed(id, nextAt: nextAt) }
-}
-
 @Suite("Engine: the store failing at the worst moment")
 struct StoreFailureTests {
     @Test("Klarna placed the order and captured it, then the store refused the record twice: retried, nothing lost, nothing doubled")
     func commitRetried() async throws {
-        try await EngineHarness.with(wrapStore: { StoreFailingAfterKlarnaAnswered($0, failures: 4) }) { h in
+        try await EngineHarness.with(wrapStore: { FaultyStore($0, failConfirmedCommits: 4) }) { h in
             let created = try await h.track(SessionSpec(schedule: [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]))
             try await h.run()
             #expect(try await h.outcomes(created) == [.orderPlaced, .captured])

@@ -152,3 +152,53 @@ final class LogLines: Sendable {
         }
     }
 }
+
+/// The real store with faults a test cannot cause on demand: the commit recording a confirmed intent fails the
+/// first `failConfirmedCommits` times (a full disk at the worst moment), and every ingest fails while `failIngest`.
+final class FaultyStore: ReconcilerStore, @unchecked Sendable {
+    let store: SQLiteStore
+    private let remaining = Mutex(0)
+    private let ingestFails: Bool
+
+    init(_ store: SQLiteStore, failConfirmedCommits: Int = 0, failIngest: Bool = false) {
+        self.store = store
+        ingestFails = failIngest
+        remaining.withLock { $0 = failConfirmedCommits }
+    }
+
+    struct DiskFull: Error {}
+
+    func commit(_ change: Change, at: Date) async throws {
+        if change.intents.contains(where: { $0.state == .confirmed }) {
+            let fail = remaining.withLock { left -> Bool in
+                defer { left = max(0, left - 1) }
+                return left > 0
+            }
+            if fail { throw DiskFull() }
+        }
+        try await store.commit(change, at: at)
+    }
+
+    func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult { try await store.track(session, event: event, at: at) }
+    func session(_ id: String) async throws -> TrackedSession? { try await store.session(id) }
+    func order(_ id: String) async throws -> TrackedOrder? { try await store.order(id) }
+    func intent(_ key: String) async throws -> Intent? { try await store.intent(key) }
+    func openWork() async throws -> [(key: WorkKey, due: Date)] { try await store.openWork() }
+    func wakeups(after sequence: Int64) async throws -> (keys: [WorkKey], last: Int64) { try await store.wakeups(after: sequence) }
+    func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult { try await store.requestCapture(orderID: orderID, amount: amount, at: at) }
+    func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
+    func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
+        if ingestFails { throw DiskFull() }
+        return try await store.ingest(record, at: at)
+    }
+    func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
+        try await store.recordRejection(source: source, status: status, error: error, detail: detail, at: at)
+    }
+    func timeline(for id: String) async throws -> (sessions: [TrackedSession], orders: [TrackedOrder], intents: [Intent], events: [RecordedEvent], outcomes: [StoredOutcome]) { try await store.timeline(for: id) }
+    func list(phase: String?, limit: Int) async throws -> StoreListing { try await store.list(phase: phase, limit: limit) }
+    func summary(now: Date) async throws -> StatusSummary { try await store.summary(now: now) }
+    func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] { try await store.undeliveredOutcomes(now: now, limit: limit) }
+    func markOutboxWritten(_ id: Int64) async throws { try await store.markOutboxWritten(id) }
+    func markNotified(_ id: Int64) async throws { try await store.markNotified(id) }
+    func notifyFailed(_ id: Int64, nextAt: Date?) async throws { try await store.notifyFailed(id, nextAt: nextAt) }
+}

@@ -46,6 +46,8 @@ final class DaemonFixture: @unchecked Sendable {
               dir: outbox
             ingest:
               socket: ingest.sock
+              spool_dir: spool
+              spool_rescan_seconds: 1
             callback_token:
               key_file: callback-key
             webhook_signing:

@@ -114,3 +114,80 @@ struct IngestSocketTests {
         #expect(try await fixture.stop() == 0)
     }
 }
+
+/// The spool as a forwarder uses it: a shell script writing into tmp/ and renaming into new/.
+@Suite("Ingest through the spool directory", .serialized)
+struct IngestSpoolTests {
+    /// Runs `script` with /bin/sh in the spool directory.
+    func shell(_ fixture: DaemonFixture, _ script: String) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", script]
+        process.currentDirectoryURL = URL(fileURLWithPath: fixture.directory + "/spool")
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(script)")
+    }
+
+    @Test("A shell forwarder's files are committed and removed; hostile files are quarantined with a reason; the daemon keeps working")
+    func forwarder() async throws {
+        let fixture = try await DaemonFixture()
+        try await fixture.start()
+        let plain = try fixture.sandbox.createSession(SessionSpec(orderAmount: 4_400, merchantReference: "spool-1", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        try shell(fixture, #"printf '%s' '{"hpp_session_id":"\#(plain.hppSessionId)","kp_session_id":"\#(plain.kpSessionId)","merchant_reference":"spool-1"}' > tmp/0001.json && mv tmp/0001.json new/0001.json"#)
+
+        // A raw HTTP request as an nginx mirror would record it: the HPP callback for a session nobody tracked.
+        let raw = try fixture.sandbox.createSession(SessionSpec(orderAmount: 5_500))
+        try fixture.sandbox.setHPPStatus(raw.hppSessionId, "COMPLETED")
+        let token = IngestSocketTests().token("hpp-status", raw.kpSessionId)
+        let body = #"{"event_id":"spool-ev-1","session":{"session_id":"\#(raw.hppSessionId)","status":"COMPLETED"}}"#
+        let request = "POST /klarna/hpp-status?kp_session_id=\(raw.kpSessionId)&token=\(token)&hpp_session_id=\(raw.hppSessionId) HTTP/1.1\r\nHost: shop.example\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        try request.write(toFile: fixture.directory + "/spool/tmp/0002.http", atomically: false, encoding: .utf8)
+        try shell(fixture, "mv tmp/0002.http new/0002.http")
+
+        // Hostile entries.
+        try "secret".write(toFile: fixture.directory + "/outside", atomically: true, encoding: .utf8)
+        try shell(fixture, "ln -s ../../outside new/0003-link && mkfifo new/0004-fifo && printf '{}' > ../hard && ln ../hard new/0005-hard && printf 'not json' > new/0006.json")
+
+        let store = try fixture.readStore()
+        try await waitUntilAsync(timeout: .seconds(30)) {
+            let captured = (try await store.timeline(for: "spool-1").outcomes + store.timeline(for: raw.hppSessionId).outcomes).filter { $0.outcome.kind == .captured }
+            return captured.count == 2
+        }
+        try await waitUntilAsync { Set(fixture.quarantined()) == ["0003-link", "0004-fifo", "0005-hard", "0006.json"] }
+        #expect(fixture.spoolNames("new").isEmpty && fixture.spoolNames("cur").isEmpty)
+        let list = try await fixture.cli(["quarantine", "list"])
+        for rule in ["symlink", "not_regular", "hard_link", "unknown_format"] { #expect(list.output.contains(rule), "\(list.output)") }
+        #expect(try String(contentsOfFile: fixture.directory + "/outside", encoding: .utf8) == "secret")
+        let show = try await fixture.cli(["quarantine", "show", "0006.json"])
+        #expect(show.output.contains("not json"))
+
+        // Requeued: processed like any new file (here still not a delivery, so back in quarantine, once).
+        #expect(try await fixture.cli(["quarantine", "requeue", "0006.json"]).status == 0)
+        try await waitUntilAsync { fixture.quarantined().contains("0006.json") && fixture.spoolNames("new").isEmpty }
+        #expect(try await fixture.stop() == 0)
+    }
+
+    @Test("kill -9 between claiming a file and removing it loses nothing: the file in cur/ is processed at the next start")
+    func crashBetweenClaimAndCommit() async throws {
+        let fixture = try await DaemonFixture()
+        let session = try fixture.sandbox.createSession(SessionSpec(merchantReference: "claimed", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        // As the daemon leaves it when killed right after the claim.
+        try FileManager.default.createDirectory(atPath: fixture.directory + "/spool/cur", withIntermediateDirectories: true)
+        try #"{"hpp_session_id":"\#(session.hppSessionId)","kp_session_id":"\#(session.kpSessionId)","merchant_reference":"claimed"}"#
+            .write(toFile: fixture.directory + "/spool/cur/0001.json", atomically: true, encoding: .utf8)
+        try await fixture.start()
+        let store = try fixture.readStore()
+        try await waitUntilAsync { try await store.timeline(for: "claimed").outcomes.contains { $0.outcome.kind == .captured } }
+        #expect(fixture.spoolNames("cur").isEmpty)
+        #expect(try await fixture.stop() == 0)
+    }
+}
+
+extension DaemonFixture {
+    func spoolNames(_ sub: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory + "/spool/" + sub)) ?? []).sorted()
+    }
+
+    func quarantined() -> [String] { spoolNames("quarantine").filter { !$0.hasSuffix(".reason") } }
+}

@@ -1,5 +1,4 @@
 import Foundation
-import ReconcilerCore
 import Synchronization
 
 /// Wakes one waiting loop. A ring while nobody waits is remembered, so a change between "look" and "wait" is

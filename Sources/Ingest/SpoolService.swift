@@ -1,0 +1,125 @@
+import Foundation
+import Glibc
+import Logging
+import ReconcilerCore
+import ServiceLifecycle
+import Synchronization
+
+/// Watches the spool: a scan at start (`cur/` first: files claimed before a crash), inotify on `new/` for low
+/// latency, and a periodic rescan for anything inotify missed. Each file is claimed, read, ingested, and removed
+/// only once its delivery is committed.
+public struct SpoolService: Service {
+    let spool: Spool
+    let ingestor: Ingestor
+    let rescanInterval: Duration
+    let clock: any WallClock
+    let logger: Logger
+
+    public init(spool: Spool, ingestor: Ingestor, rescanInterval: Duration, clock: any WallClock, logger: Logger) {
+        self.spool = spool
+        self.ingestor = ingestor
+        self.rescanInterval = rescanInterval
+        self.clock = clock
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let bell = Doorbell()
+        let stopping = Mutex(false)
+        let watcher = DirectoryWatcher(path: "\(spool.directory)/new", logger: logger) { bell.ring() }
+        defer { watcher.stop() }
+        await withGracefulShutdownHandler {
+            for name in spool.names(in: "cur") { await process(name, claimed: true) }
+            while !stopping.withLock({ $0 }) {
+                await scan()
+                await bell.wait(timeout: rescanInterval, clock: clock)
+            }
+        } onGracefulShutdown: {
+            stopping.withLock { $0 = true }
+            bell.ring()
+        }
+    }
+
+    /// Processes everything in `new/`, oldest name first.
+    public func scan() async {
+        for name in spool.names(in: "new") { await process(name, claimed: false) }
+    }
+
+    func process(_ name: String, claimed: Bool) async {
+        let now = clock.now
+        let path: String
+        if claimed {
+            path = "\(spool.directory)/cur/\(name)"
+        } else {
+            do {
+                guard let taken = try spool.claim(name) else { return }
+                path = taken
+            } catch {
+                quarantine("\(spool.directory)/new/\(name)", rule: error.rule, detail: error.detail, status: nil, at: now)
+                return
+            }
+        }
+        let delivery: Delivery
+        do {
+            delivery = try SpoolFile.delivery(try spool.read(path))
+        } catch {
+            quarantine(path, rule: error.rule, detail: error.detail, status: nil, at: now)
+            return
+        }
+        let answer = await ingestor.ingest(delivery, source: "spool:\(name)")
+        if answer.accepted {
+            spool.finish(path)
+        } else if answer.status == 503 {
+            // The store could not take it (full disk?): the file stays, and the next scan tries again.
+            spool.release(path)
+        } else {
+            quarantine(path, rule: answer.word, detail: answer.detail, status: answer.status, at: now)
+        }
+    }
+
+    private func quarantine(_ path: String, rule: String, detail: String, status: Int?, at: Date) {
+        let name = (path as NSString).lastPathComponent
+        do {
+            try spool.quarantine(path, rule: rule, detail: detail, status: status, at: at)
+            logger.warning("spool file \(name) quarantined: \(rule): \(detail)", metadata: ["spool_file": .string(name), "rule": .string(rule)])
+        } catch {
+            logger.error("cannot quarantine spool file \(name) (\(rule): \(detail)): \(error)", metadata: ["spool_file": .string(name)])
+        }
+    }
+}
+
+/// inotify on one directory, read on its own thread (never on Swift's cooperative pool); any event rings `onChange`.
+final class DirectoryWatcher: Sendable {
+    private final class Flag: Sendable {
+        private let value = Mutex(false)
+        var isSet: Bool { value.withLock { $0 } }
+        func set() { value.withLock { $0 = true } }
+    }
+
+    private let stopped = Flag()
+
+    init(path: String, logger: Logger, onChange: @escaping @Sendable () -> Void) {
+        let fd = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
+        guard fd >= 0, inotify_add_watch(fd, path, UInt32(IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE)) >= 0 else {
+            logger.warning("no inotify on \(path) (\(String(cString: strerror(errno)))): relying on the periodic rescan")
+            if fd >= 0 { close(fd) }
+            return
+        }
+        let stopped = self.stopped
+        let worker = Thread {
+            var buffer = [UInt8](repeating: 0, count: 4_096)
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            while !stopped.isSet {
+                // A short poll timeout lets stop() end the thread without closing a descriptor under it.
+                guard poll(&poller, 1, 250) > 0 else { continue }
+                while read(fd, &buffer, buffer.count) > 0 {}
+                onChange()
+            }
+            close(fd)
+        }
+        worker.name = "klarna-reconciler.spool-watch"
+        worker.start()
+    }
+
+    func stop() { stopped.set() }
+}

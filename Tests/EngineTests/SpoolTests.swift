@@ -1,0 +1,160 @@
+import Foundation
+import Glibc
+import Logging
+import Testing
+@testable import Ingest
+@testable import ReconcilerCore
+@testable import ReconcilerStore
+
+@Suite("Spool files")
+struct SpoolFileTests {
+    @Test("Bare JSON and raw HTTP requests; the body is byte-exact, the query and headers are read")
+    func parsing() throws {
+        let json = try SpoolFile.delivery(Array(#"  {"order_id":"o"}"#.utf8))
+        #expect(json.body == Array(#"  {"order_id":"o"}"#.utf8))
+        #expect(json.query.isEmpty)
+
+        let body = #"{"event_id":"e","session":{"session_id":"h"}}"# + "\n"
+        let raw = "POST /klarna/hpp?kp_session_id=kp%201&token=abc&hpp_session_id=h HTTP/1.1\r\nHost: shop.example\r\nKlarna-Signature: ab12\r\nContent-Length: \(body.utf8.count)\r\n\r\n" + body
+        let delivery = try SpoolFile.delivery(Array(raw.utf8))
+        #expect(delivery.body == Array(body.utf8))
+        #expect(delivery.query == ["kp_session_id": "kp 1", "token": "abc", "hpp_session_id": "h"])
+        #expect(delivery.header("klarna-signature") == "ab12")
+
+        let bare = try SpoolFile.delivery(Array("POST /x?token=t HTTP/1.1\nContent-Type: application/json\n\n{\"a\":1}".utf8))
+        #expect(bare.body == Array("{\"a\":1}".utf8))
+        // Content-Length shorter than what follows: the extra bytes (a trailing newline from the forwarder) are not body.
+        let trimmed = try SpoolFile.delivery(Array("POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}\n".utf8))
+        #expect(trimmed.body == Array("{}".utf8))
+    }
+
+    @Test("Malformed requests are refused with the rule", arguments: [
+        ("POST / HTTP/1.1\r\nContent-Length: 99\r\n\r\n{}", "truncated"), ("GET /x HTTP/1.1\r\n\r\n{}", "malformed_request"),
+        ("POST /x HTTP/1.1\r\nno blank line", "malformed_request"), ("POST /x HTTP/1.1\r\nBroken header\r\n\r\n{}", "malformed_request"),
+        ("hello world", "unknown_format"),
+    ])
+    func malformed(text: String, rule: String) {
+        #expect(throws: Spool.Refusal.self) { try SpoolFile.delivery(Array(text.utf8)) }
+        do { _ = try SpoolFile.delivery(Array(text.utf8)) } catch { #expect(error.rule == rule) }
+    }
+}
+
+@Suite("Spool directory")
+struct SpoolDirectoryTests {
+    func spool(_ directory: TemporaryDirectory, max: Int = 4_096) throws -> Spool {
+        let spool = Spool(directory: directory.path + "/spool", maxFileBytes: max, keepDone: false)
+        try spool.prepare()
+        return spool
+    }
+
+    func refusal(_ spool: Spool, _ name: String) -> Spool.Refusal? {
+        do {
+            let path = try spool.claim(name)
+            if let path { _ = try spool.read(path) }
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test("Symlinks, FIFOs, hard links, oversized files and unsafe names are refused without being followed or read")
+    func unsafeFiles() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let spool = try spool(directory)
+        let new = spool.directory + "/new"
+        let secret = directory.path + "/outside-secret"
+        try "do not read".write(toFile: secret, atomically: true, encoding: .utf8)
+        symlink(secret, new + "/link")
+        symlink("../../outside-secret", new + "/relative-link")
+        mkfifo(new + "/fifo", 0o600)
+        try "{}".write(toFile: new + "/original", atomically: true, encoding: .utf8)
+        link(new + "/original", directory.path + "/second-name")
+        try String(repeating: "x", count: 5_000).write(toFile: new + "/big", atomically: true, encoding: .utf8)
+        try "{}".write(toFile: new + "/has space", atomically: true, encoding: .utf8)
+        try "{}".write(toFile: new + "/ümlaut", atomically: true, encoding: .utf8)
+
+        #expect(refusal(spool, "link")?.rule == "symlink")
+        #expect(refusal(spool, "relative-link")?.rule == "symlink")
+        #expect(refusal(spool, "fifo")?.rule == "not_regular")
+        #expect(refusal(spool, "original")?.rule == "hard_link")
+        #expect(refusal(spool, "big")?.rule == "too_large")
+        #expect(refusal(spool, "has space")?.rule == "unsafe_name")
+        #expect(refusal(spool, "ümlaut")?.rule == "unsafe_name")
+        // Refused files were not claimed, and the symlink's target is untouched.
+        #expect(spool.names(in: "cur").isEmpty)
+        #expect(try String(contentsOfFile: secret, encoding: .utf8) == "do not read")
+    }
+
+    @Test("Dot-files and reason files are never picked up; names come oldest first")
+    func names() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let spool = try spool(directory)
+        for name in ["2.json", ".partial", "1.json"] { try "{}".write(toFile: spool.directory + "/new/" + name, atomically: true, encoding: .utf8) }
+        #expect(spool.names(in: "new") == ["1.json", "2.json"])
+    }
+
+    @Test("Quarantine keeps the file with its reason; requeue puts it back")
+    func quarantineAndRequeue() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let spool = try spool(directory)
+        try "{bad".write(toFile: spool.directory + "/new/x.json", atomically: true, encoding: .utf8)
+        let claimed = try #require(try spool.claim("x.json"))
+        try spool.quarantine(claimed, rule: "malformed_json", detail: "the body is not JSON", status: 400, at: Date(timeIntervalSince1970: 1_800_000_000))
+        #expect(spool.names(in: "quarantine") == ["x.json"])
+        #expect(spool.reason(of: "x.json")?.rule == "malformed_json")
+        try spool.requeue("x.json")
+        #expect(spool.names(in: "new") == ["x.json"])
+        #expect(spool.reason(of: "x.json") == nil)
+        #expect(throws: Spool.Refusal.self) { try spool.requeue("../new/x.json") }
+    }
+}
+
+@Suite("Spool service with a real store")
+struct SpoolServiceTests {
+    @Test("Track requests, repeats and bad files: committed ones removed, bad ones quarantined, a store failure leaves the file")
+    func processing() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let spool = Spool(directory: directory.path + "/spool", maxFileBytes: 4_096, keepDone: true)
+        try spool.prepare()
+        let store = try SQLiteStore(path: directory.path + "/state.sqlite")
+        let woken = LogLines()
+        let reader = WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:]))
+        let ingestor = Ingestor(reader: reader, store: store, defaultCapturePolicy: .onRequest, clock: SystemClock(), logger: Logger(label: "t")) { keys in
+            for key in keys { woken.logger().info("\(key)") }
+        }
+        let service = SpoolService(spool: spool, ingestor: ingestor, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
+        func drop(_ name: String, _ text: String) throws {
+            // The forwarder's way: write in tmp/, rename into new/.
+            try text.write(toFile: spool.directory + "/tmp/" + name, atomically: false, encoding: .utf8)
+            rename(spool.directory + "/tmp/" + name, spool.directory + "/new/" + name)
+        }
+        try drop("001.json", #"{"hpp_session_id":"h-1","kp_session_id":"k-1","merchant_reference":"from spool"}"#)
+        try drop("002.json", #"{"hpp_session_id":"h-1","kp_session_id":"k-1"}"#)
+        try drop("003.json", #"{"hpp_session_id":"#)
+        try drop("004.json", #"{"order_id":"o-unknown","amount":5}"#)
+        await service.scan()
+        #expect(try await store.session("h-1")?.merchantReference == "from spool")
+        #expect(try await store.session("h-1")?.capturePolicy == .onRequest)
+        #expect(spool.names(in: "new").isEmpty && spool.names(in: "cur").isEmpty)
+        #expect(spool.names(in: "done") == ["001.json", "002.json"])
+        #expect(spool.names(in: "quarantine") == ["003.json", "004.json"])
+        #expect(spool.reason(of: "003.json")?.rule == "malformed_json")
+        #expect(spool.reason(of: "004.json")?.rule == "unknown_order")
+        #expect(woken.all.filter { $0.contains("session:h-1") }.count == 1)
+
+        // The store cannot commit (a full disk): the file stays in new/ for the next scan.
+        let broken = FaultyStore(store, failIngest: true)
+        let failing = Ingestor(reader: reader, store: broken, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) { _ in }
+        let failingService = SpoolService(spool: spool, ingestor: failing, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
+        try drop("005.json", #"{"hpp_session_id":"h-5","kp_session_id":"k-5"}"#)
+        await failingService.scan()
+        #expect(spool.names(in: "new") == ["005.json"])
+        await service.scan()
+        #expect(spool.names(in: "new").isEmpty)
+        #expect(try await store.session("h-5") != nil)
+    }
+}
