@@ -1,5 +1,6 @@
 import Logging
 import NIOCore
+import Synchronization
 import NIOHTTP1
 import NIOPosix
 
@@ -112,10 +113,17 @@ public struct HTTPServer: Sendable {
     public struct Configuration: Sendable {
         public var maxBodyBytes: Int
         public var backlog: Int32
+        /// A request must arrive whole within this time of its connection being opened or of the previous answer:
+        /// slow clients (slowloris) are cut off. Headers larger than SwiftNIO's parser limit (80 KiB) get 400.
+        public var requestTimeout: Duration
+        /// Connections served at once; more are closed at once.
+        public var maxConnections: Int
 
-        public init(maxBodyBytes: Int = 1 << 20, backlog: Int32 = 256) {
+        public init(maxBodyBytes: Int = 1 << 20, backlog: Int32 = 256, requestTimeout: Duration = .seconds(10), maxConnections: Int = 256) {
             self.maxBodyBytes = maxBodyBytes
             self.backlog = backlog
+            self.requestTimeout = requestTimeout
+            self.maxConnections = maxConnections
         }
     }
 
@@ -123,6 +131,7 @@ public struct HTTPServer: Sendable {
 
     private let listener: NIOAsyncChannel<Connection, Never>
     private let configuration: Configuration
+    private let open = ConnectionCount()
     private let handler: RequestHandler
     private let logger: Logger
 
@@ -169,43 +178,55 @@ public struct HTTPServer: Sendable {
         try await withThrowingDiscardingTaskGroup { group in
             try await listener.executeThenClose { inbound in
                 for try await connection in inbound {
-                    group.addTask { await serve(connection) }
+                    guard open.enter(limit: configuration.maxConnections) else {
+                        logger.warning("refusing a connection: \(configuration.maxConnections) are open")
+                        connection.channel.close(promise: nil)
+                        continue
+                    }
+                    group.addTask {
+                        await serve(connection)
+                        open.leave()
+                    }
                 }
             }
         }
     }
 
     private func serve(_ connection: Connection) async {
+        let channel = connection.channel
+        // Cut off a client that does not finish its request in time; re-armed after every answer.
+        var deadline = channel.eventLoop.scheduleTask(in: .nanoseconds(configuration.requestTimeout.nanoseconds)) { channel.close(promise: nil) }
+        defer { deadline.cancel() }
+        let tooLarge = ServerResponse(
+            status: 413, headers: [("Content-Type", "application/json")],
+            body: Array(#"{"error":"too_large","detail":"request body exceeds \#(configuration.maxBodyBytes) bytes"}"#.utf8))
         do {
             try await connection.executeThenClose { inbound, outbound in
                 var head: HTTPRequestHead?
                 var body: [UInt8] = []
-                var tooLarge = false
                 for try await part in inbound {
                     switch part {
                     case .head(let requestHead):
                         head = requestHead
                         body.removeAll(keepingCapacity: true)
-                        tooLarge = false
+                        // Refused before reading a byte of it: a 50 MB body is never received.
+                        if let length = requestHead.headers.first(name: "Content-Length").flatMap(Int.init), length > configuration.maxBodyBytes {
+                            try await write(tooLarge, keepAlive: false, version: requestHead.version, to: outbound)
+                            return
+                        }
                     case .body(let chunk):
                         if body.count + chunk.readableBytes > configuration.maxBodyBytes {
-                            tooLarge = true
-                        } else if !tooLarge {
-                            body.append(contentsOf: chunk.readableBytesView)
+                            if let requestHead = head { try await write(tooLarge, keepAlive: false, version: requestHead.version, to: outbound) }
+                            return
                         }
+                        body.append(contentsOf: chunk.readableBytesView)
                     case .end:
                         guard let requestHead = head else { return }
-                        let reply: ServerReply
-                        if tooLarge {
-                            reply = .response(ServerResponse(
-                                status: 413, headers: [("Content-Type", "application/json")],
-                                body: Array(#"{"error":"too_large","detail":"request body exceeds \#(configuration.maxBodyBytes) bytes"}"#.utf8)))
-                        } else {
-                            let request = ServerRequest(
-                                method: requestHead.method.rawValue, uri: requestHead.uri,
-                                headers: requestHead.headers.map { ($0.name, $0.value) }, body: body)
-                            reply = await handler(request)
-                        }
+                        deadline.cancel()
+                        let request = ServerRequest(
+                            method: requestHead.method.rawValue, uri: requestHead.uri,
+                            headers: requestHead.headers.map { ($0.name, $0.value) }, body: body)
+                        let reply = await handler(request)
                         switch reply {
                         case .reset:
                             // SO_LINGER 0 turns the close into a TCP RST: the client sees a connection reset.
@@ -214,11 +235,12 @@ public struct HTTPServer: Sendable {
                             }
                             return
                         case .response(let response):
-                            let keepAlive = requestHead.isKeepAlive && !tooLarge
+                            let keepAlive = requestHead.isKeepAlive
                             try await write(response, keepAlive: keepAlive, version: requestHead.version, to: outbound)
                             if !keepAlive { return }
                         }
                         head = nil
+                        deadline = channel.eventLoop.scheduleTask(in: .nanoseconds(configuration.requestTimeout.nanoseconds)) { channel.close(promise: nil) }
                     }
                 }
             }
@@ -239,5 +261,27 @@ public struct HTTPServer: Sendable {
             try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: response.body))))
         }
         try await outbound.write(.end(nil))
+    }
+}
+
+/// How many connections are being served.
+final class ConnectionCount: Sendable {
+    private let count = Mutex(0)
+
+    func enter(limit: Int) -> Bool {
+        count.withLock { count in
+            guard count < limit else { return false }
+            count += 1
+            return true
+        }
+    }
+
+    func leave() { count.withLock { $0 -= 1 } }
+}
+
+extension Duration {
+    var nanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
     }
 }

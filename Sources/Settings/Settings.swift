@@ -30,6 +30,8 @@ public struct Settings: Sendable {
     /// An optional loopback TCP listener (`HOST:PORT`).
     public var ingestListen: String?
     public var ingestMaxBodyBytes: Int
+    public var ingestRequestTimeout: Duration
+    public var ingestMaxConnections: Int
     /// The spool directory (Maildir semantics); `nil` when disabled.
     public var spoolDirectory: String?
     public var spoolRescanInterval: Duration
@@ -70,7 +72,8 @@ public enum SettingsKeys {
         "authorization_expiry.warn_before_hours", "authorization_expiry.auto_extend",
         "engine.max_concurrency", "engine.customer_token_description", "engine.wakeup_interval_ms",
         "log.level",
-        "ingest.socket", "ingest.socket_group", "ingest.listen", "ingest.max_body_bytes",
+        "ingest.socket", "ingest.socket_group", "ingest.listen", "ingest.max_body_bytes", "ingest.request_timeout_seconds",
+        "ingest.max_connections",
         "ingest.spool_dir", "ingest.spool_rescan_seconds", "ingest.spool_keep_done",
         "callback_token.policy", "callback_token.key_file", "webhook_signing.keys_file",
     ]
@@ -120,6 +123,8 @@ extension Settings {
             ("ingest.socket_group", ingestSocketGroup ?? "(the daemon's group)"),
             ("ingest.listen", ingestListen ?? "(none)"),
             ("ingest.max_body_bytes", "\(ingestMaxBodyBytes)"),
+            ("ingest.request_timeout_seconds", seconds(ingestRequestTimeout)),
+            ("ingest.max_connections", "\(ingestMaxConnections)"),
             ("ingest.spool_dir", spoolDirectory ?? "(disabled)"),
             ("ingest.spool_rescan_seconds", seconds(spoolRescanInterval)),
             ("ingest.spool_keep_done", "\(spoolKeepDone)"),

@@ -152,6 +152,8 @@ extension Settings {
             defaultCapturePolicy: try values.choice("capture.default_policy", CapturePolicy.self) ?? .immediate,
             engine: engine, logLevel: logLevel, ingestSocket: socket, ingestSocketGroup: group, ingestListen: listen,
             ingestMaxBodyBytes: try values.int("ingest.max_body_bytes", default: 1 << 20, range: 1_024...(64 << 20)),
+            ingestRequestTimeout: try values.seconds("ingest.request_timeout_seconds", default: 10),
+            ingestMaxConnections: try values.int("ingest.max_connections", default: 256, range: 1...65_536),
             spoolDirectory: (try values.string("ingest.spool_dir")).map { $0.isEmpty ? nil : path($0) } ?? "/var/spool/klarna-reconciler",
             spoolRescanInterval: try values.seconds("ingest.spool_rescan_seconds", default: 5),
             spoolKeepDone: try values.bool("ingest.spool_keep_done", default: false),

@@ -90,7 +90,8 @@ struct RunCommand: AsyncParsableCommand {
         }
         var servers: [HTTPServer] = []
         do {
-            let configuration = HTTPServer.Configuration(maxBodyBytes: settings.ingestMaxBodyBytes)
+            let configuration = HTTPServer.Configuration(
+                maxBodyBytes: settings.ingestMaxBodyBytes, requestTimeout: settings.ingestRequestTimeout, maxConnections: settings.ingestMaxConnections)
             let handler = IngestHTTP.handler(ingestor, store: store)
             if let path = settings.ingestSocket {
                 try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)

@@ -48,6 +48,7 @@ final class DaemonFixture: @unchecked Sendable {
               socket: ingest.sock
               spool_dir: spool
               spool_rescan_seconds: 1
+              request_timeout_seconds: 1
             callback_token:
               key_file: callback-key
             webhook_signing:

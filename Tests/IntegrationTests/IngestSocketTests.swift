@@ -147,7 +147,7 @@ struct IngestSpoolTests {
 
         // Hostile entries.
         try "secret".write(toFile: fixture.directory + "/outside", atomically: true, encoding: .utf8)
-        try shell(fixture, "ln -s ../../outside new/0003-link && mkfifo new/0004-fifo && printf '{}' > ../hard && ln ../hard new/0005-hard && printf 'not json' > new/0006.json")
+        try shell(fixture, "ln -s ../../outside new/0003-link && mkfifo new/0004-fifo && printf '{}' > ../hard && ln ../hard new/0005-hard && printf 'not json' > tmp/0006.json && mv tmp/0006.json new/0006.json")
 
         let store = try fixture.readStore()
         try await waitUntilAsync(timeout: .seconds(30)) {
@@ -190,4 +190,85 @@ extension DaemonFixture {
     }
 
     func quarantined() -> [String] { spoolNames("quarantine").filter { !$0.hasSuffix(".reason") } }
+}
+
+/// A raw unix stream socket client, for what curl will not send: half requests, huge headers, slow bytes.
+final class RawSocket {
+    let fd: Int32
+
+    init(path: String) throws {
+        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path.utf8.prefix($0.count - 1)) }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard fd >= 0, connected == 0 else { throw SocketSetupFailed() }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    deinit { close(fd) }
+
+    /// Writes what it can; `false` once the server has closed.
+    @discardableResult
+    func send(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            if written <= 0 { return false }
+            offset += written
+        }
+        return true
+    }
+
+    /// Everything until the server closes (or the 10 s receive timeout).
+    func receiveAll() -> String {
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = read(fd, &buffer, buffer.count)
+            if count <= 0 { break }
+            data += buffer[0..<count]
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+@Suite("Ingest socket limits", .serialized)
+struct IngestLimitTests {
+    @Test("A 50 MB body is refused with 413 before it is sent; a 1 MB header gets 400; a slow client is cut off; the daemon keeps serving")
+    func limits() async throws {
+        let fixture = try await DaemonFixture()
+        try await fixture.start()
+
+        let big = try RawSocket(path: fixture.socketPath)
+        big.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(50 << 20)\r\n\r\n")
+        let refused = big.receiveAll()
+        #expect(refused.hasPrefix("HTTP/1.1 413"), "\(refused.prefix(200))")
+        #expect(refused.contains("too_large"))
+
+        let header = try RawSocket(path: fixture.socketPath)
+        header.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nX-Padding: \(String(repeating: "a", count: 1 << 20))\r\nContent-Length: 2\r\n\r\n{}")
+        let answer = header.receiveAll()
+        #expect(answer.isEmpty || answer.hasPrefix("HTTP/1.1 400") || answer.hasPrefix("HTTP/1.1 431"), "\(answer.prefix(200))")
+
+        let slow = try RawSocket(path: fixture.socketPath)
+        let started = ContinuousClock.now
+        var closed = false
+        for piece in "POST /v1/sessions HTTP/1.1\r\nHost: x\r\n".map(String.init) {
+            if !slow.send(piece) { closed = true; break }
+            try await Task.sleep(for: .milliseconds(100))
+            if ContinuousClock.now - started > .seconds(5) { break }
+        }
+        if !closed { closed = slow.receiveAll().isEmpty }
+        #expect(closed)
+        #expect(ContinuousClock.now - started < .seconds(5), "the slow client was not cut off within the 1 s request timeout")
+
+        #expect(try await fixture.post("/v1/health", "", method: "GET").status == 200)
+        #expect(try await fixture.stop() == 0)
+    }
 }
