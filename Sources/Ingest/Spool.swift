@@ -103,11 +103,6 @@ public struct Spool: Sendable {
         if keepDone { _ = rename(claimed, "\(directory)/done/\(name)") } else { unlink(claimed) }
     }
 
-    /// Puts a claimed file back in `new/` (the store could not take it: tried again on the next scan).
-    public func release(_ claimed: String) {
-        _ = rename(claimed, "\(directory)/new/\((claimed as NSString).lastPathComponent)")
-    }
-
     /// The `.reason` document beside a quarantined file.
     public struct Reason: Codable, Sendable, Equatable {
         public var file: String

@@ -29,8 +29,14 @@ public struct SpoolService: Service {
         let watcher = DirectoryWatcher(path: "\(spool.directory)/new", logger: logger) { bell.ring() }
         defer { watcher.stop() }
         await withGracefulShutdownHandler {
-            for name in spool.names(in: "cur") { await process(name, claimed: true) }
+            var retryClaimedAt = clock.now
             while !stopping.withLock({ $0 }) {
+                // Files left in cur/ (a crash, or a store that could not take them) are retried on the rescan
+                // interval, not on every inotify event: a full disk must not become a busy loop.
+                if clock.now.hasReached(retryClaimedAt) {
+                    for name in spool.names(in: "cur") { await process(name, claimed: true) }
+                    retryClaimedAt = clock.now.addingTimeInterval(rescanInterval.timeInterval)
+                }
                 await scan()
                 await bell.wait(timeout: rescanInterval, clock: clock)
             }
@@ -40,9 +46,10 @@ public struct SpoolService: Service {
         }
     }
 
-    /// Processes everything in `new/`, oldest name first.
-    public func scan() async {
+    /// Processes everything in `new/`, oldest name first, then what waits in `cur/`.
+    public func scan(includingClaimed: Bool = false) async {
         for name in spool.names(in: "new") { await process(name, claimed: false) }
+        if includingClaimed { for name in spool.names(in: "cur") { await process(name, claimed: true) } }
     }
 
     func process(_ name: String, claimed: Bool) async {
@@ -70,8 +77,9 @@ public struct SpoolService: Service {
         if answer.accepted {
             spool.finish(path)
         } else if answer.status == 503 {
-            // The store could not take it (full disk?): the file stays, and the next scan tries again.
-            spool.release(path)
+            // The store could not take it (full disk?): the file stays claimed in cur/ and is retried on the next
+            // rescan.
+            logger.warning("spool file \(name) stays in cur/ until the store takes it: \(answer.detail)", metadata: ["spool_file": .string(name)])
         } else {
             quarantine(path, rule: answer.word, detail: answer.detail, status: answer.status, at: now)
         }

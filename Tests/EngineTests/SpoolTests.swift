@@ -146,15 +146,16 @@ struct SpoolServiceTests {
         #expect(spool.reason(of: "004.json")?.rule == "unknown_order")
         #expect(woken.all.filter { $0.contains("session:h-1") }.count == 1)
 
-        // The store cannot commit (a full disk): the file stays in new/ for the next scan.
+        // The store cannot commit (a full disk): the file stays claimed in cur/ and is taken on a later rescan.
         let broken = FaultyStore(store, failIngest: true)
         let failing = Ingestor(reader: reader, store: broken, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) { _ in }
         let failingService = SpoolService(spool: spool, ingestor: failing, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
         try drop("005.json", #"{"hpp_session_id":"h-5","kp_session_id":"k-5"}"#)
-        await failingService.scan()
-        #expect(spool.names(in: "new") == ["005.json"])
-        await service.scan()
-        #expect(spool.names(in: "new").isEmpty)
+        await failingService.scan(includingClaimed: true)
+        #expect(spool.names(in: "cur") == ["005.json"])
+        #expect(spool.names(in: "quarantine") == ["003.json", "004.json"])
+        await service.scan(includingClaimed: true)
+        #expect(spool.names(in: "cur").isEmpty)
         #expect(try await store.session("h-5") != nil)
     }
 }

@@ -272,3 +272,100 @@ struct IngestLimitTests {
         #expect(try await fixture.stop() == 0)
     }
 }
+
+/// Whether this machine lets the tests mount a small tmpfs (root, with mount rights).
+func canMountTmpfs() -> Bool {
+    let probe = NSTemporaryDirectory() + "tmpfs-probe-\(getpid())"
+    try? FileManager.default.createDirectory(atPath: probe, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: probe) }
+    guard run("/bin/mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", probe]) == 0 else { return false }
+    _ = run("/bin/umount", [probe])
+    return true
+}
+
+@discardableResult
+func run(_ executable: String, _ arguments: [String]) -> Int32 {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    process.standardError = FileHandle.nullDevice
+    process.standardOutput = FileHandle.nullDevice
+    guard (try? process.run()) != nil else { return -1 }
+    process.waitUntilExit()
+    return process.terminationStatus
+}
+
+@Suite("Ingest durability", .serialized)
+struct IngestDurabilityTests {
+    @Test("kill -9 while deliveries arrive: every request that got 202 is in the store after the restart")
+    func ackedIsDurable() async throws {
+        let fixture = try await DaemonFixture()
+        try await fixture.start()
+        let acked = Locked<[String]>([])
+        let sender = Task {
+            for index in 0..<400 {
+                let id = "ack-\(index)"
+                if let answer = try? await fixture.post("/v1/sessions", #"{"hpp_session_id":"\#(id)","kp_session_id":"kp-\#(id)"}"#), answer.status == 202 {
+                    acked.withLock { $0.append(id) }
+                }
+            }
+        }
+        try await waitUntil(timeout: .seconds(30)) { acked.withLock { $0.count } >= 50 }
+        try await fixture.kill9()
+        await sender.value
+        try await fixture.start()
+        let store = try fixture.readStore()
+        let ids = acked.withLock { $0 }
+        #expect(ids.count >= 50)
+        for id in ids { #expect(try await store.session(id) != nil, "\(id) was acknowledged but is not in the store") }
+        _ = try await fixture.stop()
+    }
+
+    @Test("A full disk: the socket answers 503, spool files stay in the spool, and both recover when space returns",
+          .enabled(if: canMountTmpfs(), "needs root and mount rights for a small tmpfs"))
+    func fullDisk() async throws {
+        let fixture = try await DaemonFixture()
+        let state = fixture.directory + "/state"
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        #expect(run("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", state]) == 0)
+        defer { run("/bin/umount", ["-l", state]) }
+        try await fixture.start()
+        // Fill what is left.
+        _ = run("/bin/dd", ["if=/dev/zero", "of=\(state)/filler", "bs=64k", "count=64"])
+        let padding = String(repeating: "x", count: 200)
+        var status = 0
+        for index in 0..<50 where status != 503 {
+            status = try await fixture.post("/v1/sessions", #"{"hpp_session_id":"full-\#(index)","kp_session_id":"kp","merchant_reference":"\#(padding)"}"#).status
+        }
+        #expect(status == 503)
+        // A spool file meanwhile: refused by the store (and kept in cur/ for a later rescan) or, if SQLite found room
+        // in its WAL after all, committed. Never quarantined, never lost.
+        try #"{"hpp_session_id":"spooled","kp_session_id":"kp","merchant_reference":"\#(padding)"}"#.write(toFile: fixture.directory + "/spool/tmp/full.json", atomically: false, encoding: .utf8)
+        rename(fixture.directory + "/spool/tmp/full.json", fixture.directory + "/spool/new/full.json")
+        let store = try fixture.readStore()
+        try await waitUntilAsync {
+            if fixture.daemonLog.contains("cannot record a delivery from spool:full.json") { return true }
+            return try await store.session("spooled") != nil
+        }
+        #expect(fixture.quarantined().isEmpty)
+        if try await store.session("spooled") == nil { #expect(fixture.spoolNames("new") + fixture.spoolNames("cur") == ["full.json"]) }
+
+        try FileManager.default.removeItem(atPath: state + "/filler")
+        #expect(try await fixture.post("/v1/sessions", #"{"hpp_session_id":"after","kp_session_id":"kp"}"#).status == 202)
+        try await waitUntilAsync { fixture.spoolNames("new").isEmpty && fixture.spoolNames("cur").isEmpty }
+        #expect(try await store.session("spooled") != nil)
+        #expect(try await store.session("after") != nil)
+        #expect(try await fixture.stop() == 0)
+    }
+}
+
+final class Locked<Value>: @unchecked Sendable {
+    private var value: Value
+    private let lock = NSLock()
+    init(_ value: Value) { self.value = value }
+    func withLock<T>(_ body: (inout Value) -> T) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&value)
+    }
+}
