@@ -93,7 +93,15 @@ struct RunCommand: AsyncParsableCommand {
             let configuration = HTTPServer.Configuration(
                 maxBodyBytes: settings.ingestMaxBodyBytes, requestTimeout: settings.ingestRequestTimeout, maxConnections: settings.ingestMaxConnections)
             let handler = IngestHTTP.handler(ingestor, store: store)
-            if let path = settings.ingestSocket {
+            let passed = ListenFDs.take()
+            if !passed.sockets.isEmpty {
+                // Socket activation: systemd bound the socket (mode and group from the .socket unit) and may hold
+                // connections that arrived before we started.
+                guard let socket = passed.ingestSocket(), socket.isUnixStreamListener else {
+                    throw SocketPermissions.Failed(description: "systemd passed \(passed.sockets.count) sockets (\(passed.sockets.map(\.name).joined(separator: ", "))) but none is a listening unix stream socket named ingest")
+                }
+                servers.append(try await HTTPServer.bind(.adopted(descriptor: socket.descriptor), configuration: configuration, logger: logger, handler: handler))
+            } else if let path = settings.ingestSocket {
                 try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
                 servers.append(try await HTTPServer.bind(.unix(path: path), configuration: configuration, logger: logger, handler: handler))
                 try SocketPermissions.apply(path: path, group: settings.ingestSocketGroup)

@@ -369,3 +369,34 @@ final class Locked<Value>: @unchecked Sendable {
         return body(&value)
     }
 }
+
+@Suite("Socket activation", .serialized)
+struct SocketActivationTests {
+    @Test("A socket passed by systemd (LISTEN_FDS) is adopted: a delivery sent before the daemon ran is answered 202")
+    func adopted() async throws {
+        let activator = URL(fileURLWithPath: "/usr/bin/systemd-socket-activate")
+        guard FileManager.default.isExecutableFile(atPath: activator.path) else {
+            Issue.record("systemd-socket-activate is missing (Debian package systemd)")
+            return
+        }
+        let fixture = try await DaemonFixture()
+        let process = Process()
+        process.executableURL = activator
+        process.arguments = ["-l", fixture.socketPath, "--fdname=ingest", SandboxProcessTests.executable.path, "run", "--config", fixture.configPath]
+        process.standardError = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        try await waitUntil { FileManager.default.fileExists(atPath: fixture.socketPath) }
+        // Nothing runs yet but the activator: this request is what starts the daemon, on the same socket.
+        let client = try RawSocket(path: fixture.socketPath)
+        let body = #"{"hpp_session_id":"before-start","kp_session_id":"kp"}"#
+        client.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        let answer = client.receiveAll()
+        #expect(answer.hasPrefix("HTTP/1.1 202"), "\(answer.prefix(300))")
+        #expect(try await fixture.readStore().session("before-start") != nil)
+        kill(process.processIdentifier, SIGTERM)
+        try await waitUntil(timeout: .seconds(20)) { !process.isRunning }
+        #expect(process.terminationStatus == 0)
+    }
+}
