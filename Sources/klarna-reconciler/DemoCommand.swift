@@ -186,6 +186,7 @@ final class Demo: @unchecked Sendable {
     func stopDaemon() -> Int32 {
         guard let daemon, daemon.isRunning else { return daemon?.terminationStatus ?? 0 }
         daemon.terminate()
+        // Only at the end, when nothing needs the sandbox any more.
         daemon.waitUntilExit()
         return daemon.terminationStatus
     }
@@ -195,13 +196,18 @@ final class Demo: @unchecked Sendable {
         let process = Process()
         process.executableURL = Self.executable
         process.arguments = arguments + ["--config", "\(folder)/config.yaml"]
-        let output = Pipe()
+        // Output to a file and a polled wait: blocking here would starve the sandbox, which runs on this process's
+        // task pool and which the daemon may be calling.
+        let outputPath = "\(folder)/cli-\(UUID().uuidString.prefix(8)).out"
+        FileManager.default.createFile(atPath: outputPath, contents: nil)
+        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
         process.standardOutput = output
         process.standardError = output
         try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
+        _ = try await waitFor("klarna-reconciler \(arguments.first ?? "")") { process.isRunning ? nil : true }
+        try output.close()
+        let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+        try? FileManager.default.removeItem(atPath: outputPath)
         guard process.terminationStatus == 0 else {
             throw DemoFailure(description: "klarna-reconciler \(arguments.joined(separator: " ")) failed: \(text)")
         }

@@ -142,21 +142,22 @@ final class DaemonFixture: @unchecked Sendable {
 }
 
 extension DaemonFixture {
-    /// A request over the ingest unix socket with curl, as a forwarder would send it: status and body.
+    /// A request over the ingest unix socket with curl, as a forwarder would send it: status and body. Waits by
+    /// polling, never by blocking a thread: the sandbox the daemon talks to runs on this process's task pool.
     func post(_ target: String, _ body: String, headers: [String] = [], method: String = "POST") async throws -> (status: Int, body: String) {
         let id = UUID().uuidString.prefix(8)
-        let bodyFile = directory + "/req-\(id).json", outFile = directory + "/resp-\(id).json"
+        let bodyFile = directory + "/req-\(id).json", outFile = directory + "/resp-\(id).json", codeFile = directory + "/code-\(id)"
         try body.write(toFile: bodyFile, atomically: true, encoding: .utf8)
+        FileManager.default.createFile(atPath: codeFile, contents: nil)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        process.arguments = ["-s", "--unix-socket", socketPath, "-o", outFile, "-w", "%{http_code}", "-X", method]
+        process.arguments = ["-s", "--max-time", "30", "--unix-socket", socketPath, "-o", outFile, "-w", "%{http_code}", "-X", method]
             + (method == "POST" ? ["--data-binary", "@\(bodyFile)", "-H", "Content-Type: application/json"] : [])
             + headers.flatMap { ["-H", $0] } + ["http://localhost\(target)"]
-        let status = Pipe()
-        process.standardOutput = status
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: codeFile))
         try process.run()
-        let code = String(decoding: status.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        try await waitUntil(timeout: .seconds(40)) { !process.isRunning }
+        let code = (try? String(contentsOfFile: codeFile, encoding: .utf8)) ?? ""
         return (Int(code) ?? 0, (try? String(contentsOfFile: outFile, encoding: .utf8)) ?? "")
     }
 }

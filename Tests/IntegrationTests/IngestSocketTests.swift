@@ -119,13 +119,13 @@ struct IngestSocketTests {
 @Suite("Ingest through the spool directory", .serialized)
 struct IngestSpoolTests {
     /// Runs `script` with /bin/sh in the spool directory.
-    func shell(_ fixture: DaemonFixture, _ script: String) throws {
+    func shell(_ fixture: DaemonFixture, _ script: String) async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", script]
         process.currentDirectoryURL = URL(fileURLWithPath: fixture.directory + "/spool")
         try process.run()
-        process.waitUntilExit()
+        try await waitUntil { !process.isRunning }
         #expect(process.terminationStatus == 0, "\(script)")
     }
 
@@ -134,7 +134,7 @@ struct IngestSpoolTests {
         let fixture = try await DaemonFixture()
         try await fixture.start()
         let plain = try fixture.sandbox.createSession(SessionSpec(orderAmount: 4_400, merchantReference: "spool-1", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
-        try shell(fixture, #"printf '%s' '{"hpp_session_id":"\#(plain.hppSessionId)","kp_session_id":"\#(plain.kpSessionId)","merchant_reference":"spool-1"}' > tmp/0001.json && mv tmp/0001.json new/0001.json"#)
+        try await shell(fixture, #"printf '%s' '{"hpp_session_id":"\#(plain.hppSessionId)","kp_session_id":"\#(plain.kpSessionId)","merchant_reference":"spool-1"}' > tmp/0001.json && mv tmp/0001.json new/0001.json"#)
 
         // A raw HTTP request as an nginx mirror would record it: the HPP callback for a session nobody tracked.
         let raw = try fixture.sandbox.createSession(SessionSpec(orderAmount: 5_500))
@@ -143,11 +143,11 @@ struct IngestSpoolTests {
         let body = #"{"event_id":"spool-ev-1","session":{"session_id":"\#(raw.hppSessionId)","status":"COMPLETED"}}"#
         let request = "POST /klarna/hpp-status?kp_session_id=\(raw.kpSessionId)&token=\(token)&hpp_session_id=\(raw.hppSessionId) HTTP/1.1\r\nHost: shop.example\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
         try request.write(toFile: fixture.directory + "/spool/tmp/0002.http", atomically: false, encoding: .utf8)
-        try shell(fixture, "mv tmp/0002.http new/0002.http")
+        try await shell(fixture, "mv tmp/0002.http new/0002.http")
 
         // Hostile entries.
         try "secret".write(toFile: fixture.directory + "/outside", atomically: true, encoding: .utf8)
-        try shell(fixture, "ln -s ../../outside new/0003-link && mkfifo new/0004-fifo && printf '{}' > ../hard && ln ../hard new/0005-hard && printf 'not json' > tmp/0006.json && mv tmp/0006.json new/0006.json")
+        try await shell(fixture, "ln -s ../../outside new/0003-link && mkfifo new/0004-fifo && printf '{}' > ../hard && ln ../hard new/0005-hard && printf 'not json' > tmp/0006.json && mv tmp/0006.json new/0006.json")
 
         let store = try fixture.readStore()
         try await waitUntilAsync(timeout: .seconds(30)) {
@@ -192,8 +192,9 @@ extension DaemonFixture {
     func quarantined() -> [String] { spoolNames("quarantine").filter { !$0.hasSuffix(".reason") } }
 }
 
-/// A raw unix stream socket client, for what curl will not send: half requests, huge headers, slow bytes.
-final class RawSocket {
+/// A raw unix stream socket client, for what curl will not send: half requests, huge headers, slow bytes. Its
+/// blocking calls run on a thread of their own, never on the task pool the in-process sandbox needs.
+final class RawSocket: @unchecked Sendable {
     let fd: Int32
 
     init(path: String) throws {
@@ -207,34 +208,47 @@ final class RawSocket {
         guard fd >= 0, connected == 0 else { throw SocketSetupFailed() }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         signal(SIGPIPE, SIG_IGN)
     }
 
     deinit { close(fd) }
 
+    private func offThread<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: work()) }.start()
+        }
+    }
+
     /// Writes what it can; `false` once the server has closed.
     @discardableResult
-    func send(_ text: String) -> Bool {
+    func send(_ text: String) async -> Bool {
         let bytes = Array(text.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if written <= 0 { return false }
-            offset += written
+        let fd = self.fd
+        return await offThread {
+            var offset = 0
+            while offset < bytes.count {
+                let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+                if written <= 0 { return false }
+                offset += written
+            }
+            return true
         }
-        return true
     }
 
     /// Everything until the server closes (or the 10 s receive timeout).
-    func receiveAll() -> String {
-        var data: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65_536)
-        while true {
-            let count = read(fd, &buffer, buffer.count)
-            if count <= 0 { break }
-            data += buffer[0..<count]
+    func receiveAll() async -> String {
+        let fd = self.fd
+        return await offThread {
+            var data: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let count = read(fd, &buffer, buffer.count)
+                if count <= 0 { break }
+                data += buffer[0..<count]
+            }
+            return String(decoding: data, as: UTF8.self)
         }
-        return String(decoding: data, as: UTF8.self)
     }
 }
 
@@ -246,25 +260,25 @@ struct IngestLimitTests {
         try await fixture.start()
 
         let big = try RawSocket(path: fixture.socketPath)
-        big.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(50 << 20)\r\n\r\n")
-        let refused = big.receiveAll()
+        await big.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(50 << 20)\r\n\r\n")
+        let refused = await big.receiveAll()
         #expect(refused.hasPrefix("HTTP/1.1 413"), "\(refused.prefix(200))")
         #expect(refused.contains("too_large"))
 
         let header = try RawSocket(path: fixture.socketPath)
-        header.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nX-Padding: \(String(repeating: "a", count: 1 << 20))\r\nContent-Length: 2\r\n\r\n{}")
-        let answer = header.receiveAll()
+        await header.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nX-Padding: \(String(repeating: "a", count: 1 << 20))\r\nContent-Length: 2\r\n\r\n{}")
+        let answer = await header.receiveAll()
         #expect(answer.isEmpty || answer.hasPrefix("HTTP/1.1 400") || answer.hasPrefix("HTTP/1.1 431"), "\(answer.prefix(200))")
 
         let slow = try RawSocket(path: fixture.socketPath)
         let started = ContinuousClock.now
         var closed = false
         for piece in "POST /v1/sessions HTTP/1.1\r\nHost: x\r\n".map(String.init) {
-            if !slow.send(piece) { closed = true; break }
+            if await !slow.send(piece) { closed = true; break }
             try await Task.sleep(for: .milliseconds(100))
             if ContinuousClock.now - started > .seconds(5) { break }
         }
-        if !closed { closed = slow.receiveAll().isEmpty }
+        if !closed { closed = await slow.receiveAll().isEmpty }
         #expect(closed)
         #expect(ContinuousClock.now - started < .seconds(5), "the slow client was not cut off within the 1 s request timeout")
 
@@ -391,8 +405,8 @@ struct SocketActivationTests {
         // Nothing runs yet but the activator: this request is what starts the daemon, on the same socket.
         let client = try RawSocket(path: fixture.socketPath)
         let body = #"{"hpp_session_id":"before-start","kp_session_id":"kp"}"#
-        client.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
-        let answer = client.receiveAll()
+        await client.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        let answer = await client.receiveAll()
         #expect(answer.hasPrefix("HTTP/1.1 202"), "\(answer.prefix(300))")
         #expect(try await fixture.readStore().session("before-start") != nil)
         kill(process.processIdentifier, SIGTERM)
