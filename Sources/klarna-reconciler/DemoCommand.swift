@@ -91,30 +91,63 @@ final class Demo: @unchecked Sendable {
         }
         detail(try await cli(["capture", onRequest]).trimmingCharacters(in: .whitespacesAndNewlines))
 
-        step(5, "Waiting until every payment has reached its end")
+        step(5, "Webhooks: a forwarder hands Klarna's callbacks to the daemon over the unix socket and through the spool")
+        let viaSocket = try payment("shop-1008")
+        references[viaSocket.hppSessionId] = "shop-1008"
+        try sandbox.setHPPStatus(viaSocket.hppSessionId, "COMPLETED")
+        let callbackURL = try await cli(["callback-url", "--kind", "hpp-status", "--kp-session", viaSocket.kpSessionId, "--base", "https://shop.example/klarna/hpp-status"])
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        detail("shop-1008 was never tracked; its HPP session was created with this status_update URL (klarna-reconciler callback-url):")
+        detail("  \(callbackURL.replacingOccurrences(of: viaSocket.kpSessionId, with: "…"))")
+        let query = String(callbackURL[callbackURL.index(after: callbackURL.firstIndex(of: "?")!)...])
+            .replacingOccurrences(of: "{{session_id}}", with: viaSocket.hppSessionId)
+        let event = #"{"event_id":"demo-event-1","session":{"session_id":"\#(viaSocket.hppSessionId)","status":"COMPLETED"}}"#
+        for attempt in 1...2 {
+            let answer = try await run(URL(fileURLWithPath: "/usr/bin/curl"), [
+                "-s", "--unix-socket", "\(folder)/ingest.sock", "-X", "POST", "-H", "Content-Type: application/json", "--data-binary", event,
+                "http://localhost/v1/webhooks/hpp-status?\(query)",
+            ])
+            detail("curl --unix-socket ingest.sock … (delivery \(attempt)): \(answer.trimmingCharacters(in: .whitespacesAndNewlines))")
+        }
+        let viaSpool = try payment("shop-1009")
+        references[viaSpool.hppSessionId] = "shop-1009"
+        let request = #"{"hpp_session_id":"\#(viaSpool.hppSessionId)","kp_session_id":"\#(viaSpool.kpSessionId)","merchant_reference":"shop-1009"}"#
+        try request.write(toFile: "\(folder)/spool/tmp/0001-track.json", atomically: false, encoding: .utf8)
+        guard rename("\(folder)/spool/tmp/0001-track.json", "\(folder)/spool/new/0001-track.json") == 0 else { throw DemoFailure(description: "cannot write to the spool") }
+        detail("shop-1009: a track request written to spool/tmp/ and renamed into spool/new/")
+        try "{ this is not JSON".write(toFile: "\(folder)/spool/tmp/0002-broken.json", atomically: false, encoding: .utf8)
+        _ = rename("\(folder)/spool/tmp/0002-broken.json", "\(folder)/spool/new/0002-broken.json")
+        _ = try await waitFor("the broken spool file to be quarantined") { () -> Bool? in
+            FileManager.default.fileExists(atPath: "\(folder)/spool/quarantine/0002-broken.json.reason") ? true : nil
+        }
+        detail("a broken file in spool/new/ went to quarantine/ (klarna-reconciler quarantine list):")
+        detail("  " + (try await cli(["quarantine", "list"])).trimmingCharacters(in: .whitespacesAndNewlines))
+        let tracked = payments + [("HPP callback over the socket", viaSocket, []), ("track request through the spool", viaSpool, [])]
+
+        step(6, "Waiting until every payment has reached its end")
         _ = try await waitFor("every payment to finish", timeout: .seconds(60)) { () -> Bool? in
             let summary = try await store.summary(now: Date())
             let open = (summary.sessionsByPhase["polling"] ?? 0) + (summary.sessionsByPhase["authorized"] ?? 0)
                 + summary.ordersByPhase.filter { $0.key != "closed" }.values.reduce(0, +)
             return open == 0 && summary.undeliveredOutcomes == 0 ? true : nil
         }
-        for (_, created, _) in payments {
+        for (_, created, _) in tracked {
             let timeline = try await store.timeline(for: created.hppSessionId)
             let outcomes = timeline.outcomes.map { $0.outcome.kind.rawValue }.joined(separator: ", ")
             detail("\(referenceOf(created)): \(outcomes)")
         }
 
-        step(6, "The outbox: one JSON file per outcome, for the shop's backend")
+        step(7, "The outbox: one JSON file per outcome, for the shop's backend")
         let files = (try FileManager.default.contentsOfDirectory(atPath: "\(folder)/outbox/new")).sorted()
         for file in files { detail(file) }
 
-        step(7, "klarna-reconciler status")
+        step(8, "klarna-reconciler status")
         print(try await cli(["status"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
-        step(8, "klarna-reconciler show shop-1007 (the payment that completed during the outage)")
+        step(9, "klarna-reconciler show shop-1007 (the payment that completed during the outage)")
         print(try await cli(["show", "shop-1007"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
-        step(9, "What Klarna saw")
+        step(10, "What Klarna saw")
         let effects = sandbox.effects()
         detail("side effects: " + Dictionary(grouping: effects, by: \.kind).map { "\($0.value.count) \($0.key.rawValue)" }.sorted().joined(separator: ", "))
         let orders: [String: [SandboxEffect]] = Dictionary(grouping: effects.filter { $0.kind == .orderPlaced }) { $0.kpSessionId ?? "" }
@@ -138,6 +171,7 @@ final class Demo: @unchecked Sendable {
 
     private func writeConfig() throws {
         try "sandbox-secret\n".write(toFile: "\(folder)/klarna-password", atomically: true, encoding: .utf8)
+        try "demo-callback-key-\(UUID().uuidString)\n".write(toFile: "\(folder)/callback-key", atomically: true, encoding: .utf8)
         try """
             # Written by `klarna-reconciler demo`; see etc/config.yaml for every key.
             klarna:
@@ -153,6 +187,8 @@ final class Demo: @unchecked Sendable {
               socket: ingest.sock
               spool_dir: spool
               spool_rescan_seconds: 1
+            callback_token:
+              key_file: callback-key
             polling:
               dense_interval_seconds: 0.5
               pending_fraud_interval_seconds: 1
@@ -193,23 +229,28 @@ final class Demo: @unchecked Sendable {
 
     /// Runs this binary with `arguments` against the demo's config and returns what it printed.
     private func cli(_ arguments: [String]) async throws -> String {
+        try await run(Self.executable, arguments + ["--config", "\(folder)/config.yaml"])
+    }
+
+    /// Runs a program and returns what it printed; fails on a non-zero exit.
+    private func run(_ executable: URL, _ arguments: [String]) async throws -> String {
         let process = Process()
-        process.executableURL = Self.executable
-        process.arguments = arguments + ["--config", "\(folder)/config.yaml"]
+        process.executableURL = executable
+        process.arguments = arguments
         // Output to a file and a polled wait: blocking here would starve the sandbox, which runs on this process's
         // task pool and which the daemon may be calling.
-        let outputPath = "\(folder)/cli-\(UUID().uuidString.prefix(8)).out"
+        let outputPath = "\(folder)/run-\(UUID().uuidString.prefix(8)).out"
         FileManager.default.createFile(atPath: outputPath, contents: nil)
         let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
         process.standardOutput = output
         process.standardError = output
         try process.run()
-        _ = try await waitFor("klarna-reconciler \(arguments.first ?? "")") { process.isRunning ? nil : true }
+        _ = try await waitFor("\(executable.lastPathComponent) \(arguments.first ?? "")") { process.isRunning ? nil : true }
         try output.close()
         let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
         try? FileManager.default.removeItem(atPath: outputPath)
         guard process.terminationStatus == 0 else {
-            throw DemoFailure(description: "klarna-reconciler \(arguments.joined(separator: " ")) failed: \(text)")
+            throw DemoFailure(description: "\(executable.lastPathComponent) \(arguments.joined(separator: " ")) failed: \(text)")
         }
         return text
     }
