@@ -125,7 +125,7 @@ let package = Package(
 
         .executableTarget(
             name: "klarna-engine-bench",
-            dependencies: ["KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore"],
+            dependencies: ["KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore"],
             path: "Benchmarks/EngineBench",
             swiftSettings: strict
         ),

@@ -44,6 +44,7 @@ HISTORY_ROWS=${BENCH_HISTORY_ROWS:-1000000}
 echo
 echo "== klarna-reconciler engine bench: daemon process + in-process sandbox on loopback, SQLite on $(df --output=source "$PWD" | tail -1)"
 ENGINE=$($BIN/klarna-engine-bench $BIN/klarna-reconciler --sessions "$SESSIONS" --latency-sessions "$LATENCY_SESSIONS" \
+    --ingest-requests "${BENCH_INGEST_REQUESTS:-4000}" --spool-files "${BENCH_SPOOL_FILES:-2000}" \
     --idle-sessions "$IDLE_SESSIONS" --history-rows "$HISTORY_ROWS")
 engine() { echo "$ENGINE" | awk -v k="$1" '$1 == k { print $2 }'; }
 printf "%-58s %s\n" "sessions completed end to end (COMPLETED → captured)" "$(engine e2e_sessions_per_second)/s ($(engine e2e_sessions) in $(engine e2e_seconds) s, daemon CPU $(engine e2e_daemon_cpu_seconds) s)"
@@ -53,3 +54,8 @@ printf "%-58s %s\n" "  Klarna calls per session, polling from tracking to done" 
 printf "%-58s %s\n" "daemon RSS with $(engine idle_sessions) tracked idle sessions" "$(( $(engine idle_rss_kib) / 1024 )) MiB (READY after $(engine idle_ready_seconds) s)"
 printf "%-58s %s\n" "daemon CPU while idle (10 s, nothing due)" "$(engine idle_cpu_percent) % of one core, $(engine idle_klarna_calls) Klarna calls"
 printf "%-58s %s\n" "time to READY with $(engine history_rows) historical rows" "$(engine history_ready_seconds) s (store $(engine history_store_mib) MiB, RSS $(( $(engine history_rss_kib) / 1024 )) MiB)"
+echo
+echo "== klarna-reconciler ingest bench: the same daemon; acks are sent only after the durable commit"
+printf "%-58s %s\n" "store: raw durable commits (one event each, fsynced)" "$(engine store_commits_per_second)/s"
+printf "%-58s %s\n" "socket: track requests acknowledged, 16 concurrent senders" "$(engine ingest_acks_per_second)/s (p50 $(engine ingest_p50_ms) ms, p99 $(engine ingest_p99_ms) ms, $(engine ingest_requests) requests)"
+printf "%-58s %s\n" "spool: files taken from new/ and committed" "$(engine spool_files_per_second)/s ($(engine spool_files) files)"

@@ -1,12 +1,15 @@
 import Foundation
 import Glibc
 import HTTPServer
+import KlarnaAPI
 import KlarnaSandbox
 import Logging
 import ReconcilerCore
 import ReconcilerStore
+import Synchronization
 
 // klarna-engine-bench DAEMON_BINARY [--sessions N] [--latency-sessions M] [--idle-sessions K] [--history-rows R]
+//                     [--ingest-requests Q] [--spool-files F]
 // Runs the real daemon binary against an in-process sandbox on loopback and prints `key value` lines for
 // scripts/bench.sh: end-to-end sessions/s, Klarna calls per session, COMPLETED→order-placed latency, RSS and CPU
 // with K idle tracked sessions, and time to READY with R historical rows in the store.
@@ -283,4 +286,78 @@ do {
     report("history_ready_seconds", String(format: "%.3f", ready))
     report("history_rss_kib", usage.rssKiB)
 }
+// 5. Ingest: the store's raw durable-commit rate on this disk, socket acks (each after its durable commit) with
+//    16 concurrent senders, and spool files per second.
+do {
+    let bench = try Bench(sandboxURL: sandboxURL, extra: "log:\n  level: warning")
+    let raw = try SQLiteStore(path: bench.folder + "/raw.sqlite")
+    let commits = 2_000
+    let rawStarted = ContinuousClock.now
+    for index in 0..<commits {
+        var change = Change()
+        change.events = [NewEvent(hppSessionID: "raw-\(index)", orderID: nil, DomainEvent("bench", "one durable commit"))]
+        try await raw.commit(change, at: Date())
+    }
+    report("store_commits_per_second", String(format: "%.0f", Double(commits) / (ContinuousClock.now - rawStarted).seconds))
+
+    _ = try bench.start()
+    let requests = option("--ingest-requests", 4_000)
+    let transport = CurlTransport(configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: bench.folder + "/ingest.sock"))
+    let counter = Counter()
+    let ingestStarted = ContinuousClock.now
+    let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
+        for worker in 0..<16 {
+            group.addTask {
+                var mine: [Double] = []
+                while true {
+                    let index = counter.next()
+                    guard index < requests else { return mine }
+                    let body = Array(#"{"hpp_session_id":"ingest-\#(worker)-\#(index)","kp_session_id":"kp-\#(index)"}"#.utf8)
+                    let started = ContinuousClock.now
+                    let response = try await transport.execute(HTTPRequest(
+                        method: "POST", url: "http://localhost/v1/sessions", headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
+                    guard response.status == 202 else { throw BenchFailure("ingest answered \(response.status)") }
+                    mine.append((ContinuousClock.now - started).seconds * 1_000)
+                }
+            }
+        }
+        var all: [Double] = []
+        for try await part in group { all += part }
+        return all.sorted()
+    }
+    let ingestSeconds = (ContinuousClock.now - ingestStarted).seconds
+    transport.shutdown()
+    report("ingest_requests", requests)
+    report("ingest_acks_per_second", String(format: "%.0f", Double(requests) / ingestSeconds))
+    report("ingest_p50_ms", String(format: "%.2f", percentile(latencies, 0.50)))
+    report("ingest_p99_ms", String(format: "%.2f", percentile(latencies, 0.99)))
+
+    let files = option("--spool-files", 2_000)
+    let spool = bench.folder + "/spool"
+    for index in 0..<files {
+        try #"{"hpp_session_id":"spool-\#(index)","kp_session_id":"kp-\#(index)"}"#.write(toFile: "\(spool)/tmp/\(index).json", atomically: false, encoding: .utf8)
+    }
+    let spoolStarted = ContinuousClock.now
+    for index in 0..<files { rename("\(spool)/tmp/\(index).json", "\(spool)/new/\(index).json") }
+    while true {
+        let waiting = ((try? FileManager.default.contentsOfDirectory(atPath: "\(spool)/new")) ?? []).count
+            + ((try? FileManager.default.contentsOfDirectory(atPath: "\(spool)/cur")) ?? []).count
+        if waiting == 0 { break }
+        guard ContinuousClock.now - spoolStarted < .seconds(300) else { throw BenchFailure("spool not drained") }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    report("spool_files", files)
+    report("spool_files_per_second", String(format: "%.0f", Double(files) / (ContinuousClock.now - spoolStarted).seconds))
+    bench.stop()
+}
 serving.cancel()
+
+final class Counter: Sendable {
+    private let value = Mutex(0)
+    func next() -> Int {
+        value.withLock { value in
+            defer { value += 1 }
+            return value
+        }
+    }
+}

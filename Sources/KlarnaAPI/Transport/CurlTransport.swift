@@ -15,11 +15,13 @@ public final class CurlTransport: HTTPTransport {
         public var maxResponseBytes: Int
         /// Extra CA bundle (PEM) to trust, e.g. for a TLS-terminating test server. `nil` uses the system store.
         public var caBundlePath: String?
+        /// Connect to this unix socket instead of the URL's host (the daemon's ingest socket, for tools and benches).
+        public var unixSocketPath: String?
 
         public init(
             connectTimeout: Duration = .seconds(5), requestTimeout: Duration = .seconds(30),
             userAgent: String = "klarna-reconciler", maxConnectionsPerHost: Int = 32,
-            maxResponseBytes: Int = 8 << 20, caBundlePath: String? = nil
+            maxResponseBytes: Int = 8 << 20, caBundlePath: String? = nil, unixSocketPath: String? = nil
         ) {
             self.connectTimeout = connectTimeout
             self.requestTimeout = requestTimeout
@@ -27,6 +29,7 @@ public final class CurlTransport: HTTPTransport {
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.maxResponseBytes = maxResponseBytes
             self.caBundlePath = caBundlePath
+            self.unixSocketPath = unixSocketPath
         }
     }
 
@@ -111,6 +114,9 @@ final class CurlTransfer: @unchecked Sendable {
         }
         try check(ccurl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "verify peer")
         try check(ccurl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "verify host")
+        if let unixSocketPath = configuration.unixSocketPath {
+            try check(ccurl_easy_setopt_string(easy, CURLOPT_UNIX_SOCKET_PATH, unixSocketPath), "unix socket")
+        }
         if let caBundlePath = configuration.caBundlePath {
             try check(ccurl_easy_setopt_string(easy, CURLOPT_CAINFO, caBundlePath), "CA bundle")
         }
