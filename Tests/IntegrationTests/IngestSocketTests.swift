@@ -1,7 +1,9 @@
 import Crypto
 import Foundation
 import Glibc
+import KlarnaAPI
 import KlarnaSandbox
+import Logging
 import ReconcilerCore
 import ReconcilerStore
 import Testing
@@ -412,5 +414,82 @@ struct SocketActivationTests {
         kill(process.processIdentifier, SIGTERM)
         try await waitUntil(timeout: .seconds(20)) { !process.isRunning }
         #expect(process.terminationStatus == 0)
+    }
+}
+
+@Suite("Every kind through both paths", .serialized)
+struct EveryKindBothPathsTests {
+    /// Delivers `body` (with `query` and `headers`) through the socket at `route`, or as a raw HTTP spool file.
+    func deliver(_ fixture: DaemonFixture, viaSpool: Bool, route: String, query: String = "", headers: [String] = [], body: String) async throws {
+        if viaSpool {
+            let name = "\(UUID().uuidString.prefix(8)).http"
+            let request = "POST /public\(route)\(query.isEmpty ? "" : "?" + query) HTTP/1.1\r\nHost: shop.example\r\n"
+                + headers.map { $0 + "\r\n" }.joined() + "Content-Length: \(body.utf8.count)\r\n\r\n" + body
+            try request.write(toFile: fixture.directory + "/spool/tmp/" + name, atomically: false, encoding: .utf8)
+            #expect(rename(fixture.directory + "/spool/tmp/" + name, fixture.directory + "/spool/new/" + name) == 0)
+        } else {
+            let answer = try await fixture.post(route + (query.isEmpty ? "" : "?" + query), body, headers: headers)
+            #expect(answer.status == 202, "\(route): \(answer.body)")
+        }
+    }
+
+    @Test("KP authorization, OM notification, Klarna Network and capture requests, through the socket and the spool", arguments: [false, true])
+    func kinds(viaSpool: Bool) async throws {
+        let fixture = try await DaemonFixture()
+        try await fixture.start()
+        let store = try fixture.readStore()
+        let tokens = IngestSocketTests()
+
+        // KP authorization callback for a tracked session: the engine reads HPP at once instead of at the next poll.
+        let authorized = try fixture.sandbox.createSession(SessionSpec(merchantReference: "kp-cb"))
+        #expect(try await fixture.cli(["track", authorized.hppSessionId, "--kp-session", authorized.kpSessionId, "--reference", "kp-cb", "--capture", "on_request"]).status == 0)
+        try await waitUntilAsync { try await store.session(authorized.hppSessionId)?.hppStatus == "WAITING" }
+        try fixture.sandbox.setHPPStatus(authorized.hppSessionId, "COMPLETED")
+        let token = try #require(try await CurlTransportProbe.readToken(fixture, authorized.hppSessionId))
+        try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/kp-authorization",
+                          query: "kp_session_id=\(authorized.kpSessionId)&token=\(tokens.token("kp-authorization", authorized.kpSessionId))",
+                          body: #"{"authorization_token":"\#(token)","session_id":"\#(authorized.kpSessionId)"}"#)
+        var orderID: String?
+        try await waitUntilAsync { orderID = try await store.timeline(for: "kp-cb").orders.first { $0.phase == .awaitingCapture }?.orderID; return orderID != nil }
+        #expect(try await store.timeline(for: "kp-cb").events.contains { $0.kind == "webhook" && $0.message.contains("KP authorization callback") })
+
+        // A capture request for it.
+        if viaSpool {
+            try #"{"order_id":"\#(orderID!)","amount":1000,"request_id":"r-1"}"#.write(toFile: fixture.directory + "/spool/tmp/capture.json", atomically: false, encoding: .utf8)
+            rename(fixture.directory + "/spool/tmp/capture.json", fixture.directory + "/spool/new/capture.json")
+        } else {
+            try await deliver(fixture, viaSpool: false, route: "/v1/orders/\(orderID!)/capture", body: #"{"amount":1000,"request_id":"r-1"}"#)
+        }
+        try await waitUntilAsync { fixture.sandbox.effects(kind: .captured).contains { $0.orderId == orderID && $0.amount == 1_000 } }
+
+        // An OM notification for a pending order.
+        let pending = try fixture.sandbox.createSession(SessionSpec(merchantReference: "om-cb", fraudStatus: "PENDING", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        #expect(try await fixture.cli(["track", pending.hppSessionId, "--kp-session", pending.kpSessionId, "--reference", "om-cb"]).status == 0)
+        var pendingOrder: String?
+        try await waitUntilAsync { pendingOrder = try await store.timeline(for: "om-cb").orders.first { $0.phase == .pendingFraud }?.orderID; return pendingOrder != nil }
+        try fixture.sandbox.setFraudStatus(orderID: pendingOrder!, "ACCEPTED")
+        try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/om-notification", body: #"{"order_id":"\#(pendingOrder!)","event_type":"FRAUD_RISK_ACCEPTED"}"#)
+        try await waitUntilAsync { try await store.timeline(for: "om-cb").outcomes.contains { $0.outcome.kind == .captured } }
+
+        // Klarna Network, signed over the byte-exact body.
+        let kn = #"{"metadata":{"event_type":"payment.request.state-change.completed","event_id":"kn-\#(viaSpool)"},"payload":{"payment_request_id":"krn:payment:eu1:request:9","state":"COMPLETED"}}"#
+        try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/klarna",
+                          headers: ["Klarna-Signature: \(tokens.sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"], body: kn)
+        try await waitUntilAsync { fixture.daemonLog.contains("Klarna Network payment.request.state-change.completed (event kn-\(viaSpool))") }
+
+        #expect(fixture.quarantined().isEmpty, "\(fixture.quarantined())")
+        #expect(try await fixture.stop() == 0)
+    }
+}
+
+/// Reads an HPP session's authorization token the way a merchant backend would, for building a KP callback.
+enum CurlTransportProbe {
+    static func readToken(_ fixture: DaemonFixture, _ hppSessionID: String) async throws -> String? {
+        let transport = CurlTransport()
+        defer { transport.shutdown() }
+        let client = KlarnaClient(
+            configuration: KlarnaConfiguration(baseURL: fixture.sandboxURL, credentials: BasicCredentials(username: "merchant", password: "daemon-secret")),
+            transport: transport, logger: Logger(label: "test"))
+        return try await client.readHPPSession(id: hppSessionID).authorizationToken
     }
 }
