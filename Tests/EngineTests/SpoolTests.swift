@@ -74,6 +74,10 @@ struct SpoolDirectoryTests {
         try "{}".write(toFile: new + "/has space", atomically: true, encoding: .utf8)
         try "{}".write(toFile: new + "/ümlaut", atomically: true, encoding: .utf8)
 
+        // A device node, where this process may make one (root): refused from lstat alone, never opened.
+        let madeDevice = mknod(new + "/device", S_IFCHR | 0o600, dev_t(0x103)) == 0  // makedev(1, 3): /dev/null
+        if madeDevice { #expect(refusal(spool, "device")?.rule == "not_regular") }
+
         #expect(refusal(spool, "link")?.rule == "symlink")
         #expect(refusal(spool, "relative-link")?.rule == "symlink")
         #expect(refusal(spool, "fifo")?.rule == "not_regular")
