@@ -20,6 +20,7 @@ enum EventLog {
             if let id = outcome.kpSessionID { metadata["kp_session_id"] = .string(id) }
             if let id = outcome.orderID { metadata["order_id"] = .string(id) }
             if let reference = outcome.merchantReference { metadata["merchant_reference"] = .string(reference) }
+            if let request = outcome.paymentRequestID { metadata["payment_request_id"] = .string(request) }
             if let amount = outcome.amount { metadata["amount"] = .stringConvertible(amount) }
             let level: Logger.Level = outcome.kind == .needsAttention ? .error : .notice
             logger.log(level: level, "outcome \(outcome.kind.rawValue): \(outcome.reason)", metadata: metadata)

@@ -23,13 +23,15 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
     public var captureId: String?
     public var customerTokenId: String?
     public var klarnaReference: String?
+    public var paymentRequestId: String?
+    public var klarnaNetworkSessionToken: String?
 
     public init(_ stored: StoredOutcome) {
         let outcome = stored.outcome
         id = stored.id
         idempotencyKey = IdempotencyKey.uuidV5(
             namespace: IdempotencyKey.namespace,
-            name: "outcome:\(stored.id):\(outcome.kind.rawValue):\(outcome.orderID ?? outcome.hppSessionID ?? "")"
+            name: "outcome:\(stored.id):\(outcome.kind.rawValue):\(outcome.orderID ?? outcome.hppSessionID ?? outcome.paymentRequestID ?? "")"
         ).uuidString.lowercased()
         at = stored.at
         self.outcome = outcome.kind.rawValue
@@ -44,6 +46,8 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
         captureId = outcome.captureID
         customerTokenId = outcome.customerTokenID
         klarnaReference = outcome.klarnaReference
+        paymentRequestId = outcome.paymentRequestID
+        klarnaNetworkSessionToken = outcome.klarnaNetworkSessionToken
     }
 
     public static let encoder: JSONEncoder = {

@@ -45,6 +45,7 @@ public struct Reconciler: Sendable {
         switch key {
         case .session(let id): try await processSession(id, hinted: hinted)
         case .order(let id): try await processOrder(id, hinted: hinted)
+        case .paymentRequest(let id): try await processPaymentRequest(id, hinted: hinted)
         }
     }
 
@@ -515,6 +516,36 @@ public struct Reconciler: Sendable {
         record(step, into: &change, detail: ["intent": intent.key, "attempt": "\(intent.attempts)"])
         try await commit(change, now: now)
         return WorkResult(next: step.order.isOpen ? step.order.nextDueAt : nil)
+    }
+
+    // MARK: Klarna Network payment requests
+
+    private func processPaymentRequest(_ id: String, hinted: Bool) async throws -> WorkResult {
+        guard var request = try await store.paymentRequest(id), request.isOpen else { return WorkResult(next: nil) }
+        if hinted { request = request.hinted(now: clock.now) }
+        if let due = request.nextDueAt, !isDue(due) { return WorkResult(next: due) }
+        var change = Change()
+        let result = try await klarna(&change, { try await client.readPaymentRequest(id: id) })
+        let now = clock.now
+        let step: TrackedPaymentRequest.Step
+        switch result {
+        case .success(let read):
+            step = request.applying(
+                state: read.state.rawValue, expiresAt: read.expiresAt, sessionToken: read.klarnaNetworkSessionToken, now: now,
+                recheck: settings.polling.maxInterval)
+        case .failure(let error) where error.status == 404:
+            // Klarna deletes payment requests when they expire.
+            step = request.applying(state: "EXPIRED", expiresAt: nil, sessionToken: nil, now: now, recheck: settings.polling.maxInterval)
+        case .failure(let error):
+            step = request.readFailed(Self.short(error), now: now, retryAfter: readDelay(failures: request.consecutiveFailures + 1, error), grace: settings.polling.expiryGrace)
+        }
+        change.paymentRequests = [step.request]
+        if let outcome = step.outcome { change.outcomes = [outcome] }
+        for event in step.events {
+            logger.log(level: EventLog.level(of: event.kind), "\(event.message)", metadata: ["event": .string(event.kind), "payment_request_id": .string(id)])
+        }
+        try await commit(change, now: now)
+        return WorkResult(next: step.request.isOpen ? step.request.nextDueAt : nil)
     }
 
     // MARK: Plumbing

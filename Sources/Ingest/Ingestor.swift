@@ -90,7 +90,8 @@ public struct Ingestor: Sendable {
             action = .hintOrder(orderID: orderID)
         case .klarnaNetwork(let eventID, let eventType, let paymentRequestID, let state):
             summary = "Klarna Network \(eventType) (event \(eventID)) for \(paymentRequestID ?? "an unnamed payment request") in state \(state ?? "?")"
-            action = .recordOnly
+            // Signed, so it may start following the payment request; the engine reads it before any outcome.
+            action = paymentRequestID.map { .hintPaymentRequest(TrackedPaymentRequest(paymentRequestID: $0, trackedAt: now)) } ?? .recordOnly
         case .track(let request):
             summary = "tracking requested over \(source) (mode \(request.mode?.rawValue ?? "inferred"), capture \((request.capture ?? defaultCapturePolicy).rawValue), intent \(request.purpose.rawValue))"
             action = .track(TrackedSession(

@@ -54,6 +54,13 @@ enum Migrations {
           id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, source TEXT NOT NULL, status INTEGER NOT NULL,
           error TEXT NOT NULL, detail TEXT NOT NULL);
         """,
+        // 3: Klarna Network payment requests followed after a verified webhook.
+        """
+        CREATE TABLE payment_requests (
+          payment_request_id TEXT PRIMARY KEY, state TEXT, outcome TEXT, next_due REAL, tracked_at REAL NOT NULL,
+          updated_at REAL NOT NULL, data TEXT NOT NULL);
+        CREATE INDEX payment_requests_due ON payment_requests(next_due) WHERE next_due IS NOT NULL;
+        """,
     ]
 
     static var latest: Int { steps.count }

@@ -78,6 +78,13 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
+    public func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? {
+        try await run { db in
+            try db.query("SELECT data FROM payment_requests WHERE payment_request_id = ?", [.text(id)]).first
+                .map { try self.decode(TrackedPaymentRequest.self, $0.string(0)) }
+        }
+    }
+
     public func intent(_ key: String) async throws -> Intent? {
         try await run { db in
             try db.query("SELECT data FROM intents WHERE key = ?", [.text(key)]).first.map { try self.decode(Intent.self, $0.string(0)) }
@@ -89,6 +96,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         let sessions = try change.sessions.map { ($0, try json($0)) }
         let orders = try change.orders.map { ($0, try json($0)) }
         let newOrders = try change.newOrders.map { ($0, try json($0)) }
+        let paymentRequests = try change.paymentRequests.map { ($0, try json($0)) }
         let intents = try change.intents.map { ($0, try json($0)) }
         let outcomes = try change.outcomes.map { ($0, try json($0)) }
         try await run { db in
@@ -96,6 +104,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                 for (session, data) in sessions { try self.writeSession(db, session, data: data, at: at) }
                 for (order, data) in newOrders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: true) }
                 for (order, data) in orders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: false) }
+                for (request, data) in paymentRequests { try self.writePaymentRequest(db, request, data: data, at: at) }
                 for (intent, data) in intents {
                     try db.query(
                         """
@@ -153,6 +162,17 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
              SQLValue(order.createdAt), SQLValue(at), .text(data)])
     }
 
+    private func writePaymentRequest(_ db: SQLiteConnection, _ request: TrackedPaymentRequest, data: String, at: Date) throws {
+        try db.query(
+            """
+            INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data) VALUES (?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
+              updated_at = excluded.updated_at, data = excluded.data
+            """,
+            [.text(request.paymentRequestID), SQLValue(request.state), SQLValue(request.outcome?.rawValue),
+             SQLValue(request.isOpen ? request.nextDueAt : nil), SQLValue(request.trackedAt), SQLValue(at), .text(data)])
+    }
+
     private func insertEvent(_ db: SQLiteConnection, _ event: NewEvent, at: Date) throws {
         try db.query(
             "INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail) VALUES (?, ?, ?, ?, ?, ?)",
@@ -170,6 +190,9 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             }
             for row in try db.query("SELECT order_id, next_due FROM orders WHERE next_due IS NOT NULL") {
                 work.append((.order(row.string(0) ?? ""), row.date(1)!))
+            }
+            for row in try db.query("SELECT payment_request_id, next_due FROM payment_requests WHERE next_due IS NOT NULL") {
+                work.append((.paymentRequest(row.string(0) ?? ""), row.date(1)!))
             }
             return work
         }
@@ -209,6 +232,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         let trackData: String? = switch record.action {
         case .hintSession(_, let session?): try json(session)
         case .track(let session): try json(session)
+        case .hintPaymentRequest(let request): try json(request)
         default: nil
         }
         return try await run { db in
@@ -276,6 +300,17 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             case .unknownOrder: throw Refusal(result: .refused(status: 404, error: "unknown_order", detail: "order \(orderID) is not tracked"))
             case .refused(let why): throw Refusal(result: .refused(status: 409, error: "not_capturable", detail: why))
             }
+        case .hintPaymentRequest(let request):
+            if let row = try db.query("SELECT data FROM payment_requests WHERE payment_request_id = ?", [.text(request.paymentRequestID)]).first {
+                let known = try decode(TrackedPaymentRequest.self, row.string(0))
+                guard known.isOpen else { return .accepted(wake: []) }
+                let hinted = known.hinted(now: at)
+                try writePaymentRequest(db, hinted, data: try json(hinted), at: at)
+            } else if let trackData {
+                try writePaymentRequest(db, request, data: trackData, at: at)
+            }
+            try wake(.paymentRequest(request.paymentRequestID))
+            return .accepted(wake: [.paymentRequest(request.paymentRequestID)])
         case .recordOnly:
             return .accepted(wake: [])
         }

@@ -5,17 +5,20 @@ import ReconcilerCore
 public enum WorkKey: Hashable, Sendable, CustomStringConvertible {
     case session(String)
     case order(String)
+    case paymentRequest(String)
 
     public var description: String {
         switch self {
         case .session(let id): "session:\(id)"
         case .order(let id): "order:\(id)"
+        case .paymentRequest(let id): "payment_request:\(id)"
         }
     }
 
     public init?(_ text: String) {
         if text.hasPrefix("session:") { self = .session(String(text.dropFirst(8))) }
         else if text.hasPrefix("order:") { self = .order(String(text.dropFirst(6))) }
+        else if text.hasPrefix("payment_request:") { self = .paymentRequest(String(text.dropFirst(16))) }
         else { return nil }
     }
 }
@@ -63,6 +66,7 @@ public struct Change: Sendable {
     /// Orders to write; a new order (hand-off) is inserted only if Klarna's id is not known yet.
     public var orders: [TrackedOrder] = []
     public var newOrders: [TrackedOrder] = []
+    public var paymentRequests: [TrackedPaymentRequest] = []
     public var intents: [Intent] = []
     public var events: [NewEvent] = []
     public var outcomes: [Outcome] = []
@@ -74,7 +78,7 @@ public struct Change: Sendable {
     public init() {}
 
     public var isEmpty: Bool {
-        sessions.isEmpty && orders.isEmpty && newOrders.isEmpty && intents.isEmpty && events.isEmpty && outcomes.isEmpty
+        sessions.isEmpty && orders.isEmpty && newOrders.isEmpty && paymentRequests.isEmpty && intents.isEmpty && events.isEmpty && outcomes.isEmpty
             && finishedCaptureRequests.isEmpty && health.isEmpty
     }
 }
@@ -128,7 +132,9 @@ public struct IngestRecord: Sendable {
         case hintOrder(orderID: String)
         case track(TrackedSession)
         case capture(orderID: String, amount: Int?)
-        /// Recorded and deduplicated; nothing to wake yet (Klarna Network events).
+        /// A Klarna Network webhook: read the payment request now, following it from here if it is new.
+        case hintPaymentRequest(TrackedPaymentRequest)
+        /// Recorded and deduplicated; nothing to wake (a Klarna Network event without a payment request id).
         case recordOnly
     }
 
@@ -167,6 +173,7 @@ public protocol ReconcilerStore: Sendable {
     func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult
     func session(_ hppSessionID: String) async throws -> TrackedSession?
     func order(_ orderID: String) async throws -> TrackedOrder?
+    func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest?
     func intent(_ key: String) async throws -> Intent?
     func commit(_ change: Change, at: Date) async throws
 

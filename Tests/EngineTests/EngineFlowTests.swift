@@ -198,3 +198,49 @@ struct EngineModeTests {
         }
     }
 }
+
+@Suite("Engine: Klarna Network payment requests")
+struct PaymentRequestTests {
+    func hint(_ h: EngineHarness, _ id: String) async throws {
+        let record = IngestRecord(
+            dedupeKey: "kn-event:\(UUID())", kind: "klarna_network", source: "test", summary: "signed webhook",
+            action: .hintPaymentRequest(TrackedPaymentRequest(paymentRequestID: id, trackedAt: h.clock.now)))
+        _ = try await h.store.ingest(record, at: h.clock.now)
+    }
+
+    @Test("A verified webhook starts following the request; COMPLETED yields an outcome with the session token, read from Klarna")
+    func completed() async throws {
+        try await EngineHarness.with { h in
+            let id = h.sandbox.createPaymentRequest(state: "IN_PROGRESS")
+            try await hint(h, id)
+            try await h.run(for: .seconds(60))
+            #expect(try await h.store.paymentRequest(id)?.state == "IN_PROGRESS")
+            #expect(try await h.store.paymentRequest(id)?.isOpen == true)
+            try h.sandbox.setPaymentRequestState(id, "COMPLETED")
+            try await hint(h, id)
+            try await h.run(for: .seconds(60))
+            let request = try #require(try await h.store.paymentRequest(id))
+            #expect(request.outcome == .paymentRequestCompleted)
+            let outcome = try #require(try await h.store.undeliveredOutcomes(now: h.clock.now, limit: 10).first?.outcome)
+            #expect(outcome.kind == .paymentRequestCompleted)
+            #expect(outcome.paymentRequestID == id)
+            let token = try #require(outcome.klarnaNetworkSessionToken)
+            #expect(token.hasPrefix("krn:network:eu1:session-token:"))
+            // The token goes to the outbox for the acquiring partner, never to the logs.
+            #expect(!h.logs.all.joined().contains(token))
+            #expect(h.sandbox.requests(route: "kn.read_payment_request").count >= 2)
+        }
+    }
+
+    @Test("Declined, canceled and unknown payment requests end with their outcome", arguments: [("DECLINED", OutcomeKind.rejected), ("CANCELED", .cancelled)])
+    func ended(state: String, kind: OutcomeKind) async throws {
+        try await EngineHarness.with { h in
+            let id = h.sandbox.createPaymentRequest(state: state)
+            try await hint(h, id)
+            try await hint(h, "krn:payment:eu1:request:unknown")
+            try await h.run(for: .seconds(60))
+            #expect(try await h.store.paymentRequest(id)?.outcome == kind)
+            #expect(try await h.store.paymentRequest("krn:payment:eu1:request:unknown")?.outcome == .expired)
+        }
+    }
+}

@@ -182,6 +182,7 @@ final class FaultyStore: ReconcilerStore, @unchecked Sendable {
     func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult { try await store.track(session, event: event, at: at) }
     func session(_ id: String) async throws -> TrackedSession? { try await store.session(id) }
     func order(_ id: String) async throws -> TrackedOrder? { try await store.order(id) }
+    func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? { try await store.paymentRequest(id) }
     func intent(_ key: String) async throws -> Intent? { try await store.intent(key) }
     func openWork() async throws -> [(key: WorkKey, due: Date)] { try await store.openWork() }
     func wakeups(after sequence: Int64) async throws -> (keys: [WorkKey], last: Int64) { try await store.wakeups(after: sequence) }

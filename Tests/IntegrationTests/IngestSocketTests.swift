@@ -444,14 +444,15 @@ struct EveryKindBothPathsTests {
         let authorized = try fixture.sandbox.createSession(SessionSpec(merchantReference: "kp-cb"))
         #expect(try await fixture.cli(["track", authorized.hppSessionId, "--kp-session", authorized.kpSessionId, "--reference", "kp-cb", "--capture", "on_request"]).status == 0)
         try await waitUntilAsync { try await store.session(authorized.hppSessionId)?.hppStatus == "WAITING" }
-        try fixture.sandbox.setHPPStatus(authorized.hppSessionId, "COMPLETED")
-        let token = try #require(try await CurlTransportProbe.readToken(fixture, authorized.hppSessionId))
+        // Delivered while the session is open (the callback's token is only a hint: the daemon takes the real one
+        // from its own read of HPP).
         try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/kp-authorization",
                           query: "kp_session_id=\(authorized.kpSessionId)&token=\(tokens.token("kp-authorization", authorized.kpSessionId))",
-                          body: #"{"authorization_token":"\#(token)","session_id":"\#(authorized.kpSessionId)"}"#)
+                          body: #"{"authorization_token":"callback-token-\#(viaSpool)","session_id":"\#(authorized.kpSessionId)"}"#)
+        try await waitUntilAsync { try await store.timeline(for: "kp-cb").events.contains { $0.kind == "webhook" && $0.message.contains("KP authorization callback") } }
+        try fixture.sandbox.setHPPStatus(authorized.hppSessionId, "COMPLETED")
         var orderID: String?
         try await waitUntilAsync { orderID = try await store.timeline(for: "kp-cb").orders.first { $0.phase == .awaitingCapture }?.orderID; return orderID != nil }
-        #expect(try await store.timeline(for: "kp-cb").events.contains { $0.kind == "webhook" && $0.message.contains("KP authorization callback") })
 
         // A capture request for it.
         if viaSpool {
@@ -471,25 +472,19 @@ struct EveryKindBothPathsTests {
         try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/om-notification", body: #"{"order_id":"\#(pendingOrder!)","event_type":"FRAUD_RISK_ACCEPTED"}"#)
         try await waitUntilAsync { try await store.timeline(for: "om-cb").outcomes.contains { $0.outcome.kind == .captured } }
 
-        // Klarna Network, signed over the byte-exact body.
-        let kn = #"{"metadata":{"event_type":"payment.request.state-change.completed","event_id":"kn-\#(viaSpool)"},"payload":{"payment_request_id":"krn:payment:eu1:request:9","state":"COMPLETED"}}"#
+        // Klarna Network, signed over the byte-exact body: the daemon reads the payment request and writes an outcome
+        // with the session token for the acquiring partner.
+        let paymentRequest = fixture.sandbox.createPaymentRequest(state: "COMPLETED")
+        let kn = #"{"metadata":{"event_type":"payment.request.state-change.completed","event_id":"kn-\#(viaSpool)"},"payload":{"payment_request_id":"\#(paymentRequest)","state":"COMPLETED"}}"#
         try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/klarna",
                           headers: ["Klarna-Signature: \(tokens.sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"], body: kn)
-        try await waitUntilAsync { fixture.daemonLog.contains("Klarna Network payment.request.state-change.completed (event kn-\(viaSpool))") }
+        var completed: String?
+        try await waitUntilAsync { completed = fixture.outboxFiles().first { $0.hasSuffix("payment_request_completed.json") }; return completed != nil }
+        let document = try String(contentsOfFile: fixture.outboxNew + "/" + completed!, encoding: .utf8)
+        #expect(document.contains(#""klarna_network_session_token":"krn:network:eu1:session-token:"#))
+        #expect(document.contains(paymentRequest.replacingOccurrences(of: "/", with: "\\/")) || document.contains(paymentRequest))
 
         #expect(fixture.quarantined().isEmpty, "\(fixture.quarantined())")
         #expect(try await fixture.stop() == 0)
-    }
-}
-
-/// Reads an HPP session's authorization token the way a merchant backend would, for building a KP callback.
-enum CurlTransportProbe {
-    static func readToken(_ fixture: DaemonFixture, _ hppSessionID: String) async throws -> String? {
-        let transport = CurlTransport()
-        defer { transport.shutdown() }
-        let client = KlarnaClient(
-            configuration: KlarnaConfiguration(baseURL: fixture.sandboxURL, credentials: BasicCredentials(username: "merchant", password: "daemon-secret")),
-            transport: transport, logger: Logger(label: "test"))
-        return try await client.readHPPSession(id: hppSessionID).authorizationToken
     }
 }

@@ -14,20 +14,23 @@ import Testing
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let notify = try NotifySocket(path: directory.appendingPathComponent("notify").path)
-        let port = try unusedLoopbackPort()
+        // A unix socket: a TCP port picked in advance could be taken by a parallel test before the sandbox binds it.
+        let socket = directory.appendingPathComponent("sandbox.sock").path
 
         let process = Process()
         process.executableURL = Self.executable
-        process.arguments = ["sandbox", "--listen", "127.0.0.1:\(port)"]
+        process.arguments = ["sandbox", "--listen", "unix:\(socket)"]
         process.environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }
         process.standardError = FileHandle.nullDevice
         try process.run()
         defer { if process.isRunning { process.terminate() } }
 
         let ready = try #require(try await notify.receive())
-        #expect(ready == "READY=1\nSTATUS=Klarna sandbox listening on 127.0.0.1:\(port)")
+        #expect(ready == "READY=1\nSTATUS=Klarna sandbox listening on unix:\(socket)")
 
-        let response = try await CurlTransport().execute(HTTPRequest(method: "GET", url: "http://127.0.0.1:\(port)/_sandbox/clock"))
+        let transport = CurlTransport(configuration: .init(unixSocketPath: socket))
+        defer { transport.shutdown() }
+        let response = try await transport.execute(HTTPRequest(method: "GET", url: "http://localhost/_sandbox/clock"))
         #expect(response.status == 200)
 
         kill(process.processIdentifier, SIGTERM)

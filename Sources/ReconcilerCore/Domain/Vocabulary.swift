@@ -39,6 +39,8 @@ public enum OutcomeKind: String, Codable, Sendable, CaseIterable {
     case rejected
     case expired
     case needsAttention = "needs_attention"
+    /// A Klarna Network payment request reached `COMPLETED`: the outcome carries `klarna_network_session_token`.
+    case paymentRequestCompleted = "payment_request_completed"
 }
 
 /// An outcome as the domain decides it; the engine stores it and writes it to the outbox.
@@ -56,11 +58,15 @@ public struct Outcome: Codable, Sendable, Equatable {
     public var captureID: String?
     public var customerTokenID: String?
     public var klarnaReference: String?
+    public var paymentRequestID: String?
+    /// For the merchant's acquiring partner; valid 60 minutes. Written to the outbox, never logged.
+    public var klarnaNetworkSessionToken: String?
 
     public init(
         kind: OutcomeKind, reason: String, hppSessionID: String? = nil, kpSessionID: String? = nil, orderID: String? = nil,
         merchantReference: String? = nil, amount: Int? = nil, currency: String? = nil, fraudStatus: String? = nil,
-        captureID: String? = nil, customerTokenID: String? = nil, klarnaReference: String? = nil
+        captureID: String? = nil, customerTokenID: String? = nil, klarnaReference: String? = nil,
+        paymentRequestID: String? = nil, klarnaNetworkSessionToken: String? = nil
     ) {
         self.kind = kind
         self.reason = reason
@@ -74,6 +80,8 @@ public struct Outcome: Codable, Sendable, Equatable {
         self.captureID = captureID
         self.customerTokenID = customerTokenID
         self.klarnaReference = klarnaReference
+        self.paymentRequestID = paymentRequestID
+        self.klarnaNetworkSessionToken = klarnaNetworkSessionToken
     }
 }
 
