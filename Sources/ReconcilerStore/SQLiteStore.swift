@@ -418,6 +418,10 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             let nowValue = SQLValue(now)
             summary.backlog = (try db.query("SELECT (SELECT COUNT(*) FROM sessions WHERE next_due <= ?1) + (SELECT COUNT(*) FROM orders WHERE next_due <= ?1)", [nowValue]).first?.int(0)) ?? 0
             summary.undeliveredOutcomes = (try db.query("SELECT COUNT(*) FROM outcomes WHERE outbox_written = 0").first?.int(0)) ?? 0
+            summary.rejectionsLastDay = (try db.query("SELECT COUNT(*) FROM rejections WHERE at >= ?", [SQLValue(now.addingTimeInterval(-86_400))]).first?.int(0)) ?? 0
+            if let last = try db.query("SELECT at, source, status, error, detail FROM rejections ORDER BY id DESC LIMIT 1").first {
+                summary.lastRejection = "\((last.date(0) ?? now).formatted(.iso8601)) \(last.string(1) ?? "?") \(last.int(2) ?? 0) \(last.string(3) ?? ""): \(last.string(4) ?? "")"
+            }
             for row in try db.query("SELECT name, at, detail FROM health") {
                 switch row.string(0) {
                 case "klarna_ok": summary.lastKlarnaSuccess = row.date(1)

@@ -113,6 +113,9 @@ public struct StatusSummary: Sendable, Codable, Equatable {
     public var lastKlarnaSuccess: Date?
     public var lastKlarnaError: Date?
     public var lastKlarnaErrorDetail: String?
+    /// Deliveries refused in the last 24 hours, and the newest refusal.
+    public var rejectionsLastDay: Int = 0
+    public var lastRejection: String?
 }
 
 public struct StoreListing: Sendable, Codable, Equatable {

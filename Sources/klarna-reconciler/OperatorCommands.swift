@@ -108,6 +108,7 @@ struct StatusCommand: AsyncParsableCommand {
         print("backlog:        \(summary.backlog) due now, \(summary.undeliveredOutcomes) outcomes not yet in the outbox")
         print("Klarna success: \(when(summary.lastKlarnaSuccess))")
         print("Klarna error:   \(when(summary.lastKlarnaError))\(summary.lastKlarnaErrorDetail.map { " \($0)" } ?? "")")
+        print("refused input:  \(summary.rejectionsLastDay) in the last 24 h\(summary.lastRejection.map { "; last \($0)" } ?? "") (spool files: klarna-reconciler quarantine list)")
     }
 }
 

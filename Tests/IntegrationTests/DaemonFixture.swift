@@ -22,8 +22,10 @@ final class DaemonFixture: @unchecked Sendable {
     static let callbackKey = "callback-key-for-tests-0123456789"
     static let signingKey = "kn-signing-key-for-tests"
 
-    /// - Parameter extraConfig: YAML appended to the generated config.
-    init(extraConfig: String = "") async throws {
+    /// - Parameters:
+    ///   - extraConfig: YAML appended to the generated config.
+    ///   - ingestConfig: lines added to its `ingest:` section (indented by two spaces).
+    init(extraConfig: String = "", ingestConfig: [String] = []) async throws {
         directory = NSTemporaryDirectory() + "klarna-reconciler-daemon-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         sandbox = KlarnaSandbox(configuration: .init(username: "merchant", password: "daemon-secret"))
@@ -49,6 +51,7 @@ final class DaemonFixture: @unchecked Sendable {
               spool_dir: spool
               spool_rescan_seconds: 1
               request_timeout_seconds: 1
+            \(ingestConfig.map { "  " + $0 }.joined(separator: "\n"))
             callback_token:
               key_file: callback-key
             webhook_signing:

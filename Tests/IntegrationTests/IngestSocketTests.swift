@@ -109,6 +109,9 @@ struct IngestSocketTests {
             #expect(answer.status == status, "\(target): \(answer.body)")
             #expect(answer.body.contains(#""error":"\#(word)""#), "\(target): \(answer.body)")
         }
+        // Every refused delivery is recorded with its reason (the unknown route is not a delivery).
+        let status = try await fixture.cli(["status"])
+        #expect(status.output.contains("refused input:  \(cases.count - 1) in the last 24 h; last"), "\(status.output)")
         let big = String(repeating: "x", count: 2 << 20)
         #expect(try await fixture.post("/v1/sessions", big).status == 413)
         #expect(try await fixture.post("/v1/health", "", method: "GET").status == 200)
@@ -404,8 +407,11 @@ struct SocketActivationTests {
         try process.run()
         defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
         try await waitUntil { FileManager.default.fileExists(atPath: fixture.socketPath) }
-        // Nothing runs yet but the activator: this request is what starts the daemon, on the same socket.
-        let client = try RawSocket(path: fixture.socketPath)
+        // Nothing runs yet but the activator: this request is what starts the daemon, on the same socket. (The file
+        // appears at bind, a moment before listen: connect until it is accepted.)
+        var connected: RawSocket?
+        try await waitUntil { connected = try? RawSocket(path: fixture.socketPath); return connected != nil }
+        let client = try #require(connected)
         let body = #"{"hpp_session_id":"before-start","kp_session_id":"kp"}"#
         await client.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
         let answer = await client.receiveAll()
@@ -485,6 +491,31 @@ struct EveryKindBothPathsTests {
         #expect(document.contains(paymentRequest.replacingOccurrences(of: "/", with: "\\/")) || document.contains(paymentRequest))
 
         #expect(fixture.quarantined().isEmpty, "\(fixture.quarantined())")
+        #expect(try await fixture.stop() == 0)
+    }
+}
+
+@Suite("Ingest socket ownership and TCP", .serialized)
+struct IngestOwnershipTests {
+    @Test("The socket belongs to ingest.socket_group with mode 0660; the optional loopback TCP listener serves the same routes")
+    func groupAndTCP() async throws {
+        guard let group = getgrnam("nogroup") else { Issue.record("no group nogroup on this machine"); return }
+        let gid = group.pointee.gr_gid
+        let fixture = try await DaemonFixture(ingestConfig: ["socket_group: nogroup", "listen: 127.0.0.1:0"])
+        try await fixture.start()
+        let attributes = try FileManager.default.attributesOfItem(atPath: fixture.socketPath)
+        #expect((attributes[.groupOwnerAccountID] as? NSNumber)?.uint32Value == gid)
+        #expect((attributes[.posixPermissions] as? Int).map { $0 & 0o777 } == 0o660)
+        // The READY line names the port the kernel picked.
+        let ready = try #require(fixture.daemonLog.split(separator: "\n").first { $0.contains(" ready: ") })
+        let port = try #require(ready.split(separator: "127.0.0.1:").last.flatMap { Int($0.prefix { $0.isNumber }) })
+        let transport = CurlTransport()
+        defer { transport.shutdown() }
+        let response = try await transport.execute(HTTPRequest(
+            method: "POST", url: "http://127.0.0.1:\(port)/v1/sessions", headers: HTTPHeaders([("Content-Type", "application/json")]),
+            body: Array(#"{"hpp_session_id":"over-tcp","kp_session_id":"kp"}"#.utf8)))
+        #expect(response.status == 202)
+        #expect(try await fixture.readStore().session("over-tcp") != nil)
         #expect(try await fixture.stop() == 0)
     }
 }
