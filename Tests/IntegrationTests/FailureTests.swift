@@ -185,9 +185,10 @@ import Testing
     }
 
     @Test func refusedConnectionIsSafeToRetryEvenForUnsafeCalls() async throws {
-        let port = try unusedLoopbackPort()
+        let refusing = try RefusingPort()
+        defer { withExtendedLifetime(refusing) {} }
         let client = KlarnaClient(
-            configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(port)", credentials: SandboxHarness.credentials),
+            configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(refusing.port)", credentials: SandboxHarness.credentials),
             transport: CurlTransport(), logger: CapturedLogs().logger())
         let error = await #expect(throws: KlarnaAPIError.self) {
             try await client.createOrder(authorizationToken: "t", order: CreateOrderRequest(purchaseCountry: "SE", purchaseCurrency: "SEK", orderAmount: 1, orderLines: []))
@@ -286,20 +287,31 @@ import Testing
 import Glibc
 #endif
 
-/// A loopback TCP port nothing listens on: bound by the kernel's choice, then closed again.
-func unusedLoopbackPort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    try withUnsafeMutablePointer(to: &address) { pointer in
-        try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
-            guard bind(fd, raw, length) == 0, getsockname(fd, raw, &length) == 0 else { throw SocketSetupFailed() }
+/// A loopback TCP port that refuses connections: bound (so no parallel test can take it) but never listening.
+final class RefusingPort {
+    let port: Int
+    private let fd: Int32
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+                bind(fd, raw, length) == 0 && getsockname(fd, raw, &length) == 0
+            }
         }
+        guard fd >= 0, bound else {
+            close(fd)
+            throw SocketSetupFailed()
+        }
+        self.fd = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
     }
-    return Int(UInt16(bigEndian: address.sin_port))
+
+    deinit { close(fd) }
 }
 
 struct SocketSetupFailed: Error {}
