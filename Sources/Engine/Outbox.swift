@@ -50,14 +50,10 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
         klarnaNetworkSessionToken = outcome.klarnaNetworkSessionToken
     }
 
+    /// Klarna's date format and snake_case keys, like the documents it is built from.
     public static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
+        let encoder = KlarnaJSON.encoder()
         encoder.keyEncodingStrategy = .convertToSnakeCase
-        encoder.dateEncodingStrategy = .custom { date, encoder in
-            var container = encoder.singleValueContainer()
-            try container.encode(KlarnaJSON.formatDate(date))
-        }
-        encoder.outputFormatting = [.sortedKeys]
         return encoder
     }()
 }

@@ -295,7 +295,8 @@ public struct Reconciler: Sendable {
         /// Ambiguous (read Klarna first) or plainly failed but retryable: the intent as it now stands and when to
         /// come back.
         case tryAgain(Intent, at: Date, event: DomainEvent)
-        /// Not retryable, or out of attempts: the failed intent and why.
+        /// Not retryable, or out of attempts: the intent as it ends (failed, or still ambiguous when nobody knows
+        /// whether it happened) and why.
         case giveUp(Intent, reason: String)
     }
 
@@ -309,6 +310,11 @@ public struct Reconciler: Sendable {
             return deadline.map { min(at, $0) } ?? at
         }
         if error.outcomeUnknown {
+            // Each unclear attempt is resolved by a read before the next; still, an answer that never comes must
+            // end as an outcome, not as retries forever.
+            guard intent.attempts < settings.writeRetry.maxAttempts else {
+                return .giveUp(intent.ambiguous(Self.short(error), now: now), reason: "no clear answer after \(intent.attempts) attempts")
+            }
             let at = capped(Duration(timeInterval: settings.writeRetry.backoffCeiling(afterAttempt: intent.attempts).timeInterval * random.nextUnit()))
             return .tryAgain(intent.ambiguous(Self.short(error), now: now), at: at, event: DomainEvent(
                 "ambiguous", "\(what) ended without a clear answer (\(Self.short(error))); reading Klarna before anything else"))

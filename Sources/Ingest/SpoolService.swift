@@ -33,11 +33,9 @@ public struct SpoolService: Service {
             while !stopping.withLock({ $0 }) {
                 // Files left in cur/ (a crash, or a store that could not take them) are retried on the rescan
                 // interval, not on every inotify event: a full disk must not become a busy loop.
-                if clock.now.hasReached(retryClaimedAt) {
-                    for name in spool.names(in: "cur") { await process(name, claimed: true) }
-                    retryClaimedAt = clock.now.addingTimeInterval(rescanInterval.timeInterval)
-                }
-                await scan()
+                let retryClaimed = clock.now.hasReached(retryClaimedAt)
+                if retryClaimed { retryClaimedAt = clock.now.addingTimeInterval(rescanInterval.timeInterval) }
+                await scan(includingClaimed: retryClaimed)
                 await bell.wait(timeout: rescanInterval, clock: clock)
             }
         } onGracefulShutdown: {
@@ -46,10 +44,10 @@ public struct SpoolService: Service {
         }
     }
 
-    /// Processes everything in `new/`, oldest name first, then what waits in `cur/`.
+    /// Processes what waits in `cur/` (when asked), then everything in `new/`, oldest name first.
     public func scan(includingClaimed: Bool = false) async {
-        for name in spool.names(in: "new") { await process(name, claimed: false) }
         if includingClaimed { for name in spool.names(in: "cur") { await process(name, claimed: true) } }
+        for name in spool.names(in: "new") { await process(name, claimed: false) }
     }
 
     func process(_ name: String, claimed: Bool) async {

@@ -123,11 +123,11 @@ extension Settings {
         }
         let policy = try values.string("callback_token.policy") ?? "require"
         guard ["require", "warn"].contains(policy) else { throw SettingsError("callback_token.policy", "must be one of require, warn, not \"\(policy)\"") }
-        let callbackKey = try secretFile(values, "callback_token.key_file", credential: "callback.key", credentials)
+        let callbackKey = try secret(values, "callback_token.key_file", credential: "callback.key", credentials).map { Array($0.value.utf8) }
         if let callbackKey, callbackKey.count < 16 { throw SettingsError("callback-key", "must be at least 16 bytes") }
         var signingKeys: [String: [UInt8]] = [:]
-        if let json = try secretFile(values, "webhook_signing.keys_file", credential: "webhook.signing.keys", credentials) {
-            guard let object = try? JSONSerialization.jsonObject(with: Data(json)) as? [String: Any], !object.isEmpty,
+        if let json = try secret(values, "webhook_signing.keys_file", credential: "webhook.signing.keys", credentials) {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(json.value.utf8)) as? [String: Any], !object.isEmpty,
                   object.values.allSatisfy({ ($0 as? String)?.isEmpty == false })
             else { throw SettingsError("webhook-signing-keys", "must be a JSON object of signing key id → key (non-empty strings)") }
             signingKeys = object.mapValues { Array(($0 as! String).utf8) }
@@ -160,37 +160,32 @@ extension Settings {
             callbackPolicy: policy, callbackKey: callbackKey, signingKeys: signingKeys)
     }
 
-    /// A secret from the file named by `key`, else from the credential `credential`; its bytes, trailing newline
-    /// removed.
-    private static func secretFile(_ values: Values, _ key: String, credential: String, _ credentials: ConfigReader?) throws(SettingsError) -> [UInt8]? {
+    /// A secret from the file named by `key`, else from the credential `credential` (a file in
+    /// `$CREDENTIALS_DIRECTORY`), trimmed, with where it came from. `nil` when neither is there.
+    private static func secret(_ values: Values, _ key: String, credential: String, _ credentials: ConfigReader?) throws(SettingsError) -> (value: String, source: String)? {
         if let file = try values.string(key) {
-            let path = file.hasPrefix("/") ? file : URL(fileURLWithPath: values.configPath).deletingLastPathComponent().appendingPathComponent(file).path
-            guard let data = FileManager.default.contents(atPath: path) else { throw SettingsError(key, "cannot read \(path)") }
-            let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            guard !text.isEmpty else { throw SettingsError(key, "\(path) is empty") }
-            return Array(text.utf8)
-        }
-        return credentials?.string(forKey: ConfigKey(credential), isSecret: true)
-            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.flatMap { $0.isEmpty ? nil : Array($0.utf8) }
-    }
-
-    private static func klarnaPassword(_ values: Values, credentials: ConfigReader?) throws(SettingsError) -> (String, String) {
-        if let file = try values.string("klarna.password_file") {
             let path = file.hasPrefix("/") ? file : URL(fileURLWithPath: values.configPath).deletingLastPathComponent().appendingPathComponent(file).path
             let text: String
             do {
                 text = try String(contentsOfFile: path, encoding: .utf8)
             } catch {
-                throw SettingsError("klarna.password_file", "cannot read \(path): \(Self.reason(error))")
+                throw SettingsError(key, "cannot read \(path): \(Self.reason(error))")
             }
-            let password = text.trimmingCharacters(in: .whitespacesAndNewlines)
-            guard !password.isEmpty else { throw SettingsError("klarna.password_file", "\(path) is empty") }
-            return (password, "file \(path)")
+            let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !value.isEmpty else { throw SettingsError(key, "\(path) is empty") }
+            return (value, "file \(path)")
         }
-        if let password = credentials?.string(forKey: "klarna.password", isSecret: true)?.trimmingCharacters(in: .whitespacesAndNewlines), !password.isEmpty {
-            return (password, "credential klarna-password")
+        let name = credential.replacingOccurrences(of: ".", with: "-")
+        return credentials?.string(forKey: ConfigKey(credential), isSecret: true)
+            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            .flatMap { $0.isEmpty ? nil : ($0, "credential \(name)") }
+    }
+
+    private static func klarnaPassword(_ values: Values, credentials: ConfigReader?) throws(SettingsError) -> (String, String) {
+        guard let found = try secret(values, "klarna.password_file", credential: "klarna.password", credentials) else {
+            throw SettingsError("klarna password", "no credential \"klarna-password\" in $CREDENTIALS_DIRECTORY and no klarna.password_file")
         }
-        throw SettingsError("klarna password", "no credential \"klarna-password\" in $CREDENTIALS_DIRECTORY and no klarna.password_file")
+        return found
     }
 
     /// `https://host[:port][/path]`; plain `http` only to a loopback host (a local sandbox), because Basic auth would

@@ -57,10 +57,12 @@ final class Demo: @unchecked Sendable {
         step(2, "The shop creates payments and tells the daemon to track them (klarna-reconciler track …)")
         let lines = [SandboxOrderLine(name: "Running shoes", quantity: 1, unitPrice: 19_900, totalAmount: 19_900, taxRate: 1_900, totalTaxAmount: 3_177)]
         func payment(_ reference: String, mode: String = "NONE", fraud: String? = nil, completes: String = "COMPLETED", after: Double = 1.5) throws -> CreatedSession {
-            try sandbox.createSession(SessionSpec(
+            let created = try sandbox.createSession(SessionSpec(
                 purchaseCurrency: "EUR", purchaseCountry: "DE", locale: "de-DE", orderLines: lines, merchantReference: reference,
                 placeOrderMode: mode, fraudStatus: fraud, fraudDecisionAfterSeconds: fraud == nil ? nil : 4, fraudDecision: fraud == nil ? nil : "ACCEPTED",
                 schedule: [ScheduleStep(afterSeconds: 0.5, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: after, status: completes)]))
+            references[created.hppSessionId] = reference
+            return created
         }
         let payments: [(String, CreatedSession, [String])] = [
             ("NONE, capture immediate", try payment("shop-1001"), []),
@@ -93,7 +95,6 @@ final class Demo: @unchecked Sendable {
 
         step(5, "Webhooks: a forwarder hands Klarna's callbacks to the daemon over the unix socket and through the spool")
         let viaSocket = try payment("shop-1008")
-        references[viaSocket.hppSessionId] = "shop-1008"
         try sandbox.setHPPStatus(viaSocket.hppSessionId, "COMPLETED")
         let callbackURL = try await cli(["callback-url", "--kind", "hpp-status", "--kp-session", viaSocket.kpSessionId, "--base", "https://shop.example/klarna/hpp-status"])
             .trimmingCharacters(in: .whitespacesAndNewlines)
@@ -110,7 +111,6 @@ final class Demo: @unchecked Sendable {
             detail("curl --unix-socket ingest.sock … (delivery \(attempt)): \(answer.trimmingCharacters(in: .whitespacesAndNewlines))")
         }
         let viaSpool = try payment("shop-1009")
-        references[viaSpool.hppSessionId] = "shop-1009"
         let request = #"{"hpp_session_id":"\#(viaSpool.hppSessionId)","kp_session_id":"\#(viaSpool.kpSessionId)","merchant_reference":"shop-1009"}"#
         try request.write(toFile: "\(folder)/spool/tmp/0001-track.json", atomically: false, encoding: .utf8)
         guard rename("\(folder)/spool/tmp/0001-track.json", "\(folder)/spool/new/0001-track.json") == 0 else { throw DemoFailure(description: "cannot write to the spool") }
@@ -160,14 +160,10 @@ final class Demo: @unchecked Sendable {
         print("\nDone: every payment ended; no order was placed or captured twice.")
     }
 
+    /// The shop's reference of each payment, by HPP session id.
     private var references: [String: String] = [:]
 
-    private func referenceOf(_ created: CreatedSession) -> String {
-        if let known = references[created.hppSessionId] { return known }
-        let reference = "shop-\(1001 + references.count)"
-        references[created.hppSessionId] = reference
-        return reference
-    }
+    private func referenceOf(_ created: CreatedSession) -> String { references[created.hppSessionId] ?? created.hppSessionId }
 
     private func writeConfig() throws {
         try "sandbox-secret\n".write(toFile: "\(folder)/klarna-password", atomically: true, encoding: .utf8)

@@ -206,13 +206,9 @@ func redacted(_ session: TrackedSession) -> TrackedSession {
 }
 
 func printJSON<T: Encodable>(_ value: T) throws {
-    let encoder = JSONEncoder()
-    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+    let encoder = KlarnaJSON.encoder()
+    encoder.outputFormatting.insert(.prettyPrinted)
     encoder.keyEncodingStrategy = .convertToSnakeCase
-    encoder.dateEncodingStrategy = .custom { date, encoder in
-        var container = encoder.singleValueContainer()
-        try container.encode(KlarnaJSON.formatDate(date))
-    }
     print(String(decoding: try encoder.encode(value), as: UTF8.self))
 }
 

@@ -51,10 +51,24 @@ struct QuarantineCommand: AsyncParsableCommand {
             if lstat("\(spool.directory)/quarantine/\(name)", &info) == 0, info.st_mode & S_IFMT == S_IFREG,
                let handle = FileHandle(forReadingAtPath: "\(spool.directory)/quarantine/\(name)") {
                 let head = handle.readData(ofLength: 512)
-                print("first \(head.count) bytes:")
-                print(String(decoding: head, as: UTF8.self).map { $0.isASCII && ($0.isLetter || $0.isNumber || $0.isPunctuation || $0.isSymbol || $0 == " " || $0 == "\n") ? String($0) : "·" }.joined())
+                print("first \(head.count) bytes (callback and authorization tokens hidden):")
+                let text = QuarantineCommand.redacted(String(decoding: head, as: UTF8.self))
+                print(String(text.map { (character: Character) -> Character in
+                    let printable = character.isASCII && (character.isLetter || character.isNumber || character.isPunctuation || character.isSymbol)
+                    return printable || character == " " || character == "\n" ? character : "·"
+                }))
             }
         }
+    }
+
+    /// A callback token lets anyone deliver for that session, an authorization token places an order: neither is
+    /// printed.
+    static func redacted(_ text: String) -> String {
+        var text = text
+        for pattern in [#"(token=)[^&\s]+"#, #"("authorization_token"\s*:\s*")[^"]*"#] {
+            text = text.replacingOccurrences(of: pattern, with: "$1…", options: .regularExpression)
+        }
+        return text
     }
 
     struct Requeue: AsyncParsableCommand {

@@ -107,6 +107,24 @@ struct EngineFaultTests {
         }
     }
 
+    @Test("A capture that never gets a clear answer ends as needs attention after retry.max_attempts, the same key every time")
+    func captureNeverAnswers() async throws {
+        var settings = EngineHarness.fastSettings
+        settings.writeRetry.maxAttempts = 3
+        try await EngineHarness.with(settings: settings) { h in
+            let created = try await h.track(SessionSpec(schedule: Self.completesSoon))
+            h.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .status, status: 503, count: nil))
+            try await h.run()
+            #expect(try await h.outcomes(created) == [.orderPlaced, .needsAttention])
+            let attempts = h.sandbox.requests(route: "om.create_capture")
+            #expect(attempts.count == 3)
+            #expect(Set(attempts.map(\.idempotencyKey)).count == 1)
+            // Nobody knows whether it happened: the intent stays ambiguous rather than "failed".
+            let intent = try #require(try await h.store.timeline(for: created.hppSessionId).intents.first { $0.kind == .capture })
+            #expect(intent.state == .ambiguous)
+        }
+    }
+
     @Test("A capture Klarna refuses (403) is not repeated: the order is read; still capturable means needs attention")
     func captureRefused() async throws {
         try await EngineHarness.with { h in

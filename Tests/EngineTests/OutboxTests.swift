@@ -118,4 +118,34 @@ struct OutboxTests {
         let body = try #require(try JSONSerialization.jsonObject(with: Data(calls[0].body)) as? [String: Any])
         #expect(body["idempotency_key"] as? String == calls[0].key)
     }
+
+    @Test("A notify.url that never answers 2xx is given up after max_attempts; the outbox file stays")
+    func notifyGivesUp() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let calls = Mutex(0)
+        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "t")) { _ in
+            calls.withLock { $0 += 1 }
+            return .response(ServerResponse(status: 500))
+        }
+        let serving = Task { try await server.run() }
+        defer { serving.cancel() }
+        let store = try await storeWithOutcomes(directory, count: 1)
+        let clock = ManualClock(now: t0)
+        let transport = CurlTransport(configuration: .init())
+        defer { transport.shutdown() }
+        let notifier = OutcomeNotifier(
+            url: "http://127.0.0.1:\(server.port!)/outcomes", transport: transport,
+            retry: RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(5), maxAttempts: 2), timeout: .seconds(5))
+        let delivery = OutcomeDeliveryService(
+            store: store, writer: try OutboxWriter(directory: directory.path + "/outbox"), notifier: notifier, clock: clock,
+            random: SeededRandomSource(seed: 1), bell: Doorbell(), logger: Logger(label: "t"))
+        for _ in 0..<4 {
+            await delivery.deliverBatch()
+            clock.advance(by: .seconds(10))
+        }
+        #expect(calls.withLock { $0 } == 2)
+        #expect(try await store.undeliveredOutcomes(now: clock.now.addingTimeInterval(3_600), limit: 10).isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 1)
+    }
 }

@@ -167,6 +167,17 @@ struct IngestSpoolTests {
         let show = try await fixture.cli(["quarantine", "show", "0006.json"])
         #expect(show.output.contains("not json"))
 
+        // A KP callback with a wrong token: quarantined, and `show` hides both tokens.
+        let secretToken = "secret-authorization-token-123"
+        let forged = "POST /klarna/kp?kp_session_id=kp-9&token=forged-callback-token HTTP/1.1\r\nHost: shop.example\r\n\r\n"
+            + #"{"authorization_token":"\#(secretToken)","session_id":"kp-9"}"#
+        try forged.write(toFile: fixture.directory + "/spool/tmp/0007.http", atomically: false, encoding: .utf8)
+        try await shell(fixture, "mv tmp/0007.http new/0007.http")
+        try await waitUntilAsync { fixture.quarantined().contains("0007.http") }
+        let hidden = try await fixture.cli(["quarantine", "show", "0007.http"])
+        #expect(hidden.output.contains("bad_token"))
+        #expect(!hidden.output.contains(secretToken) && !hidden.output.contains("forged-callback-token"), "\(hidden.output)")
+
         // Requeued: processed like any new file (here still not a delivery, so back in quarantine, once).
         #expect(try await fixture.cli(["quarantine", "requeue", "0006.json"]).status == 0)
         try await waitUntilAsync { fixture.quarantined().contains("0006.json") && fixture.spoolNames("new").isEmpty }
