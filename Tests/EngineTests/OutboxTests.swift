@@ -20,6 +20,16 @@ struct OutboxTests {
         return store
     }
 
+    /// Outcome delivery with notifications to `http://127.0.0.1:PORT/outcomes`.
+    func notifyingDelivery(
+        _ store: SQLiteStore, _ directory: TemporaryDirectory, port: Int, transport: CurlTransport, clock: ManualClock, retry: RetryPolicy
+    ) throws -> OutcomeDeliveryService {
+        let notifier = OutcomeNotifier(url: "http://127.0.0.1:\(port)/outcomes", transport: transport, retry: retry, timeout: .seconds(5))
+        return OutcomeDeliveryService(
+            store: store, writer: try OutboxWriter(directory: directory.path + "/outbox"), notifier: notifier, clock: clock,
+            random: SeededRandomSource(seed: 3), bell: Doorbell(), logger: Logger(label: "t"))
+    }
+
     @Test("Each outcome becomes one complete JSON file in new/, names sorting by time; tmp/ is left empty")
     func writesFiles() async throws {
         let directory = TemporaryDirectory()
@@ -96,12 +106,9 @@ struct OutboxTests {
         let clock = ManualClock(now: t0)
         let transport = CurlTransport(configuration: .init())
         defer { transport.shutdown() }
-        let notifier = OutcomeNotifier(
-            url: "http://127.0.0.1:\(server.port!)/outcomes", transport: transport,
-            retry: RetryPolicy(initialDelay: .seconds(10), maxDelay: .seconds(60), maxAttempts: 5), timeout: .seconds(5))
-        let delivery = OutcomeDeliveryService(
-            store: store, writer: try OutboxWriter(directory: directory.path + "/outbox"), notifier: notifier, clock: clock,
-            random: SeededRandomSource(seed: 3), bell: Doorbell(), logger: Logger(label: "t"))
+        let delivery = try notifyingDelivery(
+            store, directory, port: server.port!, transport: transport, clock: clock,
+            retry: RetryPolicy(initialDelay: .seconds(10), maxDelay: .seconds(60), maxAttempts: 5))
         await delivery.deliverBatch()
         #expect(received.withLock { $0.count } == 1)
         // Not due again until the backoff has passed.
@@ -134,12 +141,9 @@ struct OutboxTests {
         let clock = ManualClock(now: t0)
         let transport = CurlTransport(configuration: .init())
         defer { transport.shutdown() }
-        let notifier = OutcomeNotifier(
-            url: "http://127.0.0.1:\(server.port!)/outcomes", transport: transport,
-            retry: RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(5), maxAttempts: 2), timeout: .seconds(5))
-        let delivery = OutcomeDeliveryService(
-            store: store, writer: try OutboxWriter(directory: directory.path + "/outbox"), notifier: notifier, clock: clock,
-            random: SeededRandomSource(seed: 1), bell: Doorbell(), logger: Logger(label: "t"))
+        let delivery = try notifyingDelivery(
+            store, directory, port: server.port!, transport: transport, clock: clock,
+            retry: RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(5), maxAttempts: 2))
         for _ in 0..<4 {
             await delivery.deliverBatch()
             clock.advance(by: .seconds(10))
