@@ -4,7 +4,12 @@ export PATH := $(SWIFT_BIN):$(PATH)
 
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
-DEBIAN_PACKAGES := pkg-config libcurl4-openssl-dev libsystemd-dev libsqlite3-dev curl
+# Local units go where the administrator's do; the package-manager paths (/usr/lib/...) are for distributions.
+UNITDIR ?= /etc/systemd/system
+SYSUSERSDIR ?= /etc/sysusers.d
+TMPFILESDIR ?= /etc/tmpfiles.d
+CATALOGDIR ?= /usr/lib/systemd/catalog
+DEBIAN_PACKAGES := pkg-config libcurl4-openssl-dev libsystemd-dev libsqlite3-dev curl systemd python3
 BENCH_PACKAGES := wrk
 
 .PHONY: deps build demo check bench install clean
@@ -19,10 +24,13 @@ build: deps
 demo: build
 	.build/debug/klarna-reconciler demo
 
-## Every test: unit, engine against the sandbox over real sockets, the daemon as a process (kill -9 included).
+## Every test: unit, engine against the sandbox over real sockets, the daemon as a process (kill -9 included),
+## the shipped units checked by systemd-analyze, and the system tests under a real systemd user manager and journald.
 check: deps
 	swift build --build-tests
 	swift test --skip-build
+	scripts/check-units.sh .build/debug/klarna-reconciler
+	Tests/System/run.sh .build/debug/klarna-reconciler
 
 ## Client against wrk, then the engine end to end; results go in BENCHMARKS.md.
 bench: deps
@@ -30,10 +38,17 @@ bench: deps
 	swift build -c release
 	scripts/bench.sh
 
-## The binary, and the example configuration unless one is already there.
+## The binary, the units (service, socket, sysusers.d, tmpfiles.d, journal catalog), the docs, and the example
+## configuration unless one is already there. Then: systemd-sysusers; systemd-tmpfiles --create; systemctl daemon-reload.
 install: deps
 	swift build -c release --product klarna-reconciler
 	install -D -m 0755 .build/release/klarna-reconciler $(DESTDIR)$(PREFIX)/bin/klarna-reconciler
+	install -D -m 0644 systemd/klarna-reconciler.service $(DESTDIR)$(UNITDIR)/klarna-reconciler.service
+	install -D -m 0644 systemd/klarna-reconciler.socket $(DESTDIR)$(UNITDIR)/klarna-reconciler.socket
+	install -D -m 0644 systemd/klarna-reconciler.sysusers $(DESTDIR)$(SYSUSERSDIR)/klarna-reconciler.conf
+	install -D -m 0644 systemd/klarna-reconciler.tmpfiles $(DESTDIR)$(TMPFILESDIR)/klarna-reconciler.conf
+	install -D -m 0644 systemd/klarna-reconciler.catalog $(DESTDIR)$(CATALOGDIR)/klarna-reconciler.catalog
+	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/README.md
 	install -D -m 0644 etc/config.yaml $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/config.yaml.example
 	test -e $(DESTDIR)$(SYSCONFDIR)/klarna-reconciler/config.yaml || \
 		install -D -m 0640 etc/config.yaml $(DESTDIR)$(SYSCONFDIR)/klarna-reconciler/config.yaml

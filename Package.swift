@@ -62,7 +62,16 @@ let package = Package(
             swiftSettings: strict
         ),
 
-        .target(name: "SystemdSupport", dependencies: ["CSystemd"], swiftSettings: strict),
+        // notify, watchdog, socket activation, the journald log handler.
+        .target(
+            name: "SystemdSupport",
+            dependencies: [
+                "CSystemd", "ReconcilerCore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
 
         // Durable state: the store protocol and its SQLite implementation (WAL, versioned migrations).
         .target(name: "ReconcilerStore", dependencies: ["CSQLite", "ReconcilerCore"], swiftSettings: strict),
@@ -111,6 +120,7 @@ let package = Package(
                 "ReconcilerStore", "Engine", "Settings", "Ingest",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
@@ -132,6 +142,11 @@ let package = Package(
 
         .testTarget(name: "ReconcilerCoreTests", dependencies: ["ReconcilerCore"], swiftSettings: strict),
         .testTarget(name: "KlarnaAPITests", dependencies: ["KlarnaAPI"], swiftSettings: strict),
+        .testTarget(
+            name: "SystemdSupportTests",
+            dependencies: ["SystemdSupport", "ReconcilerCore", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "EngineTests",
             dependencies: [

@@ -3,19 +3,23 @@ import Logging
 import ReconcilerCore
 import ReconcilerStore
 
-/// Every committed event and outcome becomes one log line with the payment's identifiers as metadata, so
-/// `journalctl ORDER_ID=…` (issue 5 maps metadata to journal fields) tells an order's whole story.
+/// Every committed event and outcome becomes one log line with the payment's identifiers as metadata (journald
+/// fields `HPP_SESSION_ID`, `ORDER_ID`, …, see ``LogContext``) and, for what an operator acts on, a stable
+/// ``MessageID``. Lines are written after the commit, so the journal never tells of a step the store lost.
 enum EventLog {
     static func log(_ change: Change, logger: Logger) {
         for event in change.events {
-            var metadata: Logger.Metadata = ["event": .string(event.event.kind)]
+            var metadata: Logger.Metadata = [:]
             if let id = event.hppSessionID { metadata["hpp_session_id"] = .string(id) }
             if let id = event.orderID { metadata["order_id"] = .string(id) }
             for (key, value) in event.detail { metadata[key] = .string(value) }
-            logger.log(level: level(of: event.event.kind), "\(event.event.message)", metadata: metadata)
+            log(event.event, metadata: metadata, logger: logger)
         }
         for outcome in change.outcomes {
-            var metadata: Logger.Metadata = ["outcome": .string(outcome.kind.rawValue)]
+            var metadata: Logger.Metadata = [
+                "outcome": .string(outcome.kind.rawValue),
+                MessageID.metadataKey: .string(MessageID(outcome: outcome.kind).rawValue),
+            ]
             if let id = outcome.hppSessionID { metadata["hpp_session_id"] = .string(id) }
             if let id = outcome.kpSessionID { metadata["kp_session_id"] = .string(id) }
             if let id = outcome.orderID { metadata["order_id"] = .string(id) }
@@ -25,6 +29,13 @@ enum EventLog {
             let level: Logger.Level = outcome.kind == .needsAttention ? .error : .notice
             logger.log(level: level, "outcome \(outcome.kind.rawValue): \(outcome.reason)", metadata: metadata)
         }
+    }
+
+    static func log(_ event: DomainEvent, metadata: Logger.Metadata, logger: Logger) {
+        var metadata = metadata
+        metadata["event"] = .string(event.kind)
+        if let id = MessageID(event: event.kind) { metadata[MessageID.metadataKey] = .string(id.rawValue) }
+        logger.log(level: level(of: event.kind), "\(event.message)", metadata: metadata)
     }
 
     static func level(of kind: String) -> Logger.Level {

@@ -225,7 +225,9 @@ public struct OutcomeDeliveryService: Service {
                         logger.warning("notify.url refused outcome \(stored.id) (\(failure)); retry \(attempt) in \(TrackedSession.seconds(delay))", metadata: metadata)
                     case .giveUp(let reason):
                         try await store.notifyFailed(stored.id, nextAt: nil)
-                        logger.error("gave up notifying outcome \(stored.id) (\(failure), \(reason)); it stays in the outbox", metadata: metadata)
+                        logger.error(
+                            "gave up notifying outcome \(stored.id) (\(failure), \(reason)); it stays in the outbox",
+                            metadata: metadata.merging([MessageID.metadataKey: .string(MessageID.notifyGaveUp.rawValue)]) { $1 })
                     }
                 } else {
                     try await store.markNotified(stored.id)

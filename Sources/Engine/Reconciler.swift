@@ -20,7 +20,9 @@ public struct Reconciler: Sendable {
     public let clock: any WallClock
     public let random: any RandomSource
     public let rateLimiter: RateLimiter?
-    public let settings: EngineSettings
+    private let liveSettings: Live<EngineSettings>
+    /// The tunables now; a reload replaces them between steps (``update(settings:)``).
+    public var settings: EngineSettings { liveSettings.value }
     public let logger: Logger
     /// Rung after a commit that recorded outcomes, so the outbox writes them at once.
     public let outcomeBell: Doorbell?
@@ -34,10 +36,13 @@ public struct Reconciler: Sendable {
         self.clock = clock
         self.random = random
         self.rateLimiter = rateLimiter
-        self.settings = settings
+        liveSettings = Live(settings)
         self.logger = logger
         self.outcomeBell = outcomeBell
     }
+
+    /// Takes new tunables (configuration reload); steps under way finish with the ones they started with.
+    public func update(settings: EngineSettings) { liveSettings.replace(with: settings) }
 
     /// Works on `key` once. `hinted`: someone said something changed (a webhook, a capture request), so Klarna is
     /// read now even if the next read was planned for later.
@@ -45,14 +50,20 @@ public struct Reconciler: Sendable {
         switch key {
         case .session(let id): try await processSession(id, hinted: hinted)
         case .order(let id): try await processOrder(id, hinted: hinted)
-        case .paymentRequest(let id): try await processPaymentRequest(id, hinted: hinted)
+        case .paymentRequest(let id): try await LogContext.about(paymentRequest: id) { try await processPaymentRequest(id, hinted: hinted) }
         }
     }
 
     // MARK: Sessions
 
     private func processSession(_ id: String, hinted: Bool) async throws -> WorkResult {
-        guard var session = try await store.session(id), session.isOpen else { return WorkResult(next: nil) }
+        guard let session = try await store.session(id), session.isOpen else { return WorkResult(next: nil) }
+        return try await LogContext.about(session) { try await processSession(session, hinted: hinted) }
+    }
+
+    private func processSession(_ loaded: TrackedSession, hinted: Bool) async throws -> WorkResult {
+        var session = loaded
+        let id = session.hppSessionID
         if hinted, session.phase == .polling { session = session.hinted(now: clock.now) }
         // A session can take several steps in one turn: COMPLETED, then straight on to placing the order.
         for _ in 0..<4 {
@@ -351,7 +362,13 @@ public struct Reconciler: Sendable {
     // MARK: Orders
 
     private func processOrder(_ id: String, hinted: Bool) async throws -> WorkResult {
-        guard var order = try await store.order(id), order.isOpen else { return WorkResult(next: nil) }
+        guard let order = try await store.order(id), order.isOpen else { return WorkResult(next: nil) }
+        return try await LogContext.about(order) { try await processOrder(order, hinted: hinted) }
+    }
+
+    private func processOrder(_ loaded: TrackedOrder, hinted: Bool) async throws -> WorkResult {
+        var order = loaded
+        let id = order.orderID
         if hinted, order.activeIntent == nil { order = order.hinted(now: clock.now) }
         if let key = order.activeIntent, let intent = try await store.intent(key), !intent.isFinished {
             return try await driveOrderIntent(order, intent)
@@ -548,7 +565,7 @@ public struct Reconciler: Sendable {
         change.paymentRequests = [step.request]
         if let outcome = step.outcome { change.outcomes = [outcome] }
         for event in step.events {
-            logger.log(level: EventLog.level(of: event.kind), "\(event.message)", metadata: ["event": .string(event.kind), "payment_request_id": .string(id)])
+            EventLog.log(event, metadata: ["payment_request_id": .string(id)], logger: logger)
         }
         try await commit(change, now: now)
         return WorkResult(next: step.request.isOpen ? step.request.nextDueAt : nil)

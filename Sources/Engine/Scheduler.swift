@@ -28,6 +28,8 @@ public actor Scheduler {
 
     public var runningCount: Int { running.count }
     public var scheduledCount: Int { dueByKey.count }
+    /// Keys due at `now` or earlier that no worker has taken yet.
+    public func backlog(now: Date) -> Int { dueByKey.values.count { $0 <= now } }
 
     /// Sets when `key` is due, replacing any earlier plan.
     public func schedule(_ key: WorkKey, at due: Date) {

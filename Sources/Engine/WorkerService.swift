@@ -11,11 +11,18 @@ public struct WorkerService: Service {
     public let reconciler: Reconciler
     public let scheduler: Scheduler
     private let logger: Logger
+    /// Beaten every time round the dispatch loop, for the watchdog.
+    public let heartbeat: Heartbeat?
+    /// Fault injection for the watchdog's system test (`testing.wedge_work_loop_file`): when this file appears, the
+    /// dispatch loop removes it and hangs for good, as a deadlocked loop would.
+    private let wedgeFile: String?
 
-    public init(reconciler: Reconciler, scheduler: Scheduler, logger: Logger) {
+    public init(reconciler: Reconciler, scheduler: Scheduler, logger: Logger, heartbeat: Heartbeat? = nil, wedgeFile: String? = nil) {
         self.reconciler = reconciler
         self.scheduler = scheduler
         self.logger = logger
+        self.heartbeat = heartbeat
+        self.wedgeFile = wedgeFile
     }
 
     /// Loads every open session and order into the scheduler. Call before `run`, ahead of READY.
@@ -42,8 +49,13 @@ public struct WorkerService: Service {
 
     private func dispatch(group: inout DiscardingTaskGroup, until stopping: StopFlag) async {
         let clock = reconciler.clock
-        let limit = reconciler.settings.maxConcurrency
         while !stopping.isSet, !Task.isCancelled {
+            heartbeat?.beat()
+            if let wedgeFile, unlink(wedgeFile) == 0 {
+                logger.critical("fault injection: \(wedgeFile) found; the work loop hangs now")
+                await withCheckedContinuation { (_: CheckedContinuation<Void, Never>) in }
+            }
+            let limit = reconciler.settings.maxConcurrency
             let capacity = limit - (await scheduler.runningCount)
             let jobs = capacity > 0 ? await scheduler.take(now: clock.now, capacity: capacity) : []
             for job in jobs {
@@ -54,9 +66,11 @@ public struct WorkerService: Service {
                 }
             }
             if !jobs.isEmpty { continue }
-            let timeout = await scheduler.nextDue().map { Duration(timeInterval: max(0, $0.timeIntervalSince(clock.now))) }
-            // At capacity, only a finishing worker (which rings) can change anything.
-            await scheduler.doorbell.wait(timeout: capacity > 0 ? timeout : nil, clock: clock)
+            let due = await scheduler.nextDue().map { Duration(timeInterval: max(0, $0.timeIntervalSince(clock.now))) }
+            // At capacity, only a finishing worker (which rings) can change anything; the heartbeat still wakes the
+            // loop so the watchdog can tell a quiet loop from a hung one.
+            let timeout = [capacity > 0 ? due : nil, heartbeat?.interval].compactMap { $0 }.min()
+            await scheduler.doorbell.wait(timeout: timeout, clock: clock)
         }
     }
 

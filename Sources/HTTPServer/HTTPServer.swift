@@ -169,6 +169,11 @@ public struct HTTPServer: Sendable {
         return HTTPServer(listener: listener, configuration: configuration, handler: handler, logger: logger, localAddress: local)
     }
 
+    /// Returns once the listener's event loop has run a task: a wedged loop never returns (the watchdog's probe).
+    public func probe() async {
+        try? await listener.channel.eventLoop.submit {}.get()
+    }
+
     public var port: Int? {
         if case .tcp(_, let port) = localAddress { return port }
         return nil

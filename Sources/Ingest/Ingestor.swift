@@ -15,9 +15,19 @@ public struct Ingestor: Sendable {
         public var accepted: Bool { status == 202 }
     }
 
-    let reader: WebhookReader
+    /// What a reload may change: the keys and policy deliveries are verified with, the default capture policy.
+    public struct Rules: Sendable {
+        public var reader: WebhookReader
+        public var defaultCapturePolicy: CapturePolicy
+
+        public init(reader: WebhookReader, defaultCapturePolicy: CapturePolicy) {
+            self.reader = reader
+            self.defaultCapturePolicy = defaultCapturePolicy
+        }
+    }
+
+    private let rules: Live<Rules>
     let store: any ReconcilerStore
-    let defaultCapturePolicy: CapturePolicy
     let clock: any WallClock
     let logger: Logger
     /// Hands keys with new work to the running engine at once (the wakeups table is the durable fallback).
@@ -27,26 +37,38 @@ public struct Ingestor: Sendable {
         reader: WebhookReader, store: any ReconcilerStore, defaultCapturePolicy: CapturePolicy, clock: any WallClock,
         logger: Logger, wake: @escaping @Sendable ([WorkKey]) async -> Void
     ) {
-        self.reader = reader
+        self.init(
+            rules: Rules(reader: reader, defaultCapturePolicy: defaultCapturePolicy), store: store, clock: clock, logger: logger, wake: wake)
+    }
+
+    public init(
+        rules: Rules, store: any ReconcilerStore, clock: any WallClock, logger: Logger, wake: @escaping @Sendable ([WorkKey]) async -> Void
+    ) {
+        self.rules = Live(rules)
         self.store = store
-        self.defaultCapturePolicy = defaultCapturePolicy
         self.clock = clock
         self.logger = logger
         self.wake = wake
     }
 
+    /// Takes new keys and policies (configuration reload) for every delivery from now on.
+    public func update(_ rules: Rules) { self.rules.replace(with: rules) }
+
     public func ingest(_ delivery: Delivery, source: String) async -> Answer {
         let now = clock.now
+        let rules = self.rules.value
         let webhook: Webhook
         let warning: String?
         do {
-            (webhook, warning) = try reader.read(delivery)
+            (webhook, warning) = try rules.reader.read(delivery)
         } catch {
-            logger.warning("refused a delivery from \(source): \(error)", metadata: ["source": .string(source), "error": .string(error.error)])
+            logger.warning("refused a delivery from \(source): \(error)", metadata: [
+                "source": .string(source), "error": .string(error.error), MessageID.metadataKey: .string(MessageID.deliveryRefused.rawValue),
+            ])
             try? await store.recordRejection(source: source, status: error.status, error: error.error, detail: error.detail, at: now)
             return Answer(status: error.status, word: error.error, detail: error.detail)
         }
-        let record = Self.record(webhook, warning: warning, source: source, defaultCapturePolicy: defaultCapturePolicy, now: now)
+        let record = Self.record(webhook, warning: warning, source: source, defaultCapturePolicy: rules.defaultCapturePolicy, now: now)
         let result: IngestResult
         do {
             result = try await store.ingest(record, at: now)

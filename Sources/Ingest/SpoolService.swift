@@ -14,13 +14,16 @@ public struct SpoolService: Service {
     let rescanInterval: Duration
     let clock: any WallClock
     let logger: Logger
+    /// Beaten every time round the loop, for the watchdog.
+    public let heartbeat: Heartbeat?
 
-    public init(spool: Spool, ingestor: Ingestor, rescanInterval: Duration, clock: any WallClock, logger: Logger) {
+    public init(spool: Spool, ingestor: Ingestor, rescanInterval: Duration, clock: any WallClock, logger: Logger, heartbeat: Heartbeat? = nil) {
         self.spool = spool
         self.ingestor = ingestor
         self.rescanInterval = rescanInterval
         self.clock = clock
         self.logger = logger
+        self.heartbeat = heartbeat
     }
 
     public func run() async throws {
@@ -31,12 +34,13 @@ public struct SpoolService: Service {
         await withGracefulShutdownHandler {
             var retryClaimedAt = clock.now
             while !stopping.withLock({ $0 }) {
+                heartbeat?.beat()
                 // Files left in cur/ (a crash, or a store that could not take them) are retried on the rescan
                 // interval, not on every inotify event: a full disk must not become a busy loop.
                 let retryClaimed = clock.now.hasReached(retryClaimedAt)
                 if retryClaimed { retryClaimedAt = clock.now.addingTimeInterval(rescanInterval.timeInterval) }
                 await scan(includingClaimed: retryClaimed)
-                await bell.wait(timeout: rescanInterval, clock: clock)
+                await bell.wait(timeout: min(rescanInterval, heartbeat?.interval ?? rescanInterval), clock: clock)
             }
         } onGracefulShutdown: {
             stopping.withLock { $0 = true }
@@ -87,7 +91,9 @@ public struct SpoolService: Service {
         let name = (path as NSString).lastPathComponent
         do {
             try spool.quarantine(path, rule: rule, detail: detail, status: status, at: at)
-            logger.warning("spool file \(name) quarantined: \(rule): \(detail)", metadata: ["spool_file": .string(name), "rule": .string(rule)])
+            logger.warning("spool file \(name) quarantined: \(rule): \(detail)", metadata: [
+                "spool_file": .string(name), "rule": .string(rule), MessageID.metadataKey: .string(MessageID.deliveryRefused.rawValue),
+            ])
         } catch {
             logger.error("cannot quarantine spool file \(name) (\(rule): \(detail)): \(error)", metadata: ["spool_file": .string(name)])
         }

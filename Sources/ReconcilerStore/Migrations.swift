@@ -61,6 +61,11 @@ enum Migrations {
           updated_at REAL NOT NULL, data TEXT NOT NULL);
         CREATE INDEX payment_requests_due ON payment_requests(next_due) WHERE next_due IS NOT NULL;
         """,
+        // 4: reload requests from `klarna-reconciler reload` and the daemon's answers.
+        """
+        CREATE TABLE reloads (
+          id INTEGER PRIMARY KEY AUTOINCREMENT, requested_at REAL NOT NULL, answered_at REAL, ok INTEGER, message TEXT);
+        """,
     ]
 
     static var latest: Int { steps.count }

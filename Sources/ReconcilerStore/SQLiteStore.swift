@@ -385,6 +385,48 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
+    public func liveStatus() async throws -> LiveStatus {
+        try await run { db in
+            var status = LiveStatus(
+                unfinishedIntents: try db.query("SELECT COUNT(*) FROM intents WHERE state IN ('intended', 'sent', 'ambiguous')").first?.int(0) ?? 0)
+            for row in try db.query("SELECT name, at, detail FROM health WHERE name IN ('klarna_ok', 'klarna_error')") {
+                if row.string(0) == "klarna_ok" {
+                    status.lastKlarnaSuccess = row.date(1)
+                } else {
+                    status.lastKlarnaError = row.date(1)
+                    status.lastKlarnaErrorDetail = row.string(2)
+                }
+            }
+            return status
+        }
+    }
+
+    public func requestReload(at: Date) async throws -> Int64 {
+        try await run { db in
+            try db.query("INSERT INTO reloads (requested_at) VALUES (?) RETURNING id", [SQLValue(at)]).first?.int64(0) ?? 0
+        }
+    }
+
+    public func newestReloadRequest() async throws -> Int64? {
+        try await run { db in try db.query("SELECT MAX(id) FROM reloads WHERE answered_at IS NULL").first?.int64(0) }
+    }
+
+    public func answerReloads(through id: Int64, ok: Bool, message: String, at: Date) async throws {
+        try await run { db in
+            _ = try db.query(
+                "UPDATE reloads SET answered_at = ?, ok = ?, message = ? WHERE id <= ? AND answered_at IS NULL",
+                [SQLValue(at), .integer(ok ? 1 : 0), .text(message), .integer(id)])
+        }
+    }
+
+    public func reloadAnswer(_ id: Int64) async throws -> ReloadAnswer? {
+        try await run { db in
+            try db.query("SELECT ok, message FROM reloads WHERE id = ? AND answered_at IS NOT NULL", [.integer(id)]).first.map {
+                ReloadAnswer(ok: $0.int(0) == 1, message: $0.string(1) ?? "")
+            }
+        }
+    }
+
     public func summary(now: Date) async throws -> StatusSummary {
         try await run { db in
             func counts(_ sql: String) throws -> [String: Int] {

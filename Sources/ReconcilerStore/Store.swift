@@ -118,6 +118,19 @@ public struct StatusSummary: Sendable, Codable, Equatable {
     public var lastRejection: String?
 }
 
+public struct LiveStatus: Sendable, Equatable {
+    /// Side effects decided but not yet known to be done or refused (`intended`, `sent`, `ambiguous`).
+    public var unfinishedIntents: Int
+    public var lastKlarnaSuccess: Date?
+    public var lastKlarnaError: Date?
+    public var lastKlarnaErrorDetail: String?
+}
+
+public struct ReloadAnswer: Sendable, Equatable {
+    public var ok: Bool
+    public var message: String
+}
+
 public struct StoreListing: Sendable, Codable, Equatable {
     public var sessions: [TrackedSession]
     public var orders: [TrackedOrder]
@@ -198,6 +211,15 @@ public protocol ReconcilerStore: Sendable {
     func timeline(for id: String) async throws -> (sessions: [TrackedSession], orders: [TrackedOrder], intents: [Intent], events: [RecordedEvent], outcomes: [StoredOutcome])
     func list(phase: String?, limit: Int) async throws -> StoreListing
     func summary(now: Date) async throws -> StatusSummary
+    /// The few numbers `STATUS=` shows, cheap enough to ask every few seconds.
+    func liveStatus() async throws -> LiveStatus
+
+    /// Reload handshake: the `reload` command records a request and signals the daemon; the daemon answers every
+    /// request up to the newest it saw when it started reloading; the command waits for its answer.
+    func requestReload(at: Date) async throws -> Int64
+    func newestReloadRequest() async throws -> Int64?
+    func answerReloads(through id: Int64, ok: Bool, message: String, at: Date) async throws
+    func reloadAnswer(_ id: Int64) async throws -> ReloadAnswer?
 
     /// Outcomes without their outbox file, or whose notification is due at `now`.
     func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome]

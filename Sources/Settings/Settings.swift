@@ -41,6 +41,12 @@ public struct Settings: Sendable {
     public var callbackKey: [UInt8]?
     /// The `webhook-signing-keys` credential: Klarna Network signing key id → key.
     public var signingKeys: [String: [UInt8]]
+    /// How long a stop waits for the steps under way before cancelling them (keep below the unit's TimeoutStopSec=).
+    public var drainTimeout: Duration
+    /// How often `STATUS=` is refreshed.
+    public var statusInterval: Duration
+    /// Fault injection for the watchdog test: when this file appears the work loop hangs. Never set in production.
+    public var wedgeWorkLoopFile: String?
 }
 
 /// A configuration problem, said in one line: which key, what is wrong, and where it came from.
@@ -71,6 +77,7 @@ public enum SettingsKeys {
         "capture.default_policy",
         "authorization_expiry.warn_before_hours", "authorization_expiry.auto_extend",
         "engine.max_concurrency", "engine.customer_token_description", "engine.wakeup_interval_ms",
+        "engine.drain_timeout_seconds", "engine.status_interval_seconds", "testing.wedge_work_loop_file",
         "log.level",
         "ingest.socket", "ingest.socket_group", "ingest.listen", "ingest.max_body_bytes", "ingest.request_timeout_seconds",
         "ingest.max_connections",
@@ -118,6 +125,8 @@ extension Settings {
             ("engine.max_concurrency", "\(engine.maxConcurrency)"),
             ("engine.customer_token_description", engine.customerTokenDescription),
             ("engine.wakeup_interval_ms", "\(Int(engine.wakeupInterval.timeInterval * 1_000))"),
+            ("engine.drain_timeout_seconds", seconds(drainTimeout)),
+            ("engine.status_interval_seconds", seconds(statusInterval)),
             ("log.level", logLevel.rawValue),
             ("ingest.socket", ingestSocket ?? "(disabled)"),
             ("ingest.socket_group", ingestSocketGroup ?? "(the daemon's group)"),
@@ -130,8 +139,37 @@ extension Settings {
             ("ingest.spool_keep_done", "\(spoolKeepDone)"),
             ("callback_token.policy", callbackPolicy),
             ("callback_token.key", callbackKey == nil ? "(none: HPP and KP callbacks are refused under policy require)" : "<redacted>"),
+            ("testing.wedge_work_loop_file", wedgeWorkLoopFile ?? "(none)"),
             ("webhook_signing.keys", signingKeys.isEmpty ? "(none: Klarna Network webhooks are refused)" : "<redacted> ids \(signingKeys.keys.sorted().joined(separator: ", "))"),
         ]
         return lines.map { "\($0.0): \($0.1)" }.joined(separator: "\n")
+    }
+}
+
+extension Settings {
+    /// Sections a reload applies to the running daemon; everything else is read once at start.
+    public static let liveSections: Set<String> = [
+        "polling", "retry", "rate_limit", "capture", "authorization_expiry", "engine", "log", "callback_token", "webhook_signing",
+    ]
+
+    /// The keys whose value differs from `old`, split into those a reload applies now and those that wait for a
+    /// restart. Secrets are compared by value but named only.
+    public func changes(from old: Settings) -> (live: [String], restart: [String]) {
+        func lines(_ settings: Settings) -> [String: String] {
+            var result: [String: String] = [:]
+            for line in settings.effectiveDescription.split(separator: "\n") {
+                guard let colon = line.firstIndex(of: ":") else { continue }
+                result[String(line[..<colon])] = String(line[colon...])
+            }
+            return result
+        }
+        let before = lines(old), after = lines(self)
+        var changed = Set(after.keys.filter { before[$0] != after[$0] })
+        if callbackKey != old.callbackKey { changed.insert("callback_token.key") }
+        if signingKeys != old.signingKeys { changed.insert("webhook_signing.keys") }
+        if klarna.credentials != old.klarna.credentials { changed.insert("klarna.password") }
+        let sorted = changed.sorted()
+        let live = sorted.filter { Self.liveSections.contains(String($0.prefix { $0 != "." })) && $0 != "engine.drain_timeout_seconds" && $0 != "engine.status_interval_seconds" }
+        return (live, sorted.filter { !live.contains($0) })
     }
 }

@@ -157,7 +157,10 @@ extension Settings {
             spoolDirectory: (try values.string("ingest.spool_dir")).map { $0.isEmpty ? nil : path($0) } ?? "/var/spool/klarna-reconciler",
             spoolRescanInterval: try values.seconds("ingest.spool_rescan_seconds", default: 5),
             spoolKeepDone: try values.bool("ingest.spool_keep_done", default: false),
-            callbackPolicy: policy, callbackKey: callbackKey, signingKeys: signingKeys)
+            callbackPolicy: policy, callbackKey: callbackKey, signingKeys: signingKeys,
+            drainTimeout: try values.seconds("engine.drain_timeout_seconds", default: 15),
+            statusInterval: try values.seconds("engine.status_interval_seconds", default: 5),
+            wedgeWorkLoopFile: try values.string("testing.wedge_work_loop_file").flatMap { $0.isEmpty ? nil : path($0) })
     }
 
     /// A secret from the file named by `key`, else from the credential `credential` (a file in

@@ -8,7 +8,7 @@ struct KlarnaReconciler: AsyncParsableCommand {
         abstract: "Makes every Klarna payment end correctly: tracks HPP sessions, places and captures orders exactly once.",
         version: "\(ProductInfo.version) (\(CurlTransport.libcurlVersion))",
         subcommands: [
-            RunCommand.self, CheckConfigCommand.self, TrackCommand.self, CaptureCommand.self, StatusCommand.self,
+            RunCommand.self, ReloadCommand.self, CheckConfigCommand.self, TrackCommand.self, CaptureCommand.self, StatusCommand.self,
             ListCommand.self, ShowCommand.self, CallbackURLCommand.self, QuarantineCommand.self, SandboxCommand.self, DemoCommand.self,
         ]
     )

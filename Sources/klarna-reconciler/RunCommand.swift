@@ -10,6 +10,7 @@ import ReconcilerStore
 import ServiceLifecycle
 import Settings
 import SystemdSupport
+import UnixSignals
 
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -20,16 +21,32 @@ struct RunCommand: AsyncParsableCommand {
     @OptionGroup var options: ConfigOptions
 
     func run() async throws {
-        let settings = try await options.load(needsKlarnaPassword: true)
-        var logger = Logger(label: "klarna-reconciler")
-        logger.logLevel = settings.logLevel
+        // SIGHUP's default action ends the process; until the reload handler is installed it must do nothing.
+        signal(SIGHUP, SIG_IGN)
+        let level = LogLevelControl(.info)
+        LogDestination.bootstrap(identifier: "klarna-reconciler", level: level, metadataProvider: LogContext.provider)
+        let logger = Logger(label: "klarna-reconciler")
         let notifier = SystemdNotifier()
 
-        func fail(_ message: String) -> ExitCode {
-            logger.critical("\(message)")
-            notifier.notify(["STATUS": message])
-            return ExitCode.failure
+        /// A failing start says why three ways: the log (with MESSAGE_ID), `STATUS=`+`ERRNO=` for `systemctl status`,
+        /// and the exit code (78 for configuration, so systemd does not restart into the same error).
+        func fail(_ message: String, errno code: Int32, exit: Int32 = 1) -> ExitCode {
+            if LogDestination.stderrIsJournal {
+                logger.critical("\(message)", metadata: [MessageID.metadataKey: .string(MessageID.startFailed.rawValue)])
+            } else {
+                printError("klarna-reconciler: \(message)")
+            }
+            notifier.failing(status: message, errno: code)
+            return ExitCode(exit)
         }
+
+        let settings: Settings
+        do {
+            settings = try await Settings.load(configPath: options.config, needsKlarnaPassword: true)
+        } catch {
+            throw fail("config error: \(error)", errno: EINVAL, exit: 78)
+        }
+        level.value = settings.logLevel
 
         let lock: StoreLock
         let store: SQLiteStore
@@ -40,10 +57,14 @@ struct RunCommand: AsyncParsableCommand {
             lock = try StoreLock(storePath: settings.storePath)
             store = try SQLiteStore(path: settings.storePath, busyTimeout: settings.storeBusyTimeout)
             writer = try OutboxWriter(directory: settings.outboxDirectory)
+        } catch let error as StoreLock.Held {
+            throw fail("cannot start: \(error)", errno: EBUSY)
         } catch {
-            throw fail("cannot start: \(error)")
+            throw fail("cannot start: \(error)", errno: EIO)
         }
 
+        let watchdog = SystemdNotifier.watchdogInterval()
+        let beat = Supervisor.heartbeatInterval(watchdog: watchdog)
         let clock = SystemClock()
         let transport = CurlTransport(configuration: .init(
             connectTimeout: settings.connectTimeout, requestTimeout: settings.requestTimeout,
@@ -51,12 +72,14 @@ struct RunCommand: AsyncParsableCommand {
         defer { transport.shutdown() }
         let client = KlarnaClient(configuration: settings.klarna, transport: transport, logger: logger)
         let outcomeBell = Doorbell()
+        let rateLimiter = RateLimiter(ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst, clock: clock)
         let reconciler = Reconciler(
-            store: store, client: client, clock: clock,
-            rateLimiter: RateLimiter(ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst, clock: clock),
+            store: store, client: client, clock: clock, rateLimiter: rateLimiter,
             settings: settings.engine, logger: logger, outcomeBell: outcomeBell)
         let scheduler = Scheduler()
-        let workers = WorkerService(reconciler: reconciler, scheduler: scheduler, logger: logger)
+        let workLoop = Heartbeat(name: "work loop", interval: beat)
+        let workers = WorkerService(
+            reconciler: reconciler, scheduler: scheduler, logger: logger, heartbeat: workLoop, wedgeFile: settings.wedgeWorkLoopFile)
         let notify = settings.notifyURL.map {
             OutcomeNotifier(
                 url: $0, transport: transport,
@@ -70,65 +93,120 @@ struct RunCommand: AsyncParsableCommand {
         do {
             open = try await workers.loadOpenWork()
         } catch {
-            throw fail("cannot read open work from \(settings.storePath): \(error)")
+            throw fail("cannot read open work from \(settings.storePath): \(error)", errno: EIO)
         }
         let ingestor = Ingestor(
-            reader: WebhookReader(
-                tokens: settings.callbackKey.map(CallbackTokens.init(key:)), policy: CallbackPolicy(rawValue: settings.callbackPolicy) ?? .require,
-                signingKeys: SigningKeys(settings.signingKeys)),
-            store: store, defaultCapturePolicy: settings.defaultCapturePolicy, clock: clock, logger: logger,
+            rules: Self.ingestRules(settings), store: store, clock: clock, logger: logger,
             wake: { keys in for key in keys { await scheduler.wake(key, at: clock.now) } })
+        var heartbeats = [workLoop]
         var spoolService: SpoolService?
         if let directory = settings.spoolDirectory {
             let spool = Spool(directory: directory, maxFileBytes: settings.ingestMaxBodyBytes + (64 << 10), keepDone: settings.spoolKeepDone)
             do {
                 try spool.prepare()
             } catch {
-                throw fail("cannot prepare the spool \(directory): \(error)")
+                throw fail("cannot prepare the spool \(directory): \(error)", errno: EIO)
             }
-            spoolService = SpoolService(spool: spool, ingestor: ingestor, rescanInterval: settings.spoolRescanInterval, clock: clock, logger: logger)
+            let spoolLoop = Heartbeat(name: "spool loop", interval: beat)
+            heartbeats.append(spoolLoop)
+            spoolService = SpoolService(
+                spool: spool, ingestor: ingestor, rescanInterval: settings.spoolRescanInterval, clock: clock, logger: logger, heartbeat: spoolLoop)
         }
-        var servers: [HTTPServer] = []
+        let servers: [HTTPServer]
         do {
-            let configuration = HTTPServer.Configuration(
-                maxBodyBytes: settings.ingestMaxBodyBytes, requestTimeout: settings.ingestRequestTimeout, maxConnections: settings.ingestMaxConnections)
-            let handler = IngestHTTP.handler(ingestor, store: store)
-            let passed = ListenFDs.take()
-            if !passed.sockets.isEmpty {
-                // Socket activation: systemd bound the socket (mode and group from the .socket unit) and may hold
-                // connections that arrived before we started.
-                guard let socket = passed.ingestSocket(), socket.isUnixStreamListener else {
-                    throw SocketPermissions.Failed(description: "systemd passed \(passed.sockets.count) sockets (\(passed.sockets.map(\.name).joined(separator: ", "))) but none is a listening unix stream socket named ingest")
-                }
-                servers.append(try await HTTPServer.bind(.adopted(descriptor: socket.descriptor), configuration: configuration, logger: logger, handler: handler))
-            } else if let path = settings.ingestSocket {
-                try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-                servers.append(try await HTTPServer.bind(.unix(path: path), configuration: configuration, logger: logger, handler: handler))
-                try SocketPermissions.apply(path: path, group: settings.ingestSocketGroup)
-            }
-            if let listen = settings.ingestListen, let address = ListenAddress(parsing: listen) {
-                servers.append(try await HTTPServer.bind(address, configuration: configuration, logger: logger, handler: handler))
-            }
+            servers = try await Self.listen(settings, handler: IngestHTTP.handler(ingestor, store: store), logger: logger)
         } catch {
-            throw fail("cannot listen for deliveries: \(error)")
+            throw fail("cannot listen for deliveries: \(error)", errno: EADDRNOTAVAIL)
         }
+
+        // Probed from the supervisor: the store answers a query, each listener's event loop runs a task.
+        let probes = [Supervisor.Probe(heartbeat: Heartbeat(name: "store", interval: beat)) { _ = try? await store.liveStatus() }]
+            + servers.map { server in Supervisor.Probe(heartbeat: Heartbeat(name: "ingest socket \(server.localAddress)", interval: beat)) { await server.probe() } }
+        let supervisor = Supervisor(
+            notifier: notifier, watchdog: watchdog, heartbeats: heartbeats, probes: probes, statusInterval: settings.statusInterval,
+            drainLimit: settings.drainTimeout, logger: logger
+        ) { await Self.status(store: store, scheduler: scheduler, clock: clock) }
+        // Registered before READY: systemd may send SIGHUP (a reload) the moment the unit is active.
+        let hangups = await UnixSignalsSequence(trapping: .sighup)
+        let reload = ReloadService(
+            signals: hangups, configPath: options.config, running: settings, store: store, notifier: notifier, logger: logger,
+            status: { await Self.status(store: store, scheduler: scheduler, clock: clock) }
+        ) { new in
+            reconciler.update(settings: new.engine)
+            rateLimiter.reconfigure(ratePerSecond: new.ratePerSecond, burst: new.rateBurst)
+            ingestor.update(Self.ingestRules(new))
+            level.value = new.logLevel
+        }
+
         let listening = servers.map { "\($0.localAddress)" }.joined(separator: ", ")
-        let status = "tracking \(open) open sessions and orders; store \(settings.storePath)" + (listening.isEmpty ? "" : "; listening on \(listening)")
+        let status = "ready: \(open) open; store \(settings.storePath)" + (listening.isEmpty ? "" : "; listening on \(listening)")
         var readyLogger = logger
         readyLogger[metadataKey: "klarna_base_url"] = .string(settings.klarna.baseURL)
-        let group = ServiceGroup(configuration: .init(
+        var configuration = ServiceGroupConfiguration(
             services: [
-                // Started in this order; shut down in reverse: announce, let the workers finish their step, then
-                // flush outcomes.
+                // Started in this order, told to stop in reverse: announce the stop, stop taking input, let the
+                // workers finish their step, flush outcomes; the supervisor keeps systemd informed to the end.
+                .init(service: supervisor),
                 .init(service: delivery),
                 .init(service: workers),
             ] + servers.map { .init(service: ServerService(server: $0)) } + (spoolService.map { [.init(service: $0)] } ?? []) + [
-                .init(service: LifecycleAnnouncer(notifier: notifier, status: status, logger: readyLogger)),
+                .init(service: reload),
+                .init(service: LifecycleAnnouncer(notifier: notifier, status: status, logger: readyLogger, supervisor: supervisor)),
             ],
-            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        configuration.maximumGracefulShutdownDuration = settings.drainTimeout
+        do {
+            try await ServiceGroup(configuration: configuration).run()
+        } catch {
+            throw fail("stopped on an error: \(error)", errno: EIO)
+        }
         withExtendedLifetime(lock) {}
-        logger.notice("klarna-reconciler stopped")
+        logger.notice("klarna-reconciler stopped", metadata: [MessageID.metadataKey: .string(MessageID.stopped.rawValue)])
+    }
+
+    static func ingestRules(_ settings: Settings) -> Ingestor.Rules {
+        Ingestor.Rules(
+            reader: WebhookReader(
+                tokens: settings.callbackKey.map(CallbackTokens.init(key:)), policy: CallbackPolicy(rawValue: settings.callbackPolicy) ?? .require,
+                signingKeys: SigningKeys(settings.signingKeys)),
+            defaultCapturePolicy: settings.defaultCapturePolicy)
+    }
+
+    /// The ingest listeners: the socket systemd passed (socket activation), else the configured path; and the
+    /// optional loopback TCP port.
+    static func listen(_ settings: Settings, handler: @escaping RequestHandler, logger: Logger) async throws -> [HTTPServer] {
+        var servers: [HTTPServer] = []
+        let configuration = HTTPServer.Configuration(
+            maxBodyBytes: settings.ingestMaxBodyBytes, requestTimeout: settings.ingestRequestTimeout, maxConnections: settings.ingestMaxConnections)
+        let passed = ListenFDs.take()
+        if !passed.sockets.isEmpty {
+            // Socket activation: systemd bound the socket (mode and group from the .socket unit) and may hold
+            // connections that arrived before we started.
+            guard let socket = passed.ingestSocket(), socket.isUnixStreamListener else {
+                throw SocketPermissions.Failed(description: "systemd passed \(passed.sockets.count) sockets (\(passed.sockets.map(\.name).joined(separator: ", "))) but none is a listening unix stream socket named ingest")
+            }
+            servers.append(try await HTTPServer.bind(.adopted(descriptor: socket.descriptor), configuration: configuration, logger: logger, handler: handler))
+        } else if let path = settings.ingestSocket {
+            try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            servers.append(try await HTTPServer.bind(.unix(path: path), configuration: configuration, logger: logger, handler: handler))
+            try SocketPermissions.apply(path: path, group: settings.ingestSocketGroup)
+        }
+        if let listen = settings.ingestListen, let address = ListenAddress(parsing: listen) {
+            servers.append(try await HTTPServer.bind(address, configuration: configuration, logger: logger, handler: handler))
+        }
+        return servers
+    }
+
+    /// `STATUS=`: one short line of live state.
+    static func status(store: any ReconcilerStore, scheduler: Scheduler, clock: any WallClock) async -> String {
+        let open = await scheduler.scheduledCount + scheduler.runningCount
+        let backlog = await scheduler.backlog(now: clock.now)
+        guard let live = try? await store.liveStatus() else { return "\(open) open, backlog \(backlog); store not answering" }
+        var klarna = "Klarna ok"
+        if let failed = live.lastKlarnaError, live.lastKlarnaSuccess.map({ $0 < failed }) ?? true {
+            klarna = "last Klarna error \(failed.formatted(.iso8601.time(includingFractionalSeconds: false))): \(live.lastKlarnaErrorDetail ?? "?")"
+        }
+        return "\(open) open, \(live.unfinishedIntents) side effects unfinished, backlog \(backlog); \(klarna)"
     }
 }
 
@@ -139,15 +217,18 @@ struct LifecycleAnnouncer: Service {
     let notifier: SystemdNotifier
     let status: String
     let logger: Logger
+    let supervisor: Supervisor
 
     func run() async throws {
-        logger.notice("klarna-reconciler \(ProductInfo.version) ready: \(status)")
+        logger.notice(
+            "klarna-reconciler \(ProductInfo.version) \(status)", metadata: [MessageID.metadataKey: .string(MessageID.ready.rawValue)])
         notifier.ready(status: status)
         await withGracefulShutdownHandler {
             try? await gracefulShutdown()
         } onGracefulShutdown: {
-            logger.notice("stopping: finishing the steps under way")
+            logger.notice("stopping: finishing the steps under way", metadata: [MessageID.metadataKey: .string(MessageID.stopping.rawValue)])
             notifier.stopping(status: "stopping: finishing the steps under way")
+            supervisor.draining()
         }
     }
 }

@@ -198,6 +198,13 @@ final class FaultyStore: ReconcilerStore, @unchecked Sendable {
     func timeline(for id: String) async throws -> (sessions: [TrackedSession], orders: [TrackedOrder], intents: [Intent], events: [RecordedEvent], outcomes: [StoredOutcome]) { try await store.timeline(for: id) }
     func list(phase: String?, limit: Int) async throws -> StoreListing { try await store.list(phase: phase, limit: limit) }
     func summary(now: Date) async throws -> StatusSummary { try await store.summary(now: now) }
+    func liveStatus() async throws -> LiveStatus { try await store.liveStatus() }
+    func requestReload(at: Date) async throws -> Int64 { try await store.requestReload(at: at) }
+    func newestReloadRequest() async throws -> Int64? { try await store.newestReloadRequest() }
+    func answerReloads(through id: Int64, ok: Bool, message: String, at: Date) async throws {
+        try await store.answerReloads(through: id, ok: ok, message: message, at: at)
+    }
+    func reloadAnswer(_ id: Int64) async throws -> ReloadAnswer? { try await store.reloadAnswer(id) }
     func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] { try await store.undeliveredOutcomes(now: now, limit: limit) }
     func markOutboxWritten(_ id: Int64) async throws { try await store.markOutboxWritten(id) }
     func markNotified(_ id: Int64) async throws { try await store.markNotified(id) }

@@ -148,3 +148,31 @@ struct SettingsTests {
         #expect(settings.storePath == "/var/lib/klarna-reconciler/state.sqlite")
     }
 }
+
+@Suite("Settings reload")
+struct SettingsReloadTests {
+    @Test("A reload names what it applies live and what waits for a restart; secrets by name only")
+    func changes() async throws {
+        let directory = NSTemporaryDirectory() + "reload-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try "first-password\n".write(toFile: directory + "/pw", atomically: true, encoding: .utf8)
+        func load(_ extra: String) async throws -> Settings {
+            try """
+                klarna:
+                  base_url: http://127.0.0.1:9
+                  username: merchant
+                  password_file: pw
+                \(extra)
+                """.write(toFile: directory + "/config.yaml", atomically: true, encoding: .utf8)
+            return try await Settings.load(configPath: directory + "/config.yaml", environment: [:], needsKlarnaPassword: true)
+        }
+        let old = try await load("")
+        #expect(old.changes(from: old) == ([], []))
+        try "second-password\n".write(toFile: directory + "/pw", atomically: true, encoding: .utf8)
+        let new = try await load("log:\n  level: debug\nrate_limit:\n  burst: 20\nstore:\n  path: other.sqlite")
+        let (live, restart) = new.changes(from: old)
+        #expect(live == ["log.level", "rate_limit.burst"])
+        #expect(restart == ["klarna.password", "store.path"])
+    }
+}

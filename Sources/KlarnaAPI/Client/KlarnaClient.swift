@@ -160,7 +160,8 @@ public struct KlarnaClient: Sendable {
             log.info("Klarna call failed: \(error)")
             throw error
         }
-        log.debug("Klarna call succeeded")
+        // Side effects are worth a line at info (with Klarna's correlation id); reads only when debugging.
+        log.log(level: operation.safety == .read ? .debug : .info, "Klarna call succeeded")
         return Answer(http: response, requestID: requestID, operation: operation)
     }
 

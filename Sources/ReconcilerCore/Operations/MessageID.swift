@@ -1,0 +1,63 @@
+/// Stable journald `MESSAGE_ID`s for the events an operator acts on. They never change once released; the
+/// catalog with an explanation and what to do for each is `systemd/klarna-reconciler.catalog` (a test keeps the two
+/// in step), and `journalctl MESSAGE_ID=<id>` finds every occurrence.
+public enum MessageID: String, CaseIterable, Sendable {
+    // Lifecycle
+    case ready = "21199f01ebbb4d12afa73318723b18bd"
+    case stopping = "4c3d1577626144c8857abcf4bd918401"
+    case stopped = "15449adacebe49899d18f50f26d082aa"
+    case startFailed = "e6fa2459ccab463ba7311a02679e55d7"
+    case reloaded = "b1c4643d50414a01a4e5c70fee0922d6"
+    case reloadFailed = "9f1e22999b814e8982b935e3d3dd82b1"
+    case stalled = "4e4fa84365d246ac819b403468492521"
+
+    // Outcomes: one per kind, so `journalctl MESSAGE_ID=…` lists e.g. every payment that needs attention.
+    case orderPlaced = "330cdbf28ca54aa9b7ec300b9783c8d4"
+    case captured = "7475a21047544b1aab3887d36a69d2e4"
+    case customerTokenCreated = "aee193fe8e4b4a45807bcd9998077ddd"
+    case cancelled = "4c70113991fa4cb19020e8f187d70783"
+    case rejected = "bfb378f12d514455b578bb52ad08319e"
+    case expired = "fa33e710d7a243b1ae7eeb4f4b70d707"
+    case needsAttention = "59cc60d117ae4d989ca0a18d4c2c0a69"
+    case paymentRequestCompleted = "f77ad6fa34df41e2b1cc4ee6b5a796c6"
+
+    // Side effects and the reads around them
+    case sideEffectSent = "3d40b9d33395479291e6d1de71267291"
+    case sideEffectRetry = "4335e799af0b4062a45eeb207fdbee81"
+    case sideEffectUnclear = "28d9736596f441d8a45554ecca44ff1b"
+    case authorizationExpiring = "95176c90598e47af89a8de6f97dbc529"
+    case klarnaReadFailed = "47569188c34641c4afdb57fc027e973e"
+
+    // Input, output and storage
+    case deliveryRefused = "addba77736b64da8a3ee942cc2731565"
+    case notifyGaveUp = "1cc34329043949f8871f33fa4c9f5dc7"
+
+    /// The metadata key a log line carries its id under; the journald handler writes it as `MESSAGE_ID`.
+    public static let metadataKey = "message_id"
+
+    /// The id of an outcome's log line.
+    public init(outcome: OutcomeKind) {
+        self = switch outcome {
+        case .orderPlaced: .orderPlaced
+        case .captured: .captured
+        case .customerTokenCreated: .customerTokenCreated
+        case .cancelled: .cancelled
+        case .rejected: .rejected
+        case .expired: .expired
+        case .needsAttention: .needsAttention
+        case .paymentRequestCompleted: .paymentRequestCompleted
+        }
+    }
+
+    /// The id of a timeline event's log line, for the events an operator acts on; routine events have none.
+    public init?(event kind: String) {
+        switch kind {
+        case "attempt": self = .sideEffectSent
+        case "retry": self = .sideEffectRetry
+        case "ambiguous": self = .sideEffectUnclear
+        case "authorization_expiring": self = .authorizationExpiring
+        case "read_failed": self = .klarnaReadFailed
+        default: return nil
+        }
+    }
+}
