@@ -29,6 +29,8 @@ public struct Supervisor: Service {
     let logger: Logger
     private let drain = Live<ContinuousClock.Instant?>(nil)
     private let drainLimit: Duration
+    /// How often the supervisor looks: half the watchdog interval, at most the status interval.
+    private let tick: Duration
 
     public init(
         notifier: SystemdNotifier, watchdog: Duration?, heartbeats: [Heartbeat], probes: [Probe], statusInterval: Duration,
@@ -40,6 +42,7 @@ public struct Supervisor: Service {
         self.probes = probes
         self.statusInterval = statusInterval
         self.drainLimit = drainLimit
+        tick = min(statusInterval, watchdog.map { $0 / 2 } ?? statusInterval)
         self.logger = logger
         self.status = status
     }
@@ -51,10 +54,19 @@ public struct Supervisor: Service {
     }
 
     /// The stop has begun: keep the watchdog fed whatever the loops do now, and ask for time while draining.
-    public func draining() { if drain.value == nil { drain.replace(with: .now) } }
+    public func draining() {
+        guard drain.value == nil else { return }
+        drain.replace(with: .now)
+        extendStop(left: drainLimit)
+    }
+
+    /// Asks systemd for the rest of the drain plus a margin; repeated every tick, so a stop that takes longer than
+    /// TimeoutStopSec= but stays within the drain limit is not killed.
+    private func extendStop(left: Duration) {
+        notifier.extendTimeout(by: left + tick * 3, status: "stopping: finishing the steps under way")
+    }
 
     public func run() async throws {
-        let tick = min(statusInterval, watchdog.map { $0 / 2 } ?? statusInterval)
         let quiet = Live(false)  // after a trigger or once draining, STATUS= says so and nothing overwrites it
         await withDiscardingTaskGroup { group in
             for probe in probes {
@@ -78,8 +90,7 @@ public struct Supervisor: Service {
             await cancelWhenGracefulShutdown {
                 while !Task.isCancelled {
                     if let started = drain.value {
-                        let left = max(.zero, drainLimit - (.now - started))
-                        notifier.extendTimeout(by: left + tick * 3, status: "stopping: finishing the steps under way")
+                        extendStop(left: max(.zero, drainLimit - (.now - started)))
                         if watchdog != nil { notifier.watchdogPing() }
                     } else if let watchdog, !quiet.value {
                         let stalled = (heartbeats + probes.map(\.heartbeat)).filter { $0.age > watchdog }

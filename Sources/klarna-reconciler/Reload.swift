@@ -71,8 +71,10 @@ struct ReloadService: Service {
     }
 }
 
-/// `klarna-reconciler reload`: what the unit's `ExecReload=` runs. Validates the configuration first (exit 78 with
-/// the reason, and the daemon is not disturbed), then signals the daemon and waits for its answer.
+/// `klarna-reconciler reload`: what the unit's `ExecReload=` runs. Signals the daemon and waits for its answer; exit 0
+/// when it reloaded, 78 with the reason when it kept its configuration because the new one is invalid. The daemon is
+/// the one that validates, with its own credentials: systemd does not give `ExecReload=` the credentials of a
+/// namespaced service (systemd#35227), so this command reads only what it needs to find the daemon.
 struct ReloadCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "reload",
@@ -85,7 +87,15 @@ struct ReloadCommand: AsyncParsableCommand {
     var timeout: Double = 30
 
     func run() async throws {
-        let settings = try await options.load(needsKlarnaPassword: true)
+        var environment = ProcessInfo.processInfo.environment
+        environment["CREDENTIALS_DIRECTORY"] = nil
+        let settings: Settings
+        do {
+            settings = try await Settings.load(configPath: options.config, environment: environment, needsKlarnaPassword: false)
+        } catch {
+            printError("klarna-reconciler: config error: \(error)")
+            throw ExitCode(78)
+        }
         guard let pid = Self.daemon(storePath: settings.storePath) else {
             printError("klarna-reconciler: no daemon is running on \(settings.storePath)")
             throw ExitCode(69)
@@ -104,7 +114,7 @@ struct ReloadCommand: AsyncParsableCommand {
                     return
                 }
                 printError("klarna-reconciler: \(answer.message)")
-                throw ExitCode.failure
+                throw ExitCode(78)
             }
             try await Task.sleep(for: .milliseconds(50))
         }

@@ -15,6 +15,8 @@ final class DaemonFixture: @unchecked Sendable {
     let sandboxURL: String
     private let serving: Task<Void, any Error>
     private(set) var daemon: Process?
+    /// The daemon's `$NOTIFY_SOCKET`: what it tells systemd, datagram by datagram.
+    private(set) var notify: NotifySocket?
     var configPath: String { directory + "/config.yaml" }
     var storePath: String { directory + "/state/state.sqlite" }
     var outboxNew: String { directory + "/outbox/new" }
@@ -80,12 +82,13 @@ final class DaemonFixture: @unchecked Sendable {
     }
 
     /// Starts `run` and waits for READY=1 on a notify socket.
-    func start() async throws {
+    func start(environment: [String: String] = [:]) async throws {
         let notify = try NotifySocket(path: directory + "/notify-\(UUID().uuidString.prefix(6))")
+        self.notify = notify
         let process = Process()
         process.executableURL = SandboxProcessTests.executable
         process.arguments = ["run", "--config", configPath]
-        process.environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }
+        process.environment = ProcessInfo.processInfo.environment.merging(environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }) { $1 }
         FileManager.default.createFile(atPath: directory + "/daemon.log", contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/daemon.log"))
         log.seekToEndOfFile()
@@ -122,7 +125,7 @@ final class DaemonFixture: @unchecked Sendable {
     }
 
     /// Runs a CLI command against this fixture's config and returns its exit status and output.
-    func cli(_ arguments: [String], config: String? = nil) async throws -> Result {
+    func cli(_ arguments: [String], config: String? = nil, environment: [String: String] = [:]) async throws -> Result {
         let id = UUID().uuidString.prefix(8)
         let out = directory + "/cli-\(id).out", err = directory + "/cli-\(id).err"
         FileManager.default.createFile(atPath: out, contents: nil)
@@ -130,6 +133,7 @@ final class DaemonFixture: @unchecked Sendable {
         let process = Process()
         process.executableURL = SandboxProcessTests.executable
         process.arguments = arguments + ["--config", config ?? configPath]
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: err))
         try process.run()
