@@ -55,6 +55,8 @@ public struct SpoolService: Service {
     }
 
     func process(_ name: String, claimed: Bool) async {
+        // A long backlog is progress too: one beat per file, so the watchdog never takes a busy scan for a hang.
+        heartbeat?.beat()
         let now = clock.now
         let path: String
         if claimed {

@@ -200,7 +200,7 @@ final class Demo: @unchecked Sendable {
         let process = Process()
         process.executableURL = Self.executable
         process.arguments = ["run", "--config", "\(folder)/config.yaml"]
-        FileManager.default.createFile(atPath: "\(folder)/daemon.log", contents: nil)
+        _ = FileManager.default.createFile(atPath: "\(folder)/daemon.log", contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(folder)/daemon.log"))
         process.standardOutput = log
         process.standardError = log
@@ -236,7 +236,7 @@ final class Demo: @unchecked Sendable {
         // Output to a file and a polled wait: blocking here would starve the sandbox, which runs on this process's
         // task pool and which the daemon may be calling.
         let outputPath = "\(folder)/run-\(UUID().uuidString.prefix(8)).out"
-        FileManager.default.createFile(atPath: outputPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
         let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
         process.standardOutput = output
         process.standardError = output

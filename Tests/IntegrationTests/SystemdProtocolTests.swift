@@ -49,6 +49,17 @@ struct SystemdProtocolTests {
         #expect(refused.errors.contains("polling.dense_interval_seconds"), "\(refused.errors)")
         #expect(fixture.daemon?.isRunning == true)
 
+        // Valid as far as the command can tell without credentials, refused by the daemon: it keeps running on the
+        // old configuration, says why, and still ends the reload with READY=1.
+        try config.replacingOccurrences(of: "password_file: klarna-password", with: "password_file: no-such-password")
+            .write(toFile: fixture.configPath, atomically: true, encoding: .utf8)
+        let daemonRefused = try await fixture.cli(["reload"])
+        #expect(daemonRefused.status == 78)
+        #expect(daemonRefused.errors.contains("reload refused, the running configuration stays: klarna.password_file"), "\(daemonRefused.errors)")
+        let afterRefusal = try await Self.datagrams(fixture) { $0.hasPrefix("READY=1") }
+        #expect(afterRefusal.contains { $0.hasPrefix("RELOADING=1\n") } && afterRefusal.last?.hasPrefix("READY=1") == true, "\(afterRefusal)")
+        #expect(fixture.daemon?.isRunning == true)
+
         try config.write(toFile: fixture.configPath, atomically: true, encoding: .utf8)
         #expect(try await fixture.stop() == 0)
         #expect(try await fixture.cli(["reload"]).status == 69)
