@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The shipped units as systemd reads them: `systemd-analyze verify` on each (with ExecStart= pointing at the built
+# The shipped files as systemd reads them: `systemd-analyze verify` on each (with ExecStart= pointing at the built
 # binary, since nothing is installed here) and `systemd-analyze security --offline=true` on the service, which must
-# score OK at 1.5 or better. Usage: scripts/check-units.sh path/to/klarna-reconciler
+# score OK at 1.5 or better; the journal catalog compiles. Usage: scripts/check-units.sh path/to/klarna-reconciler
 set -euo pipefail
 BIN=$(realpath "$1")
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,3 +15,11 @@ systemd-analyze verify "$T/klarna-reconciler.service" "$T/klarna-reconciler.sock
 echo "systemd-analyze verify: klarna-reconciler.service and .socket are clean"
 # --threshold is on the internal 0-100 scale: 15 is exposure 1.5.
 systemd-analyze security --offline=true --threshold=15 "$T/klarna-reconciler.service" | tail -1
+# The journal catalog compiles, and every entry in it is one journalctl knows afterwards.
+mkdir -p "$T/root/usr/lib/systemd/catalog"
+cp "$REPO/systemd/klarna-reconciler.catalog" "$T/root/usr/lib/systemd/catalog/"
+journalctl --root="$T/root" --update-catalog
+entries=$(grep -c '^-- [0-9a-f]\{32\}$' "$REPO/systemd/klarna-reconciler.catalog")
+known=$(journalctl --root="$T/root" --list-catalog | grep -c ' klarna-reconciler: ')
+[ "$known" -eq "$entries" ] || { echo "journal catalog: $known of $entries entries compiled"; exit 1; }
+echo "journal catalog: all $entries entries compile"
