@@ -257,6 +257,15 @@ check "no capabilities in the bounding set" grep -q "^CapBnd:[[:space:]]*0000000
 families() { tr ' ' '\n' <<<"$(prop RestrictAddressFamilies)" | sort | xargs; }
 check "address families restricted to AF_INET AF_INET6 AF_UNIX ($(families))" test "$(families)" = "AF_INET AF_INET6 AF_UNIX"
 check "the hardened daemon still talks to Klarna (payments above completed) and to journald (entries above)" test -n "$ORDER"
+# The restriction is enforced, not just configured: the same binary, with the unit's sandbox but AF_INET taken away,
+# cannot open a TCP listener, while with the unit's own families it can.
+sandboxed() {  # sandboxed FAMILIES: runs `klarna-reconciler sandbox` on a TCP port under the unit's filters for 2 s
+    timeout 5 systemd-run --user --wait --pipe -q -p NoNewPrivileges=yes -p "RestrictAddressFamilies=$1" \
+        -p SystemCallFilter=@system-service -p "SystemCallFilter=~@privileged" -p SystemCallErrorNumber=EPERM \
+        -p RuntimeMaxSec=2 "$BIN" sandbox --listen 127.0.0.1:0 2>&1
+}
+check "without AF_INET the binary cannot open a TCP socket" grep -qi "address family not supported" <<<"$(sandboxed AF_UNIX)"
+check "with the unit's families it can" grep -q "listening on 127.0.0.1" <<<"$(sandboxed "AF_UNIX AF_INET AF_INET6")"
 
 # --- 9. watchdog: a wedged work loop gets the daemon restarted, and work then completes ------------------------
 echo "9. watchdog"
