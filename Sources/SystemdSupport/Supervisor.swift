@@ -90,8 +90,12 @@ public struct Supervisor: Service {
             await cancelWhenGracefulShutdown {
                 while !Task.isCancelled {
                     if let started = drain.value {
-                        extendStop(left: max(.zero, drainLimit - (.now - started)))
-                        if watchdog != nil { notifier.watchdogPing() }
+                        // Only within the drain limit: a stop that hangs past it must meet systemd's timeout.
+                        let left = drainLimit - (.now - started)
+                        if left > .zero {
+                            extendStop(left: left)
+                            if watchdog != nil { notifier.watchdogPing() }
+                        }
                     } else if let watchdog, !quiet.value {
                         let stalled = (heartbeats + probes.map(\.heartbeat)).filter { $0.age > watchdog }
                         if stalled.isEmpty {
