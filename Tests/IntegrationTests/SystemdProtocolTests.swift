@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import KlarnaSandbox
 import Testing
 
 /// What the daemon tells systemd (sd_notify datagrams on `$NOTIFY_SOCKET`) around a reload, a watchdog and a stop,
@@ -97,6 +98,33 @@ struct SystemdProtocolTests {
         let extend = try #require(messages.firstIndex { $0.hasPrefix("EXTEND_TIMEOUT_USEC=") }, "\(messages)")
         #expect(stopping < extend)
         #expect(try await fixture.stop() == 0)
+    }
+
+    @Test("stop with a Klarna call hanging: the drain is bounded by engine.drain_timeout_seconds, then the daemon exits")
+    func boundedDrain() async throws {
+        let fixture = try await DaemonFixture()
+        let config = try String(contentsOfFile: fixture.configPath, encoding: .utf8)
+        try config.replacingOccurrences(of: "request_timeout_seconds: 2", with: "request_timeout_seconds: 20")
+            .replacingOccurrences(of: "  wakeup_interval_ms: 100", with: "  wakeup_interval_ms: 100\n  drain_timeout_seconds: 1")
+            .write(toFile: fixture.configPath, atomically: true, encoding: .utf8)
+        fixture.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .delay, delayMs: 15_000))
+        try await fixture.start()
+        let payment = try fixture.sandbox.createSession(SessionSpec(placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        #expect(try await fixture.cli(["track", payment.hppSessionId, "--kp-session", payment.kpSessionId, "--mode", "PLACE_ORDER"]).status == 0)
+        try await waitUntilAsync(timeout: .seconds(20)) { !fixture.sandbox.requests(route: "om.create_capture").isEmpty }
+
+        let daemon = try #require(fixture.daemon)
+        let stopped = ContinuousClock.now
+        kill(daemon.processIdentifier, SIGTERM)
+        try await waitUntil(timeout: .seconds(10)) { !daemon.isRunning }
+        let took = ContinuousClock.now - stopped
+        // Not the 15 s the capture would take: one second of drain, then the step is cancelled. Its intent stays
+        // `sent`, so the next start reads the order before anything else (the crash tests prove that path).
+        #expect(took < .seconds(4), "stop took \(took)")
+        let messages = try await Self.datagrams(fixture, timeout: .seconds(1)) { _ in false }
+        #expect(messages.first?.hasPrefix("STOPPING=1") == true, "\(messages)")
+        #expect(messages.contains { $0.hasPrefix("EXTEND_TIMEOUT_USEC=") })
+        #expect(daemon.terminationStatus == 0, "\(fixture.daemonLog.suffix(600))")
     }
 
     @Test("a failing start says why in STATUS= with ERRNO=, then exits")
