@@ -127,9 +127,10 @@ extension Settings {
         if let callbackKey, callbackKey.count < 16 { throw SettingsError("callback-key", "must be at least 16 bytes") }
         var signingKeys: [String: [UInt8]] = [:]
         if let json = try secret(values, "webhook_signing.keys_file", credential: "webhook.signing.keys", credentials) {
-            guard let object = try? JSONSerialization.jsonObject(with: Data(json.value.utf8)) as? [String: Any], !object.isEmpty,
+            // `{}` is allowed and means none: the unit's LoadCredential= needs the file to exist even when unused.
+            guard let object = try? JSONSerialization.jsonObject(with: Data(json.value.utf8)) as? [String: Any],
                   object.values.allSatisfy({ ($0 as? String)?.isEmpty == false })
-            else { throw SettingsError("webhook-signing-keys", "must be a JSON object of signing key id → key (non-empty strings)") }
+            else { throw SettingsError("webhook-signing-keys", "must be a JSON object of signing key id → key (non-empty strings), or {} for none") }
             signingKeys = object.mapValues { Array(($0 as! String).utf8) }
         }
 

@@ -121,6 +121,28 @@ struct SettingsTests {
         #expect(fromFile?.description.hasPrefix("klarna.password_file: cannot read /") == true)
     }
 
+    @Test("webhook-signing-keys: {} means none (the unit needs the credential file to exist); other shapes are refused")
+    func signingKeys() async throws {
+        let credentials = TemporaryDirectory()
+        defer { credentials.remove() }
+        func withKeys(_ json: String) async -> (Settings?, SettingsError?) {
+            try! json.write(toFile: credentials.path + "/webhook-signing-keys", atomically: true, encoding: .utf8)
+            do {
+                return (try await load(minimal, environment: ["CREDENTIALS_DIRECTORY": credentials.path]), nil)
+            } catch {
+                return (nil, error)
+            }
+        }
+        let none = await withKeys("{}\n")
+        #expect(none.0?.signingKeys.isEmpty == true)
+        #expect(none.0?.effectiveDescription.contains("webhook_signing.keys: (none") == true)
+        let two = await withKeys(#"{"k1": "a", "k2": "b"}"#)
+        #expect(two.0?.signingKeys.keys.sorted() == ["k1", "k2"])
+        for bad in ["[]", #"{"k1": ""}"#, #"{"k1": 1}"#, "not json"] {
+            #expect(await withKeys(bad).1?.key == "webhook-signing-keys", "\(bad)")
+        }
+    }
+
     @Test("A missing config file says which path")
     func missingFile() async {
         do {
