@@ -19,8 +19,10 @@ public final class StoreLock: Sendable {
     }
 
     public init(storePath: String) throws {
-        path = storePath + ".lock"
-        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o640)
+        // Properties are set only once the lock is held: a throw after they are set would run deinit, and its
+        // second close(2) could close a descriptor another thread has opened under the same number meanwhile.
+        let path = storePath + ".lock"
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o640)
         guard fd >= 0 else { throw Failed(path: path, reason: String(cString: strerror(errno))) }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             let holder = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -30,6 +32,8 @@ public final class StoreLock: Sendable {
         let pid = "\(getpid())\n"
         _ = ftruncate(fd, 0)
         _ = pid.withCString { pwrite(fd, $0, strlen($0), 0) }
+        self.fd = fd
+        self.path = path
     }
 
     deinit { close(fd) }
