@@ -255,7 +255,7 @@ public struct Reconciler: Sendable {
                     next.nextDueAt = nil
                 }
                 change.sessions = [next]
-                let reason = "customer token \(created.tokenID) created"
+                let reason = "customer token \(Redact.tail(created.tokenID)) created"
                 change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent("customer_token_created", reason), detail: ["intent": key]))
                 change.outcomes = [next.outcome(.customerTokenCreated, reason)]
                 try await commit(change, now: now)

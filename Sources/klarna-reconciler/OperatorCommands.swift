@@ -129,6 +129,7 @@ struct ListCommand: AsyncParsableCommand {
         if json {
             var shown = listing
             shown.sessions = listing.sessions.map(redacted)
+            shown.intents = listing.intents.map(redacted)
             return try printJSON(shown)
         }
         print("SESSIONS (\(listing.sessions.count))")
@@ -165,13 +166,20 @@ struct ShowCommand: AsyncParsableCommand {
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
         let store = try options.openStore(settings, readOnly: true)
-        let found = try await store.timeline(for: id)
+        let stored = try await store.timeline(for: id)
+        let found = (
+            sessions: stored.sessions.map(redacted), orders: stored.orders, intents: stored.intents.map(redacted),
+            events: stored.events, outcomes: stored.outcomes.map { outcome in
+                var shown = outcome
+                shown.outcome = redacted(outcome.outcome)
+                return shown
+            })
         guard !found.sessions.isEmpty || !found.orders.isEmpty else {
             printError("klarna-reconciler: nothing tracked matches \(id)")
             throw ExitCode.failure
         }
         if json {
-            return try printJSON(Timeline(sessions: found.sessions.map(redacted), orders: found.orders, intents: found.intents, events: found.events, outcomes: found.outcomes.map(\.outcome)))
+            return try printJSON(Timeline(sessions: found.sessions, orders: found.orders, intents: found.intents, events: found.events, outcomes: found.outcomes.map(\.outcome)))
         }
         for session in found.sessions {
             print("HPP session \(session.hppSessionID)  (KP session \(session.kpSessionID))")
@@ -198,11 +206,28 @@ struct ShowCommand: AsyncParsableCommand {
     }
 }
 
-/// An authorization token places an order with the merchant's credentials: outside the store only its tail shows.
+/// An authorization token places an order and a customer token charges the consumer, both with the merchant's
+/// credentials: outside the store and the outbox only their tails show.
 func redacted(_ session: TrackedSession) -> TrackedSession {
     var session = session
-    session.authorizationToken = session.authorizationToken.map { "…" + $0.suffix(6) }
+    session.authorizationToken = session.authorizationToken.map(Redact.tail)
+    session.customerTokenID = session.customerTokenID.map(Redact.tail)
     return session
+}
+
+/// A customer-token intent's result is the token itself.
+func redacted(_ intent: Intent) -> Intent {
+    var intent = intent
+    if intent.kind == .customerToken { intent.result = intent.result.map(Redact.tail) }
+    return intent
+}
+
+/// Outcomes carry the tokens for the outbox; `show` and `list` print them redacted.
+func redacted(_ outcome: Outcome) -> Outcome {
+    var outcome = outcome
+    outcome.customerTokenID = outcome.customerTokenID.map(Redact.tail)
+    outcome.klarnaNetworkSessionToken = outcome.klarnaNetworkSessionToken.map(Redact.tail)
+    return outcome
 }
 
 func printJSON<T: Encodable>(_ value: T) throws {

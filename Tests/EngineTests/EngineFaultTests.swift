@@ -317,6 +317,20 @@ struct EngineFaultTests {
             #expect(!text.contains("secret"))
         }
     }
+
+    @Test("A customer token reaches the outbox's outcome only: never the logs, the timeline or an outcome's reason")
+    func customerTokenStaysOut() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(schedule: Self.completesSoon), purpose: .tokenize)
+            try await h.run()
+            let token = try #require(try await h.session(created).customerTokenID)
+            let timeline = try await h.store.timeline(for: created.hppSessionId)
+            let text = h.logs.all.joined(separator: "\n") + timeline.events.map { "\($0.message) \($0.detail)" }.joined() + timeline.outcomes.map(\.outcome.reason).joined()
+            #expect(!text.contains(token))
+            #expect(text.contains("customer token …\(token.suffix(6)) created"))
+            #expect(timeline.outcomes.map(\.outcome.customerTokenID) == [token])
+        }
+    }
 }
 
 

@@ -64,6 +64,25 @@ struct DaemonProcessTests {
         #expect(!fixture.daemonLog.contains("daemon-secret"))
     }
 
+    @Test("A customer token goes to the outbox whole; show, list and the daemon's log show only its tail")
+    func customerTokenRedacted() async throws {
+        let fixture = try await DaemonFixture()
+        try await fixture.start()
+        let session = try fixture.sandbox.createSession(SessionSpec(merchantReference: "sub-1", intent: "tokenize", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        #expect(try await fixture.cli(["track", session.hppSessionId, "--kp-session", session.kpSessionId, "--reference", "sub-1", "--intent", "tokenize"]).status == 0)
+        try await waitUntilAsync { fixture.outboxFiles().contains { $0.hasSuffix("customer_token_created.json") } }
+        let token = try #require(fixture.sandbox.effects(kind: .customerTokenCreated).first?.tokenId)
+        let outbox = try #require(fixture.outboxFiles().first { $0.hasSuffix("customer_token_created.json") })
+        #expect(try String(contentsOfFile: fixture.outboxNew + "/" + outbox, encoding: .utf8).contains(token))
+        for view in [["show", "sub-1"], ["show", "sub-1", "--json"], ["list", "--json"]] {
+            let output = try await fixture.cli(view).output
+            #expect(!output.contains(token), "\(view) shows the customer token")
+            #expect(output.contains("…" + token.suffix(6)), "\(view)")
+        }
+        #expect(try await fixture.stop() == 0)
+        #expect(!fixture.daemonLog.contains(token))
+    }
+
     @Test("Bad configuration: exit 78 and one line saying what is wrong, for check-config, run and the operator commands")
     func badConfigExit78() async throws {
         let fixture = try await DaemonFixture()

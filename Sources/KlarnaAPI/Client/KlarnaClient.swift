@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import ReconcilerCore
 
 /// Typed calls to Klarna's HPP, KP, OM and Klarna Network APIs over an ``HTTPTransport``.
 ///
@@ -47,13 +48,13 @@ public struct KlarnaClient: Sendable {
         let path = "/payments/v1/authorizations/\(segment(authorizationToken))/order"
         return try await decode(
             CreateOrderResponse.self,
-            send(.createOrder, "POST", path, resource: Self.redacted(authorizationToken), body: encode(order), idempotencyKey: idempotencyKey))
+            send(.createOrder, "POST", path, resource: Redact.tail(authorizationToken), body: encode(order), idempotencyKey: idempotencyKey))
     }
 
     /// Releases an authorization that will not be used (`204`).
     public func cancelAuthorization(authorizationToken: String) async throws {
         let path = "/payments/v1/authorizations/\(segment(authorizationToken))"
-        _ = try await send(.cancelAuthorization, "DELETE", path, resource: Self.redacted(authorizationToken))
+        _ = try await send(.cancelAuthorization, "DELETE", path, resource: Redact.tail(authorizationToken))
     }
 
     public func createCustomerToken(
@@ -62,7 +63,7 @@ public struct KlarnaClient: Sendable {
         let path = "/payments/v1/authorizations/\(segment(authorizationToken))/customer-token"
         return try await decode(
             CustomerTokenResponse.self,
-            send(.createCustomerToken, "POST", path, resource: Self.redacted(authorizationToken), body: encode(request), idempotencyKey: idempotencyKey))
+            send(.createCustomerToken, "POST", path, resource: Redact.tail(authorizationToken), body: encode(request), idempotencyKey: idempotencyKey))
     }
 
     // MARK: Order Management
@@ -188,9 +189,6 @@ public struct KlarnaClient: Sendable {
     }
 
     /// Authorization tokens let anyone holding merchant credentials place an order: logs show only their tail.
-    static func redacted(_ token: String) -> String {
-        token.count <= 8 ? "…" : "…" + token.suffix(6)
-    }
 
     private static func newRequestID() -> String {
         var generator = SystemRandomNumberGenerator()

@@ -191,7 +191,7 @@ extension TrackedSession {
         let authorizedAt = min(hppUpdatedAt ?? now, now)
         session.tokenExpiresAt = authorizedAt.addingTimeInterval(Deadlines.authorizationTokenLifetime.timeInterval)
         session.phase = .authorized
-        events.append(DomainEvent("authorized", "authorization token …\(token.suffix(6)) valid until \(Self.format(session.tokenExpiresAt!))"))
+        events.append(DomainEvent("authorized", "authorization token \(Redact.tail(token)) valid until \(Self.format(session.tokenExpiresAt!))"))
         return SessionStep(session: session, events: events)
     }
 
