@@ -167,14 +167,14 @@ public struct OutcomeDeliveryService: Service {
     }
 
     public func run() async throws {
-        let stopping = StopFlag()
+        let stopping = Live(false)
         await withGracefulShutdownHandler {
-            while !stopping.isSet, !Task.isCancelled {
+            while !stopping.value, !Task.isCancelled {
                 let busy = await deliverBatch()
                 if !busy { await bell.wait(timeout: .seconds(5), clock: clock) }
             }
         } onGracefulShutdown: {
-            stopping.set()
+            stopping.replace(with: true)
             bell.ring()
         }
         // Outcomes recorded while the workers drained.

@@ -3,7 +3,6 @@ import Logging
 import ReconcilerCore
 import ReconcilerStore
 import ServiceLifecycle
-import Synchronization
 
 /// Runs due work with bounded concurrency. Sleeps until the next due time or a doorbell ring (new work, a worker
 /// finishing); on graceful shutdown it stops taking work and lets the running workers finish their step.
@@ -33,7 +32,7 @@ public struct WorkerService: Service {
     }
 
     public func run() async throws {
-        let stopping = StopFlag()
+        let stopping = Live(false)  // set once graceful shutdown begins
         let wakeupBell = Doorbell()
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
@@ -41,15 +40,15 @@ public struct WorkerService: Service {
                 await dispatch(group: &group, until: stopping)
             }
         } onGracefulShutdown: {
-            stopping.set()
+            stopping.replace(with: true)
             scheduler.doorbell.ring()
             wakeupBell.ring()
         }
     }
 
-    private func dispatch(group: inout DiscardingTaskGroup, until stopping: StopFlag) async {
+    private func dispatch(group: inout DiscardingTaskGroup, until stopping: Live<Bool>) async {
         let clock = reconciler.clock
-        while !stopping.isSet, !Task.isCancelled {
+        while !stopping.value, !Task.isCancelled {
             heartbeat?.beat()
             if let wedgeFile, unlink(wedgeFile) == 0 {
                 logger.critical("fault injection: \(wedgeFile) found; the work loop hangs now")
@@ -90,9 +89,9 @@ public struct WorkerService: Service {
     }
 
     /// Picks up what `track` and `capture` (other processes) left in the store.
-    private func pollWakeups(until stopping: StopFlag, bell: Doorbell) async {
+    private func pollWakeups(until stopping: Live<Bool>, bell: Doorbell) async {
         var last: Int64 = 0
-        while !stopping.isSet, !Task.isCancelled {
+        while !stopping.value, !Task.isCancelled {
             do {
                 let (keys, newest) = try await reconciler.store.wakeups(after: last)
                 last = newest
@@ -103,11 +102,4 @@ public struct WorkerService: Service {
             await bell.wait(timeout: reconciler.settings.wakeupInterval, clock: reconciler.clock)
         }
     }
-}
-
-/// Set once when graceful shutdown begins.
-final class StopFlag: Sendable {
-    private let flag = Mutex(false)
-    var isSet: Bool { flag.withLock { $0 } }
-    func set() { flag.withLock { $0 = true } }
 }

@@ -3,7 +3,6 @@ import Glibc
 import Logging
 import ReconcilerCore
 import ServiceLifecycle
-import Synchronization
 
 /// Watches the spool: a scan at start (`cur/` first: files claimed before a crash), inotify on `new/` for low
 /// latency, and a periodic rescan for anything inotify missed. Each file is claimed, read, ingested, and removed
@@ -28,12 +27,12 @@ public struct SpoolService: Service {
 
     public func run() async throws {
         let bell = Doorbell()
-        let stopping = Mutex(false)
+        let stopping = Live(false)
         let watcher = DirectoryWatcher(path: "\(spool.directory)/new", logger: logger) { bell.ring() }
         defer { watcher.stop() }
         await withGracefulShutdownHandler {
             var retryClaimedAt = clock.now
-            while !stopping.withLock({ $0 }) {
+            while !stopping.value {
                 heartbeat?.beat()
                 // Files left in cur/ (a crash, or a store that could not take them) are retried on the rescan
                 // interval, not on every inotify event: a full disk must not become a busy loop.
@@ -43,7 +42,7 @@ public struct SpoolService: Service {
                 await bell.wait(timeout: min(rescanInterval, heartbeat?.interval ?? rescanInterval), clock: clock)
             }
         } onGracefulShutdown: {
-            stopping.withLock { $0 = true }
+            stopping.replace(with: true)
             bell.ring()
         }
     }
@@ -104,13 +103,7 @@ public struct SpoolService: Service {
 
 /// inotify on one directory, read on its own thread (never on Swift's cooperative pool); any event rings `onChange`.
 final class DirectoryWatcher: Sendable {
-    private final class Flag: Sendable {
-        private let value = Mutex(false)
-        var isSet: Bool { value.withLock { $0 } }
-        func set() { value.withLock { $0 = true } }
-    }
-
-    private let stopped = Flag()
+    private let stopped = Live(false)
 
     init(path: String, logger: Logger, onChange: @escaping @Sendable () -> Void) {
         let fd = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
@@ -123,7 +116,7 @@ final class DirectoryWatcher: Sendable {
         let worker = Thread {
             var buffer = [UInt8](repeating: 0, count: 4_096)
             var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            while !stopped.isSet {
+            while !stopped.value {
                 // A short poll timeout lets stop() end the thread without closing a descriptor under it.
                 guard poll(&poller, 1, 250) > 0 else { continue }
                 while read(fd, &buffer, buffer.count) > 0 {}
@@ -135,5 +128,5 @@ final class DirectoryWatcher: Sendable {
         worker.start()
     }
 
-    func stop() { stopped.set() }
+    func stop() { stopped.replace(with: true) }
 }

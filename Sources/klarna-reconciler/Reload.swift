@@ -18,7 +18,10 @@ struct ReloadService: Service {
     let logger: Logger
     let status: @Sendable () async -> String
     let apply: @Sendable (Settings) -> Void
-    private let running: Live<Settings>
+    /// What the daemon started with: a setting that differs from it and is not live still waits for a restart.
+    private let started: Settings
+    /// What the last reload applied, to say what this one changes.
+    private let applied: Live<Settings>
 
     init(
         signals: UnixSignalsSequence, configPath: String, running: Settings, store: any ReconcilerStore, notifier: SystemdNotifier,
@@ -26,7 +29,8 @@ struct ReloadService: Service {
     ) {
         self.signals = signals
         self.configPath = configPath
-        self.running = Live(running)
+        started = running
+        applied = Live(running)
         self.store = store
         self.notifier = notifier
         self.logger = logger
@@ -48,9 +52,10 @@ struct ReloadService: Service {
         let message: String
         do {
             let new = try await Settings.load(configPath: configPath, needsKlarnaPassword: true)
-            let (live, restart) = new.changes(from: running.value)
+            let live = new.changes(from: applied.value).live
+            let restart = new.changes(from: started).restart
             apply(new)
-            running.replace(with: new)
+            applied.replace(with: new)
             ok = true
             message = "reloaded \(configPath): " + (live.isEmpty ? "no live setting changed" : "applied \(live.joined(separator: ", "))")
                 + (restart.isEmpty ? "" : "; takes a restart: \(restart.joined(separator: ", "))")

@@ -43,6 +43,14 @@ struct SystemdProtocolTests {
         #expect(stamp.map { $0 >= before && $0 <= Self.monotonicMicroseconds() } == true, "\(reloading)")
         #expect(messages.last?.hasPrefix("READY=1\nSTATUS=") == true, "\(messages)")
 
+        // A setting that is not live keeps being named until a restart, also by a later reload that changes nothing.
+        let restartOnly = config.replacingOccurrences(of: "  level: info", with: "  level: debug") + "\nnotify:\n  timeout_seconds: 3\n"
+        try restartOnly.write(toFile: fixture.configPath, atomically: true, encoding: .utf8)
+        #expect(try await fixture.cli(["reload"]).output.contains("no live setting changed; takes a restart: notify.timeout_seconds"))
+        let again = try await fixture.cli(["reload"])
+        #expect(again.output.contains("no live setting changed; takes a restart: notify.timeout_seconds"), "\(again.output)")
+        for _ in 0..<2 { _ = try await Self.datagrams(fixture) { $0.hasPrefix("READY=1") } }
+
         try config.replacingOccurrences(of: "dense_interval_seconds: 0.2", with: "dense_interval_seconds: -1")
             .write(toFile: fixture.configPath, atomically: true, encoding: .utf8)
         let refused = try await fixture.cli(["reload"])
