@@ -432,6 +432,28 @@ struct SocketActivationTests {
         try await waitUntil(timeout: .seconds(20)) { !process.isRunning }
         #expect(process.terminationStatus == 0)
     }
+
+    @Test("A passed descriptor that is not a listening unix stream socket is refused with the reason, never served")
+    func wrongDescriptorRefused() async throws {
+        let fixture = try await DaemonFixture()
+        let errors = fixture.directory + "/activation.err"
+        _ = FileManager.default.createFile(atPath: errors, contents: nil)
+        let process = Process()
+        // LISTEN_PID must be the daemon's own pid: the shell execs into it after opening fd 3 on a plain file.
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = [
+            "-c", #"exec 3</dev/null; export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=ingest; exec "$0" run --config "$1""#,
+            SandboxProcessTests.executable.path, fixture.configPath,
+        ]
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errors))
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        try await waitUntil(timeout: .seconds(20)) { !process.isRunning }
+        #expect(process.terminationStatus == 1)
+        let said = try String(contentsOfFile: errors, encoding: .utf8)
+        #expect(said.contains("cannot listen for deliveries: systemd passed 1 sockets (ingest) but none is a listening unix stream socket named ingest"), "\(said)")
+        #expect(!FileManager.default.fileExists(atPath: fixture.socketPath))
+    }
 }
 
 @Suite("Every kind through both paths", .serialized)
