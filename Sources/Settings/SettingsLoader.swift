@@ -29,7 +29,7 @@ extension Settings {
         do {
             file = try await FileProvider<YAMLSnapshot>(filePath: FilePath(configPath))
         } catch {
-            throw SettingsError(nil, "config file \(configPath) is not valid YAML: \(oneLine(error))")
+            throw yamlError(configPath, error)
         }
         var overrides: [String: String] = [:]
         for (name, value) in environment where name.hasPrefix(environmentPrefix) {
@@ -195,14 +195,17 @@ extension Settings {
     /// `https://host[:port][/path]`; plain `http` only to a loopback host (a local sandbox), because Basic auth would
     /// cross the network in clear text.
     static func validateURL(_ text: String, key: String, allowRemoteHTTP: Bool = false) throws(SettingsError) {
-        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty,
+        let url = URL(string: text)
+        // Checked first and never echoed: user:password@ or a ?token= would put a secret into the error line, which
+        // goes to the journal and to `systemctl status`.
+        if url?.user != nil || url?.password != nil || url?.query != nil {
+            throw SettingsError(key, "must not carry credentials (user:password@) or a query; credentials come from files")
+        }
+        guard let url, let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty,
               scheme == "https" || scheme == "http"
         else { throw SettingsError(key, "\"\(text)\" is not an http(s) URL with a host") }
         if scheme == "http", !allowRemoteHTTP, !["127.0.0.1", "localhost", "::1", "[::1]"].contains(host) {
             throw SettingsError(key, "\"\(text)\" uses plain http to a remote host; use https (plain http is for a loopback sandbox only)")
-        }
-        if url.query != nil || url.user != nil {
-            throw SettingsError(key, "\"\(text)\" must not carry a query or credentials (credentials come from files)")
         }
     }
 
@@ -213,7 +216,7 @@ extension Settings {
         do {
             document = try Yams.load(yaml: text)
         } catch {
-            throw SettingsError(nil, "config file \(path) is not valid YAML: \(oneLine(error))")
+            throw yamlError(path, error)
         }
         guard let document else { return }
         guard let root = document as? [String: Any] else { throw SettingsError(nil, "config file \(path) must be a mapping of sections (klarna:, store:, …)") }
@@ -243,6 +246,18 @@ extension Settings {
     }
 
     /// Library errors can span lines; a config error is one.
+    /// The parser's problem and position, without the text it quotes: a broken file may hold a secret in the very
+    /// line that is broken (a `password:` key is refused, but only once the file parses), and this line goes to the
+    /// journal and to `systemctl status`.
+    static func yamlError(_ path: String, _ error: any Error) -> SettingsError {
+        var problem = oneLine(error)
+        let position = problem.range(of: #"line \d+, column \d+"#, options: [.regularExpression, .backwards]).map { String(problem[$0]) }
+        if let context = problem.range(of: " Context:") { problem = String(problem[..<context.lowerBound]) }
+        if problem.hasSuffix(" ^"), let quote = problem.range(of: ": ", options: .backwards) { problem = String(problem[..<quote.lowerBound]) }
+        if let position, !problem.contains(position) { problem += " (\(position))" }
+        return SettingsError(nil, "config file \(path) is not valid YAML: \(problem)")
+    }
+
     static func oneLine(_ error: any Error) -> String {
         "\(error)".split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
     }

@@ -97,8 +97,13 @@ struct SettingsTests {
         ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_intervall_seconds: 2", "polling.dense_intervall_seconds: unknown key"),
         ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nlog:\n  level: loud", "log.level: must be one of"),
         ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  url: mailto:x", "notify.url"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  url: https://shop:hunter2@example.com/hook", "notify.url: must not carry credentials"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  url: https://example.com/hook?token=hunter2", "notify.url: must not carry credentials (user:password@) or a query"),
+        ("klarna:\n  base_url: http://u:hunter2@api.klarna.com\n  username: u\n  password_file: pw", "klarna.base_url: must not carry credentials"),
         ("klarna:\n  base_url: https://a.b\n  username: [u, v]\n  password_file: pw", "klarna.username: must be a single value"),
         ("klarna: [unclosed", "not valid YAML"),
+        ("klarna:\n  password: [hunter2\n", "not valid YAML"),
+        ("klarna:\n  password: hunter2\npolling: 1\npolling: 2\n", "duplicated key(s): 'polling'. (line 3, column 1)"),
         ("- just\n- a list", "must be a mapping"),
     ])
     func badConfig(yaml: String, expected: String) async {
