@@ -175,6 +175,65 @@ struct OrderMachineTests {
         #expect(full.order.outcome == .captured)
     }
 
+    @Test("A confirmed capture ends the intent under way")
+    func captureConfirmedEndsIntent() {
+        let capturing = order(.immediate).intentStarted(key: "cap-key", now: t0)
+        #expect(capturing.captureConfirmed(amount: 4_000, captureID: nil, now: t0).order.activeIntent == nil)
+    }
+
+    @Test("Starting an intent records its key and makes the order due now")
+    func intentStarted() {
+        let waiting = order(.onRequest).applying(read(), request: nil, now: t0, deadlines: deadlines).order
+        let started = waiting.intentStarted(key: "ext-key", now: t0.addingTimeInterval(10))
+        #expect(started.activeIntent == "ext-key")
+        #expect(started.nextDueAt == t0.addingTimeInterval(10))
+        #expect(started.phase == waiting.phase)
+    }
+
+    @Test("Waiting for an intent moves the next look and keeps the intent")
+    func waitingForIntent() {
+        let started = order(.immediate).intentStarted(key: "cap-key", now: t0)
+        let waiting = started.waitingForIntent(until: t0.addingTimeInterval(45))
+        #expect(waiting.nextDueAt == t0.addingTimeInterval(45))
+        #expect(waiting.activeIntent == "cap-key")
+        #expect(waiting.phase == started.phase)
+    }
+
+    @Test("An extended authorization ends the intent and reads the order again now")
+    func authorizationExtended() {
+        let waiting = order(.onRequest).applying(read(), request: nil, now: t0, deadlines: deadlines).order
+        let step = waiting.intentStarted(key: "ext-key", now: t0).authorizationExtended(now: t0.addingTimeInterval(3))
+        #expect(step.order.activeIntent == nil)
+        #expect(step.order.phase == .checking)
+        #expect(step.order.nextDueAt == t0.addingTimeInterval(3))
+        #expect(step.events == [DomainEvent("authorization_extended", "Klarna extended the authorization")])
+        #expect(step.outcomes.isEmpty)
+    }
+
+    @Test("A refused intent is dropped and the order is read now, with Klarna's answer in the event")
+    func intentRefused() {
+        let capturing = order(.immediate).applying(read(), request: nil, now: t0, deadlines: deadlines).order.intentStarted(key: "cap-key", now: t0)
+        let step = capturing.intentRefused(.capture, error: "HTTP 403 NOT_ALLOWED", now: t0.addingTimeInterval(2))
+        #expect(step.order.activeIntent == nil)
+        #expect(step.order.phase == .checking)
+        #expect(step.order.nextDueAt == t0.addingTimeInterval(2))
+        #expect(step.events.map(\.kind) == ["refused"])
+        #expect(step.events.first?.message.contains("capture (HTTP 403 NOT_ALLOWED)") == true)
+        #expect(step.outcomes.isEmpty)
+    }
+
+    @Test("A failed intent is dropped and the order closes for an operator")
+    func intentFailed() {
+        let capturing = order(.immediate).applying(read(), request: nil, now: t0, deadlines: deadlines).order.intentStarted(key: "cap-key", now: t0)
+        let step = capturing.intentFailed("capture failed: HTTP 400; the failure is not retryable")
+        #expect(step.order.activeIntent == nil)
+        #expect(step.order.phase == .closed)
+        #expect(step.order.outcome == .needsAttention)
+        #expect(step.order.nextDueAt == nil)
+        #expect(step.outcomes.map(\.kind) == [.needsAttention])
+        #expect(step.outcomes.first?.reason == "capture failed: HTTP 400; the failure is not retryable")
+    }
+
     @Test("Read failures back off and keep the order open; hints make it due now")
     func failuresAndHints() {
         let waiting = order(.onRequest).applying(read(), request: nil, now: t0, deadlines: deadlines).order

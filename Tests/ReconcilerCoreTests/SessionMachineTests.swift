@@ -184,6 +184,77 @@ struct SessionMachineTests {
         #expect(step.outcome?.reason.contains("HTTP 503") == true)
     }
 
+    @Test("The daemon placed the order: the session is ordered and hands over to it, the order's read records the outcome")
+    func orderPlaced() {
+        let authorized = tracked().applying(read("COMPLETED", token: "t"), now: t0, schedule: schedule).session
+        let step = authorized.orderPlaced(orderID: "order-9", fraudStatus: "ACCEPTED")
+        #expect(step.session.phase == .ordered)
+        #expect(step.session.orderID == "order-9")
+        #expect(step.session.nextDueAt == nil)
+        #expect(!step.session.isOpen)
+        #expect(step.events == [DomainEvent("order_placed", "order order-9 placed, fraud_status ACCEPTED")])
+        #expect(step.outcome == nil)
+        #expect(step.handOff == OrderHandOff(orderID: "order-9", placedBy: PlaceOrderMode.none))
+    }
+
+    @Test("A handed-over order carries the session's identifiers and capture policy")
+    func handedOverOrder() {
+        let session = tracked(mode: .captureOrder)
+        let order = session.order(for: OrderHandOff(orderID: "order-2", placedBy: .captureOrder), createdAt: t0.addingTimeInterval(7))
+        #expect(order == TrackedOrder(
+            orderID: "order-2", hppSessionID: "hpp-1", kpSessionID: "kp-1", merchantReference: "ref-1", capturePolicy: .immediate,
+            placedBy: .captureOrder, createdAt: t0.addingTimeInterval(7)))
+    }
+
+    @Test("A customer token closes a tokenize-only session, with its outcome and only the token's tail in the event")
+    func customerTokenTokenizeOnly() {
+        let authorized = tracked(purpose: .tokenize).applying(read("COMPLETED", token: "t"), now: t0, schedule: schedule).session
+        let step = authorized.customerTokenCreated(tokenID: "ctok-abcdef123456", now: t0.addingTimeInterval(5))
+        #expect(step.session.customerTokenID == "ctok-abcdef123456")
+        #expect(step.session.phase == .closed)
+        #expect(step.session.outcome == .customerTokenCreated)
+        #expect(step.session.nextDueAt == nil)
+        #expect(step.events.map(\.kind) == ["customer_token_created"])
+        #expect(!step.events.map(\.message).joined().contains("ctok-abcdef123456"))
+        #expect(step.outcome?.kind == .customerTokenCreated)
+        #expect(step.outcome?.customerTokenID == "ctok-abcdef123456")
+    }
+
+    @Test("A customer token for buy_and_tokenize records its outcome and goes straight on to place the order")
+    func customerTokenThenOrder() {
+        let authorized = tracked(purpose: .buyAndTokenize).applying(read("COMPLETED", token: "t"), now: t0, schedule: schedule).session
+        let step = authorized.customerTokenCreated(tokenID: "ctok-1", now: t0.addingTimeInterval(5))
+        #expect(step.session.phase == .authorized)
+        #expect(step.session.outcome == nil)
+        #expect(step.session.nextDueAt == t0.addingTimeInterval(5))
+        #expect(step.outcome?.kind == .customerTokenCreated)
+        #expect(step.handOff == nil)
+    }
+
+    @Test("A tokenize-only session with its token closes without a second outcome")
+    func tokenizeFinished() {
+        var authorized = tracked(purpose: .tokenize).applying(read("COMPLETED", token: "t"), now: t0, schedule: schedule).session
+        authorized.customerTokenID = "ctok-1"
+        let step = authorized.tokenizeFinished()
+        #expect(step.session.phase == .closed)
+        #expect(step.session.outcome == .customerTokenCreated)
+        #expect(step.session.nextDueAt == nil)
+        #expect(step.events.isEmpty)
+        #expect(step.outcome == nil)
+    }
+
+    @Test("Waiting for an intent moves the next look only; a failure that made it wait is recorded")
+    func waitingForIntent() {
+        let authorized = tracked().applying(read("COMPLETED", token: "t"), now: t0, schedule: schedule).session
+        let waiting = authorized.waitingForIntent(until: t0.addingTimeInterval(30), lastError: "HTTP 503")
+        #expect(waiting.nextDueAt == t0.addingTimeInterval(30))
+        #expect(waiting.lastError == "HTTP 503")
+        #expect(waiting.phase == .authorized)
+        let later = waiting.waitingForIntent(until: t0.addingTimeInterval(60))
+        #expect(later.nextDueAt == t0.addingTimeInterval(60))
+        #expect(later.lastError == "HTTP 503")
+    }
+
     @Test("Purposes: what each creates")
     func purposes() {
         #expect(PaymentPurpose.buy.placesOrder && !PaymentPurpose.buy.createsCustomerToken)

@@ -260,9 +260,10 @@ extension TrackedOrder {
         }
     }
 
-    /// A capture this daemon made is confirmed by Klarna.
+    /// A capture this daemon made is confirmed by Klarna; its intent is over.
     public func captureConfirmed(amount: Int, captureID: String?, now: Date) -> OrderStep {
         var order = self
+        order.activeIntent = nil
         order.capturedAmount += amount
         if let remaining = order.remainingAuthorizedAmount { order.remainingAuthorizedAmount = max(0, remaining - amount) }
         var step = OrderStep(order: order)
@@ -282,6 +283,39 @@ extension TrackedOrder {
         }
         step.order = order
         return step
+    }
+
+    /// Klarna extended the authorization; its intent is over. Read the order again to learn the new `expires_at`.
+    public func authorizationExtended(now: Date) -> OrderStep {
+        intentEnded(now: now, DomainEvent("authorization_extended", "Klarna extended the authorization"))
+    }
+
+    /// A capture or extension intent (idempotency key `key`) starts now; the order follows it until it ends.
+    public func intentStarted(key: String, now: Date) -> TrackedOrder {
+        var order = self
+        order.activeIntent = key
+        order.nextDueAt = now
+        return order
+    }
+
+    /// The order's intent waits for its next attempt at `until`.
+    public func waitingForIntent(until: Date) -> TrackedOrder {
+        var order = self
+        order.nextDueAt = until
+        return order
+    }
+
+    /// Klarna refused the intent of `kind` (`error` is its answer): drop the intent and read the order now, so the
+    /// order rules decide what the refusal means.
+    public func intentRefused(_ kind: Intent.Kind, error: String, now: Date) -> OrderStep {
+        intentEnded(now: now, DomainEvent("refused", "Klarna refused the \(kind.rawValue) (\(error)); reading the order"))
+    }
+
+    /// The intent under way failed and the order cannot say why: drop it and close the order for an operator.
+    public func intentFailed(_ reason: String) -> OrderStep {
+        var order = self
+        order.activeIntent = nil
+        return order.closed(.needsAttention, reason)
     }
 
     /// A read failed; try again after `retryAfter`. Reads keep failing past the authorization's expiry: say so.
@@ -308,6 +342,15 @@ extension TrackedOrder {
         if order.phase == .awaitingCapture || order.phase == .pendingFraud { order.phase = .checking }
         order.nextDueAt = now
         return order
+    }
+
+    /// The intent under way is over (`event` says how): drop it and read the order now.
+    private func intentEnded(now: Date, _ event: DomainEvent) -> OrderStep {
+        var order = self
+        order.activeIntent = nil
+        order.phase = .checking
+        order.nextDueAt = now
+        return OrderStep(order: order, events: [event])
     }
 
     private func capped(_ date: Date, now: Date) -> Date {

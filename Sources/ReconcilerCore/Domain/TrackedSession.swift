@@ -78,7 +78,7 @@ public struct SessionStep: Sendable, Equatable {
     public var session: TrackedSession
     public var events: [DomainEvent] = []
     public var outcome: Outcome?
-    /// Set when the session hands over to an order (PLACE_ORDER / CAPTURE_ORDER).
+    /// Set when the session hands over to an order: HPP placed it (PLACE_ORDER / CAPTURE_ORDER) or the daemon did.
     public var handOff: OrderHandOff?
 
     public init(session: TrackedSession, events: [DomainEvent] = [], outcome: Outcome? = nil, handOff: OrderHandOff? = nil) {
@@ -232,6 +232,55 @@ extension TrackedSession {
         session.nextDueAt = nil
         let reason = "authorization token expired at \(Self.format(tokenExpiresAt ?? now)) before the order could be placed: \(detail)"
         return SessionStep(session: session, events: [DomainEvent("token_expired", reason)], outcome: session.outcome(.expired, reason))
+    }
+
+    /// The daemon placed the order with the authorization token: the session is done and its order carries on.
+    public func orderPlaced(orderID: String, fraudStatus: String) -> SessionStep {
+        var session = self
+        session.orderID = orderID
+        session.phase = .ordered
+        session.nextDueAt = nil
+        // The order's own first read records the order_placed outcome; here only the event.
+        return SessionStep(
+            session: session, events: [DomainEvent("order_placed", "order \(orderID) placed, fraud_status \(fraudStatus)")],
+            handOff: OrderHandOff(orderID: orderID, placedBy: PlaceOrderMode.none))
+    }
+
+    /// Klarna created the customer token. A tokenize-only session is done; one that also buys goes on at once to
+    /// place the order.
+    public func customerTokenCreated(tokenID: String, now: Date) -> SessionStep {
+        var session = self
+        session.customerTokenID = tokenID
+        session.nextDueAt = now
+        if purpose == .tokenize { session = session.tokenizeFinished().session }
+        let reason = "customer token \(Redact.tail(tokenID)) created"
+        return SessionStep(session: session, events: [DomainEvent("customer_token_created", reason)], outcome: session.outcome(.customerTokenCreated, reason))
+    }
+
+    /// A tokenize-only session whose customer token exists is done; the token's outcome was recorded when it was
+    /// created.
+    public func tokenizeFinished() -> SessionStep {
+        var session = self
+        session.phase = .closed
+        session.outcome = .customerTokenCreated
+        session.nextDueAt = nil
+        return SessionStep(session: session)
+    }
+
+    /// The session's intent (place order, customer token) waits for its next attempt at `until`. `lastError`, when
+    /// given, is the failure that made it wait; `nil` keeps the error recorded before.
+    public func waitingForIntent(until: Date, lastError: String? = nil) -> TrackedSession {
+        var session = self
+        session.nextDueAt = until
+        if let lastError { session.lastError = lastError }
+        return session
+    }
+
+    /// The order the session hands over to, as the order machine starts following it.
+    public func order(for handOff: OrderHandOff, createdAt: Date) -> TrackedOrder {
+        TrackedOrder(
+            orderID: handOff.orderID, hppSessionID: hppSessionID, kpSessionID: kpSessionID, merchantReference: merchantReference,
+            capturePolicy: capturePolicy, placedBy: handOff.placedBy, createdAt: createdAt)
     }
 
     /// Ends the session with `kind` (for outcomes decided by the engine around an intent).

@@ -1,0 +1,274 @@
+import Foundation
+import KlarnaAPI
+import ReconcilerCore
+import ReconcilerStore
+
+/// Side effects as intents: placing the order and creating the customer token for an authorized session, capturing
+/// and extending the authorization of an order. Each is persisted as `sent` before its call, so it happens at most
+/// once; a failed call is judged by ``IntentVerdict``.
+extension Reconciler {
+    // MARK: Session intents
+
+    /// Places the order or creates the customer token for an authorized session, exactly once.
+    func driveSessionIntent(_ kind: Intent.Kind, _ session: TrackedSession) async throws -> WorkResult {
+        var now = clock.now
+        let key = IdempotencyKey.make(kind, session.kpSessionID)
+        var intent = try await store.intent(key) ?? Intent(key: key, kind: kind, subject: session.hppSessionID, now: now)
+        var change = Change()
+        var paymentSession: PaymentSession?
+
+        if intent.isFinished {
+            // A finished intent always moves its session on in the same commit; reaching here means the store was
+            // edited by hand. Stop rather than guess.
+            return try await closeSession(session, .needsAttention, "intent \(key) is \(intent.state.rawValue) but the session is still authorized", change: change)
+        }
+        if intent.needsResolution {
+            guard kind == .placeOrder else {
+                // Klarna has no read that shows whether a customer token was created.
+                intent = intent.ambiguous(intent.lastError ?? "the daemon stopped after sending", now: now)
+                change.intents = [intent]
+                return try await closeSession(session, .needsAttention,
+                    "a customer token may have been created for KP session \(session.kpSessionID) but the answer was lost (intent \(key)); check the Merchant Portal",
+                    change: change)
+            }
+            switch try await klarna(&change, { try await client.readPaymentSession(id: session.kpSessionID) }) {
+            case .failure(let error):
+                return try await sessionReadFailed(session, error, change: change)
+            case .success(let kp) where kp.status == .complete:
+                intent = intent.ambiguous(intent.lastError ?? "the daemon stopped after sending", now: now)
+                change.intents = [intent]
+                return try await closeSession(session, .needsAttention,
+                    "create-order for KP session \(session.kpSessionID) ended without an answer and the KP session is now complete: Klarna placed the order but its order_id is unknown (intent \(key), \(intent.attempts) attempt(s)); find it in the Merchant Portal by merchant reference \(session.merchantReference ?? "—")",
+                    change: change)
+            case .success(let kp):
+                change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(
+                    "resolved", "KP session still incomplete after an unclear create-order: no order exists, safe to try again"), detail: ["intent": key]))
+                intent = intent.retrying(nil, at: now, now: now)
+                paymentSession = kp
+            }
+        }
+        if let next = intent.nextAttemptAt, !now.hasReached(next) {
+            change.sessions = [session.waitingForIntent(until: next)]
+            change.intents = [intent]
+            try await commit(change, now: now)
+            return WorkResult(next: next)
+        }
+        if let expiry = session.tokenExpiresAt, now.hasReached(expiry) {
+            change.intents = [intent.failed("authorization token expired", now: now)]
+            let lastError = intent.lastError ?? session.lastError
+            let step = session.tokenExpired(now: now, detail: lastError.map { "last error: \($0)" } ?? "no attempt succeeded")
+            record(step, into: &change)
+            try await commit(change, now: now)
+            return WorkResult(next: nil)
+        }
+        if paymentSession == nil {
+            switch try await klarna(&change, { try await client.readPaymentSession(id: session.kpSessionID) }) {
+            case .failure(let error): return try await sessionReadFailed(session, error, change: change)
+            case .success(let kp): paymentSession = kp
+            }
+        }
+        guard let kp = paymentSession, let token = session.authorizationToken else {
+            return try await closeSession(session, .needsAttention, "authorized session has no authorization token", change: change)
+        }
+        if kind == .placeOrder, kp.status == .complete {
+            change.intents = [intent.failed("KP session already complete before the first attempt", now: now)]
+            return try await closeSession(session, .needsAttention,
+                "KP session \(session.kpSessionID) was already complete before this daemon placed an order: an order was placed for it elsewhere",
+                change: change)
+        }
+
+        // Persist "sent" before the request leaves: a crash from here on is resolved by reading Klarna first.
+        intent = intent.sending(now: now)
+        change.intents = [intent]
+        change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(
+            "attempt", "\(kind == .placeOrder ? "placing the order" : "creating the customer token"), attempt \(intent.attempts)"),
+            detail: ["intent": key, "attempt": "\(intent.attempts)"]))
+        try await commit(change, now: now)
+        change = Change()
+
+        switch kind {
+        case .placeOrder:
+            let order = CreateOrderRequest(session: kp, merchantReference: session.merchantReference)
+            let result = try await klarna(&change, { try await client.createOrder(authorizationToken: token, order: order, idempotencyKey: key) })
+            now = clock.now
+            switch result {
+            case .success(let created):
+                change.intents = [intent.confirmed(result: created.orderID, now: now)]
+                let step = session.orderPlaced(orderID: created.orderID, fraudStatus: created.fraudStatus.rawValue)
+                record(step, into: &change, detail: ["intent": key, "attempt": "\(intent.attempts)"])
+                if let handOff = step.handOff { change.newOrders.append(step.session.order(for: handOff, createdAt: now)) }
+                try await commit(change, now: now)
+                return WorkResult(next: nil, wake: [.order(created.orderID)])
+            case .failure(let error):
+                return try await sessionIntentFailed(session, intent, error, change: change)
+            }
+        case .customerToken:
+            let request = CustomerTokenRequest(
+                purchaseCountry: kp.purchaseCountry, purchaseCurrency: kp.purchaseCurrency, locale: kp.locale ?? "en-US",
+                description: settings.customerTokenDescription)
+            let result = try await klarna(&change, { try await client.createCustomerToken(authorizationToken: token, request: request, idempotencyKey: key) })
+            now = clock.now
+            switch result {
+            case .success(let created):
+                change.intents = [intent.confirmed(result: created.tokenID, now: now)]
+                let step = session.customerTokenCreated(tokenID: created.tokenID, now: now)
+                record(step, into: &change, detail: ["intent": key])
+                try await commit(change, now: now)
+                return WorkResult(next: step.session.nextDueAt)
+            case .failure(let error):
+                return try await sessionIntentFailed(session, intent, error, change: change)
+            }
+        default:
+            preconditionFailure("\(kind) is not a session intent")
+        }
+    }
+
+    private func sessionIntentFailed(_ session: TrackedSession, _ intent: Intent, _ error: KlarnaAPIError, change: Change) async throws -> WorkResult {
+        var change = change
+        let now = clock.now
+        let detail = Self.detail(error).merging(["intent": intent.key, "attempt": "\(intent.attempts)"]) { $1 }
+        switch verdict(intent, error, now: now, deadline: session.tokenExpiresAt) {
+        case .tryAgain(let next, let at, let event):
+            change.intents = [next]
+            change.sessions = [session.waitingForIntent(until: at, lastError: Self.short(error))]
+            change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event, detail: detail))
+            try await commit(change, now: now)
+            return WorkResult(next: at)
+        case .giveUp(let failed, let reason):
+            change.intents = [failed]
+            let kind: OutcomeKind
+            let why: String
+            switch (error.status, error.errorCode) {
+            case (404, _):
+                kind = .expired
+                why = "Klarna refused the authorization token (\(Self.short(error))): it expired or was released"
+            case (403, "REJECTED"):
+                kind = .rejected
+                why = "Klarna rejected the \(intent.kind == .placeOrder ? "order" : "customer token") (\(Self.short(error)))"
+            default:
+                kind = .needsAttention
+                why = "\(intent.kind.rawValue) failed: \(Self.short(error)); \(reason)"
+            }
+            change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent("failed", why), detail: detail))
+            return try await closeSession(session, kind, why, change: change)
+        }
+    }
+
+    /// What a failed side-effect call means for its intent (the core's rules, with this engine's retry settings).
+    private func verdict(_ intent: Intent, _ error: KlarnaAPIError, now: Date, deadline: Date?) -> IntentVerdict {
+        IntentVerdict.decide(intent: intent, failure: Self.callFailure(error), now: now, deadline: deadline, policy: settings.writeRetry, random: random)
+    }
+
+    private func sessionReadFailed(_ session: TrackedSession, _ error: KlarnaAPIError, change: Change) async throws -> WorkResult {
+        var change = change
+        let now = clock.now
+        let step = session.readFailed(Self.short(error), now: now, retryAfter: readDelay(failures: session.consecutiveFailures + 1, error), schedule: settings.polling)
+        record(step, into: &change, detail: Self.detail(error))
+        try await commit(change, now: now)
+        return WorkResult(next: step.session.nextDueAt)
+    }
+
+    private func closeSession(_ session: TrackedSession, _ kind: OutcomeKind, _ reason: String, change: Change) async throws -> WorkResult {
+        var change = change
+        record(session.closed(kind, reason), into: &change)
+        try await commit(change, now: clock.now)
+        return WorkResult(next: nil)
+    }
+
+    // MARK: Order intents
+
+    /// Captures or extends the authorization, exactly once per key.
+    func driveOrderIntent(_ order: TrackedOrder, _ intent: Intent) async throws -> WorkResult {
+        var intent = intent
+        var change = Change()
+        var now = clock.now
+        if intent.needsResolution {
+            switch try await klarna(&change, { try await client.readOrder(id: order.orderID) }) {
+            case .failure(let error):
+                return try await orderReadFailed(order, error, now: now, change: change)
+            case .success(let read):
+                let done: Bool = switch intent.kind {
+                case .capture: read.capturedAmount >= (intent.expectedCapturedTotal ?? .max)
+                default: read.expiresAt.map { new in order.expiresAt.map { new > $0 } ?? true } ?? false
+                }
+                if done {
+                    let captureID = intent.kind == .capture ? read.captures.last?.captureID : nil
+                    change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
+                        "resolved", "Klarna's order shows the \(intent.kind.rawValue) was done"), detail: ["intent": intent.key]))
+                    return try await orderIntentSucceeded(order, intent, captureID: captureID, change: change)
+                }
+                change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
+                    "resolved", "Klarna's order shows no \(intent.kind.rawValue) yet: sending again with the same idempotency key"), detail: ["intent": intent.key]))
+                intent = intent.retrying(nil, at: now, now: now)
+            }
+        }
+        if let next = intent.nextAttemptAt, !now.hasReached(next) {
+            change.orders = [order.waitingForIntent(until: next)]
+            change.intents = [intent]
+            try await commit(change, now: now)
+            return WorkResult(next: next)
+        }
+        intent = intent.sending(now: now)
+        change.intents = [intent]
+        let what = intent.kind == .capture ? "capturing \(intent.amount ?? 0)" : "extending the authorization"
+        change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent("attempt", "\(what), attempt \(intent.attempts)"),
+                                      detail: ["intent": intent.key, "attempt": "\(intent.attempts)"]))
+        try await commit(change, now: now)
+        change = Change()
+
+        let key = intent.key
+        let result: Result<String?, KlarnaAPIError>
+        if intent.kind == .capture {
+            let request = CaptureRequest(capturedAmount: intent.amount ?? 0, reference: order.merchantReference)
+            result = try await klarna(&change, { try await client.createCapture(orderID: order.orderID, request: request, idempotencyKey: key).captureID }).map { Optional($0) }
+        } else {
+            result = try await klarna(&change, { try await client.extendAuthorizationTime(orderID: order.orderID, idempotencyKey: key) }).map { nil }
+        }
+        now = clock.now
+        switch result {
+        case .success(let captureID):
+            return try await orderIntentSucceeded(order, intent, captureID: captureID, change: change)
+        case .failure(let error):
+            let detail = Self.detail(error).merging(["intent": key, "attempt": "\(intent.attempts)"]) { $1 }
+            switch verdict(intent, error, now: now, deadline: nil) {
+            case .tryAgain(let next, let at, let event):
+                change.intents = [next]
+                change.orders = [order.waitingForIntent(until: at)]
+                change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, event, detail: detail))
+                try await commit(change, now: now)
+                return WorkResult(next: at)
+            case .giveUp(let failed, let reason):
+                change.intents = [failed]
+                if let requestID = intent.captureRequestID {
+                    change.finishedCaptureRequests.append((requestID, "refused", Self.short(error)))
+                }
+                if intent.kind == .extendAuthorization || error.status == 403 {
+                    // Klarna said no for a reason the order shows (cancelled, expired, over-capture, not extendable):
+                    // read it and let the order rules decide.
+                    record(order.intentRefused(intent.kind, error: Self.short(error), now: now), into: &change, detail: detail)
+                    try await commit(change, now: now)
+                    return WorkResult(next: now)
+                }
+                record(order.intentFailed("\(intent.kind.rawValue) failed: \(Self.short(error)); \(reason)"), into: &change, detail: detail)
+                try await commit(change, now: now)
+                return WorkResult(next: nil)
+            }
+        }
+    }
+
+    private func orderIntentSucceeded(_ order: TrackedOrder, _ intent: Intent, captureID: String?, change: Change) async throws -> WorkResult {
+        var change = change
+        let now = clock.now
+        change.intents = [intent.confirmed(result: captureID, now: now)]
+        let step: OrderStep
+        if intent.kind == .capture {
+            step = order.captureConfirmed(amount: intent.amount ?? 0, captureID: captureID, now: now)
+            if let requestID = intent.captureRequestID { change.finishedCaptureRequests.append((requestID, "done", "captured \(intent.amount ?? 0)")) }
+        } else {
+            step = order.authorizationExtended(now: now)
+        }
+        record(step, into: &change, detail: ["intent": intent.key, "attempt": "\(intent.attempts)"])
+        try await commit(change, now: now)
+        return WorkResult(next: step.order.isOpen ? step.order.nextDueAt : nil)
+    }
+}

@@ -1,0 +1,92 @@
+import Foundation
+import KlarnaAPI
+import ReconcilerCore
+import ReconcilerStore
+
+/// Placed orders: reading them and turning what the order rules decide (capture, refuse a request, extend the
+/// authorization) into intents.
+extension Reconciler {
+    func processOrder(_ id: String, hinted: Bool) async throws -> WorkResult {
+        guard let order = try await store.order(id), order.isOpen else { return WorkResult(next: nil) }
+        return try await LogContext.about(order) { try await processOrder(order, hinted: hinted) }
+    }
+
+    private func processOrder(_ loaded: TrackedOrder, hinted: Bool) async throws -> WorkResult {
+        var order = loaded
+        let id = order.orderID
+        if hinted, order.activeIntent == nil { order = order.hinted(now: clock.now) }
+        if let key = order.activeIntent, let intent = try await store.intent(key), !intent.isFinished {
+            return try await driveOrderIntent(order, intent)
+        }
+        if let due = order.nextDueAt, !isDue(due) { return WorkResult(next: due) }
+        var change = Change()
+        let result = try await klarna(&change, { try await client.readOrder(id: id) })
+        let now = clock.now
+        let read: KlarnaAPI.Order
+        switch result {
+        case .failure(let error) where error.status == 404:
+            record(order.closed(.needsAttention, "Klarna does not know order \(id) (\(Self.short(error)))"), into: &change, detail: Self.detail(error))
+            try await commit(change, now: now)
+            return WorkResult(next: nil)
+        case .failure(let error):
+            return try await orderReadFailed(order, error, now: now, change: change)
+        case .success(let value):
+            read = value
+        }
+        let request = order.capturePolicy == .onRequest ? try await store.oldestCaptureRequest(orderID: id) : nil
+        var step = order.applying(Self.observation(read), request: request, now: now, deadlines: settings.deadlines)
+
+        var intent: Intent?
+        switch step.action {
+        case nil:
+            break
+        case .refuseRequest(let requestID, let reason):
+            change.finishedCaptureRequests.append((requestID, "refused", reason))
+            step.events.append(DomainEvent("capture_refused", reason))
+        case .capture(let amount, let requestID):
+            let target = requestID.map { id in "\(order.orderID):request-\(id)-\(request.map { Int($0.requestedAt.timeIntervalSince1970 * 1_000) } ?? 0)" } ?? "\(order.orderID):full"
+            let key = IdempotencyKey.make(.capture, target)
+            if let existing = try await store.intent(key), existing.isFinished {
+                if let requestID { change.finishedCaptureRequests.append((requestID, "refused", "an earlier capture with this key ended \(existing.state.rawValue)")) }
+                let reason = "Klarna still shows \(read.remainingAuthorizedAmount) to capture but capture \(key) already ended \(existing.state.rawValue): \(existing.lastError ?? "")"
+                step = step.order.closed(.needsAttention, reason).merging(before: step)
+            } else {
+                intent = try await store.intent(key) ?? Intent(
+                    key: key, kind: .capture, subject: order.orderID, amount: amount,
+                    expectedCapturedTotal: read.capturedAmount + amount, captureRequestID: requestID, now: now)
+                step.order = step.order.intentStarted(key: key, now: now)
+            }
+        case .extendAuthorization:
+            let day = read.expiresAt.map { KlarnaJSON.formatDate($0).prefix(10) } ?? "unknown"
+            let key = IdempotencyKey.make(.extendAuthorization, "\(order.orderID):\(day)")
+            if try await store.intent(key) == nil {
+                intent = Intent(key: key, kind: .extendAuthorization, subject: order.orderID, now: now)
+                step.order = step.order.intentStarted(key: key, now: now)
+            }
+        }
+        record(step, into: &change)
+        if let intent { change.intents.append(intent) }
+        try await commit(change, now: now)
+        if let intent { return try await driveOrderIntent(step.order, intent) }
+        return WorkResult(next: step.order.isOpen ? step.order.nextDueAt : nil)
+    }
+
+    /// A read of the order failed at `now`: count it and read again after a backoff.
+    func orderReadFailed(_ order: TrackedOrder, _ error: KlarnaAPIError, now: Date, change: Change) async throws -> WorkResult {
+        var change = change
+        let step = order.readFailed(Self.short(error), now: now, retryAfter: readDelay(failures: order.consecutiveFailures + 1, error))
+        record(step, into: &change, detail: Self.detail(error))
+        try await commit(change, now: now)
+        return WorkResult(next: step.order.nextDueAt)
+    }
+}
+
+extension OrderStep {
+    /// This step's outcome-closing result, keeping the events and outcomes of `earlier` (the read that led to it).
+    fileprivate func merging(before earlier: OrderStep) -> OrderStep {
+        var merged = self
+        merged.events = earlier.events + events
+        merged.outcomes = earlier.outcomes + outcomes
+        return merged
+    }
+}

@@ -1,0 +1,159 @@
+import Foundation
+import KlarnaAPI
+import Logging
+import ReconcilerCore
+import ReconcilerStore
+
+/// Does the work for one session or order: reads Klarna, applies the domain rules, and performs side effects as
+/// intents, committing every step before the next call. It holds no state of its own; the ``Scheduler`` makes sure
+/// one key is worked on by one task at a time.
+///
+/// The work is split by what it drives: `Reconciler+Session`, `Reconciler+Order`, `Reconciler+PaymentRequest` and
+/// `Reconciler+Intents` (the side effects); this file holds the plumbing every step goes through.
+public struct Reconciler: Sendable {
+    public struct WorkResult: Sendable, Equatable {
+        /// When this key wants to run again; `nil` when it is finished.
+        public var next: Date?
+        /// Other keys that now have work (an order handed off by its session).
+        public var wake: [WorkKey] = []
+    }
+
+    public let store: any ReconcilerStore
+    public let client: KlarnaClient
+    public let clock: any WallClock
+    public let random: any RandomSource
+    public let rateLimiter: RateLimiter?
+    private let liveSettings: Live<EngineSettings>
+    /// The tunables now; a reload replaces them between steps (``update(settings:)``).
+    public var settings: EngineSettings { liveSettings.value }
+    public let logger: Logger
+    /// Rung after a commit that recorded outcomes, so the outbox writes them at once.
+    public let outcomeBell: Doorbell?
+
+    public init(
+        store: any ReconcilerStore, client: KlarnaClient, clock: any WallClock, random: any RandomSource = SystemRandomSource(),
+        rateLimiter: RateLimiter?, settings: EngineSettings, logger: Logger, outcomeBell: Doorbell? = nil
+    ) {
+        self.store = store
+        self.client = client
+        self.clock = clock
+        self.random = random
+        self.rateLimiter = rateLimiter
+        liveSettings = Live(settings)
+        self.logger = logger
+        self.outcomeBell = outcomeBell
+    }
+
+    /// Takes new tunables (configuration reload); steps under way finish with the ones they started with.
+    public func update(settings: EngineSettings) { liveSettings.replace(with: settings) }
+
+    /// Works on `key` once. `hinted`: someone said something changed (a webhook, a capture request), so Klarna is
+    /// read now even if the next read was planned for later.
+    public func process(_ key: WorkKey, hinted: Bool = false) async throws -> WorkResult {
+        switch key {
+        case .session(let id): try await processSession(id, hinted: hinted)
+        case .order(let id): try await processOrder(id, hinted: hinted)
+        case .paymentRequest(let id): try await LogContext.about(paymentRequest: id) { try await processPaymentRequest(id, hinted: hinted) }
+        }
+    }
+
+    // MARK: Plumbing
+
+    func isDue(_ date: Date) -> Bool { clock.now.hasReached(date) }
+
+    /// One Klarna call under the shared rate budget; a 429's hint pauses everyone. Records health for `status`.
+    func klarna<T: Sendable>(_ change: inout Change, _ call: () async throws -> T) async throws -> Result<T, KlarnaAPIError> {
+        if let rateLimiter { _ = try await rateLimiter.acquire() }
+        do {
+            let value = try await call()
+            change.health.append(("klarna_ok", ""))
+            return .success(value)
+        } catch let error as KlarnaAPIError {
+            if error.status == 429, let hint = error.rateLimit.hint, let rateLimiter { rateLimiter.pause(for: hint) }
+            if error.status != 404 { change.health.append(("klarna_error", Self.short(error))) }
+            return .failure(error)
+        }
+    }
+
+    func readDelay(failures: Int, _ error: KlarnaAPIError) -> Duration {
+        var hint: Duration?
+        if case .retry(let notBefore) = error.retryDisposition { hint = notBefore }
+        let attempt = min(failures, settings.readRetry.maxAttempts - 1)
+        switch settings.readRetry.decide(afterAttempt: max(1, attempt), elapsed: .zero, disposition: .retry(notBefore: hint), random: random) {
+        case .retry(let delay): return max(delay, .milliseconds(100))
+        case .giveUp: return settings.readRetry.maxDelay
+        }
+    }
+
+    func record(_ step: SessionStep, into change: inout Change, detail: [String: String] = [:]) {
+        change.sessions.append(step.session)
+        for event in step.events {
+            change.events.append(NewEvent(hppSessionID: step.session.hppSessionID, orderID: step.session.orderID, event, detail: detail))
+        }
+        if let outcome = step.outcome { change.outcomes.append(outcome) }
+    }
+
+    func record(_ step: OrderStep, into change: inout Change, detail: [String: String] = [:]) {
+        change.orders.append(step.order)
+        for event in step.events {
+            change.events.append(NewEvent(hppSessionID: step.order.hppSessionID, orderID: step.order.orderID, event, detail: detail))
+        }
+        change.outcomes += step.outcomes
+    }
+
+    /// How long a step keeps trying to commit before it gives up (and the worker retries the key later).
+    static let commitPatience: Duration = .seconds(60)
+
+    /// Commits `change`; a failed commit (full disk, I/O error, a store locked too long) is retried with backoff in
+    /// real time, because after a Klarna call its result exists only in memory until it is recorded.
+    func commit(_ change: Change, now: Date) async throws {
+        let started = ContinuousClock.now
+        var delay = Duration.milliseconds(100)
+        while true {
+            do {
+                try await store.commit(change, at: now)
+                break
+            } catch {
+                guard ContinuousClock.now - started < Self.commitPatience else { throw error }
+                logger.error("cannot record a step in the store (\(error)); trying again in \(delay)")
+                try await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(5))
+            }
+        }
+        EventLog.log(change, logger: logger)
+        if !change.outcomes.isEmpty { outcomeBell?.ring() }
+    }
+
+    static func observation(_ order: KlarnaAPI.Order) -> OrderObservation {
+        OrderObservation(
+            status: order.status.rawValue, fraudStatus: order.fraudStatus.rawValue, orderAmount: order.orderAmount,
+            capturedAmount: order.capturedAmount, remainingAuthorizedAmount: order.remainingAuthorizedAmount,
+            currency: order.purchaseCurrency, expiresAt: order.expiresAt, klarnaReference: order.klarnaReference)
+    }
+
+    /// The error as the core's intent rules see it.
+    static func callFailure(_ error: KlarnaAPIError) -> CallFailure {
+        CallFailure(outcomeUnknown: error.outcomeUnknown, disposition: error.retryDisposition, summary: short(error))
+    }
+
+    /// The error in one line without the local request id (that is in `detail`).
+    static func short(_ error: KlarnaAPIError) -> String {
+        var parts: [String] = []
+        switch error.failure {
+        case .http(let status): parts.append("HTTP \(status)")
+        case .transport(let transport): parts.append(transport.description)
+        case .undecodableResponse(let status, let detail): parts.append("unreadable HTTP \(status) answer: \(detail)")
+        }
+        if let code = error.errorCode { parts.append(code) }
+        if let message = error.errorMessages.first { parts.append(message) }
+        return parts.joined(separator: " ")
+    }
+
+    static func detail(_ error: KlarnaAPIError) -> [String: String] {
+        var detail = ["request_id": error.requestID, "klarna_operation": error.operation.name]
+        if let status = error.status { detail["http_status"] = "\(status)" }
+        if let code = error.errorCode { detail["error_code"] = code }
+        if let correlation = error.klarnaCorrelationID { detail["klarna_correlation_id"] = correlation }
+        return detail
+    }
+}
