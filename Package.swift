@@ -135,12 +135,28 @@ let package = Package(
 
         .executableTarget(
             name: "klarna-engine-bench",
-            dependencies: ["KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore"],
+            dependencies: [
+                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             path: "Benchmarks/EngineBench",
             swiftSettings: strict
         ),
 
-        .testTarget(name: "ReconcilerCoreTests", dependencies: ["ReconcilerCore"], swiftSettings: strict),
+        // Helpers every test target shares (waiting on a condition with a deadline).
+        .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
+
+        .executableTarget(
+            name: "klarna-sim-bench",
+            dependencies: [
+                "Engine", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Benchmarks/SimulationBench",
+            swiftSettings: strict
+        ),
+
+        .testTarget(name: "ReconcilerCoreTests", dependencies: ["ReconcilerCore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "KlarnaAPITests", dependencies: ["KlarnaAPI"], swiftSettings: strict),
         .testTarget(
             name: "SystemdSupportTests",
@@ -150,7 +166,7 @@ let package = Package(
         .testTarget(
             name: "EngineTests",
             dependencies: [
-                "Engine", "Ingest", "ReconcilerStore", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore",
+                "Engine", "Ingest", "ReconcilerStore", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "TestSupport",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
@@ -158,7 +174,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore",
+                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict

@@ -45,7 +45,8 @@ echo
 echo "== klarna-reconciler engine bench: daemon process + in-process sandbox on loopback, SQLite on $(df --output=source "$PWD" | tail -1)"
 ENGINE=$($BIN/klarna-engine-bench $BIN/klarna-reconciler --sessions "$SESSIONS" --latency-sessions "$LATENCY_SESSIONS" \
     --ingest-requests "${BENCH_INGEST_REQUESTS:-4000}" --spool-files "${BENCH_SPOOL_FILES:-2000}" \
-    --idle-sessions "$IDLE_SESSIONS" --history-rows "$HISTORY_ROWS")
+    --idle-sessions "$IDLE_SESSIONS" --history-rows "$HISTORY_ROWS" \
+    --webhooks "${BENCH_WEBHOOKS:-2000}" --webhook-rate "${BENCH_WEBHOOK_RATE:-100}")
 engine() { echo "$ENGINE" | awk -v k="$1" '$1 == k { print $2 }'; }
 printf "%-58s %s\n" "sessions completed end to end (COMPLETED → captured)" "$(engine e2e_sessions_per_second)/s ($(engine e2e_sessions) in $(engine e2e_seconds) s, daemon CPU $(engine e2e_daemon_cpu_seconds) s)"
 printf "%-58s %s\n" "Klarna calls per completed session" "$(engine e2e_calls_per_session) ($(echo "$ENGINE" | awk '$1 ~ /^e2e_calls_[a-z]+\./ { sub("e2e_calls_", "", $1); printf "%s %s  ", $1, $2 }'))"
@@ -59,3 +60,28 @@ echo "== klarna-reconciler ingest bench: the same daemon; acks are sent only aft
 printf "%-58s %s\n" "store: raw durable commits (one event each, fsynced)" "$(engine store_commits_per_second)/s"
 printf "%-58s %s\n" "socket: track requests acknowledged, 16 concurrent senders" "$(engine ingest_acks_per_second)/s (p50 $(engine ingest_p50_ms) ms, p99 $(engine ingest_p99_ms) ms, $(engine ingest_requests) requests)"
 printf "%-58s %s\n" "spool: files taken from new/ and committed" "$(engine spool_files_per_second)/s ($(engine spool_files) files)"
+echo
+echo "== klarna-reconciler webhooks: verified HPP COMPLETED callbacks into the socket at a steady rate, NONE + immediate"
+printf "%-58s %s\n" "callback sent → order placed at Klarna ($(engine webhook_payments) at $(engine webhook_rate)/s)" "p50 $(engine webhook_to_order_p50_ms) ms, p99 $(engine webhook_to_order_p99_ms) ms"
+printf "%-58s %s\n" "Klarna calls per payment" "$(engine webhook_calls_per_payment) ($(echo "$ENGINE" | awk '$1 ~ /^webhook_calls_[a-z]+\./ { sub("webhook_calls_", "", $1); printf "%s %s  ", $1, $2 }'))"
+
+# The rate budget under load: the real engine on a manual clock (Benchmarks/SimulationBench), polling only.
+SIM_SESSIONS=${BENCH_SIM_SESSIONS:-10000}
+SIM_RATE=${BENCH_SIM_RATE:-50}
+echo
+echo "== klarna-reconciler rate budget simulation: $SIM_SESSIONS sessions over 20 min, 75 % completing (log-normal, median 3 min), the rest abandoned"
+echo "   (expires after 30 min); polling only, budget $SIM_RATE/s, the sandbox enforcing $SIM_RATE/s; a round-robin poller on the same budget and workload"
+SIM=$($BIN/klarna-sim-bench --sessions "$SIM_SESSIONS" --rate "$SIM_RATE")
+sim() { echo "$SIM" | awk -v k="$1" '$1 == k { print $2 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a/b; else print "-" }'; }
+printf "%-40s %12s %12s %8s\n" "" "engine" "round-robin" "ratio"
+for p in p50 p90 p99; do
+    printf "%-40s %12s %12s %8s\n" "detection delay $p (s)" "$(sim sim_detect_${p}_s)" "$(sim rr_detect_${p}_s)" "$(ratio "$(sim sim_detect_${p}_s)" "$(sim rr_detect_${p}_s)")"
+done
+printf "%-40s %12s %12s %8s\n" "HPP reads per completed session" "$(sim sim_reads_per_completed)" "$(sim rr_reads_per_completed)" "$(ratio "$(sim sim_reads_per_completed)" "$(sim rr_reads_per_completed)")"
+printf "%-40s %12s %12s\n" "sessions that missed expires_at + grace" "$(sim sim_missed_expiry)" "$(sim rr_missed_expiry)"
+printf "%-40s %12s\n" "side-effect wait for a token p99 / max" "$(sim sim_side_effect_wait_p99_ms) / $(sim sim_side_effect_wait_max_ms) ms"
+printf "%-40s %12s\n" "429s from the sandbox" "$(sim sim_429s)"
+printf "%-40s %12s\n" "sessions never seen completed" "$(sim sim_undetected)"
+printf "%-40s %12s\n" "learned completion median / share" "$(sim sim_learned_median_s) s / $(sim sim_learned_share_ending)"
+echo "simulated $(sim sim_simulated_seconds) s in $(sim sim_real_seconds) s real, $(sim sim_klarna_calls) Klarna calls"

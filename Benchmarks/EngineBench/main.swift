@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Glibc
 import HTTPServer
@@ -350,7 +351,79 @@ do {
     report("spool_files_per_second", String(format: "%.0f", Double(files) / (ContinuousClock.now - spoolStarted).seconds))
     bench.stop()
 }
+// 5. Webhooks: verified HPP COMPLETED callbacks at a steady rate into the socket, for payments nobody tracked before
+//    (each is tracked from its callback). Latency: callback sent → order placed at Klarna; and Klarna calls per payment.
+do {
+    let count = option("--webhooks", 1_000)
+    let perSecond = Double(option("--webhook-rate", 100))
+    let callbackKey = "bench-callback-key-0123456789abcdef"
+    let bench = try Bench(sandboxURL: sandboxURL, extra: """
+        rate_limit:
+          requests_per_second: 1000
+          burst: 100
+        callback_token:
+          key_file: callback-key
+        log:
+          level: warning
+        """)
+    try callbackKey.write(toFile: bench.folder + "/callback-key", atomically: true, encoding: .utf8)
+    _ = try bench.start()
+    let baseline = sandbox.requests().count
+    let effectsBefore = sandbox.effects(kind: .captured).count
+    let transport = CurlTransport(configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: bench.folder + "/ingest.sock"))
+    func token(_ kp: String) -> String {
+        let mac = HMAC<SHA256>.authenticationCode(for: Array("hpp-status:\(kp)".utf8), using: SymmetricKey(data: Array(callbackKey.utf8)))
+        return Data(mac).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+    let sent = SentTimes()
+    let started = ContinuousClock.now
+    let wall = Date()
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        for index in 0..<count {
+            let due = started + .seconds(Double(index) / perSecond)
+            if ContinuousClock.now < due { try await Task.sleep(until: due) }
+            let created = try sandbox.createSession(SessionSpec(orderAmount: 10_000))
+            try sandbox.setHPPStatus(created.hppSessionId, "COMPLETED")
+            let kp = created.kpSessionId
+            let url = "http://localhost/v1/webhooks/hpp-status?kp_session_id=\(kp)&token=\(token(kp))&hpp_session_id=\(created.hppSessionId)"
+            let body = Array(#"{"event_id":"bench-\#(index)","session":{"session_id":"\#(created.hppSessionId)","status":"COMPLETED"}}"#.utf8)
+            group.addTask {
+                sent.record(kp, wall.addingTimeInterval((ContinuousClock.now - started).seconds))
+                let response = try await transport.execute(HTTPRequest(
+                    method: "POST", url: url, headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
+                guard response.status == 202 else { throw BenchFailure("webhook answered \(response.status)") }
+            }
+        }
+        try await group.waitForAll()
+    }
+    let deadline = ContinuousClock.now + .seconds(120)
+    while sandbox.effects(kind: .captured).count - effectsBefore < count {
+        guard ContinuousClock.now < deadline else { throw BenchFailure("webhook payments not captured in time") }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    transport.shutdown()
+    bench.stop()
+    let placed = sandbox.effects(kind: .orderPlaced).compactMap { effect in
+        effect.kpSessionId.flatMap { sent.time($0) }.map { effect.at.timeIntervalSince($0) * 1_000 }
+    }.sorted()
+    report("webhook_payments", count)
+    report("webhook_rate", Int(perSecond))
+    report("webhook_to_order_p50_ms", String(format: "%.2f", percentile(placed, 0.50)))
+    report("webhook_to_order_p99_ms", String(format: "%.2f", percentile(placed, 0.99)))
+    let requests = Array(sandbox.requests().dropFirst(baseline))
+    report("webhook_calls_per_payment", String(format: "%.2f", Double(requests.count) / Double(count)))
+    for (route, entries) in Dictionary(grouping: requests, by: \.route).sorted(by: { $0.key < $1.key }) {
+        report("webhook_calls_\(route)", String(format: "%.2f", Double(entries.count) / Double(count)))
+    }
+}
 serving.cancel()
+
+/// When each payment's callback left the bench, by KP session id.
+final class SentTimes: Sendable {
+    private let times = Mutex<[String: Date]>([:])
+    func record(_ kp: String, _ at: Date) { times.withLock { $0[kp] = at } }
+    func time(_ kp: String) -> Date? { times.withLock { $0[kp] } }
+}
 
 final class Counter: Sendable {
     private let value = Mutex(0)

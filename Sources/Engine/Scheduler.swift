@@ -2,11 +2,228 @@ import Foundation
 import ReconcilerCore
 import ReconcilerStore
 
-/// Which work is due when. A min-heap ordered by due time (stale entries are skipped lazily), plus the set of keys a
-/// worker holds: a key is never handed out twice at once, and a wake for a running key runs it again afterwards.
-/// Nothing here ticks; the dispatcher sleeps until ``nextDue`` or until the doorbell rings.
+/// Which work runs next. Due keys go out most urgent first (``Urgency``: deadlines, then payments in motion, then
+/// hinted reads), by due time within a level. Routine reads go out only as fast as the rate budget has tokens that
+/// nobody more urgent waits for, chosen by value (``PollValuation``), with every ``fairEvery``-th the one that has
+/// waited longest, so polling fits the budget instead of queueing in front of side effects and nothing starves.
+///
+/// A key is never handed out twice at once, and a wake for a running key runs it again afterwards. Nothing here
+/// ticks; the dispatcher sleeps until ``nextDue(budget:)`` or until the doorbell rings.
 public actor Scheduler {
-    private struct Entry {
+    public struct Job: Sendable, Equatable {
+        public let key: WorkKey
+        /// Woken by a hint since its last run.
+        public let hinted: Bool
+        public let urgency: Urgency
+        /// A routine read admitted with a token taken from the budget for it: the job's first call spends it.
+        public let prepaid: Bool
+
+        public init(key: WorkKey, hinted: Bool, urgency: Urgency = .inMotion, prepaid: Bool = false) {
+            self.key = key
+            self.hinted = hinted
+            self.urgency = urgency
+            self.prepaid = prepaid
+        }
+    }
+
+    /// One routine pick in this many goes to the read that has been due longest, whatever its value.
+    public static let fairEvery = 8
+    /// How long a ranking of due routine reads is used before values are computed again.
+    static let rankingLifetime: TimeInterval = 1
+
+    private struct Waiting {
+        var plan: WorkPlan
+        var sequence: UInt64
+    }
+
+    private var waiting: [WorkKey: Waiting] = [:]
+    /// Non-routine keys per level, and routine keys not due yet; stale entries are skipped lazily.
+    private var queues: [Urgency: DueHeap] = Dictionary(uniqueKeysWithValues: Urgency.allCases.map { ($0, DueHeap()) })
+    /// Routine keys that are due: they wait for the budget and are picked by value.
+    private var ready: Set<WorkKey> = []
+    /// Due routine keys by value, best last.
+    private var ranking: [WorkKey] = []
+    private var rankedAt: Date?
+    private var routinePicks = 0
+    private var running: [WorkKey: Urgency] = [:]
+    /// Keys woken or rescheduled while running: what to do once the worker is done.
+    private var afterRun: [WorkKey: WorkPlan] = [:]
+    /// Keys woken by a hint (a webhook, a capture request): the worker reads Klarna even if not due yet.
+    private var hinted: Set<WorkKey> = []
+    private var sequence: UInt64 = 0
+    /// How long sessions take to end, learned from what the workers see; routine reads are valued by it.
+    public private(set) var completionModel = CompletionModel()
+    public nonisolated let doorbell = Doorbell()
+
+    public init() {}
+
+    public var runningCount: Int { running.count }
+    public var scheduledCount: Int { waiting.count }
+    /// Keys due at `now` or earlier that no worker has taken yet.
+    public func backlog(now: Date) -> Int { waiting.values.count { $0.plan.due <= now } }
+
+    /// Sets when `key` is due and how urgent it is, replacing any earlier plan.
+    public func schedule(_ key: WorkKey, _ plan: WorkPlan) {
+        if running[key] != nil {
+            afterRun[key] = Self.merge(afterRun[key], plan)
+        } else {
+            put(key, plan)
+        }
+        doorbell.ring()
+    }
+
+    public func schedule(_ key: WorkKey, at due: Date, urgency: Urgency = .inMotion, poll: PollProfile? = nil) {
+        schedule(key, WorkPlan(due: due, urgency: urgency, poll: poll))
+    }
+
+    /// Makes `key` due at `time` as a hinted read unless it is due earlier already (a webhook, a CLI request). The
+    /// next run of the key is told it was hinted.
+    public func wake(_ key: WorkKey, at time: Date) {
+        hinted.insert(key)
+        let plan = WorkPlan(due: time, urgency: .hinted)
+        if running[key] != nil {
+            afterRun[key] = Self.merge(afterRun[key], plan)
+        } else if let current = waiting[key]?.plan, current.due <= time, current.urgency >= .hinted {
+            return
+        } else {
+            put(key, Self.merge(waiting[key]?.plan, plan) ?? plan)
+        }
+        doorbell.ring()
+    }
+
+    /// Hands out up to `capacity` keys due at `now`, marking them running: every due key above routine first, then
+    /// as many routine reads as `budget` has spare tokens (all of them when there is no budget).
+    public func take(now: Date, capacity: Int, budget: RateLimiter? = nil) -> [Job] {
+        var jobs: [Job] = []
+        for level in Urgency.allCases.reversed() where level != .routine {
+            while jobs.count < capacity, let top = validTop(level), top.due <= now {
+                queues[level]!.pop()
+                jobs.append(hand(top.key, urgency: level, prepaid: false))
+            }
+        }
+        let room = capacity - jobs.count
+        guard room > 0 else { return jobs }
+        promoteDueRoutine(now: now)
+        guard !ready.isEmpty else { return jobs }
+        guard let budget else {
+            return jobs + pickRoutine(now: now, count: room).map { hand($0, urgency: .routine, prepaid: false) }
+        }
+        let spare = budget.takeSpare(limit: room)
+        if spare == 0 {
+            // Everything goes to more urgent callers: one routine read at a time joins the budget's queue, where
+            // it gets the fairness turn.
+            guard budget.waiting > 0, !running.values.contains(.routine) else { return jobs }
+            return jobs + pickRoutine(now: now, count: 1).map { hand($0, urgency: .routine, prepaid: false) }
+        }
+        let picked = pickRoutine(now: now, count: spare)
+        budget.refund(spare - picked.count)
+        return jobs + picked.map { hand($0, urgency: .routine, prepaid: true) }
+    }
+
+    /// When to look again: the earliest due key, and for routine reads that are due already, the next token.
+    public func nextDue(budget: RateLimiter? = nil) -> Date? {
+        var earliest = Urgency.allCases.compactMap { validTop($0)?.due }.min()
+        if let readyDue = ready.compactMap({ waiting[$0]?.plan.due }).min() {
+            let at = budget.map { max(readyDue, $0.nextToken) } ?? readyDue
+            earliest = min(earliest ?? at, at)
+        }
+        return earliest
+    }
+
+    /// A worker is done with `key`; `next` is what it wants next (`nil`: finished).
+    public func finished(_ key: WorkKey, next: WorkPlan?) {
+        running.removeValue(forKey: key)
+        if let plan = Self.merge(next, afterRun.removeValue(forKey: key)) { put(key, plan) }
+        doorbell.ring()
+    }
+
+    /// Learns from a session that ended (or was abandoned), for the value of routine reads.
+    public func observe(_ ending: SessionEnding) {
+        switch ending {
+        case .ended(let age): completionModel.observeEnding(age: age)
+        case .abandoned: completionModel.observeAbandoned()
+        }
+    }
+
+    // MARK: Internals
+
+    private func hand(_ key: WorkKey, urgency: Urgency, prepaid: Bool) -> Job {
+        waiting.removeValue(forKey: key)
+        ready.remove(key)
+        running[key] = urgency
+        return Job(key: key, hinted: hinted.remove(key) != nil, urgency: urgency, prepaid: prepaid)
+    }
+
+    private func put(_ key: WorkKey, _ plan: WorkPlan) {
+        sequence += 1
+        waiting[key] = Waiting(plan: plan, sequence: sequence)
+        ready.remove(key)
+        queues[plan.urgency]!.push(DueHeap.Entry(due: plan.due, sequence: sequence, key: key))
+    }
+
+    /// The earliest entry of `level` after dropping stale ones (rescheduled, handed out, or moved to `ready`).
+    private func validTop(_ level: Urgency) -> DueHeap.Entry? {
+        while let top = queues[level]!.top {
+            if let current = waiting[top.key], current.sequence == top.sequence, !ready.contains(top.key) { return top }
+            queues[level]!.pop()
+        }
+        return nil
+    }
+
+    private func promoteDueRoutine(now: Date) {
+        while let top = validTop(.routine), top.due <= now {
+            queues[.routine]!.pop()
+            ready.insert(top.key)
+            // A read never made or an expiry to confirm outranks everything ranked so far: rank again.
+            if let poll = waiting[top.key]?.plan.poll, poll.lastReadAt == nil || poll.expiresAt.map(now.hasReached) == true {
+                rankedAt = nil
+            }
+        }
+    }
+
+    /// Up to `count` due routine keys: by value, every ``fairEvery``-th the one due longest.
+    private func pickRoutine(now: Date, count: Int) -> [WorkKey] {
+        var picked: [WorkKey] = []
+        while picked.count < count, !ready.isEmpty {
+            routinePicks += 1
+            let key: WorkKey
+            if routinePicks % Self.fairEvery == 0 {
+                key = ready.min { (waiting[$0]?.plan.due ?? now) < (waiting[$1]?.plan.due ?? now) }!
+            } else {
+                if rankedAt.map({ now.timeIntervalSince($0) >= Self.rankingLifetime }) ?? true { rank(now: now) }
+                while let best = ranking.last, !ready.contains(best) { ranking.removeLast() }
+                guard let best = ranking.last else { rank(now: now); continue }
+                key = best
+            }
+            ready.remove(key)
+            picked.append(key)
+        }
+        return picked
+    }
+
+    private func rank(now: Date) {
+        let model = completionModel
+        ranking = ready.map { key -> (WorkKey, Double) in
+            // Order rechecks and payment requests have no profile: worth a read when due.
+            let value = waiting[key]?.plan.poll.map { PollValuation.value($0, now: now, model: model) } ?? 1
+            return (key, value)
+        }
+        .sorted { $0.1 < $1.1 }
+        .map(\.0)
+        rankedAt = now
+    }
+
+    private static func merge(_ first: WorkPlan?, _ second: WorkPlan?) -> WorkPlan? {
+        guard let first else { return second }
+        guard let second else { return first }
+        let poll = first.poll ?? second.poll
+        return WorkPlan(due: min(first.due, second.due), urgency: max(first.urgency, second.urgency), poll: poll)
+    }
+}
+
+/// A min-heap of keys by due time (then by insertion), for the scheduler's queues.
+struct DueHeap {
+    struct Entry {
         let due: Date
         let sequence: UInt64
         let key: WorkKey
@@ -14,117 +231,32 @@ public actor Scheduler {
         func before(_ other: Entry) -> Bool { due != other.due ? due < other.due : sequence < other.sequence }
     }
 
-    private var heap: [Entry] = []
-    private var dueByKey: [WorkKey: Date] = [:]
-    private var running: Set<WorkKey> = []
-    /// Keys woken or rescheduled while running: when to run them once the worker is done.
-    private var afterRun: [WorkKey: Date] = [:]
-    /// Keys woken by a hint (a webhook, a capture request): the worker reads Klarna even if not due yet.
-    private var hinted: Set<WorkKey> = []
-    private var sequence: UInt64 = 0
-    public nonisolated let doorbell = Doorbell()
+    private var entries: [Entry] = []
 
-    public init() {}
+    var top: Entry? { entries.first }
 
-    public var runningCount: Int { running.count }
-    public var scheduledCount: Int { dueByKey.count }
-    /// Keys due at `now` or earlier that no worker has taken yet.
-    public func backlog(now: Date) -> Int { dueByKey.values.count { $0 <= now } }
-
-    /// Sets when `key` is due, replacing any earlier plan.
-    public func schedule(_ key: WorkKey, at due: Date) {
-        if running.contains(key) {
-            afterRun[key] = min(afterRun[key] ?? due, due)
-        } else {
-            push(key, due)
-        }
-        doorbell.ring()
-    }
-
-    /// Makes `key` due at `time` unless it is due earlier already (a hint, a CLI request). The next run of the key
-    /// is told it was hinted.
-    public func wake(_ key: WorkKey, at time: Date) {
-        hinted.insert(key)
-        if running.contains(key) {
-            afterRun[key] = min(afterRun[key] ?? time, time)
-        } else if let due = dueByKey[key], due <= time {
-            return
-        } else {
-            push(key, time)
-        }
-        doorbell.ring()
-    }
-
-    public struct Job: Sendable, Equatable {
-        public let key: WorkKey
-        /// Woken by a hint since its last run.
-        public let hinted: Bool
-    }
-
-    /// Hands out up to `capacity` keys due at `now`, marking them running.
-    public func take(now: Date, capacity: Int) -> [Job] {
-        var jobs: [Job] = []
-        while jobs.count < capacity, let top = validTop(), top.due <= now {
-            popTop()
-            dueByKey[top.key] = nil
-            running.insert(top.key)
-            jobs.append(Job(key: top.key, hinted: hinted.remove(top.key) != nil))
-        }
-        return jobs
-    }
-
-    /// When the earliest waiting key is due.
-    public func nextDue() -> Date? { validTop()?.due }
-
-    /// A worker is done with `key`; `next` is when it wants to run again (`nil`: finished).
-    public func finished(_ key: WorkKey, next: Date?) {
-        running.remove(key)
-        let woken = afterRun.removeValue(forKey: key)
-        if let due = [next, woken].compactMap({ $0 }).min() { push(key, due) }
-        doorbell.ring()
-    }
-
-    private func push(_ key: WorkKey, _ due: Date) {
-        sequence += 1
-        dueByKey[key] = due
-        heap.append(Entry(due: due, sequence: sequence, key: key))
-        siftUp(heap.count - 1)
-    }
-
-    /// The top entry after dropping stale ones (rescheduled or already handed out).
-    private func validTop() -> Entry? {
-        while let top = heap.first {
-            if dueByKey[top.key] == top.due, !running.contains(top.key) { return top }
-            popTop()
-        }
-        return nil
-    }
-
-    private func popTop() {
-        heap.swapAt(0, heap.count - 1)
-        heap.removeLast()
-        if !heap.isEmpty { siftDown(0) }
-    }
-
-    private func siftUp(_ index: Int) {
-        var child = index
+    mutating func push(_ entry: Entry) {
+        entries.append(entry)
+        var child = entries.count - 1
         while child > 0 {
             let parent = (child - 1) / 2
-            guard heap[child].before(heap[parent]) else { return }
-            heap.swapAt(child, parent)
+            guard entries[child].before(entries[parent]) else { return }
+            entries.swapAt(child, parent)
             child = parent
         }
     }
 
-    private func siftDown(_ index: Int) {
-        var parent = index
+    mutating func pop() {
+        entries.swapAt(0, entries.count - 1)
+        entries.removeLast()
+        var parent = 0
         while true {
             let left = 2 * parent + 1, right = left + 1
             var smallest = parent
-            if left < heap.count, heap[left].before(heap[smallest]) { smallest = left }
-            if right < heap.count, heap[right].before(heap[smallest]) { smallest = right }
+            if left < entries.count, entries[left].before(entries[smallest]) { smallest = left }
+            if right < entries.count, entries[right].before(entries[smallest]) { smallest = right }
             if smallest == parent { return }
-            heap.swapAt(parent, smallest)
+            entries.swapAt(parent, smallest)
             parent = smallest
         }
     }

@@ -24,10 +24,14 @@ public struct WorkerService: Service {
         self.wedgeFile = wedgeFile
     }
 
-    /// Loads every open session and order into the scheduler. Call before `run`, ahead of READY.
+    /// Loads every open session and order into the scheduler, and the wakeups a previous run left (a delivery
+    /// committed just before a crash). Call before `run`, ahead of READY.
     public func loadOpenWork() async throws -> Int {
+        let now = reconciler.clock.now
         let work = try await reconciler.store.openWork()
-        for item in work { await scheduler.schedule(item.key, at: item.due) }
+        for item in work { await scheduler.schedule(item.key, item.plan(now: now, deadlines: reconciler.settings.deadlines)) }
+        let left = try await reconciler.store.wakeups(after: 0, includingDelivered: true)
+        for key in left.keys { await scheduler.wake(key, at: now) }
         return work.count
     }
 
@@ -56,21 +60,26 @@ public struct WorkerService: Service {
             }
             let limit = reconciler.settings.maxConcurrency
             let capacity = limit - (await scheduler.runningCount)
-            let jobs = capacity > 0 ? await scheduler.take(now: clock.now, capacity: capacity) : []
-            for job in jobs {
-                group.addTask {
-                    let result = await work(job)
-                    for other in result.wake { await scheduler.schedule(other, at: clock.now) }
-                    await scheduler.finished(job.key, next: result.next)
-                }
-            }
+            let jobs = capacity > 0 ? await scheduler.take(now: clock.now, capacity: capacity, budget: reconciler.rateLimiter) : []
+            for job in jobs { group.addTask { await perform(job) } }
             if !jobs.isEmpty { continue }
-            let due = await scheduler.nextDue().map { Duration(timeInterval: max(0, $0.timeIntervalSince(clock.now))) }
+            let due = await scheduler.nextDue(budget: reconciler.rateLimiter).map { Duration(timeInterval: max(0, $0.timeIntervalSince(clock.now))) }
             // At capacity, only a finishing worker (which rings) can change anything; the heartbeat still wakes the
             // loop so the watchdog can tell a quiet loop from a hung one.
             let timeout = [capacity > 0 ? due : nil, heartbeat?.interval].compactMap { $0 }.min()
             await scheduler.doorbell.wait(timeout: timeout, clock: clock)
         }
+    }
+
+    /// Runs one job to the end of its step and tells the scheduler what comes next. A routine read admitted with a
+    /// spare token spends it on its first call; a job that made no call gives it back.
+    public func perform(_ job: Scheduler.Job) async {
+        let prepaid = job.prepaid ? RateLimiter.Prepaid() : nil
+        let result = await RateLimiter.$prepaid.withValue(prepaid) { await work(job) }
+        if let prepaid, prepaid.use() { reconciler.rateLimiter?.refund(1) }
+        if let ending = result.ending { await scheduler.observe(ending) }
+        for other in result.wake { await scheduler.schedule(other, at: reconciler.clock.now, urgency: .inMotion) }
+        await scheduler.finished(job.key, next: result.next)
     }
 
     /// Runs one key; a failure of the store or anything unexpected is logged and the key tried again later, never
@@ -80,11 +89,11 @@ public struct WorkerService: Service {
         do {
             return try await reconciler.process(key, hinted: job.hinted)
         } catch is CancellationError {
-            return Reconciler.WorkResult(next: reconciler.clock.now)
+            return Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now, urgency: job.urgency))
         } catch {
             let delay = reconciler.settings.readRetry.maxDelay / 10
             logger.error("work on \(key) failed: \(error); trying again in \(delay)", metadata: ["work_key": .string(key.description)])
-            return Reconciler.WorkResult(next: reconciler.clock.now.addingTimeInterval(delay.timeInterval))
+            return Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency))
         }
     }
 
@@ -93,7 +102,7 @@ public struct WorkerService: Service {
         var last: Int64 = 0
         while !stopping.value, !Task.isCancelled {
             do {
-                let (keys, newest) = try await reconciler.store.wakeups(after: last)
+                let (keys, newest) = try await reconciler.store.wakeups(after: last, includingDelivered: false)
                 last = newest
                 for key in keys { await scheduler.wake(key, at: reconciler.clock.now) }
             } catch {

@@ -49,13 +49,15 @@ public final class KlarnaSandbox: Sendable {
                 known ? "Method \(request.method) is not allowed here" : "No such resource").serverResponse)
         }
         let key = request.header("Klarna-Idempotency-Key")
-        let (seq, fault) = state.withLock { state -> (Int, SandboxFault?) in
+        let (seq, fault, admitted) = state.withLock { state -> (Int, SandboxFault?, Bool) in
             let seq = state.requests.count + 1
             state.requests.append(SandboxRequestRecord(
                 seq: seq, at: now, method: request.method, path: request.path, route: route.name,
                 idempotencyKey: key, status: nil, fault: nil, replayed: false))
-            return (seq, takeFault(for: route.name, in: &state))
+            let admitted = state.rateLimit?.admit(now: now) ?? true
+            return (seq, admitted ? takeFault(for: route.name, in: &state) : nil, admitted)
         }
+        if !admitted { return finish(seq, fault: nil, reply: faultReply(SandboxFault(route: route.name, kind: .rateLimit), response: nil)) }
         let afterEffect = fault?.afterEffect ?? false
         if let fault, !afterEffect {
             if fault.kind == .delay {

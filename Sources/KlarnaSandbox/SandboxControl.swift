@@ -32,13 +32,21 @@ extension KlarnaSandbox {
             fraudStatus: spec.fraudStatus ?? "ACCEPTED", fraudDecision: fraudDecision)
         // Klarna: the HPP session expires one hour before its payment session.
         let hpp = SandboxState.HostedSession(
-            id: hppID, kpSessionID: kpID, mode: mode, updatedAt: now, expiresAt: payment.expiresAt.addingTimeInterval(-3_600),
+            id: hppID, kpSessionID: kpID, mode: mode, updatedAt: now,
+            expiresAt: spec.hppExpiresAfterSeconds.map { now.addingTimeInterval($0) } ?? payment.expiresAt.addingTimeInterval(-3_600),
             schedule: (spec.schedule ?? []).map { (at: now.addingTimeInterval($0.afterSeconds), status: $0.status) })
         state.withLock { state in
             state.paymentSessions[kpID] = payment
             state.hostedSessions[hppID] = hpp
         }
         return CreatedSession(kpSessionId: kpID, hppSessionId: hppID, expiresAt: hpp.expiresAt)
+    }
+
+    /// Enforces Klarna's per-merchant rate limit: `perSecond` calls a second with as many saved up, and a 429 with
+    /// `X-Ratelimit-*` headers past it (`nil`: no limit, the default).
+    public func setRateLimit(perSecond: Double?) {
+        let now = self.now
+        state.withLock { $0.rateLimit = perSecond.map { SandboxState.RateLimit(perSecond: $0, tokens: $0, updatedAt: now) } }
     }
 
     /// Moves an HPP session to `status` now, as the consumer would.

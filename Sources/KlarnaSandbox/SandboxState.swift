@@ -86,6 +86,23 @@ struct SandboxState {
     var paymentRequests: [String: PaymentRequest] = [:]
     var idempotency: [String: StoredReply] = [:]
     var faults: [(id: Int, fault: SandboxFault)] = []
+    var rateLimit: RateLimit?
+
+    /// Klarna's limit as a token bucket: `perSecond` a second, at most one second's worth saved up.
+    struct RateLimit {
+        let perSecond: Double
+        var tokens: Double
+        var updatedAt: Date
+
+        /// Takes a token; `false` when the call is over the limit.
+        mutating func admit(now: Date) -> Bool {
+            tokens = min(perSecond, tokens + max(0, now.timeIntervalSince(updatedAt)) * perSecond)
+            updatedAt = now
+            guard tokens >= 1 - 1e-9 else { return false }
+            tokens -= 1
+            return true
+        }
+    }
     var nextFaultID = 1
     var requests: [SandboxRequestRecord] = []
     var effects: [SandboxEffect] = []

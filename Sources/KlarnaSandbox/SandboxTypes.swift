@@ -21,13 +21,15 @@ public struct SessionSpec: Codable, Sendable {
     public var fraudDecision: String?
     /// HPP statuses the consumer goes through, relative to creation.
     public var schedule: [ScheduleStep]?
+    /// Seconds until the HPP session expires (Klarna: one hour before its payment session, 47 hours by default).
+    public var hppExpiresAfterSeconds: Double?
 
     public init(
         orderAmount: Int? = nil, orderTaxAmount: Int? = nil, purchaseCurrency: String? = nil,
         purchaseCountry: String? = nil, locale: String? = nil, orderLines: [SandboxOrderLine]? = nil,
         merchantReference: String? = nil, placeOrderMode: String? = nil, intent: String? = nil,
         fraudStatus: String? = nil, fraudDecisionAfterSeconds: Double? = nil, fraudDecision: String? = nil,
-        schedule: [ScheduleStep]? = nil
+        schedule: [ScheduleStep]? = nil, hppExpiresAfterSeconds: Double? = nil
     ) {
         self.orderAmount = orderAmount
         self.orderTaxAmount = orderTaxAmount
@@ -42,6 +44,7 @@ public struct SessionSpec: Codable, Sendable {
         self.fraudDecisionAfterSeconds = fraudDecisionAfterSeconds
         self.fraudDecision = fraudDecision
         self.schedule = schedule
+        self.hppExpiresAfterSeconds = hppExpiresAfterSeconds
     }
 }
 

@@ -66,6 +66,10 @@ enum Migrations {
         CREATE TABLE reloads (
           id INTEGER PRIMARY KEY AUTOINCREMENT, requested_at REAL NOT NULL, answered_at REAL, ok INTEGER, message TEXT);
         """,
+        // 5: wakeups the daemon wrote for itself while ingesting (it woke the engine directly): read again only at start.
+        """
+        ALTER TABLE wakeups ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0;
+        """,
     ]
 
     static var latest: Int { steps.count }

@@ -36,6 +36,14 @@ public struct SQLRow: Sendable {
         return nil
     }
 
+    public func double(_ index: Int) -> Double? {
+        switch values[index] {
+        case .real(let value): value
+        case .integer(let value): Double(value)
+        default: nil
+        }
+    }
+
     public func date(_ index: Int) -> Date? {
         switch values[index] {
         case .real(let value): Date(timeIntervalSince1970: value)

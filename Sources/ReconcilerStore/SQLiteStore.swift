@@ -182,38 +182,52 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
 
     // MARK: Scheduling
 
-    public func openWork() async throws -> [(key: WorkKey, due: Date)] {
+    public func openWork() async throws -> [OpenWork] {
         try await run { db in
-            var work: [(key: WorkKey, due: Date)] = []
-            for row in try db.query("SELECT hpp_session_id, next_due FROM sessions WHERE next_due IS NOT NULL") {
-                work.append((.session(row.string(0) ?? ""), row.date(1)!))
+            // Dates inside `data` are Foundation's default encoding: seconds since 2001-01-01.
+            func encoded(_ row: SQLRow, _ column: Int) -> Date? {
+                row.double(column).map { Date(timeIntervalSinceReferenceDate: $0) }
             }
-            for row in try db.query("SELECT order_id, next_due FROM orders WHERE next_due IS NOT NULL") {
-                work.append((.order(row.string(0) ?? ""), row.date(1)!))
+            var work: [OpenWork] = []
+            for row in try db.query(
+                """
+                SELECT hpp_session_id, next_due, phase, deadline, tracked_at, json_extract(data, '$.lastReadAt'),
+                  json_extract(data, '$.lastHintAt'), json_extract(data, '$.expiresAt')
+                FROM sessions WHERE next_due IS NOT NULL
+                """)
+            {
+                let phase = row.string(2).flatMap(TrackedSession.Phase.init) ?? .polling
+                let poll = PollProfile(trackedAt: row.date(4) ?? Date(), lastReadAt: encoded(row, 5), lastHintAt: encoded(row, 6), expiresAt: encoded(row, 7))
+                work.append(OpenWork(key: .session(row.string(0) ?? ""), due: row.date(1)!, kind: .session(phase, poll), deadline: row.date(3)))
+            }
+            for row in try db.query("SELECT order_id, next_due, phase, deadline FROM orders WHERE next_due IS NOT NULL") {
+                let phase = row.string(2).flatMap(TrackedOrder.Phase.init) ?? .checking
+                work.append(OpenWork(key: .order(row.string(0) ?? ""), due: row.date(1)!, kind: .order(phase), deadline: row.date(3)))
             }
             for row in try db.query("SELECT payment_request_id, next_due FROM payment_requests WHERE next_due IS NOT NULL") {
-                work.append((.paymentRequest(row.string(0) ?? ""), row.date(1)!))
+                work.append(OpenWork(key: .paymentRequest(row.string(0) ?? ""), due: row.date(1)!, kind: .paymentRequest))
             }
             return work
         }
     }
 
-    public func wakeups(after sequence: Int64) async throws -> (keys: [WorkKey], last: Int64) {
+    public func wakeups(after sequence: Int64, includingDelivered: Bool) async throws -> (keys: [WorkKey], last: Int64) {
         try await run { db in
-            let rows = try db.query("SELECT id, work_key FROM wakeups WHERE id > ? ORDER BY id", [.integer(sequence)])
+            let rows = try db.query("SELECT id, work_key, delivered FROM wakeups WHERE id > ? ORDER BY id", [.integer(sequence)])
             guard let last = rows.last?.int64(0) else { return ([], sequence) }
             try db.query("DELETE FROM wakeups WHERE id <= ?", [.integer(last)])
-            return (rows.compactMap { $0.string(1).flatMap(WorkKey.init) }, last)
+            return (rows.filter { includingDelivered || $0.int(2) == 0 }.compactMap { $0.string(1).flatMap(WorkKey.init) }, last)
         }
     }
 
     public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
         try await run { db in
-            try db.transaction { try self.insertCaptureRequest(db, orderID: orderID, amount: amount, source: "the command line", at: at) }
+            try db.transaction { try self.insertCaptureRequest(db, orderID: orderID, amount: amount, source: "the command line", delivered: false, at: at) }
         }
     }
 
-    private func insertCaptureRequest(_ db: SQLiteConnection, orderID: String, amount: Int?, source: String, at: Date) throws -> CaptureRequestResult {
+    /// `delivered`: the caller wakes the engine itself (ingest in the daemon), so the wakeup row is only for a restart.
+    private func insertCaptureRequest(_ db: SQLiteConnection, orderID: String, amount: Int?, source: String, delivered: Bool, at: Date) throws -> CaptureRequestResult {
         guard let row = try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first else { return .unknownOrder }
         let order = try decode(TrackedOrder.self, row.string(0))
         guard order.isOpen else { return .refused("order \(orderID) is \(order.outcome?.rawValue ?? "closed"): nothing to capture") }
@@ -224,7 +238,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         let id = db.lastInsertRowID
         let what = amount.map { "capture of \($0) requested by \(source)" } ?? "capture of the remaining amount requested by \(source)"
         try insertEvent(db, NewEvent(hppSessionID: order.hppSessionID, orderID: orderID, DomainEvent("capture_requested", what), detail: ["request": "\(id)"]), at: at)
-        try db.query("INSERT INTO wakeups (work_key) VALUES (?)", [.text(WorkKey.order(orderID).description)])
+        try db.query("INSERT INTO wakeups (work_key, delivered) VALUES (?, ?)", [.text(WorkKey.order(orderID).description), .integer(delivered ? 1 : 0)])
         return .accepted(id: id)
     }
 
@@ -260,7 +274,8 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         func note(_ hpp: String?, _ order: String?, _ message: String) throws {
             try self.insertEvent(db, NewEvent(hppSessionID: hpp, orderID: order, DomainEvent("webhook", message), detail: detail), at: at)
         }
-        func wake(_ key: WorkKey) throws { try db.query("INSERT INTO wakeups (work_key) VALUES (?)", [.text(key.description)]) }
+        // The ingesting daemon wakes the engine itself once this commits; the row only survives a crash before that.
+        func wake(_ key: WorkKey) throws { try db.query("INSERT INTO wakeups (work_key, delivered) VALUES (?, 1)", [.text(key.description)]) }
 
         switch record.action {
         case .hintSession(let hppSessionID, let newSession):
@@ -295,7 +310,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             try wake(.session(session.hppSessionID))
             return .accepted(wake: [.session(session.hppSessionID)])
         case .capture(let orderID, let amount):
-            switch try self.insertCaptureRequest(db, orderID: orderID, amount: amount, source: record.source, at: at) {
+            switch try self.insertCaptureRequest(db, orderID: orderID, amount: amount, source: record.source, delivered: true, at: at) {
             case .accepted: return .accepted(wake: [.order(orderID)])
             case .unknownOrder: throw Refusal(result: .refused(status: 404, error: "unknown_order", detail: "order \(orderID) is not tracked"))
             case .refused(let why): throw Refusal(result: .refused(status: 409, error: "not_capturable", detail: why))

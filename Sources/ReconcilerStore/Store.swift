@@ -83,6 +83,38 @@ public struct Change: Sendable {
     }
 }
 
+/// An open unit of work as the store keeps it: enough to plan its next run without loading it.
+public struct OpenWork: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        case session(TrackedSession.Phase, PollProfile)
+        case order(TrackedOrder.Phase)
+        case paymentRequest
+    }
+
+    public var key: WorkKey
+    public var due: Date
+    public var kind: Kind
+    /// The session's token expiry (authorized) or `expires_at` (polling); the order's `expires_at`.
+    public var deadline: Date?
+
+    public init(key: WorkKey, due: Date, kind: Kind, deadline: Date? = nil) {
+        self.key = key
+        self.due = due
+        self.kind = kind
+        self.deadline = deadline
+    }
+
+    /// Its plan at start-up, by the same rules the engine applies after each step.
+    public func plan(now: Date, deadlines: Deadlines) -> WorkPlan {
+        let at = max(now, due)
+        return switch kind {
+        case .session(let phase, let poll): WorkPlan(due: due, urgency: phase.urgency(now: at, deadline: deadline), poll: poll)
+        case .order(let phase): WorkPlan(due: due, urgency: phase.urgency(now: at, expiresAt: deadline, deadlines: deadlines))
+        case .paymentRequest: WorkPlan(due: due, urgency: .routine)
+        }
+    }
+}
+
 public enum TrackResult: Sendable, Equatable {
     case tracked(TrackedSession)
     /// Already tracked: nothing changed (a repeated track request is not an error).
@@ -193,10 +225,12 @@ public protocol ReconcilerStore: Sendable {
     func intent(_ key: String) async throws -> Intent?
     func commit(_ change: Change, at: Date) async throws
 
-    /// Every open session and order with when it is due.
-    func openWork() async throws -> [(key: WorkKey, due: Date)]
-    /// Keys other processes (CLI) asked to be looked at, after `sequence`; returns the newest sequence seen.
-    func wakeups(after sequence: Int64) async throws -> (keys: [WorkKey], last: Int64)
+    /// Every open session, order and payment request with what its plan is made from.
+    func openWork() async throws -> [OpenWork]
+    /// Keys other processes (CLI) asked to be looked at, after `sequence`; returns the newest sequence seen and
+    /// forgets the rows up to it. `includingDelivered`: also the keys a delivery's ingest woke the engine for
+    /// directly, which only a daemon starting after a crash needs (one read per hint, not two).
+    func wakeups(after sequence: Int64, includingDelivered: Bool) async throws -> (keys: [WorkKey], last: Int64)
 
     func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult
     /// Records a delivery and its effect (events, wakeups, a new tracked session, a capture request) in one commit,

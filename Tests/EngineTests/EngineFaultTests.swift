@@ -24,7 +24,10 @@ struct EngineFaultTests {
     func faultBeforeEffect(route: String, name: String) async throws {
         let (_, kind, status) = Self.faults.first { $0.0 == name }!
         try await EngineHarness.with(requestTimeout: .seconds(2)) { h in
-            let created = try await h.track(SessionSpec(orderAmount: 7_700, schedule: Self.completesSoon))
+            // The daemon reads an order it placed only when Klarna's answer left the fraud status open; an order HPP
+            // placed (PLACE_ORDER) is always read first.
+            let mode: ReconcilerCore.PlaceOrderMode = route == "om.read_order" ? .placeOrder : .none
+            let created = try await h.track(SessionSpec(orderAmount: 7_700, schedule: Self.completesSoon), mode: mode)
             h.sandbox.addFault(SandboxFault(route: route, kind: kind, status: status, delayMs: 2_500, resetSeconds: 20, count: 2))
             try await h.run()
             if route == "kp.create_order", kind == .delay {

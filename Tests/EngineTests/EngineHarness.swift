@@ -184,8 +184,8 @@ final class FaultyStore: ReconcilerStore, @unchecked Sendable {
     func order(_ id: String) async throws -> TrackedOrder? { try await store.order(id) }
     func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? { try await store.paymentRequest(id) }
     func intent(_ key: String) async throws -> Intent? { try await store.intent(key) }
-    func openWork() async throws -> [(key: WorkKey, due: Date)] { try await store.openWork() }
-    func wakeups(after sequence: Int64) async throws -> (keys: [WorkKey], last: Int64) { try await store.wakeups(after: sequence) }
+    func openWork() async throws -> [OpenWork] { try await store.openWork() }
+    func wakeups(after sequence: Int64, includingDelivered: Bool) async throws -> (keys: [WorkKey], last: Int64) { try await store.wakeups(after: sequence, includingDelivered: includingDelivered) }
     func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult { try await store.requestCapture(orderID: orderID, amount: amount, at: at) }
     func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
     func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {

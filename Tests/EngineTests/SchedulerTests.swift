@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import Engine
 import ReconcilerCore
 import ReconcilerStore
@@ -44,7 +45,7 @@ struct SchedulerTests {
         await scheduler.schedule(.session("s"), at: t0)
         #expect(await scheduler.take(now: t0.addingTimeInterval(1), capacity: 10).isEmpty)
         // The worker says "again in an hour"; the wake during the run wins.
-        await scheduler.finished(.session("s"), next: t0.addingTimeInterval(3_600))
+        await scheduler.finished(.session("s"), next: WorkPlan(due: t0.addingTimeInterval(3_600), urgency: .inMotion))
         #expect(await scheduler.take(now: t0.addingTimeInterval(1), capacity: 10).map(\.key) == [.session("s")])
         await scheduler.finished(.session("s"), next: nil)
         #expect(await scheduler.nextDue() == nil)
@@ -56,9 +57,9 @@ struct SchedulerTests {
         await scheduler.schedule(.order("o"), at: t0)
         #expect(await scheduler.take(now: t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: false)])
         await scheduler.wake(.order("o"), at: t0)
-        await scheduler.finished(.order("o"), next: t0.addingTimeInterval(3_600))
+        await scheduler.finished(.order("o"), next: WorkPlan(due: t0.addingTimeInterval(3_600), urgency: .inMotion))
         #expect(await scheduler.take(now: t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: true)])
-        await scheduler.finished(.order("o"), next: t0)
+        await scheduler.finished(.order("o"), next: WorkPlan(due: t0, urgency: .inMotion))
         #expect(await scheduler.take(now: t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: false)])
     }
 
@@ -89,6 +90,135 @@ struct SchedulerTests {
             count += await scheduler.take(now: due, capacity: 1_000).count
         }
         #expect(count == 100_000)
+    }
+}
+
+@Suite("Scheduler: urgency and the rate budget")
+struct SchedulerBudgetTests {
+    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+
+    func poll(tracked ago: TimeInterval, read: TimeInterval?, hint: TimeInterval? = nil, now: Date) -> PollProfile {
+        PollProfile(
+            trackedAt: now.addingTimeInterval(-ago), lastReadAt: read.map { now.addingTimeInterval(-$0) },
+            lastHintAt: hint.map { now.addingTimeInterval(-$0) })
+    }
+
+    @Test("Due keys go out most urgent first, by due time within a level")
+    func urgencyFirst() async {
+        let scheduler = Scheduler()
+        await scheduler.schedule(.session("poll"), at: t0, urgency: .routine)
+        await scheduler.schedule(.session("hinted"), at: t0, urgency: .hinted)
+        await scheduler.schedule(.order("capture-late"), at: t0.addingTimeInterval(1), urgency: .inMotion)
+        await scheduler.schedule(.order("capture"), at: t0, urgency: .inMotion)
+        await scheduler.schedule(.session("token-expiring"), at: t0.addingTimeInterval(2), urgency: .deadline)
+        let jobs = await scheduler.take(now: t0.addingTimeInterval(5), capacity: 10)
+        #expect(jobs.map(\.key) == [.session("token-expiring"), .order("capture"), .order("capture-late"), .session("hinted"), .session("poll")])
+        #expect(jobs.map(\.urgency) == [.deadline, .inMotion, .inMotion, .hinted, .routine])
+    }
+
+    @Test("Routine reads go out only as fast as the budget has spare tokens, each with its token prepaid")
+    func pollsFitTheBudget() async throws {
+        let clock = ManualClock(now: t0)
+        let budget = RateLimiter(ratePerSecond: 50, burst: 10, clock: clock)
+        let scheduler = Scheduler()
+        for index in 0..<1_000 {
+            await scheduler.schedule(.session("s\(index)"), at: t0, urgency: .routine, poll: poll(tracked: 60, read: 2, now: t0))
+        }
+        let burst = await scheduler.take(now: t0, capacity: 100, budget: budget)
+        #expect(burst.count == 10)
+        #expect(burst.allSatisfy { $0.prepaid && $0.urgency == .routine })
+        #expect(await scheduler.take(now: t0, capacity: 100, budget: budget).isEmpty)
+        // The dispatcher sleeps until the next token, not until the next due time (which has passed).
+        let next = try #require(await scheduler.nextDue(budget: budget))
+        #expect(abs(next.timeIntervalSince(t0) - 0.02) < 1e-6)
+        clock.advance(by: .milliseconds(20))
+        #expect(await scheduler.take(now: clock.now, capacity: 100, budget: budget).count == 1)
+    }
+
+    @Test("A side effect enqueued behind 10,000 due polls starts within one token interval")
+    func sideEffectBehindPolls() async throws {
+        let clock = ManualClock(now: t0)
+        let budget = RateLimiter(ratePerSecond: 50, burst: 10, clock: clock)
+        let scheduler = Scheduler()
+        for index in 0..<10_000 {
+            await scheduler.schedule(.session("s\(index)"), at: t0, urgency: .routine, poll: poll(tracked: 120, read: 10, now: t0))
+        }
+        // Polls run for a while: each takes its prepaid token and comes back due again.
+        for _ in 0..<100 {
+            for job in await scheduler.take(now: clock.now, capacity: 16, budget: budget) {
+                await scheduler.finished(job.key, next: WorkPlan(due: clock.now, urgency: .routine, poll: poll(tracked: 130, read: 0, now: clock.now)))
+            }
+            clock.advance(by: .milliseconds(20))
+        }
+        await scheduler.schedule(.order("capture"), at: clock.now, urgency: .inMotion)
+        let jobs = await scheduler.take(now: clock.now, capacity: 16, budget: budget)
+        #expect(jobs.first?.key == .order("capture"))
+        let enqueued = clock.now
+        let acquired = Flag()
+        let call = Task {
+            let waited = try await budget.acquire(.inMotion)
+            acquired.set()
+            return waited
+        }
+        try await waitUntil { acquired.isSet || (budget.waiting == 1 && clock.sleeperCount >= 1) }
+        // Polls keep asking while the capture waits: none is admitted ahead of it.
+        #expect(await scheduler.take(now: clock.now, capacity: 16, budget: budget).allSatisfy { !$0.prepaid })
+        if !acquired.isSet { clock.advance(by: .milliseconds(20)) }
+        let waited = try await call.value
+        #expect(waited <= .milliseconds(20))
+        #expect(clock.now.timeIntervalSince(enqueued) <= 0.020 + 1e-9)
+    }
+
+    @Test("Routine reads are chosen by value: a never-read session, then one at the typical completion age, then one abandoned an hour ago; callbacks make polling a safety net")
+    func byValue() async {
+        let scheduler = Scheduler()
+        let now = t0
+        await scheduler.schedule(.session("abandoned"), at: t0.addingTimeInterval(-100), urgency: .routine, poll: poll(tracked: 3_600, read: 60, now: now))
+        await scheduler.schedule(.session("typical"), at: t0, urgency: .routine, poll: poll(tracked: 170, read: 20, now: now))
+        await scheduler.schedule(.session("callbacks"), at: t0, urgency: .routine, poll: poll(tracked: 170, read: 20, hint: 30, now: now))
+        await scheduler.schedule(.session("new"), at: t0, urgency: .routine, poll: poll(tracked: 1, read: nil, now: now))
+        var order: [WorkKey] = []
+        for _ in 0..<4 { order += await scheduler.take(now: now, capacity: 1).map(\.key) }
+        #expect(order == [.session("new"), .session("typical"), .session("callbacks"), .session("abandoned")])
+    }
+
+    @Test("No poll starves: every fairEvery-th routine pick goes to the read due longest, whatever its value")
+    func noStarvation() async {
+        let scheduler = Scheduler()
+        await scheduler.schedule(.session("abandoned"), at: t0.addingTimeInterval(-7_200), urgency: .routine, poll: poll(tracked: 86_000, read: 7_200, now: t0))
+        for index in 0..<100 {
+            await scheduler.schedule(.session("hot\(index)"), at: t0, urgency: .routine, poll: poll(tracked: 180, read: 5, now: t0))
+        }
+        var picks: [WorkKey] = []
+        for _ in 0..<Scheduler.fairEvery { picks += await scheduler.take(now: t0, capacity: 1).map(\.key) }
+        #expect(picks.contains(.session("abandoned")))
+    }
+
+    @Test("When urgent callers use the whole budget, one routine read at a time still joins its queue")
+    func routineUnderSaturation() async throws {
+        let clock = ManualClock(now: t0)
+        let budget = RateLimiter(ratePerSecond: 1, burst: 1, clock: clock)
+        try await budget.acquire(.inMotion)
+        let urgent = Task { try await budget.acquire(.inMotion) }
+        try await waitUntil { budget.waiting == 1 }
+        let scheduler = Scheduler()
+        for index in 0..<3 { await scheduler.schedule(.session("s\(index)"), at: t0, urgency: .routine) }
+        let jobs = await scheduler.take(now: t0, capacity: 10, budget: budget)
+        #expect(jobs.count == 1)
+        #expect(jobs.first?.prepaid == false)
+        #expect(await scheduler.take(now: t0, capacity: 10, budget: budget).isEmpty)
+        urgent.cancel()
+    }
+
+    @Test("A wake makes a key a hinted read; it keeps a higher urgency it already had")
+    func wakeUrgency() async {
+        let scheduler = Scheduler()
+        await scheduler.schedule(.session("poll"), at: t0.addingTimeInterval(60), urgency: .routine)
+        await scheduler.schedule(.order("capture"), at: t0.addingTimeInterval(60), urgency: .inMotion)
+        await scheduler.wake(.session("poll"), at: t0)
+        await scheduler.wake(.order("capture"), at: t0)
+        let jobs = await scheduler.take(now: t0, capacity: 10)
+        #expect(jobs == [Scheduler.Job(key: .order("capture"), hinted: true, urgency: .inMotion), Scheduler.Job(key: .session("poll"), hinted: true, urgency: .hinted)])
     }
 }
 

@@ -119,11 +119,29 @@ struct StoreTests {
         let store = try SQLiteStore(path: directory.path + "/s.sqlite")
         _ = try await store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
         _ = try await store.track(session("b"), event: DomainEvent("tracked", "t"), at: t0)
-        let first = try await store.wakeups(after: 0)
+        let first = try await store.wakeups(after: 0, includingDelivered: false)
         #expect(first.keys == [.session("a"), .session("b")])
-        let second = try await store.wakeups(after: first.last)
+        let second = try await store.wakeups(after: first.last, includingDelivered: false)
         #expect(second.keys.isEmpty)
         #expect(second.last == first.last)
+    }
+
+    @Test("Wakeups a delivery's ingest wrote are for a restart only: the running daemon woke itself already")
+    func deliveredWakeups() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteStore(path: directory.path + "/s.sqlite")
+        _ = try await store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
+        let hint = IngestRecord(dedupeKey: "e-1", kind: "hpp_status", source: "socket", summary: "s", action: .hintSession(hppSessionID: "a", trackIfUnknown: nil))
+        #expect(try await store.ingest(hint, at: t0) == .accepted(wake: [.session("a")]))
+        // The running daemon's poll sees the command line's track, not the hint it delivered itself.
+        let running = try await store.wakeups(after: 0, includingDelivered: false)
+        #expect(running.keys == [.session("a")])
+        #expect(try await store.wakeups(after: running.last, includingDelivered: false).keys.isEmpty)
+
+        // A daemon that crashed between the commit and the wake finds the hint when it starts.
+        _ = try await store.ingest(IngestRecord(dedupeKey: "e-2", kind: "hpp_status", source: "socket", summary: "s", action: .hintSession(hppSessionID: "a", trackIfUnknown: nil)), at: t0)
+        #expect(try await store.wakeups(after: 0, includingDelivered: true).keys == [.session("a")])
     }
 
     @Test("Capture requests: only for open on_request orders, oldest first")
@@ -149,7 +167,7 @@ struct StoreTests {
         done.finishedCaptureRequests = [(id: first, state: "done", note: "captured")]
         try await store.commit(done, at: t0)
         #expect(try await store.oldestCaptureRequest(orderID: "o-1")?.amount == nil)
-        #expect(try await store.wakeups(after: 0).keys.contains(.order("o-1")))
+        #expect(try await store.wakeups(after: 0, includingDelivered: false).keys.contains(.order("o-1")))
     }
 
     @Test("show finds a payment by HPP id, KP id, order id or merchant reference")

@@ -3,6 +3,7 @@ import KlarnaSandbox
 import Logging
 import ServiceLifecycle
 import Testing
+import TestSupport
 @testable import Engine
 @testable import ReconcilerCore
 @testable import ReconcilerStore
@@ -52,14 +53,3 @@ struct WorkerServiceTests {
         }
     }
 }
-
-/// Waits for an async condition with a deadline.
-func waitUntil(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while try await !condition() {
-        if ContinuousClock.now > deadline { throw WaitTimeout() }
-        try await Task.sleep(for: .milliseconds(2))
-    }
-}
-
-struct WaitTimeout: Error {}

@@ -6,6 +6,7 @@ import Logging
 import ReconcilerCore
 import ReconcilerStore
 import Testing
+import TestSupport
 
 /// The real `klarna-reconciler` binary as a separate process, with its config, store and outbox in a temporary
 /// folder, against a sandbox served from the test process over a real loopback socket.
@@ -166,14 +167,5 @@ extension DaemonFixture {
         try await waitUntil(timeout: .seconds(40)) { !process.isRunning }
         let code = (try? String(contentsOfFile: codeFile, encoding: .utf8)) ?? ""
         return (Int(code) ?? 0, (try? String(contentsOfFile: outFile, encoding: .utf8)) ?? "")
-    }
-}
-
-/// Waits for an async condition, checking every 50 ms, failing after `timeout`.
-func waitUntilAsync(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while try await !condition() {
-        if ContinuousClock.now > deadline { throw ConditionTimeout() }
-        try await Task.sleep(for: .milliseconds(50))
     }
 }

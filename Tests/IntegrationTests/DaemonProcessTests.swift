@@ -4,6 +4,7 @@ import KlarnaSandbox
 import ReconcilerCore
 import ReconcilerStore
 import Testing
+import TestSupport
 
 @Suite("The daemon as a process", .serialized)
 struct DaemonProcessTests {
@@ -22,14 +23,14 @@ struct DaemonProcessTests {
         #expect(again.output.contains("already tracked"))
         #expect(try await fixture.cli(["track", onRequest.hppSessionId, "--kp-session", onRequest.kpSessionId, "--reference", "shop-2", "--capture", "on_request"]).status == 0)
 
-        try await waitUntilAsync { fixture.outboxFiles().filter { $0.hasSuffix("captured.json") }.count == 1 && fixture.outboxFiles().count == 3 }
+        try await waitUntil(timeout: .seconds(30)) { fixture.outboxFiles().filter { $0.hasSuffix("captured.json") }.count == 1 && fixture.outboxFiles().count == 3 }
         let store = try fixture.readStore()
         let order = try #require(try await store.timeline(for: "shop-2").orders.first)
         #expect(order.phase == .awaitingCapture)
 
         let capture = try await fixture.cli(["capture", order.orderID, "--amount", "4000"])
         #expect(capture.status == 0, "\(capture.errors)")
-        try await waitUntilAsync { fixture.outboxFiles().filter { $0.hasSuffix("captured.json") }.count == 2 }
+        try await waitUntil(timeout: .seconds(30)) { fixture.outboxFiles().filter { $0.hasSuffix("captured.json") }.count == 2 }
         #expect(fixture.sandbox.effects(kind: .captured).filter { $0.orderId == order.orderID }.map(\.amount) == [4_000])
 
         let refused = try await fixture.cli(["capture", "no-such-order"])
@@ -70,7 +71,7 @@ struct DaemonProcessTests {
         try await fixture.start()
         let session = try fixture.sandbox.createSession(SessionSpec(merchantReference: "sub-1", intent: "tokenize", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
         #expect(try await fixture.cli(["track", session.hppSessionId, "--kp-session", session.kpSessionId, "--reference", "sub-1", "--intent", "tokenize"]).status == 0)
-        try await waitUntilAsync { fixture.outboxFiles().contains { $0.hasSuffix("customer_token_created.json") } }
+        try await waitUntil(timeout: .seconds(30)) { fixture.outboxFiles().contains { $0.hasSuffix("customer_token_created.json") } }
         let token = try #require(fixture.sandbox.effects(kind: .customerTokenCreated).first?.tokenId)
         let outbox = try #require(fixture.outboxFiles().first { $0.hasSuffix("customer_token_created.json") })
         #expect(try String(contentsOfFile: fixture.outboxNew + "/" + outbox, encoding: .utf8).contains(token))
@@ -174,7 +175,7 @@ struct DaemonProcessTests {
         #expect(kills == 12)
 
         let store = try fixture.readStore()
-        try await waitUntilAsync(timeout: .seconds(120)) {
+        try await waitUntil(timeout: .seconds(120)) {
             let summary = try await store.summary(now: Date())
             let openSessions = (summary.sessionsByPhase["polling"] ?? 0) + (summary.sessionsByPhase["authorized"] ?? 0)
             let openOrders = summary.ordersByPhase.filter { $0.key != "closed" }.values.reduce(0, +)

@@ -3,6 +3,7 @@ import KlarnaAPI
 import KlarnaSandbox
 import ReconcilerCore
 import Testing
+import TestSupport
 
 /// Each failure class over real sockets: what the error carries and whether it may be retried.
 @Suite struct FailureTests {
@@ -316,14 +317,4 @@ final class RefusingPort {
 
 struct SocketSetupFailed: Error {}
 
-/// Polls a condition until it holds or a deadline passes; tests synchronise on state, never on sleeps alone.
-func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while !condition() {
-        if ContinuousClock.now > deadline { throw ConditionTimeout() }
-        try await Task.sleep(for: .milliseconds(5))
-    }
-}
-
-struct ConditionTimeout: Error {}
 

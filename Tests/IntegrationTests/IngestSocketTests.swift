@@ -7,6 +7,7 @@ import Logging
 import ReconcilerCore
 import ReconcilerStore
 import Testing
+import TestSupport
 
 /// Webhooks over the daemon's unix socket, sent with curl as a forwarder would.
 @Suite("Ingest over the unix socket", .serialized)
@@ -48,7 +49,7 @@ struct IngestSocketTests {
         let store = try fixture.readStore()
         let order = try await { () async throws -> String in
             var found: String?
-            try await waitUntilAsync { found = try await store.timeline(for: "sock-2").orders.first { $0.phase == .awaitingCapture }?.orderID; return found != nil }
+            try await waitUntil(timeout: .seconds(30)) { found = try await store.timeline(for: "sock-2").orders.first { $0.phase == .awaitingCapture }?.orderID; return found != nil }
             return found!
         }()
         let capture = try await fixture.post("/v1/orders/\(order)/capture", #"{"amount":3000}"#)
@@ -59,7 +60,7 @@ struct IngestSocketTests {
         let pending = try fixture.sandbox.createSession(SessionSpec(merchantReference: "sock-3", fraudStatus: "PENDING", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
         #expect(try await fixture.post("/v1/sessions", #"{"hpp_session_id":"\#(pending.hppSessionId)","kp_session_id":"\#(pending.kpSessionId)","merchant_reference":"sock-3"}"#).status == 202)
         var pendingOrder: String?
-        try await waitUntilAsync { pendingOrder = try await store.timeline(for: "sock-3").orders.first { $0.phase == .pendingFraud }?.orderID; return pendingOrder != nil }
+        try await waitUntil(timeout: .seconds(30)) { pendingOrder = try await store.timeline(for: "sock-3").orders.first { $0.phase == .pendingFraud }?.orderID; return pendingOrder != nil }
         try fixture.sandbox.setFraudStatus(orderID: pendingOrder!, "ACCEPTED")
         let notification = try await fixture.post("/v1/webhooks/om-notification", #"{"order_id":"\#(pendingOrder!)","event_type":"FRAUD_RISK_ACCEPTED"}"#)
         #expect(notification.status == 202)
@@ -68,7 +69,7 @@ struct IngestSocketTests {
         let kn = #"{"metadata":{"event_type":"payment.request.state-change.completed","event_id":"kn-1"},"payload":{"payment_request_id":"krn:payment:eu1:request:1","state":"COMPLETED"}}"#
         #expect(try await fixture.post("/v1/webhooks/klarna", kn, headers: ["Klarna-Signature: \(sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"]).status == 202)
 
-        try await waitUntilAsync(timeout: .seconds(30)) {
+        try await waitUntil(timeout: .seconds(30)) {
             let kinds = (try await store.timeline(for: fromWebhook.hppSessionId).outcomes + store.timeline(for: "sock-2").outcomes + store.timeline(for: "sock-3").outcomes).map(\.outcome.kind)
             return kinds.filter { $0 == .captured }.count == 3
         }
@@ -155,11 +156,11 @@ struct IngestSpoolTests {
         try await shell(fixture, "ln -s ../../outside new/0003-link && mkfifo new/0004-fifo && printf '{}' > ../hard && ln ../hard new/0005-hard && printf 'not json' > tmp/0006.json && mv tmp/0006.json new/0006.json")
 
         let store = try fixture.readStore()
-        try await waitUntilAsync(timeout: .seconds(30)) {
+        try await waitUntil(timeout: .seconds(30)) {
             let captured = (try await store.timeline(for: "spool-1").outcomes + store.timeline(for: raw.hppSessionId).outcomes).filter { $0.outcome.kind == .captured }
             return captured.count == 2
         }
-        try await waitUntilAsync { Set(fixture.quarantined()) == ["0003-link", "0004-fifo", "0005-hard", "0006.json"] }
+        try await waitUntil(timeout: .seconds(30)) { Set(fixture.quarantined()) == ["0003-link", "0004-fifo", "0005-hard", "0006.json"] }
         #expect(fixture.spoolNames("new").isEmpty && fixture.spoolNames("cur").isEmpty)
         let list = try await fixture.cli(["quarantine", "list"])
         for rule in ["symlink", "not_regular", "hard_link", "unknown_format"] { #expect(list.output.contains(rule), "\(list.output)") }
@@ -173,14 +174,14 @@ struct IngestSpoolTests {
             + #"{"authorization_token":"\#(secretToken)","session_id":"kp-9"}"#
         try forged.write(toFile: fixture.directory + "/spool/tmp/0007.http", atomically: false, encoding: .utf8)
         try await shell(fixture, "mv tmp/0007.http new/0007.http")
-        try await waitUntilAsync { fixture.quarantined().contains("0007.http") }
+        try await waitUntil(timeout: .seconds(30)) { fixture.quarantined().contains("0007.http") }
         let hidden = try await fixture.cli(["quarantine", "show", "0007.http"])
         #expect(hidden.output.contains("bad_token"))
         #expect(!hidden.output.contains(secretToken) && !hidden.output.contains("forged-callback-token"), "\(hidden.output)")
 
         // Requeued: processed like any new file (here still not a delivery, so back in quarantine, once).
         #expect(try await fixture.cli(["quarantine", "requeue", "0006.json"]).status == 0)
-        try await waitUntilAsync { fixture.quarantined().contains("0006.json") && fixture.spoolNames("new").isEmpty }
+        try await waitUntil(timeout: .seconds(30)) { fixture.quarantined().contains("0006.json") && fixture.spoolNames("new").isEmpty }
         #expect(try await fixture.stop() == 0)
     }
 
@@ -194,7 +195,7 @@ struct IngestSpoolTests {
             .write(toFile: fixture.directory + "/spool/cur/0001.json", atomically: true, encoding: .utf8)
         try await fixture.start()
         let store = try fixture.readStore()
-        try await waitUntilAsync { try await store.timeline(for: "claimed").outcomes.contains { $0.outcome.kind == .captured } }
+        try await waitUntil(timeout: .seconds(30)) { try await store.timeline(for: "claimed").outcomes.contains { $0.outcome.kind == .captured } }
         #expect(fixture.spoolNames("cur").isEmpty)
         #expect(try await fixture.stop() == 0)
     }
@@ -373,7 +374,7 @@ struct IngestDurabilityTests {
         try #"{"hpp_session_id":"spooled","kp_session_id":"kp","merchant_reference":"\#(padding)"}"#.write(toFile: fixture.directory + "/spool/tmp/full.json", atomically: false, encoding: .utf8)
         rename(fixture.directory + "/spool/tmp/full.json", fixture.directory + "/spool/new/full.json")
         let store = try fixture.readStore()
-        try await waitUntilAsync {
+        try await waitUntil(timeout: .seconds(30)) {
             if fixture.daemonLog.contains("cannot record a delivery from spool:full.json") { return true }
             return try await store.session("spooled") != nil
         }
@@ -382,7 +383,7 @@ struct IngestDurabilityTests {
 
         try FileManager.default.removeItem(atPath: state + "/filler")
         #expect(try await fixture.post("/v1/sessions", #"{"hpp_session_id":"after","kp_session_id":"kp"}"#).status == 202)
-        try await waitUntilAsync { fixture.spoolNames("new").isEmpty && fixture.spoolNames("cur").isEmpty }
+        try await waitUntil(timeout: .seconds(30)) { fixture.spoolNames("new").isEmpty && fixture.spoolNames("cur").isEmpty }
         #expect(try await store.session("spooled") != nil)
         #expect(try await store.session("after") != nil)
         #expect(try await fixture.stop() == 0)
@@ -482,16 +483,16 @@ struct EveryKindBothPathsTests {
         // KP authorization callback for a tracked session: the engine reads HPP at once instead of at the next poll.
         let authorized = try fixture.sandbox.createSession(SessionSpec(merchantReference: "kp-cb"))
         #expect(try await fixture.cli(["track", authorized.hppSessionId, "--kp-session", authorized.kpSessionId, "--reference", "kp-cb", "--capture", "on_request"]).status == 0)
-        try await waitUntilAsync { try await store.session(authorized.hppSessionId)?.hppStatus == "WAITING" }
+        try await waitUntil(timeout: .seconds(30)) { try await store.session(authorized.hppSessionId)?.hppStatus == "WAITING" }
         // Delivered while the session is open (the callback's token is only a hint: the daemon takes the real one
         // from its own read of HPP).
         try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/kp-authorization",
                           query: "kp_session_id=\(authorized.kpSessionId)&token=\(tokens.token("kp-authorization", authorized.kpSessionId))",
                           body: #"{"authorization_token":"callback-token-\#(viaSpool)","session_id":"\#(authorized.kpSessionId)"}"#)
-        try await waitUntilAsync { try await store.timeline(for: "kp-cb").events.contains { $0.kind == "webhook" && $0.message.contains("KP authorization callback") } }
+        try await waitUntil(timeout: .seconds(30)) { try await store.timeline(for: "kp-cb").events.contains { $0.kind == "webhook" && $0.message.contains("KP authorization callback") } }
         try fixture.sandbox.setHPPStatus(authorized.hppSessionId, "COMPLETED")
         var orderID: String?
-        try await waitUntilAsync { orderID = try await store.timeline(for: "kp-cb").orders.first { $0.phase == .awaitingCapture }?.orderID; return orderID != nil }
+        try await waitUntil(timeout: .seconds(30)) { orderID = try await store.timeline(for: "kp-cb").orders.first { $0.phase == .awaitingCapture }?.orderID; return orderID != nil }
 
         // A capture request for it.
         if viaSpool {
@@ -500,16 +501,16 @@ struct EveryKindBothPathsTests {
         } else {
             try await deliver(fixture, viaSpool: false, route: "/v1/orders/\(orderID!)/capture", body: #"{"amount":1000,"request_id":"r-1"}"#)
         }
-        try await waitUntilAsync { fixture.sandbox.effects(kind: .captured).contains { $0.orderId == orderID && $0.amount == 1_000 } }
+        try await waitUntil(timeout: .seconds(30)) { fixture.sandbox.effects(kind: .captured).contains { $0.orderId == orderID && $0.amount == 1_000 } }
 
         // An OM notification for a pending order.
         let pending = try fixture.sandbox.createSession(SessionSpec(merchantReference: "om-cb", fraudStatus: "PENDING", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
         #expect(try await fixture.cli(["track", pending.hppSessionId, "--kp-session", pending.kpSessionId, "--reference", "om-cb"]).status == 0)
         var pendingOrder: String?
-        try await waitUntilAsync { pendingOrder = try await store.timeline(for: "om-cb").orders.first { $0.phase == .pendingFraud }?.orderID; return pendingOrder != nil }
+        try await waitUntil(timeout: .seconds(30)) { pendingOrder = try await store.timeline(for: "om-cb").orders.first { $0.phase == .pendingFraud }?.orderID; return pendingOrder != nil }
         try fixture.sandbox.setFraudStatus(orderID: pendingOrder!, "ACCEPTED")
         try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/om-notification", body: #"{"order_id":"\#(pendingOrder!)","event_type":"FRAUD_RISK_ACCEPTED"}"#)
-        try await waitUntilAsync { try await store.timeline(for: "om-cb").outcomes.contains { $0.outcome.kind == .captured } }
+        try await waitUntil(timeout: .seconds(30)) { try await store.timeline(for: "om-cb").outcomes.contains { $0.outcome.kind == .captured } }
 
         // Klarna Network, signed over the byte-exact body: the daemon reads the payment request and writes an outcome
         // with the session token for the acquiring partner.
@@ -518,7 +519,7 @@ struct EveryKindBothPathsTests {
         try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/klarna",
                           headers: ["Klarna-Signature: \(tokens.sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"], body: kn)
         var completed: String?
-        try await waitUntilAsync { completed = fixture.outboxFiles().first { $0.hasSuffix("payment_request_completed.json") }; return completed != nil }
+        try await waitUntil(timeout: .seconds(30)) { completed = fixture.outboxFiles().first { $0.hasSuffix("payment_request_completed.json") }; return completed != nil }
         let document = try String(contentsOfFile: fixture.outboxNew + "/" + completed!, encoding: .utf8)
         #expect(document.contains(#""klarna_network_session_token":"krn:network:eu1:session-token:"#))
         #expect(document.contains(paymentRequest.replacingOccurrences(of: "/", with: "\\/")) || document.contains(paymentRequest))

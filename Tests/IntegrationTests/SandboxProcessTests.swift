@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import KlarnaAPI
 import Testing
+import TestSupport
 
 /// The `klarna-reconciler sandbox` process as systemd runs it: readiness over `$NOTIFY_SOCKET`, then SIGTERM.
 @Suite struct SandboxProcessTests {

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import KlarnaSandbox
 import Testing
+import TestSupport
 
 /// What the daemon tells systemd (sd_notify datagrams on `$NOTIFY_SOCKET`) around a reload, a watchdog and a stop,
 /// with the real binary and no service manager. The same behaviour under a real systemd is in Tests/System.
@@ -119,7 +120,7 @@ struct SystemdProtocolTests {
         try await fixture.start()
         let payment = try fixture.sandbox.createSession(SessionSpec(placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
         #expect(try await fixture.cli(["track", payment.hppSessionId, "--kp-session", payment.kpSessionId, "--mode", "PLACE_ORDER"]).status == 0)
-        try await waitUntilAsync(timeout: .seconds(20)) { !fixture.sandbox.requests(route: "om.create_capture").isEmpty }
+        try await waitUntil(timeout: .seconds(20)) { !fixture.sandbox.requests(route: "om.create_capture").isEmpty }
 
         let daemon = try #require(fixture.daemon)
         let stopped = ContinuousClock.now

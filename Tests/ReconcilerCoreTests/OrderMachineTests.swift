@@ -30,6 +30,18 @@ struct OrderMachineTests {
         #expect(second.outcomes.isEmpty)
     }
 
+    @Test("An order Klarna accepted when the daemon placed it: captured at once or done, without counting a read")
+    func placedAndAccepted() {
+        let immediate = order(.immediate).placedAndAccepted(amount: 10_000, currency: "EUR", now: t0, deadlines: deadlines)
+        #expect(immediate.action == .capture(amount: 10_000, requestID: nil))
+        #expect(immediate.order.phase == .capturing)
+        #expect(immediate.order.reads == 0)
+        #expect(immediate.outcomes.map(\.kind) == [.orderPlaced])
+        #expect(immediate.outcomes.first?.fraudStatus == "ACCEPTED")
+        let never = order(.never).placedAndAccepted(amount: 10_000, currency: "EUR", now: t0, deadlines: deadlines)
+        #expect(never.order.phase == .closed && never.action == nil)
+    }
+
     @Test("PENDING is never captured, whatever the policy", arguments: CapturePolicy.allCases)
     func pendingNeverCaptured(policy: CapturePolicy) {
         let step = order(policy).applying(read(fraud: "PENDING"), request: CaptureRequestItem(id: 1, orderID: "o-1", amount: nil, requestedAt: t0), now: t0, deadlines: deadlines)

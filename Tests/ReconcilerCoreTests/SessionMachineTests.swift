@@ -170,6 +170,10 @@ struct SessionMachineTests {
         let hinted = session.hinted(now: t0.addingTimeInterval(900))
         #expect(hinted.nextDueAt == t0.addingTimeInterval(900))
         #expect(hinted.pollAnchor == t0.addingTimeInterval(900))
+        // Before the first read a hint is the tracking itself; after it, callbacks are arriving.
+        #expect(hinted.lastHintAt == nil)
+        let seen = session.applying(read("WAITING"), now: t0.addingTimeInterval(950), schedule: schedule).session
+        #expect(seen.hinted(now: t0.addingTimeInterval(960)).lastHintAt == t0.addingTimeInterval(960))
         let closed = session.closed(.cancelled, "x").session
         #expect(closed.hinted(now: t0.addingTimeInterval(900)) == closed)
     }

@@ -10,12 +10,13 @@ extension Reconciler {
     // MARK: Session intents
 
     /// Places the order or creates the customer token for an authorized session, exactly once.
-    func driveSessionIntent(_ kind: Intent.Kind, _ session: TrackedSession) async throws -> WorkResult {
+    func driveSessionIntent(_ kind: Intent.Kind, _ session: TrackedSession) async throws -> StepResult {
         var now = clock.now
         let key = IdempotencyKey.make(kind, session.kpSessionID)
         var intent = try await store.intent(key) ?? Intent(key: key, kind: kind, subject: session.hppSessionID, now: now)
         var change = Change()
         var paymentSession: PaymentSession?
+        let urgency = Urgency.inMotion(now: now, deadline: session.tokenExpiresAt, margin: Urgency.tokenDeadlineMargin)
 
         if intent.isFinished {
             // A finished intent always moves its session on in the same commit; reaching here means the store was
@@ -31,7 +32,7 @@ extension Reconciler {
                     "a customer token may have been created for KP session \(session.kpSessionID) but the answer was lost (intent \(key)); check the Merchant Portal",
                     change: change)
             }
-            switch try await klarna(&change, { try await client.readPaymentSession(id: session.kpSessionID) }) {
+            switch try await klarna(&change, urgency, { try await client.readPaymentSession(id: session.kpSessionID) }) {
             case .failure(let error):
                 return try await sessionReadFailed(session, error, change: change)
             case .success(let kp) where kp.status == .complete:
@@ -51,7 +52,7 @@ extension Reconciler {
             change.sessions = [session.waitingForIntent(until: next)]
             change.intents = [intent]
             try await commit(change, now: now)
-            return WorkResult(next: next)
+            return StepResult(next: next)
         }
         if let expiry = session.tokenExpiresAt, now.hasReached(expiry) {
             change.intents = [intent.failed("authorization token expired", now: now)]
@@ -59,10 +60,10 @@ extension Reconciler {
             let step = session.tokenExpired(now: now, detail: lastError.map { "last error: \($0)" } ?? "no attempt succeeded")
             record(step, into: &change)
             try await commit(change, now: now)
-            return WorkResult(next: nil)
+            return StepResult(next: nil)
         }
         if paymentSession == nil {
-            switch try await klarna(&change, { try await client.readPaymentSession(id: session.kpSessionID) }) {
+            switch try await klarna(&change, urgency, { try await client.readPaymentSession(id: session.kpSessionID) }) {
             case .failure(let error): return try await sessionReadFailed(session, error, change: change)
             case .success(let kp): paymentSession = kp
             }
@@ -89,16 +90,27 @@ extension Reconciler {
         switch kind {
         case .placeOrder:
             let order = CreateOrderRequest(session: kp, merchantReference: session.merchantReference)
-            let result = try await klarna(&change, { try await client.createOrder(authorizationToken: token, order: order, idempotencyKey: key) })
+            let result = try await klarna(&change, urgency, { try await client.createOrder(authorizationToken: token, order: order, idempotencyKey: key) })
             now = clock.now
             switch result {
             case .success(let created):
                 change.intents = [intent.confirmed(result: created.orderID, now: now)]
                 let step = session.orderPlaced(orderID: created.orderID, fraudStatus: created.fraudStatus.rawValue)
                 record(step, into: &change, detail: ["intent": key, "attempt": "\(intent.attempts)"])
-                if let handOff = step.handOff { change.newOrders.append(step.session.order(for: handOff, createdAt: now)) }
+                if let handOff = step.handOff {
+                    let order = step.session.order(for: handOff, createdAt: now)
+                    if created.fraudStatus.rawValue == "ACCEPTED", order.capturePolicy != .onRequest {
+                        // The answer tells what an OM read would: capture now, or nothing to do (one call fewer). An
+                        // order that waits for capture requests is read for its authorization's expiry.
+                        let (placed, capture) = acceptedOrder(order, amount: kp.orderAmount, currency: kp.purchaseCurrency, now: now)
+                        record(placed, into: &change, asNew: true)
+                        if let capture { change.intents.append(capture) }
+                    } else {
+                        change.newOrders.append(order)
+                    }
+                }
                 try await commit(change, now: now)
-                return WorkResult(next: nil, wake: [.order(created.orderID)])
+                return StepResult(next: nil, wake: [.order(created.orderID)])
             case .failure(let error):
                 return try await sessionIntentFailed(session, intent, error, change: change)
             }
@@ -106,7 +118,7 @@ extension Reconciler {
             let request = CustomerTokenRequest(
                 purchaseCountry: kp.purchaseCountry, purchaseCurrency: kp.purchaseCurrency, locale: kp.locale ?? "en-US",
                 description: settings.customerTokenDescription)
-            let result = try await klarna(&change, { try await client.createCustomerToken(authorizationToken: token, request: request, idempotencyKey: key) })
+            let result = try await klarna(&change, urgency, { try await client.createCustomerToken(authorizationToken: token, request: request, idempotencyKey: key) })
             now = clock.now
             switch result {
             case .success(let created):
@@ -114,7 +126,7 @@ extension Reconciler {
                 let step = session.customerTokenCreated(tokenID: created.tokenID, now: now)
                 record(step, into: &change, detail: ["intent": key])
                 try await commit(change, now: now)
-                return WorkResult(next: step.session.nextDueAt)
+                return StepResult(next: step.session.nextDueAt)
             case .failure(let error):
                 return try await sessionIntentFailed(session, intent, error, change: change)
             }
@@ -123,7 +135,7 @@ extension Reconciler {
         }
     }
 
-    private func sessionIntentFailed(_ session: TrackedSession, _ intent: Intent, _ error: KlarnaAPIError, change: Change) async throws -> WorkResult {
+    private func sessionIntentFailed(_ session: TrackedSession, _ intent: Intent, _ error: KlarnaAPIError, change: Change) async throws -> StepResult {
         var change = change
         let now = clock.now
         let detail = Self.detail(error).merging(["intent": intent.key, "attempt": "\(intent.attempts)"]) { $1 }
@@ -133,7 +145,7 @@ extension Reconciler {
             change.sessions = [session.waitingForIntent(until: at, lastError: Self.short(error))]
             change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event, detail: detail))
             try await commit(change, now: now)
-            return WorkResult(next: at)
+            return StepResult(next: at)
         case .giveUp(let failed, let reason):
             change.intents = [failed]
             let kind: OutcomeKind
@@ -159,31 +171,32 @@ extension Reconciler {
         IntentVerdict.decide(intent: intent, failure: Self.callFailure(error), now: now, deadline: deadline, policy: settings.writeRetry, random: random)
     }
 
-    private func sessionReadFailed(_ session: TrackedSession, _ error: KlarnaAPIError, change: Change) async throws -> WorkResult {
+    private func sessionReadFailed(_ session: TrackedSession, _ error: KlarnaAPIError, change: Change) async throws -> StepResult {
         var change = change
         let now = clock.now
         let step = session.readFailed(Self.short(error), now: now, retryAfter: readDelay(failures: session.consecutiveFailures + 1, error), schedule: settings.polling)
         record(step, into: &change, detail: Self.detail(error))
         try await commit(change, now: now)
-        return WorkResult(next: step.session.nextDueAt)
+        return StepResult(next: step.session.nextDueAt)
     }
 
-    private func closeSession(_ session: TrackedSession, _ kind: OutcomeKind, _ reason: String, change: Change) async throws -> WorkResult {
+    private func closeSession(_ session: TrackedSession, _ kind: OutcomeKind, _ reason: String, change: Change) async throws -> StepResult {
         var change = change
         record(session.closed(kind, reason), into: &change)
         try await commit(change, now: clock.now)
-        return WorkResult(next: nil)
+        return StepResult(next: nil)
     }
 
     // MARK: Order intents
 
     /// Captures or extends the authorization, exactly once per key.
-    func driveOrderIntent(_ order: TrackedOrder, _ intent: Intent) async throws -> WorkResult {
+    func driveOrderIntent(_ order: TrackedOrder, _ intent: Intent) async throws -> StepResult {
         var intent = intent
         var change = Change()
         var now = clock.now
+        let urgency = Urgency.inMotion(now: now, deadline: order.expiresAt, margin: settings.deadlines.authorizationWarnBefore)
         if intent.needsResolution {
-            switch try await klarna(&change, { try await client.readOrder(id: order.orderID) }) {
+            switch try await klarna(&change, urgency, { try await client.readOrder(id: order.orderID) }) {
             case .failure(let error):
                 return try await orderReadFailed(order, error, now: now, change: change)
             case .success(let read):
@@ -206,7 +219,7 @@ extension Reconciler {
             change.orders = [order.waitingForIntent(until: next)]
             change.intents = [intent]
             try await commit(change, now: now)
-            return WorkResult(next: next)
+            return StepResult(next: next)
         }
         intent = intent.sending(now: now)
         change.intents = [intent]
@@ -220,9 +233,9 @@ extension Reconciler {
         let result: Result<String?, KlarnaAPIError>
         if intent.kind == .capture {
             let request = CaptureRequest(capturedAmount: intent.amount ?? 0, reference: order.merchantReference)
-            result = try await klarna(&change, { try await client.createCapture(orderID: order.orderID, request: request, idempotencyKey: key).captureID }).map { Optional($0) }
+            result = try await klarna(&change, urgency, { try await client.createCapture(orderID: order.orderID, request: request, idempotencyKey: key).captureID }).map { Optional($0) }
         } else {
-            result = try await klarna(&change, { try await client.extendAuthorizationTime(orderID: order.orderID, idempotencyKey: key) }).map { nil }
+            result = try await klarna(&change, urgency, { try await client.extendAuthorizationTime(orderID: order.orderID, idempotencyKey: key) }).map { nil }
         }
         now = clock.now
         switch result {
@@ -236,7 +249,7 @@ extension Reconciler {
                 change.orders = [order.waitingForIntent(until: at)]
                 change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, event, detail: detail))
                 try await commit(change, now: now)
-                return WorkResult(next: at)
+                return StepResult(next: at)
             case .giveUp(let failed, let reason):
                 change.intents = [failed]
                 if let requestID = intent.captureRequestID {
@@ -247,16 +260,16 @@ extension Reconciler {
                     // read it and let the order rules decide.
                     record(order.intentRefused(intent.kind, error: Self.short(error), now: now), into: &change, detail: detail)
                     try await commit(change, now: now)
-                    return WorkResult(next: now)
+                    return StepResult(next: now)
                 }
                 record(order.intentFailed("\(intent.kind.rawValue) failed: \(Self.short(error)); \(reason)"), into: &change, detail: detail)
                 try await commit(change, now: now)
-                return WorkResult(next: nil)
+                return StepResult(next: nil)
             }
         }
     }
 
-    private func orderIntentSucceeded(_ order: TrackedOrder, _ intent: Intent, captureID: String?, change: Change) async throws -> WorkResult {
+    private func orderIntentSucceeded(_ order: TrackedOrder, _ intent: Intent, captureID: String?, change: Change) async throws -> StepResult {
         var change = change
         let now = clock.now
         change.intents = [intent.confirmed(result: captureID, now: now)]
@@ -269,6 +282,6 @@ extension Reconciler {
         }
         record(step, into: &change, detail: ["intent": intent.key, "attempt": "\(intent.attempts)"])
         try await commit(change, now: now)
-        return WorkResult(next: step.order.isOpen ? step.order.nextDueAt : nil)
+        return StepResult(next: step.order.isOpen ? step.order.nextDueAt : nil)
     }
 }

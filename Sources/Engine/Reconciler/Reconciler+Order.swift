@@ -6,28 +6,29 @@ import ReconcilerStore
 /// Placed orders: reading them and turning what the order rules decide (capture, refuse a request, extend the
 /// authorization) into intents.
 extension Reconciler {
-    func processOrder(_ id: String, hinted: Bool) async throws -> WorkResult {
-        guard let order = try await store.order(id), order.isOpen else { return WorkResult(next: nil) }
+    func processOrder(_ id: String, hinted: Bool) async throws -> StepResult {
+        guard let order = try await store.order(id), order.isOpen else { return StepResult(next: nil) }
         return try await LogContext.about(order) { try await processOrder(order, hinted: hinted) }
     }
 
-    private func processOrder(_ loaded: TrackedOrder, hinted: Bool) async throws -> WorkResult {
+    private func processOrder(_ loaded: TrackedOrder, hinted: Bool) async throws -> StepResult {
         var order = loaded
         let id = order.orderID
         if hinted, order.activeIntent == nil { order = order.hinted(now: clock.now) }
         if let key = order.activeIntent, let intent = try await store.intent(key), !intent.isFinished {
             return try await driveOrderIntent(order, intent)
         }
-        if let due = order.nextDueAt, !isDue(due) { return WorkResult(next: due) }
+        if let due = order.nextDueAt, !isDue(due) { return StepResult(next: due) }
         var change = Change()
-        let result = try await klarna(&change, { try await client.readOrder(id: id) })
+        let phaseUrgency = order.phase.urgency(now: clock.now, expiresAt: order.expiresAt, deadlines: settings.deadlines)
+        let result = try await klarna(&change, hinted ? max(.hinted, phaseUrgency) : phaseUrgency, { try await client.readOrder(id: id) })
         let now = clock.now
         let read: KlarnaAPI.Order
         switch result {
         case .failure(let error) where error.status == 404:
             record(order.closed(.needsAttention, "Klarna does not know order \(id) (\(Self.short(error)))"), into: &change, detail: Self.detail(error))
             try await commit(change, now: now)
-            return WorkResult(next: nil)
+            return StepResult(next: nil)
         case .failure(let error):
             return try await orderReadFailed(order, error, now: now, change: change)
         case .success(let value):
@@ -68,16 +69,26 @@ extension Reconciler {
         if let intent { change.intents.append(intent) }
         try await commit(change, now: now)
         if let intent { return try await driveOrderIntent(step.order, intent) }
-        return WorkResult(next: step.order.isOpen ? step.order.nextDueAt : nil)
+        return StepResult(next: step.order.isOpen ? step.order.nextDueAt : nil)
+    }
+
+    /// A new order Klarna accepted at once: the capture policy's decision, with the capture intent it starts (the
+    /// same key a read would have led to), ready to commit with the order.
+    func acceptedOrder(_ order: TrackedOrder, amount: Int, currency: String?, now: Date) -> (step: OrderStep, capture: Intent?) {
+        var step = order.placedAndAccepted(amount: amount, currency: currency, now: now, deadlines: settings.deadlines)
+        guard case .capture(let amount, nil) = step.action else { return (step, nil) }
+        let key = IdempotencyKey.make(.capture, "\(order.orderID):full")
+        step.order = step.order.intentStarted(key: key, now: now)
+        return (step, Intent(key: key, kind: .capture, subject: order.orderID, amount: amount, expectedCapturedTotal: amount, now: now))
     }
 
     /// A read of the order failed at `now`: count it and read again after a backoff.
-    func orderReadFailed(_ order: TrackedOrder, _ error: KlarnaAPIError, now: Date, change: Change) async throws -> WorkResult {
+    func orderReadFailed(_ order: TrackedOrder, _ error: KlarnaAPIError, now: Date, change: Change) async throws -> StepResult {
         var change = change
         let step = order.readFailed(Self.short(error), now: now, retryAfter: readDelay(failures: order.consecutiveFailures + 1, error))
         record(step, into: &change, detail: Self.detail(error))
         try await commit(change, now: now)
-        return WorkResult(next: step.order.nextDueAt)
+        return StepResult(next: step.order.nextDueAt)
     }
 }
 

@@ -5,12 +5,12 @@ import ReconcilerStore
 
 /// Klarna Network payment requests: read until final, then record the outcome.
 extension Reconciler {
-    func processPaymentRequest(_ id: String, hinted: Bool) async throws -> WorkResult {
-        guard var request = try await store.paymentRequest(id), request.isOpen else { return WorkResult(next: nil) }
+    func processPaymentRequest(_ id: String, hinted: Bool) async throws -> StepResult {
+        guard var request = try await store.paymentRequest(id), request.isOpen else { return StepResult(next: nil) }
         if hinted { request = request.hinted(now: clock.now) }
-        if let due = request.nextDueAt, !isDue(due) { return WorkResult(next: due) }
+        if let due = request.nextDueAt, !isDue(due) { return StepResult(next: due) }
         var change = Change()
-        let result = try await klarna(&change, { try await client.readPaymentRequest(id: id) })
+        let result = try await klarna(&change, hinted ? .hinted : .routine, { try await client.readPaymentRequest(id: id) })
         let now = clock.now
         let step: TrackedPaymentRequest.Step
         switch result {
@@ -30,6 +30,6 @@ extension Reconciler {
             EventLog.log(event, metadata: ["payment_request_id": .string(id)], logger: logger)
         }
         try await commit(change, now: now)
-        return WorkResult(next: step.request.isOpen ? step.request.nextDueAt : nil)
+        return StepResult(next: step.request.isOpen ? step.request.nextDueAt : nil)
     }
 }

@@ -5,44 +5,49 @@ import ReconcilerStore
 
 /// HPP sessions: polling until the status is final, then moving an authorized session on to its intents.
 extension Reconciler {
-    func processSession(_ id: String, hinted: Bool) async throws -> WorkResult {
-        guard let session = try await store.session(id), session.isOpen else { return WorkResult(next: nil) }
+    func processSession(_ id: String, hinted: Bool) async throws -> StepResult {
+        guard let session = try await store.session(id), session.isOpen else { return StepResult(next: nil) }
         return try await LogContext.about(session) { try await processSession(session, hinted: hinted) }
     }
 
-    private func processSession(_ loaded: TrackedSession, hinted: Bool) async throws -> WorkResult {
+    private func processSession(_ loaded: TrackedSession, hinted: Bool) async throws -> StepResult {
         var session = loaded
         let id = session.hppSessionID
         if hinted, session.phase == .polling { session = session.hinted(now: clock.now) }
+        var ending: SessionEnding?
         // A session can take several steps in one turn: COMPLETED, then straight on to placing the order.
         for _ in 0..<4 {
-            if let due = session.nextDueAt, !isDue(due) { return WorkResult(next: due) }
+            if let due = session.nextDueAt, !isDue(due) { return StepResult(next: due, ending: ending) }
             switch session.phase {
             case .polling:
-                let (next, handOff) = try await poll(session)
-                if let handOff { return WorkResult(next: nil, wake: [.order(handOff)]) }
-                guard let next, next.phase == .authorized else { return WorkResult(next: next?.isOpen == true ? next?.nextDueAt : nil) }
+                let urgency = hinted ? .hinted : session.phase.urgency(now: clock.now, deadline: session.expiresAt)
+                let (next, handOff, ended) = try await poll(session, urgency)
+                ending = ended
+                if let handOff { return StepResult(next: nil, wake: [.order(handOff)], ending: ending) }
+                guard let next, next.phase == .authorized else { return StepResult(next: next?.isOpen == true ? next?.nextDueAt : nil, ending: ending) }
                 session = next
             case .authorized:
-                let result = try await advanceAuthorized(session)
+                var result = try await advanceAuthorized(session)
+                result.ending = ending
                 guard result.wake.isEmpty, let next = try await store.session(id), next.isOpen, next.nextDueAt.map(isDue) == true else {
                     return result
                 }
                 session = next
             case .ordered, .closed:
-                return WorkResult(next: nil)
+                return StepResult(next: nil, ending: ending)
             }
         }
-        return WorkResult(next: session.nextDueAt)
+        return StepResult(next: session.nextDueAt, ending: ending)
     }
 
-    /// Reads the HPP session once and commits what it says. Returns the new session, or the order it handed off to.
-    private func poll(_ session: TrackedSession) async throws -> (TrackedSession?, String?) {
+    /// Reads the HPP session once and commits what it says. Returns the new session, or the order it handed off to,
+    /// and what the read teaches about how long sessions take.
+    private func poll(_ session: TrackedSession, _ urgency: Urgency) async throws -> (TrackedSession?, String?, SessionEnding?) {
         let now = clock.now
         var change = Change()
         let step: SessionStep
         var detail: [String: String] = [:]
-        switch try await klarna(&change, { try await client.readHPPSession(id: session.hppSessionID) }) {
+        switch try await klarna(&change, urgency, { try await client.readHPPSession(id: session.hppSessionID) }) {
         case .success(let hpp):
             step = session.applying(
                 .session(status: hpp.status.rawValue, updatedAt: hpp.updatedAt, expiresAt: hpp.expiresAt,
@@ -58,10 +63,10 @@ extension Reconciler {
         record(step, into: &change, detail: detail)
         if let handOff = step.handOff { change.newOrders.append(step.session.order(for: handOff, createdAt: now)) }
         try await commit(change, now: now)
-        return (step.session, step.handOff?.orderID)
+        return (step.session, step.handOff?.orderID, step.ending(from: session, now: now))
     }
 
-    private func advanceAuthorized(_ session: TrackedSession) async throws -> WorkResult {
+    private func advanceAuthorized(_ session: TrackedSession) async throws -> StepResult {
         if session.purpose.createsCustomerToken, session.customerTokenID == nil {
             return try await driveSessionIntent(.customerToken, session)
         }
@@ -72,6 +77,6 @@ extension Reconciler {
         var change = Change()
         record(session.tokenizeFinished(), into: &change)
         try await commit(change, now: clock.now)
-        return WorkResult(next: nil)
+        return StepResult(next: nil)
     }
 }

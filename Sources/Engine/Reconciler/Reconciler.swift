@@ -12,10 +12,25 @@ import ReconcilerStore
 /// `Reconciler+Intents` (the side effects); this file holds the plumbing every step goes through.
 public struct Reconciler: Sendable {
     public struct WorkResult: Sendable, Equatable {
-        /// When this key wants to run again; `nil` when it is finished.
-        public var next: Date?
+        /// When this key wants to run again and how urgent that is; `nil` when it is finished.
+        public var next: WorkPlan?
         /// Other keys that now have work (an order handed off by its session).
         public var wake: [WorkKey] = []
+        /// An HPP session ended: what it teaches the scheduler about how long sessions take.
+        public var ending: SessionEnding?
+
+        public init(next: WorkPlan?, wake: [WorkKey] = [], ending: SessionEnding? = nil) {
+            self.next = next
+            self.wake = wake
+            self.ending = ending
+        }
+    }
+
+    /// What one step says before its plan is made: when to come back, who else has work, what a session's end teaches.
+    struct StepResult: Sendable {
+        var next: Date?
+        var wake: [WorkKey] = []
+        var ending: SessionEnding?
     }
 
     public let store: any ReconcilerStore
@@ -50,20 +65,30 @@ public struct Reconciler: Sendable {
     /// Works on `key` once. `hinted`: someone said something changed (a webhook, a capture request), so Klarna is
     /// read now even if the next read was planned for later.
     public func process(_ key: WorkKey, hinted: Bool = false) async throws -> WorkResult {
-        switch key {
+        let step = switch key {
         case .session(let id): try await processSession(id, hinted: hinted)
         case .order(let id): try await processOrder(id, hinted: hinted)
         case .paymentRequest(let id): try await LogContext.about(paymentRequest: id) { try await processPaymentRequest(id, hinted: hinted) }
         }
+        guard let due = step.next else { return WorkResult(next: nil, wake: step.wake, ending: step.ending) }
+        // How urgent the next run is follows from the state just committed, by the core's rules.
+        let now = clock.now
+        let plan: WorkPlan? = switch key {
+        case .session(let id): try await store.session(id)?.plan(now: now)
+        case .order(let id): try await store.order(id)?.plan(now: now, deadlines: settings.deadlines)
+        case .paymentRequest(let id): try await store.paymentRequest(id)?.plan()
+        }
+        return WorkResult(next: WorkPlan(due: due, urgency: plan?.urgency ?? .routine, poll: plan?.poll), wake: step.wake, ending: step.ending)
     }
 
     // MARK: Plumbing
 
     func isDue(_ date: Date) -> Bool { clock.now.hasReached(date) }
 
-    /// One Klarna call under the shared rate budget; a 429's hint pauses everyone. Records health for `status`.
-    func klarna<T: Sendable>(_ change: inout Change, _ call: () async throws -> T) async throws -> Result<T, KlarnaAPIError> {
-        if let rateLimiter { _ = try await rateLimiter.acquire() }
+    /// One Klarna call under the shared rate budget, served by `urgency`; a 429's hint pauses everyone. Records
+    /// health for `status`.
+    func klarna<T: Sendable>(_ change: inout Change, _ urgency: Urgency, _ call: () async throws -> T) async throws -> Result<T, KlarnaAPIError> {
+        if let rateLimiter { try await rateLimiter.acquire(urgency) }
         do {
             let value = try await call()
             change.health.append(("klarna_ok", ""))
@@ -93,8 +118,9 @@ public struct Reconciler: Sendable {
         if let outcome = step.outcome { change.outcomes.append(outcome) }
     }
 
-    func record(_ step: OrderStep, into change: inout Change, detail: [String: String] = [:]) {
-        change.orders.append(step.order)
+    /// `asNew`: the order is one Klarna just created (inserted, never overwriting an order already known).
+    func record(_ step: OrderStep, into change: inout Change, detail: [String: String] = [:], asNew: Bool = false) {
+        if asNew { change.newOrders.append(step.order) } else { change.orders.append(step.order) }
         for event in step.events {
             change.events.append(NewEvent(hppSessionID: step.order.hppSessionID, orderID: step.order.orderID, event, detail: detail))
         }

@@ -138,6 +138,18 @@ public struct OrderStep: Sendable, Equatable {
 }
 
 extension TrackedOrder {
+    /// The daemon placed this order and Klarna's answer said `fraud_status: ACCEPTED`: that answer tells what a first
+    /// read would (an authorized order of the KP session's amount, nothing captured), so the capture policy decides at
+    /// once without an OM read. Only the authorization's expiry is missing, which matters to `on_request` orders
+    /// alone: those are read as before.
+    public func placedAndAccepted(amount: Int, currency: String?, now: Date, deadlines: Deadlines) -> OrderStep {
+        var step = applying(
+            OrderObservation(status: "AUTHORIZED", fraudStatus: "ACCEPTED", orderAmount: amount, capturedAmount: 0, remainingAuthorizedAmount: amount, currency: currency),
+            request: nil, now: now, deadlines: deadlines)
+        step.order.reads = reads
+        return step
+    }
+
     /// Applies one read of the order at `now`; `request` is the oldest capture request still waiting.
     public func applying(_ observation: OrderObservation, request: CaptureRequestItem?, now: Date, deadlines: Deadlines) -> OrderStep {
         var order = self

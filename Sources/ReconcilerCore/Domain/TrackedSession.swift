@@ -33,6 +33,10 @@ public struct TrackedSession: Codable, Sendable, Equatable {
     public var trackedAt: Date
     /// Start of the current dense polling window: tracking time or the last webhook hint.
     public var pollAnchor: Date
+    /// The last read that reached Klarna (`nil` before the first): routine reads are valued from it.
+    public var lastReadAt: Date?
+    /// The last webhook or operator hint: a session whose callbacks arrive is polled only as a safety net.
+    public var lastHintAt: Date?
     public var nextDueAt: Date?
     public var reads: Int
     public var consecutiveFailures: Int
@@ -107,6 +111,7 @@ extension TrackedSession {
     public func applying(_ observation: HPPObservation, now: Date, schedule: PollingSchedule) -> SessionStep {
         var session = self
         session.reads += 1
+        session.lastReadAt = now
         session.consecutiveFailures = 0
         session.lastError = nil
         guard phase == .polling else {
@@ -215,11 +220,14 @@ extension TrackedSession {
         return SessionStep(session: session, events: [DomainEvent("read_failed", "\(error); next read in \(Self.seconds(retryAfter))")])
     }
 
-    /// A webhook or an operator says something changed: read now and poll densely again.
+    /// A webhook or an operator says something changed: read now and poll densely again. A hint before the first
+    /// read is how a new session reaches the engine (track requests wake it too), so only later ones count as
+    /// callbacks arriving.
     public func hinted(now: Date) -> TrackedSession {
         var session = self
         guard isOpen else { return session }
         session.pollAnchor = now
+        if lastReadAt != nil { session.lastHintAt = now }
         session.nextDueAt = now
         return session
     }

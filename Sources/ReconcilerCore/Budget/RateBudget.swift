@@ -1,0 +1,148 @@
+import Foundation
+
+/// One rate budget spent by urgency: a token bucket (`ratePerSecond` tokens per second, at most `burst` saved up)
+/// and the callers waiting for a token, served most urgent first and in arrival order within a level.
+///
+/// Nothing is reserved ahead: a token goes to whoever is most urgent at the moment it exists, so a side effect that
+/// arrives behind any number of waiting reads takes the next token. Two rules keep the order from starving anyone:
+/// after ``fairEvery`` − 1 grants in a row that passed over an older, less urgent waiter, the next token goes to the
+/// oldest waiter (so the less urgent get at least one token in ``fairEvery`` however busy the rest is, and delay the
+/// more urgent by one token interval at most); and a pause (a 429) holds everyone.
+public struct RateBudget: Sendable, Equatable {
+    public struct Ticket: Hashable, Sendable {
+        public let id: UInt64
+        public let urgency: Urgency
+    }
+
+    public static let fairEvery = 10
+    /// A token less than this far away counts as there: `Date` keeps about a tenth of a microsecond, so a token
+    /// computed to arrive "now" may be a hair short when the time comes.
+    private static let slack: TimeInterval = 1e-6
+
+    public private(set) var ratePerSecond: Double
+    public private(set) var burst: Double
+    private var tokens: Double
+    private var updatedAt: Date
+    private var pausedUntil: Date?
+    /// Waiting tickets per urgency level (index = raw value), oldest first.
+    private var queues: [[Ticket]] = Array(repeating: [], count: Urgency.allCases.count)
+    private var issued: UInt64 = 0
+    private var passedOver = 0
+
+    public init(ratePerSecond: Double, burst: Double, now: Date) {
+        precondition(ratePerSecond > 0 && burst >= 1)
+        self.ratePerSecond = ratePerSecond
+        self.burst = burst
+        self.tokens = burst
+        self.updatedAt = now
+    }
+
+    public var waiting: Int { queues.reduce(0) { $0 + $1.count } }
+
+    /// Joins the queue at `urgency`; ``grant(now:)`` says when the ticket is served.
+    public mutating func request(_ urgency: Urgency) -> Ticket {
+        issued += 1
+        let ticket = Ticket(id: issued, urgency: urgency)
+        queues[urgency.rawValue].append(ticket)
+        return ticket
+    }
+
+    /// Leaves the queue (a cancelled caller). `false` if the ticket was served already or never existed.
+    public mutating func withdraw(_ ticket: Ticket) -> Bool {
+        guard let index = queues[ticket.urgency.rawValue].firstIndex(of: ticket) else { return false }
+        queues[ticket.urgency.rawValue].remove(at: index)
+        return true
+    }
+
+    /// Hands the tokens there are now to waiting tickets, in order; returns the tickets served.
+    public mutating func grant(now: Date) -> [Ticket] {
+        refill(now: now)
+        var served: [Ticket] = []
+        while hasToken, isOpen(now: now), let ticket = next() {
+            tokens -= 1
+            served.append(ticket)
+        }
+        return served
+    }
+
+    /// When the next waiting ticket can be served; `nil` when nobody waits.
+    public func nextGrant(now: Date) -> Date? {
+        guard waiting > 0 else { return nil }
+        return nextToken(now: now)
+    }
+
+    /// When the next token exists (now, if one is there).
+    public func nextToken(now: Date) -> Date {
+        var copy = self
+        copy.refill(now: now)
+        if let pausedUntil = copy.pausedUntil, pausedUntil > now {
+            return pausedUntil.addingTimeInterval(1 / ratePerSecond)
+        }
+        if copy.hasToken { return now }
+        return now.addingTimeInterval(max(Self.slack, (1 - copy.tokens) / ratePerSecond))
+    }
+
+    /// Takes up to `limit` tokens that nobody is waiting for, for reads that run only when the budget has room.
+    public mutating func takeSpare(limit: Int, now: Date) -> Int {
+        refill(now: now)
+        guard waiting == 0, isOpen(now: now), limit > 0 else { return 0 }
+        let count = min(limit, Int((tokens + Self.slack * ratePerSecond).rounded(.down)))
+        tokens -= Double(count)
+        return count
+    }
+
+    /// Gives back tokens taken by ``takeSpare(limit:now:)`` that were not used.
+    public mutating func refund(_ count: Int, now: Date) {
+        refill(now: now)
+        tokens = min(burst, tokens + Double(count))
+    }
+
+    /// Empties the budget until `until`; nobody is served before then.
+    public mutating func pause(until: Date, now: Date) {
+        refill(now: now)
+        if let current = pausedUntil, current >= until { return }
+        pausedUntil = until
+        tokens = 0
+    }
+
+    /// Changes the rate live (configuration reload) without forgetting who waits.
+    public mutating func reconfigure(ratePerSecond: Double, burst: Double, now: Date) {
+        precondition(ratePerSecond > 0 && burst >= 1)
+        refill(now: now)
+        self.ratePerSecond = ratePerSecond
+        self.burst = burst
+        tokens = min(tokens, burst)
+    }
+
+    private var hasToken: Bool { tokens >= 1 - Self.slack * ratePerSecond }
+
+    private func isOpen(now: Date) -> Bool { pausedUntil.map { now >= $0 } ?? true }
+
+    /// The ticket the next token goes to: the most urgent, unless the fairness turn of the oldest has come.
+    private mutating func next() -> Ticket? {
+        guard let level = queues.lastIndex(where: { !$0.isEmpty }) else { return nil }
+        let oldest = queues.indices.filter { !queues[$0].isEmpty }.min { queues[$0][0].id < queues[$1][0].id }!
+        if oldest != level {
+            passedOver += 1
+            if passedOver >= Self.fairEvery {
+                passedOver = 0
+                return queues[oldest].removeFirst()
+            }
+        } else {
+            passedOver = 0
+        }
+        return queues[level].removeFirst()
+    }
+
+    private mutating func refill(now: Date) {
+        var from = updatedAt
+        if let pausedUntil {
+            if now < pausedUntil { updatedAt = now; return }
+            from = max(from, pausedUntil)
+            self.pausedUntil = nil
+        }
+        let elapsed = max(0, now.timeIntervalSince(from))
+        tokens = min(burst, tokens + elapsed * ratePerSecond)
+        updatedAt = now
+    }
+}

@@ -1,0 +1,141 @@
+import Foundation
+import Synchronization
+
+/// The process-wide outbound budget: a ``RateBudget`` shared by every caller, sleeping on the injected clock.
+///
+/// A caller asks with its ``Urgency`` and is resumed when a token is its own. While anyone waits, one pump task
+/// sleeps until the next token exists and hands it out; it ends when the queue is empty.
+public final class RateLimiter: Sendable {
+    private struct State {
+        var budget: RateBudget
+        /// Waiting callers by ticket id.
+        var parked: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+        /// Tickets served before their caller had parked.
+        var served: Set<UInt64> = []
+        var pumping = false
+    }
+
+    /// A token the dispatcher took for a job before it started (a routine read admitted because the budget had
+    /// room); the job's first call uses it instead of queueing.
+    public final class Prepaid: Sendable {
+        private let unused = Mutex(true)
+        public init() {}
+        /// Takes the token; `false` if it was used already.
+        public func use() -> Bool { unused.withLock { value in defer { value = false }; return value } }
+    }
+
+    /// The token the current task's job was admitted with, if any.
+    @TaskLocal public static var prepaid: Prepaid?
+
+    private let state: Mutex<State>
+    private let clock: any WallClock
+    /// Told how long each call waited for its token, by urgency (benchmarks; metrics later).
+    private let observer: (@Sendable (Urgency, Duration) -> Void)?
+
+    public init(ratePerSecond: Double, burst: Double, clock: any WallClock, observer: (@Sendable (Urgency, Duration) -> Void)? = nil) {
+        self.clock = clock
+        self.observer = observer
+        self.state = Mutex(State(budget: RateBudget(ratePerSecond: ratePerSecond, burst: burst, now: clock.now)))
+    }
+
+    /// Callers waiting for a token now.
+    public var waiting: Int { state.withLock { $0.budget.waiting } }
+
+    /// When the next token exists.
+    public var nextToken: Date { let now = clock.now; return state.withLock { $0.budget.nextToken(now: now) } }
+
+    /// Waits until the caller may send one request at `urgency`. Returns how long it waited.
+    @discardableResult
+    public func acquire(_ urgency: Urgency) async throws -> Duration {
+        if let prepaid = Self.prepaid, prepaid.use() { return .zero }
+        let started = clock.now
+        let (ticket, mine, others, startPump) = state.withLock { state in
+            let ticket = state.budget.request(urgency)
+            let (mine, others) = Self.deliver(state.budget.grant(now: started), except: ticket, in: &state)
+            let startPump = !mine && !state.pumping
+            if startPump { state.pumping = true }
+            return (ticket, mine, others, startPump)
+        }
+        for continuation in others { continuation.resume() }
+        if mine {
+            observer?(urgency, .zero)
+            return .zero
+        }
+        if startPump { Task { await self.pump() } }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let result: Result<Void, any Error>? = state.withLock { state in
+                    if state.served.remove(ticket.id) != nil { return .success(()) }
+                    if Task.isCancelled, state.budget.withdraw(ticket) { return .failure(CancellationError()) }
+                    state.parked[ticket.id] = continuation
+                    return nil
+                }
+                if let result { continuation.resume(with: result) }
+            }
+        } onCancel: {
+            let parked = state.withLock { state in
+                state.budget.withdraw(ticket) ? state.parked.removeValue(forKey: ticket.id) : nil
+            }
+            parked?.resume(throwing: CancellationError())
+        }
+        let waited = Duration(timeInterval: clock.now.timeIntervalSince(started))
+        observer?(urgency, waited)
+        return waited
+    }
+
+    /// Takes up to `limit` tokens nobody waits for (see ``Prepaid``).
+    public func takeSpare(limit: Int) -> Int {
+        let now = clock.now
+        return state.withLock { $0.budget.takeSpare(limit: limit, now: now) }
+    }
+
+    /// Gives back spare tokens a job did not use.
+    public func refund(_ count: Int) {
+        guard count > 0 else { return }
+        let now = clock.now
+        state.withLock { $0.budget.refund(count, now: now) }
+    }
+
+    /// Klarna said "too many requests": nobody calls for `duration`.
+    public func pause(for duration: Duration) {
+        let now = clock.now
+        state.withLock { $0.budget.pause(until: now.addingTimeInterval(duration.timeInterval), now: now) }
+    }
+
+    public func reconfigure(ratePerSecond: Double, burst: Double) {
+        let now = clock.now
+        state.withLock { $0.budget.reconfigure(ratePerSecond: ratePerSecond, burst: burst, now: now) }
+    }
+
+    /// Serves waiting callers as tokens come, until nobody waits.
+    private func pump() async {
+        while true {
+            let now = clock.now
+            let (resumed, next) = state.withLock { state in
+                let (_, resumed) = Self.deliver(state.budget.grant(now: now), except: nil, in: &state)
+                let next = state.budget.nextGrant(now: now)
+                if next == nil { state.pumping = false }
+                return (resumed, next)
+            }
+            for continuation in resumed { continuation.resume() }
+            guard let next else { return }
+            // Never spin: a token "due now" that rounding kept back comes a microsecond later.
+            try? await clock.sleep(for: max(.microseconds(1), Duration(timeInterval: next.timeIntervalSince(now))))
+        }
+    }
+
+    /// Splits served tickets into the caller's own and the parked callers to resume; a served caller that has not
+    /// parked yet finds its ticket in `served`.
+    private static func deliver(_ tickets: [RateBudget.Ticket], except own: RateBudget.Ticket?, in state: inout State)
+        -> (mine: Bool, resume: [CheckedContinuation<Void, any Error>])
+    {
+        var mine = false
+        var resume: [CheckedContinuation<Void, any Error>] = []
+        for ticket in tickets {
+            if ticket == own { mine = true }
+            else if let continuation = state.parked.removeValue(forKey: ticket.id) { resume.append(continuation) }
+            else { state.served.insert(ticket.id) }
+        }
+        return (mine, resume)
+    }
+}

@@ -1,0 +1,105 @@
+import Foundation
+import KlarnaSandbox
+import Logging
+import ServiceLifecycle
+import Testing
+import TestSupport
+@testable import Engine
+@testable import Ingest
+@testable import ReconcilerCore
+@testable import ReconcilerStore
+
+@Suite("Klarna calls per payment")
+struct CallCountTests {
+    @Test("A webhook for a NONE payment with immediate capture costs 4 calls, and its wakeups row never a second read")
+    func webhookPaymentCostsFourCalls() async throws {
+        try await EngineHarness.with { h in
+            let created = try h.sandbox.createSession(SessionSpec(orderAmount: 4_000))
+            try h.sandbox.setHPPStatus(created.hppSessionId, "COMPLETED")
+            let scheduler = Scheduler()
+            let workers = WorkerService(reconciler: h.reconciler, scheduler: scheduler, logger: Logger(label: "test"))
+            _ = try await workers.loadOpenWork()
+            let tokens = CallbackTokens(key: Array("callback-key-0123456789abcdef".utf8))
+            let ingestor = Ingestor(
+                reader: WebhookReader(tokens: tokens, policy: .require, signingKeys: SigningKeys([:])), store: h.store,
+                defaultCapturePolicy: .immediate, clock: h.clock, logger: Logger(label: "test"),
+                wake: { keys in for key in keys { await scheduler.wake(key, at: h.clock.now) } })
+            let group = ServiceGroup(configuration: .init(services: [.init(service: workers)], logger: Logger(label: "test")))
+            let running = Task { try await group.run() }
+
+            let query = ["kp_session_id": created.kpSessionId, "hpp_session_id": created.hppSessionId, "token": tokens.token(.hppStatus, kpSessionID: created.kpSessionId)]
+            let body = #"{"event_id":"e-1","session":{"session_id":"\#(created.hppSessionId)","status":"COMPLETED"}}"#
+            let answer = await ingestor.ingest(Delivery(route: .hppStatus, query: query, body: Array(body.utf8)), source: "socket")
+            #expect(answer.accepted)
+
+            try await waitUntil { h.effects(.captured).count == 1 }
+            // Let the wakeup poller look at the store several times: the row the ingest left must not wake the
+            // session again.
+            for _ in 0..<5 {
+                try await waitUntil { await scheduler.runningCount == 0 && h.clock.sleeperCount >= 1 }
+                h.clock.advance(by: h.reconciler.settings.wakeupInterval)
+            }
+            try await waitUntil { await scheduler.runningCount == 0 }
+            await group.triggerGracefulShutdown()
+            try await running.value
+
+            #expect(h.sandbox.requests(route: "hpp.read_session").count == 1)
+            #expect(h.sandbox.requests(route: "om.read_order").isEmpty, "Klarna's create-order answer said ACCEPTED: no OM read")
+            #expect(h.sandbox.requests().map(\.route) == ["hpp.read_session", "kp.read_session", "kp.create_order", "om.create_capture"])
+            #expect(try await h.outcomes(created) == [.orderPlaced, .captured])
+            h.expectNoDoubleEffects()
+        }
+    }
+
+    @Test("One hint, one read: the ingest commit and the wakeups row it leaves do not read an open session twice")
+    func oneReadPerHint() async throws {
+        var settings = EngineHarness.fastSettings
+        settings.wakeupInterval = .milliseconds(100)
+        try await EngineHarness.with(settings: settings) { h in
+            let created = try await h.track(SessionSpec(orderAmount: 4_000, schedule: [ScheduleStep(afterSeconds: 0.1, status: "IN_PROGRESS")]))
+            let scheduler = Scheduler()
+            let workers = WorkerService(reconciler: h.reconciler, scheduler: scheduler, logger: Logger(label: "test"))
+            _ = try await workers.loadOpenWork()
+            let tokens = CallbackTokens(key: Array("callback-key-0123456789abcdef".utf8))
+            let ingestor = Ingestor(
+                reader: WebhookReader(tokens: tokens, policy: .require, signingKeys: SigningKeys([:])), store: h.store,
+                defaultCapturePolicy: .immediate, clock: h.clock, logger: Logger(label: "test"),
+                wake: { keys in for key in keys { await scheduler.wake(key, at: h.clock.now) } })
+            let group = ServiceGroup(configuration: .init(services: [.init(service: workers)], logger: Logger(label: "test")))
+            let running = Task { try await group.run() }
+            func reads() -> Int { h.sandbox.requests(route: "hpp.read_session").count }
+            try await waitUntil { reads() == 1 }
+            h.clock.advance(by: .milliseconds(500))
+
+            let query = ["kp_session_id": created.kpSessionId, "hpp_session_id": created.hppSessionId, "token": tokens.token(.hppStatus, kpSessionID: created.kpSessionId)]
+            let body = #"{"event_id":"e-2","session":{"session_id":"\#(created.hppSessionId)","status":"IN_PROGRESS"}}"#
+            #expect(await ingestor.ingest(Delivery(route: .hppStatus, query: query, body: Array(body.utf8)), source: "socket").accepted)
+            try await waitUntil { reads() == 2 }
+            // The wakeup poller looks at the store five times before the next planned read (2 s later).
+            for _ in 0..<5 {
+                try await waitUntil { await scheduler.runningCount == 0 && h.clock.sleeperCount >= 2 }
+                h.clock.advance(by: settings.wakeupInterval)
+            }
+            try await waitUntil { await scheduler.runningCount == 0 && h.clock.sleeperCount >= 2 }
+            await group.triggerGracefulShutdown()
+            try await running.value
+            #expect(reads() == 2)
+            #expect(try await h.session(created).hppStatus == "IN_PROGRESS")
+        }
+    }
+
+    @Test("An order Klarna placed as PENDING is read until its fraud review ends; never captured before")
+    func pendingAnswerIsRead() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(orderAmount: 4_000, fraudStatus: "PENDING", fraudDecisionAfterSeconds: 120, fraudDecision: "ACCEPTED",
+                                                        schedule: [ScheduleStep(afterSeconds: 1, status: "COMPLETED")]))
+            try await h.run()
+            #expect(h.sandbox.requests(route: "om.read_order").count >= 2)
+            #expect(try await h.outcomes(created) == [.orderPlaced, .captured])
+            let firstCapture = try #require(h.sandbox.requests(route: "om.create_capture").first)
+            let lastPendingRead = h.sandbox.requests(route: "om.read_order").filter { $0.at < firstCapture.at }.last
+            #expect(lastPendingRead != nil)
+            h.expectNoDoubleEffects()
+        }
+    }
+}

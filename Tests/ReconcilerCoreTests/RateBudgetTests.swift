@@ -1,0 +1,210 @@
+import Foundation
+import Synchronization
+import Testing
+import TestSupport
+@testable import ReconcilerCore
+
+@Suite("Rate budget by urgency")
+struct RateBudgetTests {
+    let start = Date(timeIntervalSince1970: 1_000)
+
+    /// Serves `budget` from `from` on, moving time to each next grant, until nobody waits; the grants in order with
+    /// their times.
+    func drain(_ budget: inout RateBudget, from: Date) -> [(RateBudget.Ticket, Date)] {
+        var served: [(RateBudget.Ticket, Date)] = []
+        var now = from
+        while let next = budget.nextGrant(now: now) {
+            now = max(now, next)
+            served += budget.grant(now: now).map { ($0, now) }
+        }
+        return served
+    }
+
+    @Test("The burst is free, then tokens come at the rate")
+    func burstThenRate() {
+        var budget = RateBudget(ratePerSecond: 10, burst: 3, now: start)
+        for _ in 0..<6 { _ = budget.request(.routine) }
+        let times = drain(&budget, from: start).map { $0.1.timeIntervalSince(start) }
+        #expect(times.map { ($0 * 1_000).rounded() } == [0, 0, 0, 100, 200, 300])
+    }
+
+    @Test("Waiters are served most urgent first, in arrival order within a level")
+    func urgencyOrder() {
+        var budget = RateBudget(ratePerSecond: 10, burst: 1, now: start)
+        _ = budget.grant(now: start)
+        let result1 = budget.takeSpare(limit: 1, now: start)
+        #expect(result1 == 1)
+        let routine = budget.request(.routine)
+        let hinted = budget.request(.hinted)
+        let motion1 = budget.request(.inMotion)
+        let deadline = budget.request(.deadline)
+        let motion2 = budget.request(.inMotion)
+        #expect(drain(&budget, from: start).map(\.0) == [deadline, motion1, motion2, hinted, routine])
+    }
+
+    @Test("A side effect behind 10,000 waiting routine reads takes the next token: within one token interval")
+    func sideEffectOvertakes() {
+        var budget = RateBudget(ratePerSecond: 50, burst: 10, now: start)
+        for _ in 0..<10_000 { _ = budget.request(.routine) }
+        // Ten seconds of polls go out first.
+        var now = start
+        for _ in 0..<500 {
+            now = budget.nextGrant(now: now)!
+            _ = budget.grant(now: now)
+        }
+        let arrival = now.addingTimeInterval(0.003)
+        let capture = budget.request(.inMotion)
+        let next = budget.nextGrant(now: arrival)!
+        let result2 = budget.grant(now: next)
+        #expect(result2 == [capture])
+        #expect(next.timeIntervalSince(arrival) <= 1.0 / 50 + 1e-6)
+    }
+
+    @Test("No routine read waits forever: under endless urgent demand it gets one token in fairEvery")
+    func fairness() {
+        var budget = RateBudget(ratePerSecond: 50, burst: 1, now: start)
+        var now = start
+        _ = budget.grant(now: now)
+        _ = budget.takeSpare(limit: 1, now: now)
+        let poll = budget.request(.routine)
+        var grantsBeforePoll = 0
+        while true {
+            // Someone more urgent always waits.
+            _ = budget.request(.hinted)
+            _ = budget.request(.inMotion)
+            now = budget.nextGrant(now: now)!
+            let served = budget.grant(now: now)
+            if served.contains(poll) { break }
+            grantsBeforePoll += served.count
+            if grantsBeforePoll >= 1_000 { Issue.record("the routine read was never served"); return }
+        }
+        #expect(grantsBeforePoll == RateBudget.fairEvery - 1)
+    }
+
+    @Test("The budget is never exceeded over any window, whatever the mix of callers and spare takes")
+    func neverExceeded() {
+        let rate = 50.0, burst = 10.0
+        var budget = RateBudget(ratePerSecond: rate, burst: burst, now: start)
+        let random = SeededRandomSource(seed: 3)
+        var sent: [Double] = []
+        var now = start
+        for _ in 0..<20_000 {
+            now = now.addingTimeInterval(random.nextUnit() * 0.01)
+            switch Int(random.nextUnit() * 4) {
+            case 0: _ = budget.request(Urgency.allCases[Int(random.nextUnit() * 4)])
+            case 1: sent += Array(repeating: now.timeIntervalSince(start), count: budget.takeSpare(limit: 3, now: now))
+            default: break
+            }
+            sent += budget.grant(now: now).map { _ in now.timeIntervalSince(start) }
+        }
+        #expect(sent.count > 1_000)
+        for window in [0.1, 1.0, 10.0] {
+            var first = 0
+            for last in sent.indices {
+                while sent[last] - sent[first] > window { first += 1 }
+                #expect(Double(last - first + 1) <= burst + rate * window + 1e-6, "window \(window) s")
+            }
+        }
+    }
+
+    @Test("Spare tokens exist only while nobody waits; unused ones come back")
+    func spare() {
+        var budget = RateBudget(ratePerSecond: 10, burst: 5, now: start)
+        let result3 = budget.takeSpare(limit: 3, now: start)
+        #expect(result3 == 3)
+        let result4 = budget.takeSpare(limit: 3, now: start)
+        #expect(result4 == 2)
+        budget.refund(2, now: start)
+        let waiter = budget.request(.inMotion)
+        let result5 = budget.takeSpare(limit: 3, now: start)
+        #expect(result5 == 0)
+        let result6 = budget.grant(now: start)
+        #expect(result6 == [waiter])
+        let result7 = budget.takeSpare(limit: 3, now: start)
+        #expect(result7 == 1)
+    }
+
+    @Test("A pause holds everyone until the reset, then the budget restarts empty; a shorter pause never shortens it")
+    func pause() {
+        var budget = RateBudget(ratePerSecond: 10, burst: 5, now: start)
+        budget.pause(until: start.addingTimeInterval(2), now: start)
+        budget.pause(until: start.addingTimeInterval(1), now: start)
+        let result8 = budget.takeSpare(limit: 5, now: start)
+        #expect(result8 == 0)
+        _ = budget.request(.deadline)
+        let result9 = budget.grant(now: start.addingTimeInterval(1.5))
+        #expect(result9.isEmpty)
+        #expect(abs(budget.nextGrant(now: start)!.timeIntervalSince(start) - 2.1) < 1e-6)
+        let result10 = budget.grant(now: start.addingTimeInterval(2.1))
+        #expect(result10.count == 1)
+    }
+
+    @Test("Reconfiguring changes the rate live and keeps who waits")
+    func reconfigure() {
+        var budget = RateBudget(ratePerSecond: 10, burst: 1, now: start)
+        _ = budget.takeSpare(limit: 1, now: start)
+        let waiter = budget.request(.routine)
+        budget.reconfigure(ratePerSecond: 2, burst: 1, now: start)
+        #expect(abs(budget.nextGrant(now: start)!.timeIntervalSince(start) - 0.5) < 1e-6)
+        let result11 = budget.grant(now: start.addingTimeInterval(0.5))
+        #expect(result11 == [waiter])
+    }
+
+    @Test("A withdrawn ticket is never served")
+    func withdraw() {
+        var budget = RateBudget(ratePerSecond: 10, burst: 1, now: start)
+        _ = budget.takeSpare(limit: 1, now: start)
+        let gone = budget.request(.deadline)
+        let stays = budget.request(.routine)
+        let result12 = budget.withdraw(gone)
+        #expect(result12)
+        let result13 = budget.withdraw(gone)
+        #expect(!result13)
+        #expect(drain(&budget, from: start).map(\.0) == [stays])
+    }
+}
+
+@Suite("Rate limiter")
+struct RateLimiterTests {
+    @Test("Callers waiting on the injected clock are resumed most urgent first")
+    func resumesByUrgency() async throws {
+        let clock = ManualClock()
+        let limiter = RateLimiter(ratePerSecond: 10, burst: 1, clock: clock)
+        try await limiter.acquire(.routine)
+        let order = OrderLog()
+        let routine = Task { try await limiter.acquire(.routine); order.append("routine") }
+        try await waitUntil { limiter.waiting == 1 }
+        let capture = Task { try await limiter.acquire(.inMotion); order.append("capture") }
+        try await waitUntil { limiter.waiting == 2 && clock.sleeperCount == 1 }
+        clock.advance(by: .milliseconds(100))
+        try await capture.value
+        #expect(order.entries == ["capture"])
+        try await waitUntil { clock.sleeperCount == 1 }
+        clock.advance(by: .milliseconds(100))
+        try await routine.value
+        #expect(order.entries == ["capture", "routine"])
+    }
+
+    @Test("A prepaid token is spent by the first call only; a cancelled waiter leaves the queue")
+    func prepaidAndCancel() async throws {
+        let clock = ManualClock()
+        let limiter = RateLimiter(ratePerSecond: 1, burst: 1, clock: clock)
+        #expect(limiter.takeSpare(limit: 5) == 1)
+        let prepaid = RateLimiter.Prepaid()
+        let waited = try await RateLimiter.$prepaid.withValue(prepaid) { try await limiter.acquire(.routine) }
+        #expect(waited == .zero)
+        #expect(!prepaid.use())
+        let waiter = Task { try await limiter.acquire(.hinted) }
+        try await waitUntil { limiter.waiting == 1 }
+        waiter.cancel()
+        await #expect(throws: CancellationError.self) { try await waiter.value }
+        #expect(limiter.waiting == 0)
+    }
+}
+
+/// Strings appended from several tasks.
+final class OrderLog: Sendable {
+    private let lines = Mutex<[String]>([])
+    var entries: [String] { lines.withLock { $0 } }
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
+}

@@ -1,0 +1,21 @@
+import Foundation
+import Synchronization
+
+/// Waits for a condition with a deadline: tests synchronise on what they can observe, never on a sleep alone.
+public func waitUntil(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while try await !condition() {
+        if ContinuousClock.now > deadline { throw WaitTimeout() }
+        try await Task.sleep(for: .milliseconds(2))
+    }
+}
+
+public struct WaitTimeout: Error {}
+
+/// A flag one task sets and another waits on.
+public final class Flag: Sendable {
+    private let value = Mutex(false)
+    public init() {}
+    public var isSet: Bool { value.withLock { $0 } }
+    public func set() { value.withLock { $0 = true } }
+}
