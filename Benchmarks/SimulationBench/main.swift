@@ -8,14 +8,17 @@ import ReconcilerCore
 import ReconcilerStore
 import Synchronization
 
-// klarna-sim-bench [--sessions N] [--rate R] [--arrival-seconds A] [--expiry-seconds E] [--share-completing P] [--seed S]
+// klarna-sim-bench [--open-sessions M] [--open-window-seconds W] [--sessions N] [--arrival-seconds A]
+//                  [--share-completing P] [--expiry-seconds E] [--rate R] [--seed S]
 //
 // The real engine (Scheduler, Reconciler, RateLimiter, the SQLite store) against the sandbox over loopback, on one
-// manual clock that both share and that jumps to the next event once every worker waits for the budget: an hour of
-// traffic in a minute. N HPP sessions arrive uniformly over A seconds; a share P completes at a log-normal age
-// (median 3 min, σ 0.8), the rest is abandoned and expires E seconds after creation. Polling only (no webhooks),
-// budget R calls/s, and the sandbox enforces R/s itself (429 past it). A plain round-robin poller on the same budget
-// and workload is simulated in the same run. Prints `key value` lines for scripts/bench.sh.
+// manual clock that both share and that jumps to the next event once every worker waits for the budget: half an
+// hour of traffic in a minute or two. At the start M sessions are open, tracked over the W seconds before and
+// abandoned (they never complete; those older than E − W expire during the run); then N more arrive uniformly over
+// A seconds, a share P of which completes at a log-normal age (median 3 min, σ 0.8). HPP sessions expire E seconds
+// after creation. Polling only (no webhooks), budget R calls/s, and the sandbox enforces R/s itself (429 past it).
+// A plain round-robin poller on the same budget and workload is simulated in the same run. Prints `key value` lines
+// for scripts/bench.sh.
 
 func option(_ name: String, _ fallback: Double) -> Double {
     guard let index = CommandLine.arguments.firstIndex(of: name), index + 1 < CommandLine.arguments.count,
@@ -24,10 +27,12 @@ func option(_ name: String, _ fallback: Double) -> Double {
     return value
 }
 
-let sessionCount = Int(option("--sessions", 10_000))
+let openCount = Int(option("--open-sessions", 7_000))
+let openWindow = option("--open-window-seconds", 10_800)
+let sessionCount = Int(option("--sessions", 3_000))
 let rate = option("--rate", 50)
 let arrivalSeconds = option("--arrival-seconds", 1_200)
-let expirySeconds = option("--expiry-seconds", 1_800)
+let expirySeconds = option("--expiry-seconds", 10_800)
 let shareCompleting = option("--share-completing", 0.75)
 let random = SeededRandomSource(seed: UInt64(option("--seed", 42)))
 let grace = PollingSchedule().expiryGrace.timeInterval
@@ -47,37 +52,41 @@ func normal() -> Double {
 }
 
 struct Arrival {
+    /// Seconds from the start of the run; negative for the sessions open when it starts.
     let at: TimeInterval
     /// Age at which the consumer completes; `nil`: abandoned.
     let completesAfter: TimeInterval?
 }
 
-let workload: [Arrival] = (0..<sessionCount).map { _ in
+let alreadyOpen: [Arrival] = (0..<openCount).map { _ in Arrival(at: -random.nextUnit() * openWindow, completesAfter: nil) }
+let workload: [Arrival] = alreadyOpen + (0..<sessionCount).map { _ in
     let at = random.nextUnit() * arrivalSeconds
     let completes = random.nextUnit() < shareCompleting
     // Completing later than the session lives is abandoning it.
     let age = completes ? min(180 * exp(0.8 * normal()), expirySeconds - 1) : nil
     return Arrival(at: at, completesAfter: age)
 }.sorted { $0.at < $1.at }
+let horizonSeconds = arrivalSeconds + 900
 
 // MARK: The round-robin baseline: reads at exactly the budget's rate, open sessions in a circle.
 
 func roundRobin() -> (detection: [Double], reads: Int, misses: Int) {
-    var queue: [Int] = []
+    // The sessions open at the start in no particular order (Fisher–Yates on the seeded source), then arrivals at
+    // the back as they come.
+    var queue = Array(0..<openCount)
+    for index in queue.indices.reversed() { queue.swapAt(index, Int(random.nextUnit() * Double(index + 1))) }
     var head = 0
-    var next = 0
+    var next = openCount
     var detection: [Double] = []
+    var expiryReadAt: [Int: Double] = [:]
     var reads = 0
-    var misses = 0
     var tick = 0
     while true {
         let now = Double(tick) / rate
         tick += 1
+        if now > horizonSeconds { break }
         while next < workload.count, workload[next].at <= now { queue.append(next); next += 1 }
-        if head == queue.count {
-            if next == workload.count { break }
-            continue
-        }
+        guard head < queue.count else { continue }
         let index = queue[head]
         head += 1
         reads += 1
@@ -85,12 +94,18 @@ func roundRobin() -> (detection: [Double], reads: Int, misses: Int) {
         if let age = arrival.completesAfter, now >= arrival.at + age {
             detection.append(now - arrival.at - age)
         } else if now >= arrival.at + expirySeconds {
-            if now > arrival.at + expirySeconds + grace { misses += 1 }
+            expiryReadAt[index] = now
         } else {
             queue.append(index)
         }
         // Keep the array from growing without bound.
         if head > 100_000 { queue.removeFirst(head); head = 0 }
+    }
+    let misses = workload.indices.count { index in
+        let arrival = workload[index]
+        let expiresAt = arrival.at + expirySeconds
+        guard arrival.completesAfter == nil, expiresAt + grace <= horizonSeconds else { return false }
+        return (expiryReadAt[index] ?? .infinity) > expiresAt + grace
     }
     return (detection, reads, misses)
 }
@@ -141,8 +156,25 @@ struct Created {
     let arrival: Arrival
 }
 var created: [Created] = []
-var pending = workload[...]
-let horizon = start.addingTimeInterval(arrivalSeconds + expirySeconds + grace + 60)
+var pending = workload.drop { $0.at < 0 }
+let horizon = start.addingTimeInterval(horizonSeconds)
+let schedule = PollingSchedule()
+
+// The sessions open at the start: tracked in the past, read a little while ago, never completing.
+for arrival in workload.prefix(while: { $0.at < 0 }) {
+    let session = try sandbox.createSession(SessionSpec(orderAmount: 10_000, hppExpiresAfterSeconds: arrival.at + expirySeconds))
+    var tracked = TrackedSession(
+        hppSessionID: session.hppSessionId, kpSessionID: session.kpSessionId, mode: ReconcilerCore.PlaceOrderMode.none,
+        merchantReference: nil, capturePolicy: .immediate, purpose: .buy, trackedAt: start.addingTimeInterval(arrival.at))
+    tracked.hppStatus = "WAITING"
+    tracked.expiresAt = session.expiresAt
+    tracked.reads = 1
+    tracked.lastReadAt = max(tracked.trackedAt, start.addingTimeInterval(-random.nextUnit() * 300))
+    tracked.nextDueAt = schedule.nextPoll(now: tracked.lastReadAt!, anchor: tracked.trackedAt, expiresAt: tracked.expiresAt)
+    _ = try await store.track(tracked, event: DomainEvent("tracked", "simulation"), at: start)
+    if let plan = tracked.plan(now: start) { await scheduler.schedule(.session(session.hppSessionId), plan) }
+    created.append(Created(hppSessionID: session.hppSessionId, arrival: arrival))
+}
 let began = ContinuousClock.now
 var lastProgress = start
 
@@ -156,8 +188,8 @@ while clock.now < horizon {
     let now = clock.now
     while let arrival = pending.first, start.addingTimeInterval(arrival.at) <= now {
         pending.removeFirst()
-        let schedule = arrival.completesAfter.map { [ScheduleStep(afterSeconds: $0, status: "COMPLETED")] } ?? []
-        let session = try sandbox.createSession(SessionSpec(orderAmount: 10_000, schedule: schedule, hppExpiresAfterSeconds: expirySeconds))
+        let steps = arrival.completesAfter.map { [ScheduleStep(afterSeconds: $0, status: "COMPLETED")] } ?? []
+        let session = try sandbox.createSession(SessionSpec(orderAmount: 10_000, schedule: steps, hppExpiresAfterSeconds: expirySeconds))
         let tracked = TrackedSession(
             hppSessionID: session.hppSessionId, kpSessionID: session.kpSessionId, mode: ReconcilerCore.PlaceOrderMode.none,
             merchantReference: nil, capturePolicy: .immediate, purpose: .buy, trackedAt: now)
@@ -213,6 +245,7 @@ for session in created {
         if let seen = times.filter({ $0 >= completedAt }).min() { detection.append(seen.timeIntervalSince(completedAt)) } else { undetected += 1 }
     } else {
         let expiresAt = createdAt.addingTimeInterval(expirySeconds)
+        guard expiresAt.addingTimeInterval(grace) <= horizon else { continue }
         if !times.contains(where: { $0 >= expiresAt && $0.timeIntervalSince(expiresAt) <= grace }) { misses += 1 }
     }
 }
@@ -222,6 +255,8 @@ let baseline = roundRobin()
 let model = await scheduler.completionModel
 
 report("sim_sessions", created.count)
+report("sim_open_at_start", openCount)
+report("sim_expiring_in_run", created.count { $0.arrival.completesAfter == nil && $0.arrival.at + expirySeconds + grace <= horizonSeconds })
 report("sim_completing", completed)
 report("sim_rate", Int(rate))
 report("sim_simulated_seconds", Int(clock.now.timeIntervalSince(start)))

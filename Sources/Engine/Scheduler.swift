@@ -124,7 +124,8 @@ public actor Scheduler {
     public func nextDue(budget: RateLimiter? = nil) -> Date? {
         var earliest = Urgency.allCases.compactMap { validTop($0)?.due }.min()
         if let readyDue = ready.compactMap({ waiting[$0]?.plan.due }).min() {
-            let at = budget.map { max(readyDue, $0.nextToken) } ?? readyDue
+            // While more urgent callers wait, the token that exists now is theirs: look again just after.
+            let at = budget.map { max(readyDue, $0.waiting > 0 ? $0.nextToken.addingTimeInterval(0.001) : $0.nextToken) } ?? readyDue
             earliest = min(earliest ?? at, at)
         }
         return earliest

@@ -16,21 +16,9 @@ struct CallCountTests {
         try await EngineHarness.with { h in
             let created = try h.sandbox.createSession(SessionSpec(orderAmount: 4_000))
             try h.sandbox.setHPPStatus(created.hppSessionId, "COMPLETED")
-            let scheduler = Scheduler()
-            let workers = WorkerService(reconciler: h.reconciler, scheduler: scheduler, logger: Logger(label: "test"))
-            _ = try await workers.loadOpenWork()
-            let tokens = CallbackTokens(key: Array("callback-key-0123456789abcdef".utf8))
-            let ingestor = Ingestor(
-                reader: WebhookReader(tokens: tokens, policy: .require, signingKeys: SigningKeys([:])), store: h.store,
-                defaultCapturePolicy: .immediate, clock: h.clock, logger: Logger(label: "test"),
-                wake: { keys in for key in keys { await scheduler.wake(key, at: h.clock.now) } })
-            let group = ServiceGroup(configuration: .init(services: [.init(service: workers)], logger: Logger(label: "test")))
-            let running = Task { try await group.run() }
-
-            let query = ["kp_session_id": created.kpSessionId, "hpp_session_id": created.hppSessionId, "token": tokens.token(.hppStatus, kpSessionID: created.kpSessionId)]
-            let body = #"{"event_id":"e-1","session":{"session_id":"\#(created.hppSessionId)","status":"COMPLETED"}}"#
-            let answer = await ingestor.ingest(Delivery(route: .hppStatus, query: query, body: Array(body.utf8)), source: "socket")
-            #expect(answer.accepted)
+            let engine = try await RunningEngine.start(h)
+            #expect(await engine.callback(created, status: "COMPLETED", eventID: "e-1").accepted)
+            let scheduler = engine.scheduler
 
             try await waitUntil { h.effects(.captured).count == 1 }
             // Let the wakeup poller look at the store several times: the row the ingest left must not wake the
@@ -40,8 +28,7 @@ struct CallCountTests {
                 h.clock.advance(by: h.reconciler.settings.wakeupInterval)
             }
             try await waitUntil { await scheduler.runningCount == 0 }
-            await group.triggerGracefulShutdown()
-            try await running.value
+            try await engine.stop()
 
             #expect(h.sandbox.requests(route: "hpp.read_session").count == 1)
             #expect(h.sandbox.requests(route: "om.read_order").isEmpty, "Klarna's create-order answer said ACCEPTED: no OM read")
@@ -57,23 +44,13 @@ struct CallCountTests {
         settings.wakeupInterval = .milliseconds(100)
         try await EngineHarness.with(settings: settings) { h in
             let created = try await h.track(SessionSpec(orderAmount: 4_000, schedule: [ScheduleStep(afterSeconds: 0.1, status: "IN_PROGRESS")]))
-            let scheduler = Scheduler()
-            let workers = WorkerService(reconciler: h.reconciler, scheduler: scheduler, logger: Logger(label: "test"))
-            _ = try await workers.loadOpenWork()
-            let tokens = CallbackTokens(key: Array("callback-key-0123456789abcdef".utf8))
-            let ingestor = Ingestor(
-                reader: WebhookReader(tokens: tokens, policy: .require, signingKeys: SigningKeys([:])), store: h.store,
-                defaultCapturePolicy: .immediate, clock: h.clock, logger: Logger(label: "test"),
-                wake: { keys in for key in keys { await scheduler.wake(key, at: h.clock.now) } })
-            let group = ServiceGroup(configuration: .init(services: [.init(service: workers)], logger: Logger(label: "test")))
-            let running = Task { try await group.run() }
+            let engine = try await RunningEngine.start(h)
+            let scheduler = engine.scheduler
             func reads() -> Int { h.sandbox.requests(route: "hpp.read_session").count }
             try await waitUntil { reads() == 1 }
             h.clock.advance(by: .milliseconds(500))
 
-            let query = ["kp_session_id": created.kpSessionId, "hpp_session_id": created.hppSessionId, "token": tokens.token(.hppStatus, kpSessionID: created.kpSessionId)]
-            let body = #"{"event_id":"e-2","session":{"session_id":"\#(created.hppSessionId)","status":"IN_PROGRESS"}}"#
-            #expect(await ingestor.ingest(Delivery(route: .hppStatus, query: query, body: Array(body.utf8)), source: "socket").accepted)
+            #expect(await engine.callback(created, status: "IN_PROGRESS", eventID: "e-2").accepted)
             try await waitUntil { reads() == 2 }
             // The wakeup poller looks at the store five times before the next planned read (2 s later).
             for _ in 0..<5 {
@@ -81,8 +58,7 @@ struct CallCountTests {
                 h.clock.advance(by: settings.wakeupInterval)
             }
             try await waitUntil { await scheduler.runningCount == 0 && h.clock.sleeperCount >= 2 }
-            await group.triggerGracefulShutdown()
-            try await running.value
+            try await engine.stop()
             #expect(reads() == 2)
             #expect(try await h.session(created).hppStatus == "IN_PROGRESS")
         }
@@ -101,5 +77,38 @@ struct CallCountTests {
             #expect(lastPendingRead != nil)
             h.expectNoDoubleEffects()
         }
+    }
+}
+
+/// The worker service running on a harness, with an ingestor that wakes it the way the daemon's does.
+struct RunningEngine {
+    let scheduler: Scheduler
+    let ingestor: Ingestor
+    static let tokens = CallbackTokens(key: Array("callback-key-0123456789abcdef".utf8))
+    let group: ServiceGroup
+    let running: Task<Void, any Error>
+
+    static func start(_ h: EngineHarness) async throws -> RunningEngine {
+        let scheduler = Scheduler()
+        let workers = WorkerService(reconciler: h.reconciler, scheduler: scheduler, logger: Logger(label: "test"))
+        _ = try await workers.loadOpenWork()
+        let ingestor = Ingestor(
+            reader: WebhookReader(tokens: tokens, policy: .require, signingKeys: SigningKeys([:])),
+            store: h.store, defaultCapturePolicy: .immediate, clock: h.clock, logger: Logger(label: "test"),
+            wake: { keys in for key in keys { await scheduler.wake(key, at: h.clock.now) } })
+        let group = ServiceGroup(configuration: .init(services: [.init(service: workers)], logger: Logger(label: "test")))
+        return RunningEngine(scheduler: scheduler, ingestor: ingestor, group: group, running: Task { try await group.run() })
+    }
+
+    /// A verified HPP status callback for `created`, through the same path as the socket's.
+    func callback(_ created: CreatedSession, status: String, eventID: String) async -> Ingestor.Answer {
+        let query = ["kp_session_id": created.kpSessionId, "hpp_session_id": created.hppSessionId, "token": Self.tokens.token(.hppStatus, kpSessionID: created.kpSessionId)]
+        let body = #"{"event_id":"\#(eventID)","session":{"session_id":"\#(created.hppSessionId)","status":"\#(status)"}}"#
+        return await ingestor.ingest(Delivery(route: .hppStatus, query: query, body: Array(body.utf8)), source: "socket")
+    }
+
+    func stop() async throws {
+        await group.triggerGracefulShutdown()
+        try await running.value
     }
 }

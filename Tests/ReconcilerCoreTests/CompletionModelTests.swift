@@ -28,7 +28,7 @@ struct CompletionModelTests {
         #expect(abs(model.shareEnding - 0.25) < 0.01)
     }
 
-    @Test("A session past expires_at is worth the most, a never-read one next, then by the chance of a change")
+    @Test("A session past expires_at is worth the most, a never-read one next, then by the delay a read would end")
     func value() {
         let model = CompletionModel()
         let expired = PollProfile(trackedAt: now.addingTimeInterval(-3_600), lastReadAt: now.addingTimeInterval(-5), expiresAt: now.addingTimeInterval(-1))
@@ -36,9 +36,14 @@ struct CompletionModelTests {
         let typical = PollProfile(trackedAt: now.addingTimeInterval(-180), lastReadAt: now.addingTimeInterval(-20))
         let justRead = PollProfile(trackedAt: now.addingTimeInterval(-180), lastReadAt: now.addingTimeInterval(-1))
         let abandoned = PollProfile(trackedAt: now.addingTimeInterval(-3_600), lastReadAt: now.addingTimeInterval(-20))
-        let values = [expired, unread, typical, justRead, abandoned].map { PollValuation.value($0, now: now, model: model) }
+        let values = [expired, unread, typical, abandoned].map { PollValuation.value($0, now: now, model: model) }
         #expect(values == values.sorted(by: >))
-        #expect(values[2] > 10 * values[4])
+        #expect(values[2] > 10 * values[3])
+        // Read a second ago, a session at its busiest age is worth less than it will be in ten seconds: reads of one
+        // session spread out instead of piling up.
+        let value = { (profile: PollProfile, at: Date) in PollValuation.value(profile, now: at, model: model) }
+        #expect(value(justRead, now) < value(justRead, now.addingTimeInterval(10)))
+        #expect(value(justRead, now) < value(typical, now))
     }
 
     @Test("Callbacks make polling a safety net; a recent hint counts the session as active again")

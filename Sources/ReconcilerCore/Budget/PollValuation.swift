@@ -17,19 +17,28 @@ public struct PollProfile: Sendable, Equatable {
     }
 }
 
-/// Which routine read is worth the next token: the one most likely to find a final status that nobody has seen,
-/// by the learned ``CompletionModel``.
+/// Which routine read is worth the next token: the one whose read removes the most expected detection delay, by
+/// the learned ``CompletionModel``.
+///
+/// The value of reading a session now is the chance that it reached a final status since its last read times how
+/// long ago that read was (about twice the delay such a final status has piled up so far). Ranking by it reads each
+/// session at a rate that grows with the square root of its chance of ending, which is what minimises the mean
+/// delay under a fixed budget; ranking by the chance alone would starve the sessions with a low one and leave a long
+/// tail. A session at the age consumers usually finish is read every few seconds, one abandoned an hour ago every few
+/// minutes, and the budget goes to neither just because it was due first.
 public enum PollValuation {
     /// A session whose callbacks arrive is polled only as a safety net: its value is scaled down this much.
     public static let callbackDiscount = 0.05
     /// A hint makes the consumer active again: for this long, the session is also valued as if tracked at the hint.
     public static let hintWindow: Duration = .seconds(600)
+    /// Reads that go before any ranking: a session at or past `expires_at` (its read records the expiry on time),
+    /// then one never read.
+    public static let expiring = Double.greatestFiniteMagnitude
+    public static let unread = Double.greatestFiniteMagnitude / 2
 
-    /// The chance a read now finds the session final, in [0, 1]; a session at or past `expires_at` is worth the most
-    /// (its read records the expiry on time), and one never read comes right after those.
     public static func value(_ profile: PollProfile, now: Date, model: CompletionModel) -> Double {
-        if let expiresAt = profile.expiresAt, now.hasReached(expiresAt) { return 2 }
-        guard let lastRead = profile.lastReadAt else { return 1.5 }
+        if let expiresAt = profile.expiresAt, now.hasReached(expiresAt) { return expiring }
+        guard let lastRead = profile.lastReadAt else { return unread }
         func age(_ date: Date, from origin: Date) -> Duration { Duration(timeInterval: max(0, date.timeIntervalSince(origin))) }
         var chance = model.chanceOfEnding(from: age(lastRead, from: profile.trackedAt), to: age(now, from: profile.trackedAt))
         if let hint = profile.lastHintAt {
@@ -39,6 +48,6 @@ public enum PollValuation {
             }
             chance *= callbackDiscount
         }
-        return chance
+        return chance * max(0, now.timeIntervalSince(lastRead))
     }
 }
