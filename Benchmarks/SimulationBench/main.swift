@@ -184,7 +184,9 @@ func settled() -> Bool {
     return inFlight.current == waiting && !(waiting > 0 && limiter.nextToken <= clock.now)
 }
 
+var iterations = 0
 while clock.now < horizon {
+    iterations += 1
     let now = clock.now
     while let arrival = pending.first, start.addingTimeInterval(arrival.at) <= now {
         pending.removeFirst()
@@ -219,10 +221,10 @@ while clock.now < horizon {
     if inFlight.current < settings.maxConcurrency, let due = await scheduler.nextDue(budget: limiter) { next.append(due) }
     guard let earliest = next.min() else { break }
     clock.advance(by: Duration(timeInterval: max(0.000_1, earliest.timeIntervalSince(clock.now))))
-    if clock.now.timeIntervalSince(lastProgress) >= 300 {
+    if clock.now.timeIntervalSince(lastProgress) >= 60 {
         lastProgress = clock.now
         let open = await scheduler.scheduledCount + scheduler.runningCount
-        FileHandle.standardError.write(Data("sim t=\(Int(clock.now.timeIntervalSince(start))) s, \(open) open, \(sandbox.requests().count) calls, \(Int((ContinuousClock.now - began).timeInterval)) s real\n".utf8))
+        FileHandle.standardError.write(Data("sim t=\(Int(clock.now.timeIntervalSince(start))) s, \(open) open, \(sandbox.requests().count) calls, \(iterations) steps, \(Int((ContinuousClock.now - began).timeInterval)) s real\n".utf8))
     }
 }
 while inFlight.current > 0 { try await Task.sleep(for: .milliseconds(1)) }

@@ -123,9 +123,10 @@ public actor Scheduler {
     /// When to look again: the earliest due key, and for routine reads that are due already, the next token.
     public func nextDue(budget: RateLimiter? = nil) -> Date? {
         var earliest = Urgency.allCases.compactMap { validTop($0)?.due }.min()
-        if let readyDue = ready.compactMap({ waiting[$0]?.plan.due }).min() {
-            // While more urgent callers wait, the token that exists now is theirs: look again just after.
-            let at = budget.map { max(readyDue, $0.waiting > 0 ? $0.nextToken.addingTimeInterval(0.001) : $0.nextToken) } ?? readyDue
+        if !ready.isEmpty {
+            // Routine reads in `ready` are due already: they wait for a token. While more urgent callers wait, the
+            // token that exists now is theirs: look again just after.
+            let at = budget.map { $0.waiting > 0 ? $0.nextToken.addingTimeInterval(0.001) : $0.nextToken } ?? .distantPast
             earliest = min(earliest ?? at, at)
         }
         return earliest
