@@ -132,7 +132,7 @@ let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger:
 let serving = Task { try await server.run() }
 let transport = CurlTransport(configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 32))
 var quiet = Logger(label: "sim")
-quiet.logLevel = .critical
+quiet.logLevel = ProcessInfo.processInfo.environment["SIM_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .critical
 let client = KlarnaClient(
     configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "sandbox-merchant", password: "sandbox-secret")),
     transport: transport, logger: quiet)
@@ -221,7 +221,7 @@ while clock.now < horizon {
     if inFlight.current < settings.maxConcurrency, let due = await scheduler.nextDue(budget: limiter) { next.append(due) }
     guard let earliest = next.min() else { break }
     clock.advance(by: Duration(timeInterval: max(0.000_1, earliest.timeIntervalSince(clock.now))))
-    if clock.now.timeIntervalSince(lastProgress) >= 60 {
+    if clock.now.timeIntervalSince(lastProgress) >= 300 {
         lastProgress = clock.now
         let open = await scheduler.scheduledCount + scheduler.runningCount
         FileHandle.standardError.write(Data("sim t=\(Int(clock.now.timeIntervalSince(start))) s, \(open) open, \(sandbox.requests().count) calls, \(iterations) steps, \(Int((ContinuousClock.now - began).timeInterval)) s real\n".utf8))

@@ -185,6 +185,19 @@ struct RateLimiterTests {
         #expect(order.entries == ["capture", "routine"])
     }
 
+    @Test("A refunded token goes to a waiter at once, not when the pump wakes next")
+    func refundServesWaiters() async throws {
+        let clock = ManualClock()
+        let limiter = RateLimiter(ratePerSecond: 1, burst: 1, clock: clock)
+        #expect(limiter.takeSpare(limit: 1) == 1)
+        let waiter = Task { try await limiter.acquire(.inMotion) }
+        try await waitUntil { limiter.waiting == 1 && clock.sleeperCount == 1 }
+        limiter.refund(1)
+        // Served without the clock moving.
+        #expect(try await waiter.value == .zero)
+        #expect(limiter.waiting == 0)
+    }
+
     @Test("A prepaid token is spent by the first call only; a cancelled waiter leaves the queue")
     func prepaidAndCancel() async throws {
         let clock = ManualClock()

@@ -89,11 +89,11 @@ public final class RateLimiter: Sendable {
         return state.withLock { $0.budget.takeSpare(limit: limit, now: now) }
     }
 
-    /// Gives back spare tokens a job did not use.
+    /// Gives back spare tokens a job did not use; someone waiting gets them at once.
     public func refund(_ count: Int) {
         guard count > 0 else { return }
         let now = clock.now
-        state.withLock { $0.budget.refund(count, now: now) }
+        serveNow { $0.refund(count, now: now) }
     }
 
     /// Klarna said "too many requests": nobody calls for `duration`.
@@ -104,7 +104,18 @@ public final class RateLimiter: Sendable {
 
     public func reconfigure(ratePerSecond: Double, burst: Double) {
         let now = clock.now
-        state.withLock { $0.budget.reconfigure(ratePerSecond: ratePerSecond, burst: burst, now: now) }
+        serveNow { $0.reconfigure(ratePerSecond: ratePerSecond, burst: burst, now: now) }
+    }
+
+    /// Changes the budget and serves whoever the change lets through now, instead of when the pump wakes next (it
+    /// sleeps until the token it computed before the change).
+    private func serveNow(_ change: (inout RateBudget) -> Void) {
+        let now = clock.now
+        let resumed = state.withLock { state in
+            change(&state.budget)
+            return Self.deliver(state.budget.grant(now: now), except: nil, in: &state).resume
+        }
+        for continuation in resumed { continuation.resume() }
     }
 
     /// Serves waiting callers as tokens come, until nobody waits.
