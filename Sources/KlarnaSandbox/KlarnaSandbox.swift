@@ -54,7 +54,8 @@ public final class KlarnaSandbox: Sendable {
             state.requests.append(SandboxRequestRecord(
                 seq: seq, at: now, method: request.method, path: request.path, route: route.name,
                 idempotencyKey: key, status: nil, fault: nil, replayed: false))
-            let admitted = state.rateLimit?.admit(now: now) ?? true
+            var admitted = true
+            if state.rateLimit != nil { admitted = state.rateLimit!.takeSpare(limit: 1, now: now) == 1 }
             return (seq, admitted ? takeFault(for: route.name, in: &state) : nil, admitted)
         }
         if !admitted { return finish(seq, fault: nil, reply: faultReply(SandboxFault(route: route.name, kind: .rateLimit), response: nil)) }

@@ -46,7 +46,7 @@ extension KlarnaSandbox {
     /// `X-Ratelimit-*` headers past it (`nil`: no limit, the default).
     public func setRateLimit(perSecond: Double?) {
         let now = self.now
-        state.withLock { $0.rateLimit = perSecond.map { SandboxState.RateLimit(perSecond: $0, tokens: $0, updatedAt: now) } }
+        state.withLock { $0.rateLimit = perSecond.map { RateBudget(ratePerSecond: $0, burst: max(1, $0), now: now) } }
     }
 
     /// Moves an HPP session to `status` now, as the consumer would.

@@ -1,4 +1,5 @@
 import Foundation
+import ReconcilerCore
 
 /// Klarna's side of the world, as the sandbox keeps it. Mutated only under ``KlarnaSandbox``'s lock.
 struct SandboxState {
@@ -86,23 +87,8 @@ struct SandboxState {
     var paymentRequests: [String: PaymentRequest] = [:]
     var idempotency: [String: StoredReply] = [:]
     var faults: [(id: Int, fault: SandboxFault)] = []
-    var rateLimit: RateLimit?
-
-    /// Klarna's limit as a token bucket: `perSecond` a second, at most one second's worth saved up.
-    struct RateLimit {
-        let perSecond: Double
-        var tokens: Double
-        var updatedAt: Date
-
-        /// Takes a token; `false` when the call is over the limit.
-        mutating func admit(now: Date) -> Bool {
-            tokens = min(perSecond, tokens + max(0, now.timeIntervalSince(updatedAt)) * perSecond)
-            updatedAt = now
-            guard tokens >= 1 - 1e-9 else { return false }
-            tokens -= 1
-            return true
-        }
-    }
+    /// Klarna's per-merchant limit when a test sets one: a second's worth of calls saved up at most.
+    var rateLimit: RateBudget?
     var nextFaultID = 1
     var requests: [SandboxRequestRecord] = []
     var effects: [SandboxEffect] = []

@@ -308,6 +308,21 @@ struct EngineFaultTests {
         }
     }
 
+    @Test("The sandbox's rate limit answers like Klarna past it: 429 with X-Ratelimit-Reset, and a second later calls go through")
+    func sandboxRateLimit() async throws {
+        try await EngineHarness.with { h in
+            let created = try h.sandbox.createSession()
+            h.sandbox.setRateLimit(perSecond: 2)
+            for _ in 0..<2 { _ = try await h.reconciler.client.readHPPSession(id: created.hppSessionId) }
+            let limited = await #expect(throws: KlarnaAPIError.self) { try await h.reconciler.client.readHPPSession(id: created.hppSessionId) }
+            #expect(limited?.status == 429)
+            #expect(limited?.rateLimit.reset != nil)
+            h.clock.advance(by: .seconds(1))
+            _ = try await h.reconciler.client.readHPPSession(id: created.hppSessionId)
+            #expect(h.sandbox.requests(route: "hpp.read_session").map(\.status) == [200, 200, 429, 200])
+        }
+    }
+
     @Test("Credentials and authorization tokens never reach the logs or the timeline")
     func noSecrets() async throws {
         try await EngineHarness.with { h in

@@ -185,6 +185,26 @@ struct RateLimiterTests {
         #expect(order.entries == ["capture", "routine"])
     }
 
+    @Test("A 429 pause holds a waiting caller until Klarna's reset, then serves it")
+    func pauseHoldsWaiters() async throws {
+        let clock = ManualClock()
+        let limiter = RateLimiter(ratePerSecond: 10, burst: 1, clock: clock)
+        try await limiter.acquire(.routine)
+        limiter.pause(for: .seconds(2))
+        let served = Flag()
+        let capture = Task {
+            try await limiter.acquire(.deadline)
+            served.set()
+        }
+        try await waitUntil { limiter.waiting == 1 && clock.sleeperCount == 1 }
+        clock.advance(by: .seconds(1))
+        try await waitUntil { clock.sleeperCount == 1 }
+        #expect(!served.isSet, "served during the pause")
+        clock.advance(by: .seconds(2))
+        try await capture.value
+        #expect(served.isSet)
+    }
+
     @Test("A refunded token goes to a waiter at once, not when the pump wakes next")
     func refundServesWaiters() async throws {
         let clock = ManualClock()

@@ -66,7 +66,12 @@ public final class RateLimiter: Sendable {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let result: Result<Void, any Error>? = state.withLock { state in
                     if state.served.remove(ticket.id) != nil { return .success(()) }
-                    if Task.isCancelled, state.budget.withdraw(ticket) { return .failure(CancellationError()) }
+                    // Cancelled before parking: the handler below may have withdrawn the ticket already (and found
+                    // nothing to resume), so never park a cancelled caller.
+                    if Task.isCancelled {
+                        _ = state.budget.withdraw(ticket)
+                        return .failure(CancellationError())
+                    }
                     state.parked[ticket.id] = continuation
                     return nil
                 }

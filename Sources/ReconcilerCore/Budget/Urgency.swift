@@ -2,7 +2,7 @@ import Foundation
 
 /// How much it costs to be late with a Klarna call, which decides who gets the rate budget first. One budget per
 /// merchant account is spent in this order; within a level, first come first served.
-public enum Urgency: Int, Sendable, Comparable, CaseIterable, Codable, CustomStringConvertible {
+public enum Urgency: Int, Sendable, Comparable, CaseIterable {
     /// A scheduled read of a session nobody said anything about: chosen by how likely it is to find a change.
     case routine
     /// A read someone asked for: a webhook, a capture request, an operator; also the read that confirms an expiry.
@@ -14,15 +14,6 @@ public enum Urgency: Int, Sendable, Comparable, CaseIterable, Codable, CustomStr
     case deadline
 
     public static func < (lhs: Urgency, rhs: Urgency) -> Bool { lhs.rawValue < rhs.rawValue }
-
-    public var description: String {
-        switch self {
-        case .routine: "routine"
-        case .hinted: "hinted"
-        case .inMotion: "in_motion"
-        case .deadline: "deadline"
-        }
-    }
 
     /// A side effect or its read counts as near its deadline this long before the deadline (an authorization
     /// token lives 60 minutes; a quarter of that left is the last safe stretch).
