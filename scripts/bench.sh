@@ -63,6 +63,11 @@ printf "%-58s %s\n" "spool: files taken from new/ and committed" "$(engine spool
 echo
 echo "== klarna-reconciler webhooks: verified HPP COMPLETED callbacks into the socket at a steady rate, NONE + immediate"
 printf "%-58s %s\n" "callback sent → order placed at Klarna ($(engine webhook_payments) at $(engine webhook_rate)/s)" "p50 $(engine webhook_to_order_p50_ms) ms, p99 $(engine webhook_to_order_p99_ms) ms"
+printf "%-58s %s\n" "  reference: one durable commit every 10 ms, same disk, meanwhile" "p50 $(engine webhook_reference_commit_p50_ms) ms, p99 $(engine webhook_reference_commit_p99_ms) ms, max $(engine webhook_reference_commit_max_ms) ms"
+printf "%-58s %s\n" "  stages p50/p99 ms: callback acknowledged (one commit)" "$(engine webhook_stage_ack_p50_p99_ms)"
+printf "%-58s %s\n" "    callback sent → HPP read at Klarna" "$(engine webhook_stage_hpp_read_p50_p99_ms)"
+printf "%-58s %s\n" "    HPP read → KP read" "$(engine webhook_stage_kp_read_p50_p99_ms)"
+printf "%-58s %s\n" "    KP read → order placed (the intent's sent commit first)" "$(engine webhook_stage_create_order_p50_p99_ms)"
 printf "%-58s %s\n" "Klarna calls per payment" "$(engine webhook_calls_per_payment) ($(echo "$ENGINE" | awk '$1 ~ /^webhook_calls_[a-z]+\./ { sub("webhook_calls_", "", $1); printf "%s %s  ", $1, $2 }'))"
 
 # The rate budget under load: the real engine on a manual clock (Benchmarks/SimulationBench), polling only.

@@ -367,6 +367,11 @@ do {
           level: warning
         """)
     try callbackKey.write(toFile: bench.folder + "/callback-key", atomically: true, encoding: .utf8)
+    // The phases before wrote hundreds of MiB; their writeback would stall this phase's fsyncs (hundreds of ms at
+    // p99 on this disk), so it starts from a quiet disk. The reference, in the same run on the same disk: one durable
+    // commit every 10 ms into a separate SQLite file while the webhooks run (what the disk alone gives).
+    sync()
+    let probe = CommitProbe(path: bench.folder + "/probe.sqlite")
     _ = try bench.start()
     let baseline = sandbox.requests().count
     let effectsBefore = sandbox.effects(kind: .captured).count
@@ -388,10 +393,11 @@ do {
             let url = "http://localhost/v1/webhooks/hpp-status?kp_session_id=\(kp)&token=\(token(kp))&hpp_session_id=\(created.hppSessionId)"
             let body = Array(#"{"event_id":"bench-\#(index)","session":{"session_id":"\#(created.hppSessionId)","status":"COMPLETED"}}"#.utf8)
             group.addTask {
-                sent.record(kp, wall.addingTimeInterval((ContinuousClock.now - started).seconds))
+                sent.record(kp, hpp: created.hppSessionId, wall.addingTimeInterval((ContinuousClock.now - started).seconds))
                 let response = try await transport.execute(HTTPRequest(
                     method: "POST", url: url, headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
                 guard response.status == 202 else { throw BenchFailure("webhook answered \(response.status)") }
+                sent.acknowledged(kp, wall.addingTimeInterval((ContinuousClock.now - started).seconds))
             }
         }
         try await group.waitForAll()
@@ -403,6 +409,10 @@ do {
     }
     transport.shutdown()
     bench.stop()
+    let commitLatencies = await probe.stop()
+    report("webhook_reference_commit_p50_ms", String(format: "%.2f", percentile(commitLatencies, 0.50)))
+    report("webhook_reference_commit_p99_ms", String(format: "%.2f", percentile(commitLatencies, 0.99)))
+    report("webhook_reference_commit_max_ms", String(format: "%.2f", commitLatencies.last ?? .nan))
     let placed = sandbox.effects(kind: .orderPlaced).compactMap { effect in
         effect.kpSessionId.flatMap { sent.time($0) }.map { effect.at.timeIntervalSince($0) * 1_000 }
     }.sorted()
@@ -410,6 +420,27 @@ do {
     report("webhook_rate", Int(perSecond))
     report("webhook_to_order_p50_ms", String(format: "%.2f", percentile(placed, 0.50)))
     report("webhook_to_order_p99_ms", String(format: "%.2f", percentile(placed, 0.99)))
+    // Where the time goes: each stage of every payment, from the sandbox's request log.
+    func firstRead(_ route: String) -> [String: Date] {
+        Dictionary(sandbox.requests(route: route).map { (String($0.path.split(separator: "/").last ?? ""), $0.at) }, uniquingKeysWith: min)
+    }
+    let hppReads = firstRead("hpp.read_session"), kpReads = firstRead("kp.read_session")
+    var stages: [String: [Double]] = [:]
+    for effect in sandbox.effects(kind: .orderPlaced) {
+        guard let kp = effect.kpSessionId, let times = sent.times(kp) else { continue }
+        let hppRead = hppReads[times.hpp], kpRead = kpReads[kp]
+        func stage(_ name: String, _ from: Date?, _ to: Date?) {
+            if let from, let to { stages[name, default: []].append(to.timeIntervalSince(from) * 1_000) }
+        }
+        stage("ack", times.sent, times.acknowledged)
+        stage("hpp_read", times.sent, hppRead)
+        stage("kp_read", hppRead, kpRead)
+        stage("create_order", kpRead, effect.at)
+    }
+    for (name, values) in stages.sorted(by: { $0.key < $1.key }) {
+        let sorted = values.sorted()
+        report("webhook_stage_\(name)_p50_p99_ms", String(format: "%.2f/%.2f", percentile(sorted, 0.5), percentile(sorted, 0.99)))
+    }
     let requests = Array(sandbox.requests().dropFirst(baseline))
     report("webhook_calls_per_payment", String(format: "%.2f", Double(requests.count) / Double(count)))
     for (route, entries) in Dictionary(grouping: requests, by: \.route).sorted(by: { $0.key < $1.key }) {
@@ -419,10 +450,41 @@ do {
 serving.cancel()
 
 /// When each payment's callback left the bench, by KP session id.
+/// One durable commit every 10 ms into its own SQLite file until stopped; their latencies, sorted.
+final class CommitProbe: Sendable {
+    private let task: Task<[Double], any Error>
+
+    init(path: String) {
+        task = Task.detached {
+            let store = try SQLiteStore(path: path)
+            var latencies: [Double] = []
+            var index = 0
+            while !Task.isCancelled {
+                var change = Change()
+                change.events = [NewEvent(hppSessionID: "probe-\(index)", orderID: nil, DomainEvent("bench", "one durable commit"))]
+                let started = ContinuousClock.now
+                try await store.commit(change, at: Date())
+                latencies.append((ContinuousClock.now - started).seconds * 1_000)
+                index += 1
+                try? await Task.sleep(for: .milliseconds(10))
+            }
+            return latencies.sorted()
+        }
+    }
+
+    func stop() async -> [Double] {
+        task.cancel()
+        return (try? await task.value) ?? []
+    }
+}
+
 final class SentTimes: Sendable {
-    private let times = Mutex<[String: Date]>([:])
-    func record(_ kp: String, _ at: Date) { times.withLock { $0[kp] = at } }
-    func time(_ kp: String) -> Date? { times.withLock { $0[kp] } }
+    struct Times: Sendable { var hpp: String; var sent: Date; var acknowledged: Date? }
+    private let entries = Mutex<[String: Times]>([:])
+    func record(_ kp: String, hpp: String, _ at: Date) { entries.withLock { $0[kp] = Times(hpp: hpp, sent: at) } }
+    func acknowledged(_ kp: String, _ at: Date) { entries.withLock { $0[kp]?.acknowledged = at } }
+    func time(_ kp: String) -> Date? { entries.withLock { $0[kp]?.sent } }
+    func times(_ kp: String) -> Times? { entries.withLock { $0[kp] } }
 }
 
 final class Counter: Sendable {

@@ -152,6 +152,22 @@ final class SQLiteConnection: @unchecked Sendable {
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
     var changes: Int { Int(sqlite3_changes(handle)) }
 
+    /// Inside a transaction (SQLite leaves one on its own after some errors: a full disk, an I/O error).
+    var inTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
+    /// Runs `body` inside the current transaction so that, when it throws, only its own writes are undone.
+    func savepoint<T>(_ body: () throws -> T) throws -> T {
+        try execute("SAVEPOINT write")
+        do {
+            let value = try body()
+            try execute("RELEASE write")
+            return value
+        } catch {
+            if inTransaction { try? execute("ROLLBACK TO write; RELEASE write") }
+            throw error
+        }
+    }
+
     /// Runs `body` in one write transaction (taken at once, so a busy database is waited for up front).
     func transaction<T>(_ body: () throws -> T) throws -> T {
         try execute("BEGIN IMMEDIATE")

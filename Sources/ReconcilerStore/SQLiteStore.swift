@@ -1,12 +1,15 @@
 import Foundation
 import ReconcilerCore
 
-/// The embedded store: one SQLite file in WAL mode, every commit fsynced. The connection lives on one serial queue,
-/// so blocking SQLite calls (and their fsyncs) never run on Swift's cooperative pool.
+/// The embedded store: one SQLite file in WAL mode, every commit fsynced. Two connections, each on its own serial
+/// queue so that blocking SQLite calls (and their fsyncs) never run on Swift's cooperative pool: writes go through
+/// ``GroupCommit`` on the writer, which commits the writes that queued up meanwhile in one fsync; reads go to a
+/// read-only connection, so a read never waits behind a commit's fsync (WAL lets it see the last commit meanwhile).
 public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     public let path: String
-    private let connection: SQLiteConnection
-    private let queue: DispatchQueue
+    private let reader: SQLiteConnection
+    private let readQueue: DispatchQueue
+    private let writes: GroupCommit
     private let encoder: JSONEncoder
     private let decoder = JSONDecoder()
 
@@ -14,27 +17,41 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     /// - Parameter busyTimeout: how long to wait for another process's write before failing (CLI vs daemon).
     public init(path: String, readOnly: Bool = false, busyTimeout: Duration = .seconds(5)) throws {
         self.path = path
-        self.queue = DispatchQueue(label: "klarna-reconciler.store")
-        self.connection = try SQLiteConnection(path: path, readOnly: readOnly, busyTimeout: busyTimeout)
+        let writer = try SQLiteConnection(path: path, readOnly: readOnly, busyTimeout: busyTimeout)
+        let writeQueue = DispatchQueue(label: "klarna-reconciler.store.write")
+        self.writes = GroupCommit(connection: writer, queue: writeQueue)
         encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         if !readOnly {
             // The store holds authorization tokens: not for every local user (SQLite gives -wal and -shm the same mode).
             chmod(path, 0o640)
-            try Migrations.apply(to: connection)
+            try Migrations.apply(to: writer)
+            reader = try SQLiteConnection(path: path, readOnly: true, busyTimeout: busyTimeout)
+            readQueue = DispatchQueue(label: "klarna-reconciler.store.read")
+        } else {
+            // Read-only (the CLI): one connection, one queue.
+            reader = writer
+            readQueue = writeQueue
         }
-        else if try Migrations.version(of: connection) != Migrations.latest {
-            throw SQLiteError(code: 1, message: "store schema is version \(try Migrations.version(of: connection)), this binary expects \(Migrations.latest); run the daemon once to migrate", sql: nil)
+        guard try Migrations.version(of: reader) == Migrations.latest else {
+            throw SQLiteError(code: 1, message: "store schema is version \(try Migrations.version(of: reader)), this binary expects \(Migrations.latest); run the daemon once to migrate", sql: nil)
         }
     }
 
-    /// The schema version in the file.
-    public func schemaVersion() async throws -> Int { try await run { try Migrations.version(of: $0) } }
+    /// Writes and the transactions that committed them (fewer than the writes when they were grouped).
+    var writeStatistics: GroupCommit.Statistics { writes.statistics }
 
-    private func run<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) throws -> T) async throws -> T {
+    /// The schema version in the file.
+    public func schemaVersion() async throws -> Int { try await read { try Migrations.version(of: $0) } }
+
+    private func write<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) throws -> T) async throws -> T {
+        try await writes.write(body)
+    }
+
+    private func read<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            queue.async { [connection] in
-                continuation.resume(with: Result { try body(connection) })
+            readQueue.async { [reader] in
+                continuation.resume(with: Result { try body(reader) })
             }
         }
     }
@@ -51,42 +68,40 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
 
     public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult {
         let data = try json(session)
-        return try await run { db in
-            try db.transaction {
-                if let row = try db.query("SELECT data FROM sessions WHERE hpp_session_id = ?", [.text(session.hppSessionID)]).first {
-                    return .existing(try self.decode(TrackedSession.self, row.string(0)))
-                }
-                try self.writeSession(db, session, data: data, at: at)
-                try self.insertEvent(db, NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event), at: at)
-                try db.query("INSERT INTO wakeups (work_key) VALUES (?)", [.text(WorkKey.session(session.hppSessionID).description)])
-                return .tracked(session)
+        return try await write { db in
+            if let row = try db.query("SELECT data FROM sessions WHERE hpp_session_id = ?", [.text(session.hppSessionID)]).first {
+                return .existing(try self.decode(TrackedSession.self, row.string(0)))
             }
+            try self.writeSession(db, session, data: data, at: at)
+            try self.insertEvent(db, NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event), at: at)
+            try db.query("INSERT INTO wakeups (work_key) VALUES (?)", [.text(WorkKey.session(session.hppSessionID).description)])
+            return .tracked(session)
         }
     }
 
     public func session(_ hppSessionID: String) async throws -> TrackedSession? {
-        try await run { db in
+        try await read { db in
             try db.query("SELECT data FROM sessions WHERE hpp_session_id = ?", [.text(hppSessionID)]).first
                 .map { try self.decode(TrackedSession.self, $0.string(0)) }
         }
     }
 
     public func order(_ orderID: String) async throws -> TrackedOrder? {
-        try await run { db in
+        try await read { db in
             try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first
                 .map { try self.decode(TrackedOrder.self, $0.string(0)) }
         }
     }
 
     public func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? {
-        try await run { db in
+        try await read { db in
             try db.query("SELECT data FROM payment_requests WHERE payment_request_id = ?", [.text(id)]).first
                 .map { try self.decode(TrackedPaymentRequest.self, $0.string(0)) }
         }
     }
 
     public func intent(_ key: String) async throws -> Intent? {
-        try await run { db in
+        try await read { db in
             try db.query("SELECT data FROM intents WHERE key = ?", [.text(key)]).first.map { try self.decode(Intent.self, $0.string(0)) }
         }
     }
@@ -99,37 +114,35 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         let paymentRequests = try change.paymentRequests.map { ($0, try json($0)) }
         let intents = try change.intents.map { ($0, try json($0)) }
         let outcomes = try change.outcomes.map { ($0, try json($0)) }
-        try await run { db in
-            try db.transaction {
-                for (session, data) in sessions { try self.writeSession(db, session, data: data, at: at) }
-                for (order, data) in newOrders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: true) }
-                for (order, data) in orders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: false) }
-                for (request, data) in paymentRequests { try self.writePaymentRequest(db, request, data: data, at: at) }
-                for (intent, data) in intents {
-                    try db.query(
-                        """
-                        INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        ON CONFLICT(key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
-                          next_attempt = excluded.next_attempt, updated_at = excluded.updated_at, data = excluded.data
-                        """,
-                        [.text(intent.key), .text(intent.kind.rawValue), .text(intent.subject), .text(intent.state.rawValue),
-                         SQLValue(intent.attempts), SQLValue(intent.nextAttemptAt), SQLValue(intent.createdAt), SQLValue(at), .text(data)])
-                }
-                for event in change.events { try self.insertEvent(db, event, at: at) }
-                for (outcome, data) in outcomes {
-                    try db.query(
-                        "INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data) VALUES (?, ?, ?, ?, ?)",
-                        [SQLValue(at), .text(outcome.kind.rawValue), SQLValue(outcome.hppSessionID), SQLValue(outcome.orderID), .text(data)])
-                }
-                for request in change.finishedCaptureRequests {
-                    try db.query("UPDATE capture_requests SET state = ?, note = ? WHERE id = ?", [.text(request.state), .text(request.note), .integer(request.id)])
-                }
-                for entry in change.health {
-                    try db.query(
-                        "INSERT INTO health (name, at, detail) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET at = excluded.at, detail = excluded.detail",
-                        [.text(entry.name), SQLValue(at), .text(entry.detail)])
-                }
+        try await write { db in
+            for (session, data) in sessions { try self.writeSession(db, session, data: data, at: at) }
+            for (order, data) in newOrders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: true) }
+            for (order, data) in orders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: false) }
+            for (request, data) in paymentRequests { try self.writePaymentRequest(db, request, data: data, at: at) }
+            for (intent, data) in intents {
+                try db.query(
+                    """
+                    INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT(key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+                      next_attempt = excluded.next_attempt, updated_at = excluded.updated_at, data = excluded.data
+                    """,
+                    [.text(intent.key), .text(intent.kind.rawValue), .text(intent.subject), .text(intent.state.rawValue),
+                     SQLValue(intent.attempts), SQLValue(intent.nextAttemptAt), SQLValue(intent.createdAt), SQLValue(at), .text(data)])
+            }
+            for event in change.events { try self.insertEvent(db, event, at: at) }
+            for (outcome, data) in outcomes {
+                try db.query(
+                    "INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data) VALUES (?, ?, ?, ?, ?)",
+                    [SQLValue(at), .text(outcome.kind.rawValue), SQLValue(outcome.hppSessionID), SQLValue(outcome.orderID), .text(data)])
+            }
+            for request in change.finishedCaptureRequests {
+                try db.query("UPDATE capture_requests SET state = ?, note = ? WHERE id = ?", [.text(request.state), .text(request.note), .integer(request.id)])
+            }
+            for entry in change.health {
+                try db.query(
+                    "INSERT INTO health (name, at, detail) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET at = excluded.at, detail = excluded.detail",
+                    [.text(entry.name), SQLValue(at), .text(entry.detail)])
             }
         }
     }
@@ -183,7 +196,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     // MARK: Scheduling
 
     public func openWork() async throws -> [OpenWork] {
-        try await run { db in
+        try await read { db in
             // Dates inside `data` are Foundation's default encoding: seconds since 2001-01-01.
             func encoded(_ row: SQLRow, _ column: Int) -> Date? {
                 row.double(column).map { Date(timeIntervalSinceReferenceDate: $0) }
@@ -212,7 +225,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func wakeups(after sequence: Int64, includingDelivered: Bool) async throws -> (keys: [WorkKey], last: Int64) {
-        try await run { db in
+        try await write { db in
             let rows = try db.query("SELECT id, work_key, delivered FROM wakeups WHERE id > ? ORDER BY id", [.integer(sequence)])
             guard let last = rows.last?.int64(0) else { return ([], sequence) }
             try db.query("DELETE FROM wakeups WHERE id <= ?", [.integer(last)])
@@ -221,8 +234,8 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
-        try await run { db in
-            try db.transaction { try self.insertCaptureRequest(db, orderID: orderID, amount: amount, source: "the command line", delivered: false, at: at) }
+        try await write { db in
+            try self.insertCaptureRequest(db, orderID: orderID, amount: amount, source: "the command line", delivered: false, at: at)
         }
     }
 
@@ -249,13 +262,11 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         case .hintPaymentRequest(let request): try json(request)
         default: nil
         }
-        return try await run { db in
-            do {
-                return try db.transaction { try self.ingest(db, record, trackData: trackData, at: at) }
-            } catch let refusal as Refusal {
-                // Rolled back: a refused delivery leaves no trace but its rejection record.
-                return refusal.result
-            }
+        do {
+            return try await write { db in try self.ingest(db, record, trackData: trackData, at: at) }
+        } catch let refusal as Refusal {
+            // Rolled back: a refused delivery leaves no trace but its rejection record.
+            return refusal.result
         }
     }
 
@@ -337,7 +348,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
-        try await run { db in
+        try await write { db in
             _ = try db.query(
                 "INSERT INTO rejections (at, source, status, error, detail) VALUES (?, ?, ?, ?, ?)",
                 [SQLValue(at), .text(source), SQLValue(status), .text(error), .text(String(detail.prefix(1_000)))])
@@ -345,7 +356,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? {
-        try await run { db in
+        try await read { db in
             try db.query(
                 "SELECT id, amount, requested_at FROM capture_requests WHERE order_id = ? AND state = 'pending' ORDER BY id LIMIT 1",
                 [.text(orderID)]
@@ -356,7 +367,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     // MARK: Reading for people
 
     public func timeline(for id: String) async throws -> (sessions: [TrackedSession], orders: [TrackedOrder], intents: [Intent], events: [RecordedEvent], outcomes: [StoredOutcome]) {
-        try await run { db in
+        try await read { db in
             let sessions = try db.query(
                 "SELECT data FROM sessions WHERE hpp_session_id = ?1 OR kp_session_id = ?1 OR order_id = ?1 OR merchant_reference = ?1",
                 [.text(id)]
@@ -385,7 +396,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func list(phase: String?, limit: Int) async throws -> StoreListing {
-        try await run { db in
+        try await read { db in
             let filter = phase.map { [SQLValue.text($0)] } ?? []
             let sessions = try db.query(
                 "SELECT data FROM sessions \(phase == nil ? "" : "WHERE phase = ?1 OR outcome = ?1") ORDER BY updated_at DESC LIMIT \(limit)", filter
@@ -401,7 +412,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func liveStatus() async throws -> LiveStatus {
-        try await run { db in
+        try await read { db in
             var status = LiveStatus(
                 unfinishedIntents: try db.query("SELECT COUNT(*) FROM intents WHERE state IN ('intended', 'sent', 'ambiguous')").first?.int(0) ?? 0)
             for row in try db.query("SELECT name, at, detail FROM health WHERE name IN ('klarna_ok', 'klarna_error')") {
@@ -417,17 +428,17 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func requestReload(at: Date) async throws -> Int64 {
-        try await run { db in
+        try await write { db in
             try db.query("INSERT INTO reloads (requested_at) VALUES (?) RETURNING id", [SQLValue(at)]).first?.int64(0) ?? 0
         }
     }
 
     public func newestReloadRequest() async throws -> Int64? {
-        try await run { db in try db.query("SELECT MAX(id) FROM reloads WHERE answered_at IS NULL").first?.int64(0) }
+        try await read { db in try db.query("SELECT MAX(id) FROM reloads WHERE answered_at IS NULL").first?.int64(0) }
     }
 
     public func answerReloads(through id: Int64, ok: Bool, message: String, at: Date) async throws {
-        try await run { db in
+        try await write { db in
             _ = try db.query(
                 "UPDATE reloads SET answered_at = ?, ok = ?, message = ? WHERE id <= ? AND answered_at IS NULL",
                 [SQLValue(at), .integer(ok ? 1 : 0), .text(message), .integer(id)])
@@ -435,7 +446,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func reloadAnswer(_ id: Int64) async throws -> ReloadAnswer? {
-        try await run { db in
+        try await read { db in
             try db.query("SELECT ok, message FROM reloads WHERE id = ? AND answered_at IS NOT NULL", [.integer(id)]).first.map {
                 ReloadAnswer(ok: $0.int(0) == 1, message: $0.string(1) ?? "")
             }
@@ -443,7 +454,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func summary(now: Date) async throws -> StatusSummary {
-        try await run { db in
+        try await read { db in
             func counts(_ sql: String) throws -> [String: Int] {
                 Dictionary(uniqueKeysWithValues: try db.query(sql).map { ($0.string(0) ?? "?", $0.int(1) ?? 0) })
             }
@@ -495,7 +506,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     // MARK: Outcomes
 
     public func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] {
-        try await run { db in
+        try await read { db in
             try db.query(
                 """
                 SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes
@@ -507,15 +518,15 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func markOutboxWritten(_ id: Int64) async throws {
-        try await run { db in _ = try db.query("UPDATE outcomes SET outbox_written = 1 WHERE id = ?", [.integer(id)]) }
+        try await write { db in _ = try db.query("UPDATE outcomes SET outbox_written = 1 WHERE id = ?", [.integer(id)]) }
     }
 
     public func markNotified(_ id: Int64) async throws {
-        try await run { db in _ = try db.query("UPDATE outcomes SET notified = 1 WHERE id = ?", [.integer(id)]) }
+        try await write { db in _ = try db.query("UPDATE outcomes SET notified = 1 WHERE id = ?", [.integer(id)]) }
     }
 
     public func notifyFailed(_ id: Int64, nextAt: Date?) async throws {
-        try await run { db in
+        try await write { db in
             // No next attempt: given up; counted as delivered so the queue moves on (the outbox file stays).
             _ = try db.query(
                 "UPDATE outcomes SET notify_attempts = notify_attempts + 1, notify_next = ?, notified = ? WHERE id = ?",

@@ -38,6 +38,37 @@ struct CallCountTests {
         }
     }
 
+    @Test("The read that authorized a session is committed with the intent's first commit, and kept when the step after it fails")
+    func authorizingReadKeptWhenTheNextStepFails() async throws {
+        try await EngineHarness.with { h in
+            let created = try h.sandbox.createSession(SessionSpec(orderAmount: 4_000))
+            try h.sandbox.setHPPStatus(created.hppSessionId, "COMPLETED")
+            h.sandbox.addFault(SandboxFault(route: "kp.read_session", kind: .status, status: 503, count: 1))
+            let engine = try await RunningEngine.start(h)
+            #expect(await engine.callback(created, status: "COMPLETED", eventID: "e-1").accepted)
+            let scheduler = engine.scheduler
+            try await waitUntil {
+                let idle = await scheduler.runningCount == 0
+                return idle && h.sandbox.requests(route: "kp.read_session").count == 1
+            }
+            // The KP read failed: what the HPP read found (COMPLETED, the token) is in the store all the same.
+            let session = try await h.session(created)
+            #expect(session.phase == .authorized)
+            #expect(session.authorizationToken != nil)
+            #expect(try await h.store.timeline(for: created.hppSessionId).events.contains { $0.kind == "authorized" })
+
+            // The retry goes on from the store: the order is placed without reading the HPP session again.
+            try await waitUntil {
+                if await scheduler.runningCount == 0 { h.clock.advance(by: .seconds(1)) }
+                return h.effects(.captured).count == 1
+            }
+            try await engine.stop()
+            #expect(h.sandbox.requests(route: "hpp.read_session").count == 1)
+            #expect(try await h.outcomes(created) == [.orderPlaced, .captured])
+            h.expectNoDoubleEffects()
+        }
+    }
+
     @Test("One hint, one read: the ingest commit and the wakeups row it leaves do not read an open session twice")
     func oneReadPerHint() async throws {
         var settings = EngineHarness.fastSettings

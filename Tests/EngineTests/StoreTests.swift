@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import ReconcilerCore
 @testable import ReconcilerStore
 
@@ -246,6 +247,59 @@ struct StoreTests {
         try writer.execute("COMMIT")
         #expect(try await reader.session("hpp-1")?.phase == .polling)  // its JSON was not touched, only the column
         _ = try await blocked.track(session("hpp-2"), event: DomainEvent("t", "t"), at: t0)
+    }
+
+    @Test("Writes that queue while another commits share one transaction; each is durable when it returns")
+    func groupCommit() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path + "/s.sqlite"
+        let store = try SQLiteStore(path: path)
+        // Another connection holds the write lock, so the store's first transaction waits and the rest queue behind it.
+        let other = try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(1))
+        try other.execute("BEGIN IMMEDIATE")
+        let before = store.writeStatistics
+        let tracked = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<200 {
+                    group.addTask { _ = try await store.track(session("hpp-\(index)"), event: DomainEvent("tracked", "t"), at: t0) }
+                }
+                try await group.waitForAll()
+            }
+        }
+        try await waitUntil { store.writeStatistics.submitted - before.submitted == 200 }
+        try other.execute("COMMIT")
+        try await tracked.value
+        let after = store.writeStatistics
+        #expect(after.committedWrites - before.committedWrites == 200)
+        #expect(after.transactions - before.transactions <= 2)
+        let reader = try SQLiteConnection(path: path, readOnly: true, busyTimeout: .seconds(1))
+        #expect(try reader.query("SELECT COUNT(*) FROM sessions").first?.int(0) == 200)
+    }
+
+    @Test("A write refused inside a group is undone alone: the others commit, its own rows are gone")
+    func groupCommitRefusalIsolated() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path + "/s.sqlite"
+        let store = try SQLiteStore(path: path)
+        let other = try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(1))
+        try other.execute("BEGIN IMMEDIATE")
+        let before = store.writeStatistics.submitted
+        // A capture for an order nobody tracked is refused after its delivery row was written: that row must go.
+        let refused = IngestRecord(dedupeKey: "capture-1", kind: "capture", source: "socket", summary: "capture", action: .capture(orderID: "nobody", amount: nil))
+        async let first = store.track(session("hpp-a"), event: DomainEvent("tracked", "t"), at: t0)
+        async let middle = store.ingest(refused, at: t0)
+        async let last = store.track(session("hpp-b"), event: DomainEvent("tracked", "t"), at: t0)
+        try await waitUntil { store.writeStatistics.submitted - before == 3 }
+        try other.execute("COMMIT")
+        #expect(try await first == .tracked(session("hpp-a")))
+        guard case .refused(404, _, _) = try await middle else { Issue.record("not refused"); return }
+        #expect(try await last == .tracked(session("hpp-b")))
+        // Not remembered as delivered: sent again, it is refused again rather than acknowledged as a repeat.
+        guard case .refused(404, _, _) = try await store.ingest(refused, at: t0) else { Issue.record("the refused delivery was remembered"); return }
+        #expect(try await store.session("hpp-a") != nil)
+        #expect(try await store.session("hpp-b") != nil)
     }
 
     @Test("Only one daemon can hold the store lock; it is released with the holder")

@@ -9,12 +9,13 @@ import ReconcilerStore
 extension Reconciler {
     // MARK: Session intents
 
-    /// Places the order or creates the customer token for an authorized session, exactly once.
-    func driveSessionIntent(_ kind: Intent.Kind, _ session: TrackedSession) async throws -> StepResult {
+    /// Places the order or creates the customer token for an authorized session, exactly once. `carried` (what the
+    /// read that authorized the session found) goes into this step's first commit, whichever path it takes.
+    func driveSessionIntent(_ kind: Intent.Kind, _ session: TrackedSession, carrying carried: Change) async throws -> StepResult {
         var now = clock.now
         let key = IdempotencyKey.make(kind, session.kpSessionID)
         var intent = try await store.intent(key) ?? Intent(key: key, kind: kind, subject: session.hppSessionID, now: now)
-        var change = Change()
+        var change = carried
         var paymentSession: PaymentSession?
         let urgency = Urgency.inMotion(now: now, deadline: session.tokenExpiresAt, margin: Urgency.tokenDeadlineMargin)
 
