@@ -12,12 +12,15 @@ CATALOGDIR ?= /usr/lib/systemd/catalog
 DEBIAN_PACKAGES := pkg-config libcurl4-openssl-dev libsystemd-dev libsqlite3-dev curl systemd python3
 BENCH_PACKAGES := wrk
 
-.PHONY: deps build demo check bench install clean
+DEB_PACKAGES := dpkg-dev fakeroot lintian
+
+.PHONY: deps build demo check bench install deb clean
 
 deps:
 	@scripts/install-deps.sh $(DEBIAN_PACKAGES)
 
 build: deps
+	@scripts/stamp-commit.sh >/dev/null
 	swift build
 
 ## The main job: the Klarna sandbox and the daemon in a temporary folder, payments tracked through the CLI.
@@ -31,6 +34,8 @@ check: deps
 	swift test --skip-build
 	scripts/check-units.sh .build/debug/klarna-reconciler
 	Tests/System/run.sh .build/debug/klarna-reconciler
+	$(MAKE) deb
+	Tests/Package/run.sh dist/klarna-reconciler_*_amd64.deb
 
 ## Client against wrk, then the engine end to end; results go in BENCHMARKS.md.
 bench: deps
@@ -41,6 +46,7 @@ bench: deps
 ## The binary, the units (service, socket, sysusers.d, tmpfiles.d, journal catalog), the docs, and the example
 ## configuration unless one is already there. Then: systemd-sysusers; systemd-tmpfiles --create; systemctl daemon-reload.
 install: deps
+	@scripts/stamp-commit.sh >/dev/null
 	swift build -c release --product klarna-reconciler
 	install -D -m 0755 .build/release/klarna-reconciler $(DESTDIR)$(PREFIX)/bin/klarna-reconciler
 	install -D -m 0644 systemd/klarna-reconciler.service $(DESTDIR)$(UNITDIR)/klarna-reconciler.service
@@ -53,5 +59,13 @@ install: deps
 	test -e $(DESTDIR)$(SYSCONFDIR)/klarna-reconciler/config.yaml || \
 		install -D -m 0640 etc/config.yaml $(DESTDIR)$(SYSCONFDIR)/klarna-reconciler/config.yaml
 
+## The Debian package, dist/klarna-reconciler_VERSION_amd64.deb: the Swift runtime linked statically, Debian's
+## libraries as Depends:, package paths, maintainer scripts; then lintian on it (README, "Install").
+deb: deps
+	@scripts/install-deps.sh $(DEB_PACKAGES)
+	rm -f dist/klarna-reconciler_*_amd64.deb
+	scripts/build-deb.sh
+	lintian --fail-on error,warning dist/klarna-reconciler_*_amd64.deb
+
 clean:
-	rm -rf .build
+	rm -rf .build dist

@@ -26,6 +26,8 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        // The commit the binary was built from (scripts/stamp-commit.sh).
+        .target(name: "CBuildInfo"),
 
         // Domain: no I/O, no C. Retry policy, rate budget, clocks.
         .target(name: "ReconcilerCore", swiftSettings: strict),
@@ -34,7 +36,7 @@ let package = Package(
         .target(
             name: "KlarnaAPI",
             dependencies: [
-                "CCurl", "ReconcilerCore",
+                "CCurl", "CBuildInfo", "ReconcilerCore",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict

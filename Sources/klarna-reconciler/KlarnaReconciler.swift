@@ -6,7 +6,7 @@ struct KlarnaReconciler: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "klarna-reconciler",
         abstract: "Makes every Klarna payment end correctly: tracks HPP sessions, places and captures orders exactly once.",
-        version: "\(ProductInfo.version) (\(CurlTransport.libcurlVersion))",
+        version: "\(ProductInfo.version) (commit \(ProductInfo.commit); \(CurlTransport.libcurlVersion))",
         subcommands: [
             RunCommand.self, ReloadCommand.self, CheckConfigCommand.self, TrackCommand.self, CaptureCommand.self, StatusCommand.self,
             ListCommand.self, ShowCommand.self, CallbackURLCommand.self, QuarantineCommand.self, SandboxCommand.self, DemoCommand.self,

@@ -18,12 +18,7 @@ if [ -z "${KLARNA_SYSTEST_NAMESPACE:-}" ]; then
 fi
 
 source "$HERE/harness.sh"
-FAILURES=0
-fail() { echo "  FAIL: $*"; FAILURES=$((FAILURES + 1)); }
-check() {
-    local what=$1 out; shift
-    if out=$("$@" 2>&1); then echo "  ok: $what"; else fail "$what"; [ -n "$out" ] && tail -3 <<<"$out" | sed 's/^/      /'; fi
-}
+source "$HERE/checks.sh"
 trap 'world_down' EXIT
 
 # --- the world: journald, user manager, sandbox, units -------------------------------------------------------

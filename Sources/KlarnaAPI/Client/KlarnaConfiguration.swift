@@ -1,3 +1,5 @@
+internal import CBuildInfo
+
 /// Where Klarna lives and who we are to it.
 public struct KlarnaConfiguration: Sendable, CustomStringConvertible {
     public enum Region: String, Sendable, CaseIterable { case eu, na, oc }
@@ -46,5 +48,8 @@ public struct KlarnaConfiguration: Sendable, CustomStringConvertible {
 
 public enum ProductInfo {
     public static let name = "klarna-reconciler"
+    /// The package version follows it (`make deb`).
     public static let version = "0.1.0"
+    /// The git commit the binary was built from; "unknown" when built without `make`.
+    public static let commit = String(cString: klarna_reconciler_commit())
 }

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Package tests: the .deb that `make deb` built, inspected, installed with apt on this host, run from the installed
+# paths under a real systemd user manager with /opt/swift made inaccessible, then removed and purged.
+# Usage: Tests/Package/run.sh dist/klarna-reconciler_VERSION_amd64.deb   (needs root; `make check` runs it)
+set -uo pipefail
+DEB=$(realpath "$1")
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+if [ "$(id -u)" != 0 ]; then echo "package tests: SKIPPED (apt install needs root)"; exit 0; fi
+source "$HERE/../System/checks.sh"
+PKG=klarna-reconciler
+echo "package tests ($(basename "$DEB"), $(du -k "$DEB" | cut -f1) KiB)"
+
+# --- 1. what is in the package ------------------------------------------------------------------------------------
+echo "1. contents"
+CONTENTS=$(dpkg-deb -c "$DEB" | awk '{ print $1, $2, $6 }')
+INFO=$(dpkg-deb -I "$DEB")
+for path in ./usr/bin/klarna-reconciler ./lib/systemd/system/klarna-reconciler.service ./lib/systemd/system/klarna-reconciler.socket \
+    ./usr/lib/sysusers.d/klarna-reconciler.conf ./usr/lib/tmpfiles.d/klarna-reconciler.conf \
+    ./usr/lib/systemd/catalog/klarna-reconciler.catalog ./etc/klarna-reconciler/config.yaml \
+    ./usr/share/doc/klarna-reconciler/copyright ./usr/share/doc/klarna-reconciler/changelog.gz \
+    ./usr/share/doc/klarna-reconciler/README.md ./usr/share/man/man8/klarna-reconciler.8.gz; do
+    check "has $path" grep -q " $path\$" <<<"$CONTENTS"
+done
+check "everything is owned by root" test -z "$(awk '$2 != "root/root"' <<<"$CONTENTS")"
+check "the example config is shipped 0644 (no secret in it)" grep -q '^-rw-r--r-- root/root ./etc/klarna-reconciler/config.yaml$' <<<"$CONTENTS"
+check "nothing under /usr/local or /etc/systemd" test -z "$(grep -E ' \./(usr/local|etc/systemd)' <<<"$CONTENTS")"
+DEPENDS=$(sed -n 's/^ Depends: //p' <<<"$INFO")
+echo "  Depends: $DEPENDS"
+check "Depends names libc, libcurl, libsystemd and libsqlite3" bash -c "grep -q 'libc6' <<<'$DEPENDS' && grep -q 'libcurl4' <<<'$DEPENDS' && grep -q 'libsystemd0' <<<'$DEPENDS' && grep -q 'libsqlite3-0' <<<'$DEPENDS'"
+check "Depends names nothing of Swift" test -z "$(grep -i swift <<<"$DEPENDS")"
+check "maintainer scripts: postinst, prerm, postrm; conffiles lists the config" \
+    bash -c "grep -q postinst <<<'$INFO' && grep -q prerm <<<'$INFO' && grep -q postrm <<<'$INFO' && dpkg-deb -f '$DEB' Package >/dev/null && dpkg-deb --ctrl-tarfile '$DEB' | tar -xO ./conffiles | grep -qx /etc/klarna-reconciler/config.yaml"
+EXTRACT=$(mktemp -d)
+dpkg-deb -x "$DEB" "$EXTRACT"
+LDD=$(ldd "$EXTRACT/usr/bin/klarna-reconciler")
+check "ldd: no library from /opt/swift, no Swift runtime library" test -z "$(grep -E '/opt/swift|libswift|libFoundation|libdispatch|not found' <<<"$LDD")"
+echo "  shared libraries: $(awk '{ print $1 }' <<<"$LDD" | tr '\n' ' ')"
+rm -rf "$EXTRACT"
+
+# --- 2. apt install: users, directories, nothing started ----------------------------------------------------------
+echo "2. install"
+if dpkg -s $PKG >/dev/null 2>&1; then apt-get purge -y -qq $PKG >/dev/null 2>&1; fi
+check "apt install ./$(basename "$DEB")" apt-get install -y -qq "$DEB"
+check "dpkg says installed" test "$(dpkg-query -W -f '${Status}' $PKG)" = "install ok installed"
+check "the binary runs: $(/usr/bin/klarna-reconciler --version 2>&1 | cut -d';' -f1))" /usr/bin/klarna-reconciler --version
+check "its version is the package's" test "$(/usr/bin/klarna-reconciler --version | awk '{ print $1 }')" = "$(dpkg-query -W -f '${Version}' $PKG)"
+BUILT_FROM=$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+check "--version names the commit it was built from ($BUILT_FROM)" grep -q "(commit $BUILT_FROM" <<<"$(/usr/bin/klarna-reconciler --version)"
+check "user klarna-reconciler exists (sysusers.d)" getent passwd klarna-reconciler
+check "group klarna-ingest exists" getent group klarna-ingest
+check "spool new/ is 2770 klarna-reconciler:klarna-ingest (tmpfiles.d)" test "$(stat -c '%a %U:%G' /var/spool/klarna-reconciler/new)" = "2770 klarna-reconciler:klarna-ingest"
+check "outbox is 2750" test "$(stat -c %a /var/spool/klarna-reconciler-outbox)" = 2750
+check "the config is readable by the daemon's group only" test "$(stat -c '%a %U:%G' /etc/klarna-reconciler/config.yaml)" = "640 root:klarna-reconciler"
+check "the man page is installed" test -s /usr/share/man/man8/klarna-reconciler.8.gz
+check "the service is not enabled" test -z "$(find /etc/systemd/system -name 'klarna-reconciler*' 2>/dev/null)"
+
+# --- 3. the installed units under a real systemd user manager, /opt/swift inaccessible --------------------------
+echo "3. the installed units, without /opt/swift"
+if command -v unshare >/dev/null && unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs /mnt' 2>/dev/null; then
+    unshare --mount --propagation private "$HERE/units.sh" || FAILURES=$((FAILURES + $?))
+else
+    echo "  SKIPPED (no private mount namespace here)"
+fi
+
+# --- 4. remove keeps the configuration and the data; purge deletes them; the user stays (policy) ----------------
+echo "4. remove and purge"
+mkdir -p /var/lib/klarna-reconciler && echo kept >/var/lib/klarna-reconciler/state.sqlite
+echo "# edited" >>/etc/klarna-reconciler/config.yaml
+check "apt remove" apt-get remove -y -qq $PKG
+check "the binary is gone" test ! -e /usr/bin/klarna-reconciler
+check "the units are gone" test ! -e /lib/systemd/system/klarna-reconciler.service -a ! -e /lib/systemd/system/klarna-reconciler.socket
+check "the edited config stays after remove" grep -q "# edited" /etc/klarna-reconciler/config.yaml
+check "the store stays after remove" test -e /var/lib/klarna-reconciler/state.sqlite
+check "apt purge" apt-get purge -y -qq $PKG
+check "dpkg no longer knows the package" bash -c "! dpkg -s $PKG >/dev/null 2>&1"
+check "the config directory is gone" test ! -e /etc/klarna-reconciler
+check "the store, spool and outbox are gone" test ! -e /var/lib/klarna-reconciler -a ! -e /var/spool/klarna-reconciler -a ! -e /var/spool/klarna-reconciler-outbox
+LEFT=$(find /etc /usr /lib /var /opt /srv -xdev -name '*klarna-reconciler*' 2>/dev/null | grep -v -e '^/var/lib/dpkg/' -e '^/var/cache/apt/' -e '^/var/log/' -e "^$REPO" -e '^/opt/swift/' || true)
+check "nothing of the package is left on the file system" test -z "$LEFT"
+[ -n "$LEFT" ] && sed 's/^/      left: /' <<<"$LEFT"
+check "the system user stays (Debian policy: never delete a uid that files may still carry)" getent passwd klarna-reconciler
+
+echo
+if [ "$FAILURES" -gt 0 ]; then echo "package tests: $FAILURES FAILED"; exit 1; fi
+echo "package tests: all passed"
