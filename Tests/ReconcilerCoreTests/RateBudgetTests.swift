@@ -185,6 +185,22 @@ struct RateLimiterTests {
         #expect(order.entries == ["capture", "routine"])
     }
 
+    @Test("The pump sleeps until the token's time: a clock moved after it computed that time still wakes it then")
+    func absoluteDeadlineSleep() async throws {
+        let clock = ManualClock()
+        let deadline = clock.now.addingTimeInterval(1)
+        clock.advance(by: .milliseconds(400))  // time moves between computing the deadline and parking
+        let woke = Flag()
+        let sleeper = Task { try await clock.sleep(until: deadline); woke.set() }
+        try await waitUntil { clock.sleeperCount == 1 }
+        clock.advance(by: .milliseconds(599))
+        #expect(!woke.isSet)
+        clock.advance(by: .milliseconds(1))  // exactly the deadline (a sleep for 1 s from the stale time would need 400 ms more)
+        try await sleeper.value
+        #expect(woke.isSet)
+        try await clock.sleep(until: deadline)  // already past: returns at once
+    }
+
     @Test("A 429 pause holds a waiting caller until Klarna's reset, then serves it")
     func pauseHoldsWaiters() async throws {
         let clock = ManualClock()

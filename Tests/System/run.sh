@@ -23,6 +23,10 @@ trap 'world_down' EXIT
 
 # --- the world: journald, user manager, sandbox, units -------------------------------------------------------
 world_up || exit 1
+# The units run the binary from the private /run, not from the build tree: a clone under /tmp would be hidden from
+# them by the unit's PrivateTmp= (203/EXEC), and the test must pass from any clone path with the units as shipped.
+install -D -m 0755 "$BIN" "$W/bin/klarna-reconciler"
+BIN=$W/bin/klarna-reconciler
 mkdir -p "$W/etc" "$W/credstore" "$W/spool" "$W/outbox" "$W/fault"
 PORT=$((20000 + RANDOM % 20000))
 printf 'systest-password-%s\n' "$RANDOM$RANDOM" >"$W/credstore/klarna-password"

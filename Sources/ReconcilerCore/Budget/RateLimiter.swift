@@ -135,8 +135,11 @@ public final class RateLimiter: Sendable {
             }
             for continuation in resumed { continuation.resume() }
             guard let next else { return }
-            // Never spin: a token "due now" that rounding kept back comes a microsecond later.
-            try? await clock.sleep(for: max(.microseconds(1), Duration(timeInterval: next.timeIntervalSince(now))))
+            // Until the token's time, not for a duration from `now`: the clock may have moved since `now` was read,
+            // and a sleep measured from it would wake that much late (on a manual clock, never: whoever moves it
+            // waits for the token this pump owes). Never spin: a token "due now" that rounding kept back comes a
+            // microsecond later.
+            try? await clock.sleep(until: max(next, now.addingTimeInterval(0.000_001)))
         }
     }
 

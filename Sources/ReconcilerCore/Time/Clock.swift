@@ -7,6 +7,15 @@ public protocol WallClock: Sendable {
     var now: Date { get }
     /// Suspends until `now` has moved `duration` forward. Throws `CancellationError` when the task is cancelled.
     func sleep(for duration: Duration) async throws
+    /// Suspends until `now` reaches `deadline`. Prefer it to `sleep(for: deadline - now)` when the deadline was
+    /// computed earlier: time may have moved since, and a duration from a stale `now` oversleeps by that much.
+    func sleep(until deadline: Date) async throws
+}
+
+extension WallClock {
+    public func sleep(until deadline: Date) async throws {
+        try await sleep(for: Duration(timeInterval: max(0, deadline.timeIntervalSince(now))))
+    }
 }
 
 public struct SystemClock: WallClock {
@@ -56,19 +65,30 @@ public final class ManualClock: WallClock {
 
     public func sleep(for duration: Duration) async throws {
         if duration <= .zero { try Task.checkCancellation(); return }
+        try await suspend { now in now.addingTimeInterval(duration.timeInterval) }
+    }
+
+    /// An absolute deadline: a sleeper that computed it before the clock moved still wakes exactly then.
+    public func sleep(until deadline: Date) async throws {
+        try await suspend { _ in deadline }
+    }
+
+    /// Parks the caller until ``advance(by:)`` reaches the deadline computed from the clock's time at parking.
+    private func suspend(until deadline: @escaping @Sendable (Date) -> Date) async throws {
         let id = state.withLock { state -> UInt64 in
             state.nextID += 1
             return state.nextID
         }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let resumeNow: Bool = state.withLock { state in
-                    if Task.isCancelled { return true }
-                    state.sleepers.append(
-                        Sleeper(id: id, deadline: state.now.addingTimeInterval(duration.timeInterval), continuation: continuation))
-                    return false
+                let resume: Result<Void, any Error>? = state.withLock { state in
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    let wake = deadline(state.now)
+                    if wake <= state.now { return .success(()) }
+                    state.sleepers.append(Sleeper(id: id, deadline: wake, continuation: continuation))
+                    return nil
                 }
-                if resumeNow { continuation.resume(throwing: CancellationError()) }
+                if let resume { continuation.resume(with: resume) }
             }
         } onCancel: {
             let cancelled = state.withLock { state -> Sleeper? in
