@@ -11,6 +11,8 @@ public struct Settings: Sendable {
     public var klarna: KlarnaConfiguration
     /// Where the Klarna password came from, for `check-config`.
     public var passwordSource: String
+    /// Where the callback key came from, or where it was looked for.
+    public var callbackKeySource: String
     public var connectTimeout: Duration
     public var requestTimeout: Duration
     public var storePath: String
@@ -138,7 +140,7 @@ extension Settings {
             ("ingest.spool_rescan_seconds", seconds(spoolRescanInterval)),
             ("ingest.spool_keep_done", "\(spoolKeepDone)"),
             ("callback_token.policy", callbackPolicy),
-            ("callback_token.key", callbackKey == nil ? "(none: HPP and KP callbacks are refused under policy require)" : "<redacted>"),
+            ("callback_token.key", callbackKey == nil ? "(none: HPP and KP callbacks are refused under policy require; \(callbackKeySource))" : "<redacted> (\(callbackKeySource))"),
             ("testing.wedge_work_loop_file", wedgeWorkLoopFile ?? "(none)"),
             ("webhook_signing.keys", signingKeys.isEmpty ? "(none: Klarna Network webhooks are refused)" : "<redacted> ids \(signingKeys.keys.sorted().joined(separator: ", "))"),
         ]

@@ -12,11 +12,16 @@ extension Settings {
     /// Environment variables with this prefix override config.yaml: `KLARNA_RECONCILER_KLARNA_BASE_URL` sets
     /// `klarna.base_url`.
     public static let environmentPrefix = "KLARNA_RECONCILER_"
+    /// Where the unit's `LoadCredential=` reads secrets from (`klarna-reconciler.NAME`); commands run outside the unit
+    /// look there last.
+    public static let credstoreDirectory = "/etc/credstore"
 
     /// Reads and validates everything. Any problem is one ``SettingsError``.
     /// - Parameter needsKlarnaPassword: `false` for operator commands that only touch the store.
+    /// - Parameter credstore: the directory of the unit's credential files (a test's own folder in tests).
     public static func load(
-        configPath: String, environment: [String: String] = ProcessInfo.processInfo.environment, needsKlarnaPassword: Bool = true
+        configPath: String, environment: [String: String] = ProcessInfo.processInfo.environment, needsKlarnaPassword: Bool = true,
+        credstore: String = credstoreDirectory
     ) async throws(SettingsError) -> Settings {
         let text: String
         do {
@@ -39,10 +44,12 @@ extension Settings {
             reader: ConfigReader(providers: [EnvironmentVariablesProvider(environmentVariables: overrides), file]),
             configPath: configPath)
 
-        var credentials: ConfigReader?
+        var credentials = Secrets(directory: nil, reader: nil, credstore: credstore)
         if let directory = environment["CREDENTIALS_DIRECTORY"], !directory.isEmpty {
             do {
-                credentials = ConfigReader(provider: try await DirectoryFilesProvider(directoryPath: FilePath(directory)))
+                credentials = Secrets(
+                    directory: directory, reader: ConfigReader(provider: try await DirectoryFilesProvider(directoryPath: FilePath(directory))),
+                    credstore: credstore)
             } catch {
                 throw SettingsError(nil, "cannot read credentials directory \(directory): \(oneLine(error))")
             }
@@ -50,8 +57,25 @@ extension Settings {
         return try build(reader, credentials: credentials, environment: environment, needsKlarnaPassword: needsKlarnaPassword)
     }
 
+    /// Where secrets are looked for, in order: the unit's `$CREDENTIALS_DIRECTORY`, the `*_file` keys, then the
+    /// files the unit loads them from (`/etc/credstore/klarna-reconciler.NAME`), so `check-config` and
+    /// `callback-url` work outside the unit too (as root, or as a user the file is given to).
+    struct Secrets {
+        let directory: String?
+        let reader: ConfigReader?
+        let credstore: String
+
+        func credstorePath(_ name: String) -> String { "\(credstore)/klarna-reconciler.\(name)" }
+
+        /// The places tried, for the message when none has the secret.
+        func lookedIn(_ name: String, key: String) -> String {
+            "looked in $CREDENTIALS_DIRECTORY (\(directory.map { "\($0)/\(name): not there" } ?? "not set: not inside the unit")), "
+                + "\(key) (not set), \(credstorePath(name)) (not there)"
+        }
+    }
+
     private static func build(
-        _ values: Values, credentials: ConfigReader?, environment: [String: String], needsKlarnaPassword: Bool
+        _ values: Values, credentials: Secrets, environment: [String: String], needsKlarnaPassword: Bool
     ) throws(SettingsError) -> Settings {
         let username = try values.string("klarna.username")
         guard let username, !username.isEmpty else { throw SettingsError("klarna.username", "missing (the Klarna API username, e.g. K123456_abcdef)") }
@@ -123,7 +147,9 @@ extension Settings {
         }
         let policy = try values.string("callback_token.policy") ?? "require"
         guard ["require", "warn"].contains(policy) else { throw SettingsError("callback_token.policy", "must be one of require, warn, not \"\(policy)\"") }
-        let callbackKey = try secret(values, "callback_token.key_file", credential: "callback.key", credentials).map { Array($0.value.utf8) }
+        let callbackSecret = try secret(values, "callback_token.key_file", credential: "callback.key", credentials)
+        let callbackKey = callbackSecret.map { Array($0.value.utf8) }
+        let callbackKeySource = callbackSecret?.source ?? "none: " + credentials.lookedIn("callback-key", key: "callback_token.key_file")
         if let callbackKey, callbackKey.count < 16 { throw SettingsError("callback-key", "must be at least 16 bytes") }
         var signingKeys: [String: [UInt8]] = [:]
         if let json = try secret(values, "webhook_signing.keys_file", credential: "webhook.signing.keys", credentials) {
@@ -139,7 +165,7 @@ extension Settings {
             throw SettingsError("log.level", "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(level)\"")
         }
         return Settings(
-            configPath: values.configPath, klarna: klarna, passwordSource: passwordSource,
+            configPath: values.configPath, klarna: klarna, passwordSource: passwordSource, callbackKeySource: callbackKeySource,
             connectTimeout: try values.seconds("klarna.connect_timeout_seconds", default: 5),
             requestTimeout: try values.seconds("klarna.request_timeout_seconds", default: 30),
             storePath: path(try values.string("store.path") ?? defaultStore),
@@ -164,30 +190,40 @@ extension Settings {
             wedgeWorkLoopFile: try values.string("testing.wedge_work_loop_file").flatMap { $0.isEmpty ? nil : path($0) })
     }
 
-    /// A secret from the file named by `key`, else from the credential `credential` (a file in
-    /// `$CREDENTIALS_DIRECTORY`), trimmed, with where it came from. `nil` when neither is there.
-    private static func secret(_ values: Values, _ key: String, credential: String, _ credentials: ConfigReader?) throws(SettingsError) -> (value: String, source: String)? {
+    /// A secret, trimmed, with where it came from: the credential `credential` (a file in `$CREDENTIALS_DIRECTORY`),
+    /// else the file named by `key`, else the unit's credential file in the credstore. `nil` when none is there.
+    private static func secret(_ values: Values, _ key: String, credential: String, _ credentials: Secrets) throws(SettingsError) -> (value: String, source: String)? {
+        let name = credential.replacingOccurrences(of: ".", with: "-")
+        if let value = credentials.reader?.string(forKey: ConfigKey(credential), isSecret: true)?.trimmingCharacters(in: .whitespacesAndNewlines),
+           !value.isEmpty
+        {
+            return (value, "credential \(name)")
+        }
         if let file = try values.string(key) {
             let path = file.hasPrefix("/") ? file : URL(fileURLWithPath: values.configPath).deletingLastPathComponent().appendingPathComponent(file).path
-            let text: String
-            do {
-                text = try String(contentsOfFile: path, encoding: .utf8)
-            } catch {
-                throw SettingsError(key, "cannot read \(path): \(Self.reason(error))")
-            }
-            let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
-            guard !value.isEmpty else { throw SettingsError(key, "\(path) is empty") }
-            return (value, "file \(path)")
+            return (try read(path, key: key), "file \(path)")
         }
-        let name = credential.replacingOccurrences(of: ".", with: "-")
-        return credentials?.string(forKey: ConfigKey(credential), isSecret: true)
-            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
-            .flatMap { $0.isEmpty ? nil : ($0, "credential \(name)") }
+        let stored = credentials.credstorePath(name)
+        guard FileManager.default.fileExists(atPath: stored) else { return nil }
+        return (try read(stored, key: name, hint: " (the unit's credential file: root-only; run as root)"), "file \(stored)")
     }
 
-    private static func klarnaPassword(_ values: Values, credentials: ConfigReader?) throws(SettingsError) -> (String, String) {
+    /// A secret file's text, trimmed; unreadable or empty is a config error naming the file.
+    private static func read(_ path: String, key: String, hint: String = "") throws(SettingsError) -> String {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw SettingsError(key, "cannot read \(path): \(Self.reason(error))\(hint)")
+        }
+        let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !value.isEmpty else { throw SettingsError(key, "\(path) is empty") }
+        return value
+    }
+
+    private static func klarnaPassword(_ values: Values, credentials: Secrets) throws(SettingsError) -> (String, String) {
         guard let found = try secret(values, "klarna.password_file", credential: "klarna.password", credentials) else {
-            throw SettingsError("klarna password", "no credential \"klarna-password\" in $CREDENTIALS_DIRECTORY and no klarna.password_file")
+            throw SettingsError("klarna password", "none found: " + credentials.lookedIn("klarna-password", key: "klarna.password_file"))
         }
         return found
     }

@@ -27,7 +27,7 @@ struct CallbackURLCommand: AsyncParsableCommand {
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
         guard let key = settings.callbackKey else {
-            printError("klarna-reconciler: config error: callback-key: no callback-key credential (or callback_token.key_file) to sign callback URLs with")
+            printError("klarna-reconciler: config error: callback-key: no key to sign callback URLs with (\(settings.callbackKeySource))")
             throw ExitCode(78)
         }
         print(CallbackTokens(key: key).url(kind, kpSessionID: kpSessionID, base: base))

@@ -5,12 +5,19 @@ import Testing
 @Suite("Configuration")
 struct SettingsTests {
     /// Writes `yaml` (and a password file) into a fresh directory and loads it.
-    func load(_ yaml: String, environment: [String: String] = [:], password: String? = "pw-secret-value") async throws(SettingsError) -> Settings {
+    /// `credstore`: files written to the test's own stand-in for /etc/credstore (name → content).
+    func load(
+        _ yaml: String, environment: [String: String] = [:], password: String? = "pw-secret-value", credstore: [String: String] = [:]
+    ) async throws(SettingsError) -> Settings {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         try! yaml.write(toFile: directory.path + "/config.yaml", atomically: true, encoding: .utf8)
         if let password { try! password.write(toFile: directory.path + "/pw", atomically: true, encoding: .utf8) }
-        return try await Settings.load(configPath: directory.path + "/config.yaml", environment: environment)
+        try! FileManager.default.createDirectory(atPath: directory.path + "/credstore", withIntermediateDirectories: true)
+        for (name, content) in credstore {
+            try! content.write(toFile: directory.path + "/credstore/klarna-reconciler.\(name)", atomically: true, encoding: .utf8)
+        }
+        return try await Settings.load(configPath: directory.path + "/config.yaml", environment: environment, credstore: directory.path + "/credstore")
     }
 
     let minimal = """
@@ -86,7 +93,7 @@ struct SettingsTests {
         ("klarna:\n  base_url: http://api.klarna.com\n  username: u\n  password_file: pw", "plain http to a remote host"),
         ("klarna:\n  base_url: ftp://api.klarna.com\n  username: u\n  password_file: pw", "is not an http(s) URL"),
         ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: missing-file", "klarna.password_file: cannot read"),
-        ("klarna:\n  base_url: https://a.b\n  username: u", "no credential \"klarna-password\""),
+        ("klarna:\n  base_url: https://a.b\n  username: u", "klarna password: none found: looked in $CREDENTIALS_DIRECTORY (not set: not inside the unit), klarna.password_file (not set), "),
         ("klarna:\n  base_url: https://a.b\n  username: u\n  password: hunter2", "klarna.password: secrets are never read from config.yaml"),
         ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_interval_seconds: fast", "polling.dense_interval_seconds: must be a number, not \"fast\""),
         ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_interval_seconds: -1", "must be greater than 0"),
@@ -111,6 +118,41 @@ struct SettingsTests {
         #expect(error?.description.contains(expected) == true, "\(error?.description ?? "no error") should say \(expected)")
         #expect(error?.description.contains("\n") == false)
         #expect(error?.description.contains("hunter2") == false)
+    }
+
+    @Test("Outside the unit, secrets come from the unit's credential files; $CREDENTIALS_DIRECTORY, then *_file, then the credstore")
+    func credentialOrder() async throws {
+        let bare = "klarna:\n  base_url: https://a.b\n  username: u"
+        let stored = ["klarna-password": "from-credstore\n", "callback-key": "callback-key-from-credstore\n"]
+        let outside = try await load(bare, password: nil, credstore: stored)
+        #expect(outside.klarna.credentials.password == "from-credstore")
+        #expect(outside.passwordSource.hasSuffix("/credstore/klarna-reconciler.klarna-password"))
+        #expect(outside.callbackKey == Array("callback-key-from-credstore".utf8))
+
+        let withFile = try await load(bare + "\n  password_file: pw", credstore: stored)
+        #expect(withFile.klarna.credentials.password == "pw-secret-value")
+
+        let credentials = TemporaryDirectory()
+        defer { credentials.remove() }
+        try "from-credential\n".write(toFile: credentials.path + "/klarna-password", atomically: true, encoding: .utf8)
+        let inside = try await load(bare + "\n  password_file: pw", environment: ["CREDENTIALS_DIRECTORY": credentials.path], credstore: stored)
+        #expect(inside.klarna.credentials.password == "from-credential")
+        #expect(inside.passwordSource == "credential klarna-password")
+        #expect(!inside.effectiveDescription.contains("from-cred"))
+    }
+
+    @Test("No secret anywhere: the error says every place it looked; a missing callback key says so in check-config")
+    func nothingFound() async throws {
+        let credentials = TemporaryDirectory()
+        defer { credentials.remove() }
+        let error = await error("klarna:\n  base_url: https://a.b\n  username: u", environment: ["CREDENTIALS_DIRECTORY": credentials.path], password: nil)
+        let text = error?.description ?? ""
+        #expect(text.contains("$CREDENTIALS_DIRECTORY (\(credentials.path)/klarna-password: not there)"), "\(text)")
+        #expect(text.contains("klarna.password_file (not set)"))
+        #expect(text.contains("/credstore/klarna-reconciler.klarna-password (not there)"))
+        let settings = try await load(minimal)
+        #expect(settings.callbackKey == nil)
+        #expect(settings.effectiveDescription.contains("klarna-reconciler.callback-key (not there)"))
     }
 
     @Test("An unreadable password file or credential is a config error naming it, not a crash")

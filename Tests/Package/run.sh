@@ -54,6 +54,30 @@ check "outbox is 2750" test "$(stat -c %a /var/spool/klarna-reconciler-outbox)" 
 check "the config is readable by the daemon's group only" test "$(stat -c '%a %U:%G' /etc/klarna-reconciler/config.yaml)" = "640 root:klarna-reconciler"
 check "the man page is installed" test -s /usr/share/man/man8/klarna-reconciler.8.gz
 check "the service is not enabled" test -z "$(find /etc/systemd/system -name 'klarna-reconciler*' 2>/dev/null)"
+# Commands outside the unit find the credentials where the unit loads them from (/etc/credstore), and say where they
+# looked when they are not there. Only files this test creates are removed again.
+CREDSTORE=/etc/credstore/klarna-reconciler
+CONFIG_OUT=$(/usr/bin/klarna-reconciler check-config 2>&1); CONFIG_RC=$?
+if [ -e $CREDSTORE.klarna-password ]; then
+    echo "  (skipped: this host has $CREDSTORE.klarna-password already)"
+else
+    check "check-config without credentials: exit 78" test "$CONFIG_RC" = 78
+    check "  and it says where it looked" grep -q "looked in \$CREDENTIALS_DIRECTORY (not set: not inside the unit), klarna.password_file (not set), $CREDSTORE.klarna-password (not there)" <<<"$CONFIG_OUT"
+    install -d -m 0700 /etc/credstore
+    printf 'package-test-password\n' | install -m 0600 /dev/stdin $CREDSTORE.klarna-password
+    head -c 32 /dev/urandom | base64 | install -m 0600 /dev/stdin $CREDSTORE.callback-key
+    check "check-config as root finds the unit's credential files" bash -c "/usr/bin/klarna-reconciler check-config | grep -q 'klarna.password: <redacted> (file $CREDSTORE.klarna-password)'"
+    check "callback-url signs with the unit's callback key" bash -c "/usr/bin/klarna-reconciler callback-url --kind hpp-status --kp-session kp-1 --base https://shop.example/cb | grep -q 'token='"
+    # The README's worked example for shop backends, run as written, gives the token callback-url gives.
+    EXAMPLE=$(sed -n '/^```python$/,/^```$/p' /usr/share/doc/klarna-reconciler/README.md | sed '1d;$d')
+    FROM_CLI=$(/usr/bin/klarna-reconciler callback-url --kind kp-authorization --kp-session kp-42 --base https://shop.example/cb | sed -n 's/.*token=\([^&]*\).*/\1/p')
+    FROM_EXAMPLE=$(python3 -c "$EXAMPLE
+print(callback_token(open('$CREDSTORE.callback-key', 'rb').read(), 'kp-authorization', 'kp-42'))")
+    check "the README's token example matches callback-url ($FROM_CLI)" test -n "$FROM_CLI" -a "$FROM_CLI" = "$FROM_EXAMPLE"
+    check "the password appears nowhere in check-config" bash -c "! /usr/bin/klarna-reconciler check-config | grep -q package-test-password"
+    rm -f $CREDSTORE.klarna-password $CREDSTORE.callback-key
+    rmdir /etc/credstore 2>/dev/null || true
+fi
 
 # --- 3. the installed units under a real systemd user manager, /opt/swift inaccessible --------------------------
 echo "3. the installed units, without /opt/swift"
