@@ -503,6 +503,21 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
+    // MARK: Backup
+
+    /// Writes a consistent copy of the store to `path` (which must not exist) while the daemon goes on writing:
+    /// `VACUUM INTO` reads one snapshot through the read connection, so no commit waits for it. The copy is a
+    /// plain SQLite file (no WAL to carry along), mode 0640 like the store: it holds authorization tokens.
+    public func backup(to path: String) async throws {
+        try await read { db in try db.query("VACUUM INTO ?", [.text(path)]) }
+        chmod(path, 0o640)
+    }
+
+    /// SQLite's `PRAGMA integrity_check`: `["ok"]` for a sound file, else the problems it found.
+    public func integrityCheck() async throws -> [String] {
+        try await read { db in try db.query("PRAGMA integrity_check").compactMap { $0.string(0) } }
+    }
+
     // MARK: Outcomes
 
     public func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] {
