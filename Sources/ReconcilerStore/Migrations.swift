@@ -70,6 +70,12 @@ enum Migrations {
         """
         ALTER TABLE wakeups ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0;
         """,
+        // 6: retention prunes by age.
+        """
+        CREATE INDEX events_at ON events(at);
+        CREATE INDEX rejections_at ON rejections(at);
+        CREATE INDEX deliveries_received ON deliveries(received_at);
+        """,
     ]
 
     static var latest: Int { steps.count }

@@ -44,11 +44,11 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     /// The schema version in the file.
     public func schemaVersion() async throws -> Int { try await read { try Migrations.version(of: $0) } }
 
-    private func write<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) throws -> T) async throws -> T {
+    func write<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) throws -> T) async throws -> T {
         try await writes.write(body)
     }
 
-    private func read<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) throws -> T) async throws -> T {
+    func read<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             readQueue.async { [reader] in
                 continuation.resume(with: Result { try body(reader) })

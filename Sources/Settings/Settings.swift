@@ -38,6 +38,9 @@ public struct Settings: Sendable {
     public var spoolDirectory: String?
     public var spoolRescanInterval: Duration
     public var spoolKeepDone: Bool
+    /// `retention.*`: how long finished things are kept, and how often the daemon prunes.
+    public var retention: RetentionPolicy
+    public var retentionInterval: Duration
     public var callbackPolicy: String
     /// The `callback-key` credential: HMAC key of the callback-URL tokens. `nil` when not configured.
     public var callbackKey: [UInt8]?
@@ -85,12 +88,15 @@ public enum SettingsKeys {
         "ingest.max_connections",
         "ingest.spool_dir", "ingest.spool_rescan_seconds", "ingest.spool_keep_done",
         "callback_token.policy", "callback_token.key_file", "webhook_signing.keys_file",
+        "retention.closed_days", "retention.events_days", "retention.rejections_days", "retention.spool_done_days",
+        "retention.interval_minutes",
     ]
 }
 
 extension Settings {
     /// The effective configuration, one `key: value` per line, secrets redacted. What `check-config` prints.
     public var effectiveDescription: String {
+        func days(_ age: Duration?) -> String { age.map { "\(Int($0.timeInterval / 86_400))" } ?? "0 (kept forever)" }
         func seconds(_ duration: Duration) -> String {
             let value = duration.timeInterval
             return value == value.rounded() ? "\(Int(value))" : String(format: "%.3f", value)
@@ -139,6 +145,11 @@ extension Settings {
             ("ingest.spool_dir", spoolDirectory ?? "(disabled)"),
             ("ingest.spool_rescan_seconds", seconds(spoolRescanInterval)),
             ("ingest.spool_keep_done", "\(spoolKeepDone)"),
+            ("retention.closed_days", days(retention.closedPayments)),
+            ("retention.events_days", days(retention.events)),
+            ("retention.rejections_days", days(retention.rejections)),
+            ("retention.spool_done_days", days(retention.spoolDone)),
+            ("retention.interval_minutes", "\(Int(retentionInterval.timeInterval / 60))"),
             ("callback_token.policy", callbackPolicy),
             ("callback_token.key", callbackKey == nil ? "(none: HPP and KP callbacks are refused under policy require; \(callbackKeySource))" : "<redacted> (\(callbackKeySource))"),
             ("testing.wedge_work_loop_file", wedgeWorkLoopFile ?? "(none)"),

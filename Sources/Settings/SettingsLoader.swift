@@ -184,6 +184,12 @@ extension Settings {
             spoolDirectory: (try values.string("ingest.spool_dir")).map { $0.isEmpty ? nil : path($0) } ?? "/var/spool/klarna-reconciler",
             spoolRescanInterval: try values.seconds("ingest.spool_rescan_seconds", default: 5),
             spoolKeepDone: try values.bool("ingest.spool_keep_done", default: false),
+            retention: RetentionPolicy(
+                closedPayments: try values.days("retention.closed_days", default: 90),
+                events: try values.days("retention.events_days", default: 180),
+                rejections: try values.days("retention.rejections_days", default: 30),
+                spoolDone: try values.days("retention.spool_done_days", default: 7)),
+            retentionInterval: .seconds(60 * (try values.int("retention.interval_minutes", default: 60, range: 1...10_080))),
             callbackPolicy: policy, callbackKey: callbackKey, signingKeys: signingKeys,
             drainTimeout: try values.seconds("engine.drain_timeout_seconds", default: 15),
             statusInterval: try values.seconds("engine.status_interval_seconds", default: 5),
@@ -319,6 +325,12 @@ struct Values {
 
     func string(_ key: String) throws(SettingsError) -> String? {
         reader.string(forKey: ConfigKey(key))?.trimmingCharacters(in: .whitespaces)
+    }
+
+    /// A retention in whole days; 0 keeps forever (`nil`).
+    func days(_ key: String, default value: Int) throws(SettingsError) -> Duration? {
+        let days = try int(key, default: value, range: 0...36_500)
+        return days == 0 ? nil : .seconds(days * 86_400)
     }
 
     func int(_ key: String, default value: Int, range: ClosedRange<Int>) throws(SettingsError) -> Int {

@@ -152,6 +152,9 @@ struct RunCommand: AsyncParsableCommand {
                 .init(service: workers),
             ] + servers.map { .init(service: ServerService(server: $0)) } + (spoolService.map { [.init(service: $0)] } ?? []) + [
                 .init(service: reload),
+                .init(service: RetentionService(
+                    pruner: Pruner(store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" }, clock: clock),
+                    interval: settings.retentionInterval, logger: logger)),
                 .init(service: LifecycleAnnouncer(notifier: notifier, status: status, logger: readyLogger, supervisor: supervisor)),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)

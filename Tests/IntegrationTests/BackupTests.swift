@@ -27,6 +27,13 @@ struct BackupTests {
         #expect(backup.output.contains("integrity ok; 1 sessions, 1 orders"), "\(backup.output)")
         let mode = try #require(try FileManager.default.attributesOfItem(atPath: file)[.posixPermissions] as? Int)
         #expect(mode == 0o640)
+        // Retention from the command line against the live store: nothing is 90 days old here.
+        let dryRun = try await fixture.cli(["prune", "--dry-run"])
+        #expect(dryRun.status == 0, "\(dryRun.errors)")
+        #expect(dryRun.output.hasPrefix("would prune: 0 closed payments, 0 payment requests, 0 events"), "\(dryRun.output)")
+        let pruned = try await fixture.cli(["prune"])
+        #expect(pruned.status == 0, "\(pruned.errors)")
+        #expect(pruned.output.hasPrefix("pruned: 0 closed payments"))
         let again = try await fixture.cli(["backup", file])
         #expect(again.status == 73)
         #expect(again.errors.contains("exists; a backup never overwrites"))

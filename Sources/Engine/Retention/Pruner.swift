@@ -1,0 +1,57 @@
+import Foundation
+import ReconcilerCore
+import ReconcilerStore
+
+/// Applies a ``RetentionPolicy``: the store in small batches (each its own short transaction, so the daemon's own
+/// commits go on between them), and the spool's `done/` files by age. `prune` and the daemon's retention loop both
+/// use it.
+public struct Pruner: Sendable {
+    public let store: any PruningStore
+    public let policy: RetentionPolicy
+    /// The spool's `done/` folder, when there is a spool.
+    public let doneDirectory: String?
+    public let clock: any WallClock
+    /// Rows of each kind per transaction.
+    public let batch: Int
+
+    public init(store: any PruningStore, policy: RetentionPolicy, doneDirectory: String?, clock: any WallClock, batch: Int = 500) {
+        self.store = store
+        self.policy = policy
+        self.doneDirectory = doneDirectory
+        self.clock = clock
+        self.batch = batch
+    }
+
+    /// Removes everything past its retention now (or, with `dryRun`, counts it) and says how much.
+    public func run(dryRun: Bool) async throws -> PruneCounts {
+        let cutoffs = policy.cutoffs(now: clock.now)
+        var total = PruneCounts()
+        if dryRun {
+            total = try await store.prune(cutoffs, limit: -1, dryRun: true)
+        } else {
+            while true {
+                try Task.checkCancellation()
+                let pruned = try await store.prune(cutoffs, limit: batch, dryRun: false)
+                if pruned.isEmpty { break }
+                total += pruned
+                await Task.yield()
+            }
+        }
+        if let doneDirectory, let before = cutoffs.spoolDoneBefore {
+            total.spoolFiles = Self.pruneFiles(in: doneDirectory, before: before, dryRun: dryRun)
+        }
+        return total
+    }
+
+    /// Files in `directory` last modified before `before`: removed unless `dryRun`; how many.
+    static func pruneFiles(in directory: String, before: Date, dryRun: Bool) -> Int {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        var count = 0
+        for name in names {
+            let path = "\(directory)/\(name)"
+            guard let modified = try? FileManager.default.attributesOfItem(atPath: path)[.modificationDate] as? Date, modified < before else { continue }
+            if dryRun || unlink(path) == 0 { count += 1 }
+        }
+        return count
+    }
+}
