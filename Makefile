@@ -11,6 +11,8 @@ TMPFILESDIR ?= /etc/tmpfiles.d
 CATALOGDIR ?= /usr/lib/systemd/catalog
 DEBIAN_PACKAGES := pkg-config libcurl4-openssl-dev libsystemd-dev libsqlite3-dev curl systemd python3
 BENCH_PACKAGES := wrk
+# The tests put Debian's nginx in front of the socket (Tests/IntegrationTests/NginxTests.swift).
+CHECK_PACKAGES := nginx
 
 DEB_PACKAGES := dpkg-dev fakeroot lintian
 
@@ -30,6 +32,7 @@ demo: build
 ## Every test: unit, engine against the sandbox over real sockets, the daemon as a process (kill -9 included),
 ## the shipped units checked by systemd-analyze, and the system tests under a real systemd user manager and journald.
 check: deps
+	@scripts/install-deps.sh $(CHECK_PACKAGES)
 	swift build --build-tests
 	swift test --skip-build
 	scripts/check-units.sh .build/debug/klarna-reconciler
@@ -56,6 +59,7 @@ install: deps
 	install -D -m 0644 systemd/klarna-reconciler.catalog $(DESTDIR)$(CATALOGDIR)/klarna-reconciler.catalog
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/README.md
 	install -D -m 0644 etc/config.yaml $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/config.yaml.example
+	install -D -m 0644 etc/nginx/klarna-reconciler.conf $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler.conf
 	test -e $(DESTDIR)$(SYSCONFDIR)/klarna-reconciler/config.yaml || \
 		install -D -m 0640 etc/config.yaml $(DESTDIR)$(SYSCONFDIR)/klarna-reconciler/config.yaml
 

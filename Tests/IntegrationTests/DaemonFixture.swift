@@ -157,16 +157,19 @@ final class DaemonFixture: @unchecked Sendable {
 extension DaemonFixture {
     /// A request over the ingest unix socket with curl, as a forwarder would send it: status and body. Waits by
     /// polling, never by blocking a thread: the sandbox the daemon talks to runs on this process's task pool.
-    func post(_ target: String, _ body: String, headers: [String] = [], method: String = "POST") async throws -> (status: Int, body: String) {
+    /// - Parameter via: a base URL to send to instead of the unix socket (a forwarder in front of it).
+    func post(_ target: String, _ body: String, headers: [String] = [], method: String = "POST", via: String? = nil) async throws -> (status: Int, body: String) {
         let id = UUID().uuidString.prefix(8)
         let bodyFile = directory + "/req-\(id).json", outFile = directory + "/resp-\(id).json", codeFile = directory + "/code-\(id)"
         try body.write(toFile: bodyFile, atomically: true, encoding: .utf8)
         FileManager.default.createFile(atPath: codeFile, contents: nil)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        process.arguments = ["-s", "--max-time", "30", "--unix-socket", socketPath, "-o", outFile, "-w", "%{http_code}", "-X", method]
-            + (method == "POST" ? ["--data-binary", "@\(bodyFile)", "-H", "Content-Type: application/json"] : [])
-            + headers.flatMap { ["-H", $0] } + ["http://localhost\(target)"]
+        var arguments: [String] = ["-s", "--max-time", "30", "-o", outFile, "-w", "%{http_code}", "-X", method]
+        if via == nil { arguments += ["--unix-socket", socketPath] }
+        if method == "POST" { arguments += ["--data-binary", "@\(bodyFile)", "-H", "Content-Type: application/json"] }
+        for header in headers { arguments += ["-H", header] }
+        process.arguments = arguments + ["\(via ?? "http://localhost")\(target)"]
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: codeFile))
         try process.run()
         try await waitUntil(timeout: .seconds(40)) { !process.isRunning }
