@@ -29,8 +29,9 @@ build: deps
 demo: build
 	.build/debug/klarna-reconciler demo
 
-## Every test: unit, engine against the sandbox over real sockets, the daemon as a process (kill -9 included),
-## the shipped units checked by systemd-analyze, and the system tests under a real systemd user manager and journald.
+## Every test: unit, engine against the sandbox over real sockets, the daemon as a process (kill -9 included, and
+## behind Debian's nginx), the shipped units checked by systemd-analyze, the system tests under a real systemd user
+## manager and journald, and the Debian package built, linted, installed, run from its installed units and purged.
 check: deps
 	@scripts/install-deps.sh $(CHECK_PACKAGES)
 	swift build --build-tests
