@@ -76,8 +76,9 @@ final class GroupCommit: Sendable {
             try db.execute("BEGIN IMMEDIATE")
             for write in batch {
                 // A full disk or an I/O error can end the whole transaction inside one write: what the writes before
-                // it did is gone too, so every write in the batch fails with that error.
-                if let error = write.apply(db), !db.inTransaction { throw error }
+                // it did is gone too, so every write in the batch fails with that error. So does a failed write whose
+                // own rows could not be undone: committing the rest would commit those too.
+                if let error = write.apply(db), !db.inTransaction || error is SavepointUndoFailed { throw error }
             }
             try db.execute("COMMIT")
             state.withLock { $0.statistics.transactions += 1; $0.statistics.committedWrites += batch.count }

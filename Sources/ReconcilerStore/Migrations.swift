@@ -70,9 +70,11 @@ enum Migrations {
         """
         ALTER TABLE wakeups ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0;
         """,
-        // 6: retention prunes by age.
+        // 6: retention prunes by age, and finds a payment's orders and capture requests by index.
         """
         CREATE INDEX events_at ON events(at);
+        CREATE INDEX orders_session ON orders(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
+        CREATE INDEX capture_requests_order ON capture_requests(order_id);
         CREATE INDEX rejections_at ON rejections(at);
         CREATE INDEX deliveries_received ON deliveries(received_at);
         """,

@@ -68,6 +68,11 @@ public struct SQLiteError: Error, CustomStringConvertible {
     }
 }
 
+/// A savepoint's rollback failed: what the failed write did is still in the transaction, which must be abandoned.
+struct SavepointUndoFailed: Error, CustomStringConvertible {
+    let description: String
+}
+
 /// One SQLite connection. Not thread-safe by itself: ``SQLiteStore`` confines it to one serial queue.
 final class SQLiteConnection: @unchecked Sendable {
     private var handle: OpaquePointer?
@@ -163,7 +168,13 @@ final class SQLiteConnection: @unchecked Sendable {
             try execute("RELEASE write")
             return value
         } catch {
-            if inTransaction { try? execute("ROLLBACK TO write; RELEASE write") }
+            guard inTransaction else { throw error }
+            do {
+                try execute("ROLLBACK TO write; RELEASE write")
+            } catch {
+                // The write's own rows could not be undone: the transaction must not commit at all.
+                throw SavepointUndoFailed(description: "a write failed and could not be undone (\(error)); the whole transaction is rolled back")
+            }
             throw error
         }
     }

@@ -38,7 +38,13 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    /// Writes and the transactions that committed them (fewer than the writes when they were grouped).
+    /// Passes through the writer: an empty transaction, queued behind every write before it. Answers only while
+    /// commits go through (the watchdog's store probe: reads alone would answer while the writer hangs).
+    public func pingWriter() async throws {
+        try await write { _ in }
+    }
+
+        /// Writes and the transactions that committed them (fewer than the writes when they were grouped).
     var writeStatistics: GroupCommit.Statistics { writes.statistics }
 
     /// The schema version in the file.

@@ -70,7 +70,7 @@ extension Settings {
         /// The places tried, for the message when none has the secret.
         func lookedIn(_ name: String, key: String) -> String {
             "looked in $CREDENTIALS_DIRECTORY (\(directory.map { "\($0)/\(name): not there" } ?? "not set: not inside the unit")), "
-                + "\(key) (not set), \(credstorePath(name)) (not there)"
+                + "\(key) (not set), \(credstorePath(name)) (\(FileManager.default.fileExists(atPath: credstorePath(name)) ? "not readable by this user: run as root" : "not there"))"
         }
     }
 
@@ -209,18 +209,20 @@ extension Settings {
             let path = file.hasPrefix("/") ? file : URL(fileURLWithPath: values.configPath).deletingLastPathComponent().appendingPathComponent(file).path
             return (try read(path, key: key), "file \(path)")
         }
+        // The unit's own file: root-only, so a command run as another user (the reload command runs as the daemon's
+        // user) goes without it rather than failing.
         let stored = credentials.credstorePath(name)
-        guard FileManager.default.fileExists(atPath: stored) else { return nil }
-        return (try read(stored, key: name, hint: " (the unit's credential file: root-only; run as root)"), "file \(stored)")
+        guard FileManager.default.isReadableFile(atPath: stored) else { return nil }
+        return (try read(stored, key: name), "file \(stored)")
     }
 
     /// A secret file's text, trimmed; unreadable or empty is a config error naming the file.
-    private static func read(_ path: String, key: String, hint: String = "") throws(SettingsError) -> String {
+    private static func read(_ path: String, key: String) throws(SettingsError) -> String {
         let text: String
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
         } catch {
-            throw SettingsError(key, "cannot read \(path): \(Self.reason(error))\(hint)")
+            throw SettingsError(key, "cannot read \(path): \(Self.reason(error))")
         }
         let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !value.isEmpty else { throw SettingsError(key, "\(path) is empty") }

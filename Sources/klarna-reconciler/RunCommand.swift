@@ -121,7 +121,10 @@ struct RunCommand: AsyncParsableCommand {
 
         // Probed from the supervisor: the store answers a query, each listener's event loop runs a task. An answer
         // that is an error (a full disk) still proves nothing hangs; a restart would not mend it.
-        let probes = [Supervisor.Probe(heartbeat: Heartbeat(name: "store", interval: beat)) { _ = try? await store.liveStatus() }]
+        let probes = [Supervisor.Probe(heartbeat: Heartbeat(name: "store", interval: beat)) {
+            _ = try? await store.liveStatus()
+            try? await store.pingWriter()
+        }]
             + servers.map { server in Supervisor.Probe(heartbeat: Heartbeat(name: "ingest socket \(server.localAddress)", interval: beat)) { await server.probe() } }
         let supervisor = Supervisor(
             notifier: notifier, watchdog: watchdog, heartbeats: heartbeats, probes: probes, statusInterval: settings.statusInterval,

@@ -302,6 +302,21 @@ struct StoreTests {
         #expect(try await store.session("hpp-b") != nil)
     }
 
+    @Test("The watchdog's writer probe answers only while commits go through, unlike a read")
+    func writerProbe() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path + "/s.sqlite"
+        let store = try SQLiteStore(path: path, busyTimeout: .milliseconds(200))
+        try await store.pingWriter()
+        let other = try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(1))
+        try other.execute("BEGIN IMMEDIATE")
+        _ = try await store.liveStatus()  // reads still answer
+        await #expect { try await store.pingWriter() } throws: { ($0 as? SQLiteError)?.isBusy == true }
+        try other.execute("COMMIT")
+        try await store.pingWriter()
+    }
+
     @Test("Only one daemon can hold the store lock; it is released with the holder")
     func storeLock() throws {
         let directory = TemporaryDirectory()
