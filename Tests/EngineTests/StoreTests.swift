@@ -25,6 +25,13 @@ struct StoreTests {
         TrackedSession(hppSessionID: id, kpSessionID: "kp-\(id)", mode: PlaceOrderMode.none, merchantReference: reference, capturePolicy: .onRequest, purpose: .buy, trackedAt: t0)
     }
 
+    /// Another connection that holds the store's write lock until it runs `COMMIT`.
+    func holdWriteLock(_ path: String) throws -> SQLiteConnection {
+        let other = try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(1))
+        try other.execute("BEGIN IMMEDIATE")
+        return other
+    }
+
     @Test("A new file gets the latest schema, WAL and full sync; reopening keeps the data")
     func migrationsAndPersistence() async throws {
         let directory = TemporaryDirectory()
@@ -256,8 +263,7 @@ struct StoreTests {
         let path = directory.path + "/s.sqlite"
         let store = try SQLiteStore(path: path)
         // Another connection holds the write lock, so the store's first transaction waits and the rest queue behind it.
-        let other = try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(1))
-        try other.execute("BEGIN IMMEDIATE")
+        let other = try holdWriteLock(path)
         let before = store.writeStatistics
         let tracked = Task {
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -283,8 +289,7 @@ struct StoreTests {
         defer { directory.remove() }
         let path = directory.path + "/s.sqlite"
         let store = try SQLiteStore(path: path)
-        let other = try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(1))
-        try other.execute("BEGIN IMMEDIATE")
+        let other = try holdWriteLock(path)
         let before = store.writeStatistics.submitted
         // A capture for an order nobody tracked is refused after its delivery row was written: that row must go.
         let refused = IngestRecord(dedupeKey: "capture-1", kind: "capture", source: "socket", summary: "capture", action: .capture(orderID: "nobody", amount: nil))
@@ -309,8 +314,7 @@ struct StoreTests {
         let path = directory.path + "/s.sqlite"
         let store = try SQLiteStore(path: path, busyTimeout: .milliseconds(200))
         try await store.pingWriter()
-        let other = try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(1))
-        try other.execute("BEGIN IMMEDIATE")
+        let other = try holdWriteLock(path)
         _ = try await store.liveStatus()  // reads still answer
         await #expect { try await store.pingWriter() } throws: { ($0 as? SQLiteError)?.isBusy == true }
         try other.execute("COMMIT")
