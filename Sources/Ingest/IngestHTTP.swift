@@ -1,16 +1,33 @@
 import Foundation
 import HTTPServer
+import ReconcilerCore
 import ReconcilerStore
 
-/// The socket's routes (DESIGN §3): each maps to a ``Delivery``; answers are JSON.
+/// What the socket answers besides deliveries: whether the daemon is alive and whether it should be sent work.
+/// Both come from memory, never from the store, so a probe every second costs the commit path nothing.
+public struct ControlEndpoints: Sendable {
+    public var health: @Sendable () async -> HealthReport
+    public var readiness: Readiness
+
+    public init(health: @escaping @Sendable () async -> HealthReport, readiness: Readiness) {
+        self.health = health
+        self.readiness = readiness
+    }
+}
+
+/// The socket's routes (DESIGN §3): each delivery maps to a ``Delivery``; answers are JSON.
 public enum IngestHTTP {
-    public static func handler(_ ingestor: Ingestor, store: any ReconcilerStore) -> @Sendable (ServerRequest) async -> ServerReply {
+    public static func handler(_ ingestor: Ingestor, control: ControlEndpoints) -> @Sendable (ServerRequest) async -> ServerReply {
         { (request: ServerRequest) async -> ServerReply in
             let parts = request.path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
             let route: Delivery.Route
             switch (request.method, parts) {
             case ("GET", ["v1", "health"]):
-                return await health(store)
+                let report = await control.health()
+                return encoded(report.status == "ok" ? 200 : 503, report)
+            case ("GET", ["v1", "ready"]):
+                let report = control.readiness.report()
+                return encoded(report.ready ? 200 : 503, report)
             case ("POST", ["v1", "webhooks", "hpp-status"]): route = .hppStatus
             case ("POST", ["v1", "webhooks", "kp-authorization"]): route = .kpAuthorization
             case ("POST", ["v1", "webhooks", "om-notification"]): route = .omNotification
@@ -18,7 +35,7 @@ public enum IngestHTTP {
             case ("POST", ["v1", "sessions"]): route = .track
             case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "orders" && path[3] == "capture":
                 route = .capture(orderID: path[2])
-            case (_, let path) where path == ["v1", "health"] || path == ["v1", "sessions"] || (path.count == 3 && path.starts(with: ["v1", "webhooks"])):
+            case (_, let path) where path == ["v1", "health"] || path == ["v1", "ready"] || path == ["v1", "sessions"] || (path.count == 3 && path.starts(with: ["v1", "webhooks"])):
                 return json(405, ["error": "method_not_allowed", "detail": "\(request.method) is not allowed on \(request.path)"])
             default:
                 return json(404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200))"])
@@ -31,19 +48,14 @@ public enum IngestHTTP {
         }
     }
 
-    static func health(_ store: any ReconcilerStore) async -> ServerReply {
-        do {
-            let summary = try await store.summary(now: Date())
-            return json(200, ["status": "ok", "backlog": "\(summary.backlog)", "undelivered_outcomes": "\(summary.undeliveredOutcomes)"])
-        } catch {
-            return json(503, ["error": "store_unavailable", "detail": "\(error)"])
-        }
-    }
+    static func json(_ status: Int, _ fields: [String: String]) -> ServerReply { encoded(status, fields) }
 
-    static func json(_ status: Int, _ fields: [String: String]) -> ServerReply {
+    /// `value` as JSON with snake_case keys, numbers as numbers.
+    static func encoded<T: Encodable>(_ status: Int, _ value: T) -> ServerReply {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        let body = (try? encoder.encode(fields)).map(Array.init) ?? Array(#"{"error":"internal"}"#.utf8)
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        let body = (try? encoder.encode(value)).map(Array.init) ?? Array(#"{"error":"internal"}"#.utf8)
         return .response(ServerResponse(status: status, headers: [("Content-Type", "application/json")], body: body + [0x0A]))
     }
 }

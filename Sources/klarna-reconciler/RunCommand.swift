@@ -112,20 +112,42 @@ struct RunCommand: AsyncParsableCommand {
             spoolService = SpoolService(
                 spool: spool, ingestor: ingestor, rescanInterval: settings.spoolRescanInterval, clock: clock, logger: logger, heartbeat: spoolLoop)
         }
+        // Not ready until the group runs, nor once it drains, nor while the store probe fails or has not answered
+        // for longer than a busy store may take.
+        let readiness = Readiness(storeStaleAfter: settings.storeBusyTimeout + .seconds(3))
+        readiness.storeAnswered()  // it just loaded the open work
+        let started = ContinuousClock.now
+        // Filled once the probes exist: the listeners are bound first, and /v1/health reports on every loop.
+        let loops = Live<[Heartbeat]>(heartbeats)
+        let control = ControlEndpoints(
+            health: {
+                HealthReport(
+                    heartbeats: loops.value, stallAfter: watchdog ?? beat * 4, phase: readiness.report().phase, uptime: .now - started,
+                    open: await scheduler.scheduledCount + scheduler.runningCount, running: await scheduler.runningCount,
+                    backlog: await scheduler.backlog(now: clock.now))
+            },
+            readiness: readiness)
         let servers: [HTTPServer]
         do {
-            servers = try await Self.listen(settings, handler: IngestHTTP.handler(ingestor, store: store), logger: logger)
+            servers = try await Self.listen(settings, handler: IngestHTTP.handler(ingestor, control: control), logger: logger)
         } catch {
             throw fail("cannot listen for deliveries: \(error)", errno: EADDRNOTAVAIL)
         }
 
-        // Probed from the supervisor: the store answers a query, each listener's event loop runs a task. An answer
-        // that is an error (a full disk) still proves nothing hangs; a restart would not mend it.
-        let probes = [Supervisor.Probe(heartbeat: Heartbeat(name: "store", interval: beat)) {
-            _ = try? await store.liveStatus()
-            try? await store.pingWriter()
+        // Probed from the supervisor: the store answers a query and a write passes, each listener's event loop runs
+        // a task. An answer that is an error (a full disk) still proves nothing hangs (a restart would not mend
+        // it), but it makes the daemon not ready. Every second at most, so readiness follows an outage closely.
+        let probes = [Supervisor.Probe(heartbeat: Heartbeat(name: "store", interval: min(beat, .seconds(1)))) {
+            do {
+                _ = try await store.liveStatus()
+                try await store.pingWriter()
+                readiness.storeAnswered()
+            } catch {
+                readiness.storeFailed("\(error)")
+            }
         }]
             + servers.map { server in Supervisor.Probe(heartbeat: Heartbeat(name: "ingest socket \(server.localAddress)", interval: beat)) { await server.probe() } }
+        loops.replace(with: heartbeats + probes.map(\.heartbeat))
         let supervisor = Supervisor(
             notifier: notifier, watchdog: watchdog, heartbeats: heartbeats, probes: probes, statusInterval: settings.statusInterval,
             drainLimit: settings.drainTimeout, logger: logger
@@ -148,17 +170,22 @@ struct RunCommand: AsyncParsableCommand {
         readyLogger[metadataKey: "klarna_base_url"] = .string(settings.klarna.baseURL)
         var configuration = ServiceGroupConfiguration(
             services: [
-                // Started in this order, told to stop in reverse: announce the stop, stop taking input, let the
-                // workers finish their step, flush outcomes; the supervisor keeps systemd informed to the end.
+                // Started in this order, told to stop in reverse: announce the stop (not ready), stop reading the
+                // spool, let the workers finish their step, close the listeners, flush outcomes; the supervisor
+                // keeps systemd informed to the end.
                 .init(service: supervisor),
                 .init(service: delivery),
+            ]
+                // The listeners stop after the workers: while the workers drain, /v1/ready answers 503 and a
+                // delivery is still committed before its 202 (the next start acts on it).
+                + servers.map { .init(service: ServerService(server: $0)) } + [
                 .init(service: workers),
-            ] + servers.map { .init(service: ServerService(server: $0)) } + (spoolService.map { [.init(service: $0)] } ?? []) + [
+            ] + (spoolService.map { [.init(service: $0)] } ?? []) + [
                 .init(service: reload),
                 .init(service: RetentionService(
                     pruner: Pruner(store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" }, clock: clock),
                     interval: settings.retentionInterval, logger: logger)),
-                .init(service: LifecycleAnnouncer(notifier: notifier, status: status, logger: readyLogger, supervisor: supervisor)),
+                .init(service: LifecycleAnnouncer(notifier: notifier, status: status, logger: readyLogger, supervisor: supervisor, readiness: readiness)),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         configuration.maximumGracefulShutdownDuration = settings.drainTimeout
@@ -225,8 +252,10 @@ struct LifecycleAnnouncer: Service {
     let status: String
     let logger: Logger
     let supervisor: Supervisor
+    let readiness: Readiness
 
     func run() async throws {
+        readiness.started()
         logger.notice(
             "klarna-reconciler \(ProductInfo.version) \(status)", metadata: [MessageID.metadataKey: .string(MessageID.ready.rawValue)])
         notifier.ready(status: status)
@@ -236,6 +265,7 @@ struct LifecycleAnnouncer: Service {
             logger.notice("stopping: finishing the steps under way", metadata: [MessageID.metadataKey: .string(MessageID.stopping.rawValue)])
             notifier.stopping(status: "stopping: finishing the steps under way")
             supervisor.draining()
+            readiness.draining()
         }
     }
 }

@@ -1,0 +1,108 @@
+import Synchronization
+
+/// Whether the daemon should be sent work now (`GET /v1/ready`): not while it starts, not once it drains, and not
+/// while its store does not answer. Fed by the lifecycle and by the store probe; read without touching the store, so
+/// a probe every second costs nothing on the commit path.
+public final class Readiness: Sendable {
+    public enum Phase: String, Sendable, Codable {
+        case starting, ready, draining
+    }
+
+    /// What `/v1/ready` answers.
+    public struct Report: Sendable, Codable, Equatable {
+        public var ready: Bool
+        public var phase: Phase
+        /// `ok`, or what the last store check failed with.
+        public var store: String
+        /// How long ago the store last answered; `nil` before the first answer.
+        public var storeAnsweredSecondsAgo: Double?
+        /// Why not ready, for a person; `nil` when ready.
+        public var reason: String?
+    }
+
+    private struct State {
+        var phase: Phase = .starting
+        var storeError: String?
+        var storeAnsweredAt: ContinuousClock.Instant?
+    }
+
+    private let state = Mutex(State())
+    /// A store whose last answer is older than this is treated as unreachable (a check that hangs never reports).
+    public let storeStaleAfter: Duration
+
+    public init(storeStaleAfter: Duration) {
+        self.storeStaleAfter = storeStaleAfter
+    }
+
+    /// Configuration, store and listeners are up: work may come.
+    public func started() { state.withLock { if $0.phase == .starting { $0.phase = .ready } } }
+    /// A stop has begun: balancers should send nothing new. Never ready again in this process.
+    public func draining() { state.withLock { $0.phase = .draining } }
+
+    public func storeAnswered() {
+        state.withLock {
+            $0.storeError = nil
+            $0.storeAnsweredAt = .now
+        }
+    }
+
+    public func storeFailed(_ error: String) { state.withLock { $0.storeError = error } }
+
+    public func report(now: ContinuousClock.Instant = .now) -> Report {
+        let current = state.withLock { $0 }
+        let age = current.storeAnsweredAt.map { now - $0 }
+        var reason: String?
+        switch current.phase {
+        case .starting: reason = "starting"
+        case .draining: reason = "draining: the daemon is stopping"
+        case .ready:
+            if let error = current.storeError {
+                reason = "store unavailable: \(error)"
+            } else if let age, age > storeStaleAfter {
+                reason = "store has not answered for \(Int(age.components.seconds)) s"
+            } else if age == nil {
+                reason = "store not checked yet"
+            }
+        }
+        return Report(
+            ready: reason == nil, phase: current.phase, store: current.storeError ?? "ok",
+            storeAnsweredSecondsAgo: age.map(\.roundedSeconds), reason: reason)
+    }
+}
+
+/// What `GET /v1/health` answers: the loops beat (liveness), with the few numbers that come from memory.
+public struct HealthReport: Sendable, Codable, Equatable {
+    public struct Loop: Sendable, Codable, Equatable {
+        public var name: String
+        public var secondsSinceBeat: Double
+        public var stalled: Bool
+    }
+
+    /// `ok`, or `stalled` when a loop has not beaten within its limit.
+    public var status: String
+    public var phase: Readiness.Phase
+    public var uptimeSeconds: Double
+    public var loops: [Loop]
+    /// Sessions, orders and payment requests the scheduler holds, the ones being worked on now, and those due
+    /// that no worker has taken yet.
+    public var open: Int
+    public var running: Int
+    public var backlog: Int
+
+    /// Builds the report from the heartbeats: a loop is stalled once it has not beaten for `stallAfter` (the
+    /// watchdog's limit).
+    public init(heartbeats: [Heartbeat], stallAfter: Duration, phase: Readiness.Phase, uptime: Duration, open: Int, running: Int, backlog: Int) {
+        loops = heartbeats.map { Loop(name: $0.name, secondsSinceBeat: $0.age.roundedSeconds, stalled: $0.age > stallAfter) }
+        status = loops.contains(where: \.stalled) ? "stalled" : "ok"
+        self.phase = phase
+        uptimeSeconds = uptime.roundedSeconds
+        self.open = open
+        self.running = running
+        self.backlog = backlog
+    }
+}
+
+extension Duration {
+    /// Seconds to the millisecond, for JSON and metrics.
+    var roundedSeconds: Double { (timeInterval * 1_000).rounded() / 1_000 }
+}
