@@ -95,7 +95,7 @@ let package = Package(
         .target(
             name: "Ingest",
             dependencies: [
-                "ReconcilerCore", "ReconcilerStore", "HTTPServer",
+                "ReconcilerCore", "ReconcilerStore", "HTTPServer", "Engine",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

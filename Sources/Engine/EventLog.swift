@@ -41,6 +41,7 @@ enum EventLog {
     static func level(of kind: String) -> Logger.Level {
         switch kind {
         case "needs_attention", "failed": .error
+        case "operator", "operator_refused": .notice
         case "ambiguous", "retry", "read_failed", "authorization_expiring", "token_expired", "expired", "refused", "capture_refused", "mode_mismatch", "stale_status", "not_found":
             .warning
         case "status", "order_status", "attempt", "resolved", "tracked", "capture_requested": .info

@@ -32,6 +32,8 @@ public struct WorkerService: Service {
         for item in work { await scheduler.schedule(item.key, item.plan(now: now, deadlines: reconciler.settings.deadlines)) }
         let left = try await reconciler.store.wakeups(after: 0, includingDelivered: true)
         for key in left.keys { await scheduler.wake(key, at: now) }
+        // An operator request whose wakeup was consumed before the daemon stopped still waits for its answer.
+        for key in try await reconciler.store.keysWithPendingOperatorRequests() { await scheduler.wake(key, at: now) }
         return work.count
     }
 

@@ -11,12 +11,15 @@ public struct ServerRequest: Sendable {
     public var uri: String
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
+    /// The connecting process's user on a unix socket (`SO_PEERCRED`), `nil` over TCP.
+    public var peerUID: UInt32?
 
-    public init(method: String, uri: String, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+    public init(method: String, uri: String, headers: [(name: String, value: String)] = [], body: [UInt8] = [], peerUID: UInt32? = nil) {
         self.method = method
         self.uri = uri
         self.headers = headers
         self.body = body
+        self.peerUID = peerUID
     }
 
     /// The path without the query string.
@@ -202,6 +205,13 @@ public struct HTTPServer: Sendable {
         // Cut off a client that does not finish its request in time; re-armed after every answer.
         var deadline = channel.eventLoop.scheduleTask(in: .nanoseconds(configuration.requestTimeout.nanoseconds)) { channel.close(promise: nil) }
         defer { deadline.cancel() }
+        var peerUID: UInt32?
+        if case .unixDomainSocket = channel.localAddress, let socket = channel as? any SocketOptionProvider,
+            let credentials: PeerCredentials = try? await socket.unsafeGetSocketOption(
+                level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: PeerCredentials.option)).get()
+        {
+            peerUID = credentials.uid
+        }
         let tooLarge = ServerResponse(
             status: 413, headers: [("Content-Type", "application/json")],
             body: Array(#"{"error":"too_large","detail":"request body exceeds \#(configuration.maxBodyBytes) bytes"}"#.utf8))
@@ -230,7 +240,7 @@ public struct HTTPServer: Sendable {
                         deadline.cancel()
                         let request = ServerRequest(
                             method: requestHead.method.rawValue, uri: requestHead.uri,
-                            headers: requestHead.headers.map { ($0.name, $0.value) }, body: body)
+                            headers: requestHead.headers.map { ($0.name, $0.value) }, body: body, peerUID: peerUID)
                         let reply = await handler(request)
                         switch reply {
                         case .reset:
@@ -267,6 +277,14 @@ public struct HTTPServer: Sendable {
         }
         try await outbound.write(.end(nil))
     }
+}
+
+/// Linux's `struct ucred` (`SO_PEERCRED`), which Glibc's Swift module does not export.
+struct PeerCredentials {
+    static let option: Int32 = 17  // SO_PEERCRED on Linux
+    var pid: Int32 = 0
+    var uid: UInt32 = 0
+    var gid: UInt32 = 0
 }
 
 /// How many connections are being served.

@@ -49,6 +49,7 @@ enum KlarnaAPIHandlers {
         case "om.create_capture": return createCapture(order: id, context, &state)
         case "om.extend_authorization_time": return extendAuthorization(order: id, context, &state)
         case "om.cancel_order": return cancelOrder(order: id, context, &state)
+        case "om.release_remaining_authorization": return releaseRemaining(order: id, context, &state)
         case "kn.read_payment_request": return readPaymentRequest(id, context, &state)
         default: return .klarnaError(404, "NOT_FOUND", "No such resource")
         }
@@ -313,6 +314,19 @@ enum KlarnaAPIHandlers {
         guard order.status == "AUTHORIZED" else { return .klarnaError(403, "NOT_ALLOWED", "The order is \(order.status.lowercased())") }
         state.orders[id]?.status = "CANCELLED"
         context.effect(.orderCancelled, in: &state, order: id)
+        return .noContent()
+    }
+
+    /// After a partial capture: nothing more can be captured, and the order is final with what was.
+    static func releaseRemaining(order id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        state.catchUp(order: id, now: context.now)
+        guard let order = state.orders[id] else { return noSuchOrder }
+        guard order.status == "PART_CAPTURED", !order.captures.isEmpty else {
+            return .klarnaError(403, "NOT_ALLOWED", "The order is cancelled or has no captures")
+        }
+        state.orders[id]?.status = "CLOSED"
+        state.orders[id]?.released = true
+        context.effect(.remainingReleased, in: &state, order: id, amount: order.orderAmount - order.capturedAmount)
         return .noContent()
     }
 

@@ -15,6 +15,7 @@ struct KlarnaRoute {
         ("POST", ["ordermanagement", "v1", "orders", "*", "captures"], "om.create_capture"),
         ("POST", ["ordermanagement", "v1", "orders", "*", "extend-authorization-time"], "om.extend_authorization_time"),
         ("POST", ["ordermanagement", "v1", "orders", "*", "cancel"], "om.cancel_order"),
+        ("POST", ["ordermanagement", "v1", "orders", "*", "release-remaining-authorization"], "om.release_remaining_authorization"),
         ("GET", ["v2", "payment", "requests", "*"], "kn.read_payment_request"),
     ]
 

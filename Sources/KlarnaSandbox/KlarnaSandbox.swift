@@ -25,7 +25,7 @@ public final class KlarnaSandbox: Sendable {
     }
 
     /// Operations whose `Klarna-Idempotency-Key` Klarna honours (the OM spec declares it; KP and HPP do not).
-    static let idempotentRoutes: Set<String> = ["om.create_capture", "om.extend_authorization_time", "om.cancel_order"]
+    static let idempotentRoutes: Set<String> = ["om.create_capture", "om.extend_authorization_time", "om.cancel_order", "om.release_remaining_authorization"]
     static let idempotencyWindow: TimeInterval = 24 * 3_600
 
     let configuration: Configuration

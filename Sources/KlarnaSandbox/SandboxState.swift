@@ -59,9 +59,11 @@ struct SandboxState {
         let createdAt: Date
         var expiresAt: Date
         var captures: [Capture] = []
+        /// The rest of a partial capture was released.
+        var released = false
 
         var remainingAuthorizedAmount: Int {
-            status == "CANCELLED" || status == "EXPIRED" ? 0 : orderAmount - capturedAmount
+            status == "CANCELLED" || status == "EXPIRED" || released ? 0 : orderAmount - capturedAmount
         }
     }
 

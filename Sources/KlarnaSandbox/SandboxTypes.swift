@@ -157,6 +157,7 @@ public struct SandboxEffect: Codable, Sendable, Equatable {
         case customerTokenCreated = "customer_token_created"
         case authorizationExtended = "authorization_extended"
         case orderCancelled = "order_cancelled"
+        case remainingReleased = "remaining_released"
         case hppDisabled = "hpp_disabled"
     }
 

@@ -78,6 +78,15 @@ enum Migrations {
         CREATE INDEX rejections_at ON rejections(at);
         CREATE INDEX deliveries_received ON deliveries(received_at);
         """,
+        // 7: operator requests (hold, release, retry, cancel, release-remaining), applied by the daemon in the
+        // payment's next step, and the holds in force.
+        """
+        CREATE TABLE operator_requests (
+          id INTEGER PRIMARY KEY AUTOINCREMENT, work_key TEXT NOT NULL, action TEXT NOT NULL, order_id TEXT,
+          requested_by TEXT NOT NULL, requested_at REAL NOT NULL, state TEXT NOT NULL DEFAULT 'pending', note TEXT, answered_at REAL);
+        CREATE INDEX operator_requests_pending ON operator_requests(work_key, id) WHERE state = 'pending';
+        CREATE TABLE holds (work_key TEXT PRIMARY KEY, held_at REAL NOT NULL, held_by TEXT NOT NULL);
+        """,
     ]
 
     static var latest: Int { steps.count }

@@ -62,11 +62,11 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    private func json<T: Encodable>(_ value: T) throws -> String {
+    func json<T: Encodable>(_ value: T) throws -> String {
         String(decoding: try encoder.encode(value), as: UTF8.self)
     }
 
-    private func decode<T: Decodable>(_ type: T.Type, _ text: String?) throws -> T {
+    func decode<T: Decodable>(_ type: T.Type, _ text: String?) throws -> T {
         try decoder.decode(type, from: Data((text ?? "").utf8))
     }
 
@@ -145,6 +145,17 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             for request in change.finishedCaptureRequests {
                 try db.query("UPDATE capture_requests SET state = ?, note = ? WHERE id = ?", [.text(request.state), .text(request.note), .integer(request.id)])
             }
+            for hold in change.holds {
+                try db.query(
+                    "INSERT INTO holds (work_key, held_at, held_by) VALUES (?, ?, ?) ON CONFLICT(work_key) DO NOTHING",
+                    [.text(hold.key.description), SQLValue(at), .text(hold.by)])
+            }
+            for key in change.releases { try db.query("DELETE FROM holds WHERE work_key = ?", [.text(key.description)]) }
+            for answer in change.answeredRequests {
+                try db.query(
+                    "UPDATE operator_requests SET state = ?, note = ?, answered_at = ? WHERE id = ?",
+                    [.text(answer.state.rawValue), .text(answer.note), SQLValue(at), .integer(answer.id)])
+            }
             for entry in change.health {
                 try db.query(
                     "INSERT INTO health (name, at, detail) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET at = excluded.at, detail = excluded.detail",
@@ -192,7 +203,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
              SQLValue(request.isOpen ? request.nextDueAt : nil), SQLValue(request.trackedAt), SQLValue(at), .text(data)])
     }
 
-    private func insertEvent(_ db: SQLiteConnection, _ event: NewEvent, at: Date) throws {
+    func insertEvent(_ db: SQLiteConnection, _ event: NewEvent, at: Date) throws {
         try db.query(
             "INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail) VALUES (?, ?, ?, ?, ?, ?)",
             [SQLValue(at), SQLValue(event.hppSessionID), SQLValue(event.orderID), .text(event.event.kind), .text(event.event.message),
@@ -402,7 +413,8 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func list(phase: String?, limit: Int) async throws -> StoreListing {
-        try await read { db in
+        if phase == "held" { return try await listHeld(limit: limit) }
+        return try await read { db in
             let filter = phase.map { [SQLValue.text($0)] } ?? []
             let sessions = try db.query(
                 "SELECT data FROM sessions \(phase == nil ? "" : "WHERE phase = ?1 OR outcome = ?1") ORDER BY updated_at DESC LIMIT \(limit)", filter
@@ -490,7 +502,13 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                 "SELECT MIN(d) FROM (SELECT MIN(next_due) AS d FROM sessions UNION ALL SELECT MIN(next_due) FROM orders)").first
             summary.nextDueAt = due?.date(0)
             let nowValue = SQLValue(now)
-            summary.backlog = (try db.query("SELECT (SELECT COUNT(*) FROM sessions WHERE next_due <= ?1) + (SELECT COUNT(*) FROM orders WHERE next_due <= ?1)", [nowValue]).first?.int(0)) ?? 0
+            // Held work is not backlog: nothing runs it until it is released.
+            summary.backlog = (try db.query(
+                """
+                SELECT (SELECT COUNT(*) FROM sessions WHERE next_due <= ?1 AND 'session:' || hpp_session_id NOT IN (SELECT work_key FROM holds))
+                  + (SELECT COUNT(*) FROM orders WHERE next_due <= ?1 AND 'order:' || order_id NOT IN (SELECT work_key FROM holds))
+                """, [nowValue]).first?.int(0)) ?? 0
+            summary.held = (try db.query("SELECT COUNT(*) FROM holds").first?.int(0)) ?? 0
             summary.undeliveredOutcomes = (try db.query("SELECT COUNT(*) FROM outcomes WHERE outbox_written = 0").first?.int(0)) ?? 0
             summary.rejectionsLastDay = (try db.query("SELECT COUNT(*) FROM rejections WHERE at >= ?", [SQLValue(now.addingTimeInterval(-86_400))]).first?.int(0)) ?? 0
             if let last = try db.query("SELECT at, source, status, error, detail FROM rejections ORDER BY id DESC LIMIT 1").first {

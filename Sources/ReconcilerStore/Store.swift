@@ -74,12 +74,17 @@ public struct Change: Sendable {
     public var finishedCaptureRequests: [(id: Int64, state: String, note: String)] = []
     /// `klarna_ok` / `klarna_error` for `status`.
     public var health: [(name: String, detail: String)] = []
+    /// Holds placed (with who asked) and lifted.
+    public var holds: [(key: WorkKey, by: String)] = []
+    public var releases: [WorkKey] = []
+    /// Operator requests applied (`done`) or refused, with a note.
+    public var answeredRequests: [(id: Int64, state: OperatorRequest.State, note: String)] = []
 
     public init() {}
 
     public var isEmpty: Bool {
         sessions.isEmpty && orders.isEmpty && newOrders.isEmpty && paymentRequests.isEmpty && intents.isEmpty && events.isEmpty && outcomes.isEmpty
-            && finishedCaptureRequests.isEmpty && health.isEmpty
+            && finishedCaptureRequests.isEmpty && health.isEmpty && holds.isEmpty && releases.isEmpty && answeredRequests.isEmpty
     }
 }
 
@@ -148,6 +153,8 @@ public struct StatusSummary: Sendable, Codable, Equatable {
     /// Deliveries refused in the last 24 hours, and the newest refusal.
     public var rejectionsLastDay: Int = 0
     public var lastRejection: String?
+    /// Sessions and orders on hold (`klarna-reconciler hold`).
+    public var held: Int = 0
 }
 
 public struct LiveStatus: Sendable, Equatable {
@@ -215,6 +222,83 @@ public enum IngestResult: Sendable, Equatable {
     case refused(status: Int, error: String, detail: String)
 }
 
+/// An operator's request for one session or order, recorded before the daemon applies it in that key's next step.
+public struct OperatorRequest: Sendable, Equatable {
+    public enum State: String, Sendable, Codable {
+        case pending, done, refused
+    }
+
+    public var id: Int64
+    public var key: WorkKey
+    public var action: OperatorAction
+    /// `retry --order-id`.
+    public var orderID: String?
+    /// Who asked, for the timeline and the journal: "uid 1000 (alice) via the command line".
+    public var requestedBy: String
+    public var requestedAt: Date
+    public var state: State
+    /// What applying it did, or why it was refused.
+    public var note: String?
+
+    public init(id: Int64 = 0, key: WorkKey, action: OperatorAction, orderID: String? = nil, requestedBy: String, requestedAt: Date, state: State = .pending, note: String? = nil) {
+        self.id = id
+        self.key = key
+        self.action = action
+        self.orderID = orderID
+        self.requestedBy = requestedBy
+        self.requestedAt = requestedAt
+        self.state = state
+        self.note = note
+    }
+}
+
+/// What the engine needs to know about a key before it works on it.
+public struct OperatorControls: Sendable, Equatable {
+    public var held: Bool
+    /// Oldest first.
+    public var pending: [OperatorRequest]
+
+    public init(held: Bool, pending: [OperatorRequest]) {
+        self.held = held
+        self.pending = pending
+    }
+}
+
+/// A hold in force.
+public struct Hold: Sendable, Equatable, Codable {
+    public var since: Date
+    public var by: String
+}
+
+extension WorkKey {
+    public init(_ target: RemediationTarget) {
+        switch target {
+        case .session(let id): self = .session(id)
+        case .order(let id): self = .order(id)
+        }
+    }
+
+    public var remediationTarget: RemediationTarget? {
+        switch self {
+        case .session(let id): .session(id)
+        case .order(let id): .order(id)
+        case .paymentRequest: nil
+        }
+    }
+}
+
+/// What the operator commands (the CLI and the socket's payment routes) need: find a payment, record requests for
+/// the daemon, and read its answers.
+public protocol OperatorStore: Sendable {
+    /// The payment `id` names (HPP session, KP session, order id or merchant reference) with its intents and holds.
+    func payment(_ id: String) async throws -> PaymentView
+    /// Records requests, an event for each, and a wakeup; `delivered`: the caller wakes the engine itself (the
+    /// daemon's socket), so the wakeup row only matters after a crash. Returns the requests' ids.
+    func submit(_ requests: [OperatorRequest], delivered: Bool, at: Date) async throws -> [Int64]
+    func operatorRequests(_ ids: [Int64]) async throws -> [OperatorRequest]
+    func holds(_ keys: [WorkKey]) async throws -> [WorkKey: Hold]
+}
+
 /// Durable state. The SQLite implementation is the default; the protocol leaves room for PostgreSQL.
 public protocol ReconcilerStore: Sendable {
     /// Starts tracking `session` unless it is tracked already; records `event` with it.
@@ -239,6 +323,13 @@ public protocol ReconcilerStore: Sendable {
     /// Keeps a refused delivery's reason (socket requests; spool files keep theirs in quarantine/).
     func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws
     func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem?
+
+    /// Whether `key` is held, and the operator requests waiting for it.
+    func operatorControls(for key: WorkKey) async throws -> OperatorControls
+    /// Keys with operator requests not yet applied (read at start: a request may have come while the daemon was down).
+    func keysWithPendingOperatorRequests() async throws -> [WorkKey]
+    /// Every intent of a session (by HPP session id) or order, oldest first.
+    func intents(subject: String) async throws -> [Intent]
 
     /// The session or order `id` names (an HPP session id, KP session id, order id or merchant reference) and its
     /// timeline.

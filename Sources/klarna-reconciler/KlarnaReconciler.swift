@@ -9,7 +9,8 @@ struct KlarnaReconciler: AsyncParsableCommand {
         version: "\(ProductInfo.version) (commit \(ProductInfo.commit); \(CurlTransport.libcurlVersion))",
         subcommands: [
             RunCommand.self, ReloadCommand.self, CheckConfigCommand.self, TrackCommand.self, CaptureCommand.self, StatusCommand.self,
-            ListCommand.self, ShowCommand.self, CallbackURLCommand.self, QuarantineCommand.self, BackupCommand.self, PruneCommand.self,
+            ListCommand.self, ShowCommand.self, HoldCommand.self, ReleaseCommand.self, RetryCommand.self, CancelCommand.self,
+            ReleaseRemainingCommand.self, CallbackURLCommand.self, QuarantineCommand.self, BackupCommand.self, PruneCommand.self,
             SandboxCommand.self, DemoCommand.self,
         ]
     )

@@ -106,6 +106,7 @@ struct StatusCommand: AsyncParsableCommand {
         print("next due:       \(when(summary.nextDueAt))")
         print("next deadline:  \(summary.nextDeadlineWhat.map { "\($0) at \(when(summary.nextDeadline))" } ?? "—")")
         print("backlog:        \(summary.backlog) due now, \(summary.undeliveredOutcomes) outcomes not yet in the outbox")
+        print("held:           \(summary.held)\(summary.held > 0 ? " (klarna-reconciler list --state held; release ID)" : "")")
         print("Klarna success: \(when(summary.lastKlarnaSuccess))")
         print("Klarna error:   \(when(summary.lastKlarnaError))\(summary.lastKlarnaErrorDetail.map { " \($0)" } ?? "")")
         print("refused input:  \(summary.rejectionsLastDay) in the last 24 h\(summary.lastRejection.map { "; last \($0)" } ?? "") (spool files: klarna-reconciler quarantine list)")
@@ -116,7 +117,7 @@ struct ListCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "list", abstract: "Lists sessions, orders and intents, newest first.")
 
-    @Option(help: "Only this phase or outcome (polling, authorized, ordered, closed, pending_fraud, awaiting_capture, needs_attention, …) or intent state (sent, ambiguous, …).")
+    @Option(help: "Only this phase or outcome (polling, authorized, ordered, closed, pending_fraud, awaiting_capture, needs_attention, …), intent state (sent, ambiguous, …), or held.")
     var state: String?
     @Option(help: "At most this many of each.") var limit: Int = 100
     @Flag(help: "Print JSON.") var json = false
@@ -161,12 +162,15 @@ struct ShowCommand: AsyncParsableCommand {
         let intents: [Intent]
         let events: [RecordedEvent]
         let outcomes: [Outcome]
+        /// Work key (`session:…`, `order:…`) → the hold in force.
+        let holds: [String: Hold]
     }
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
         let store = try options.openStore(settings, readOnly: true)
         let stored = try await store.timeline(for: id)
+        let holds = try await store.holds(stored.sessions.map { .session($0.hppSessionID) } + stored.orders.map { .order($0.orderID) })
         let found = (
             sessions: stored.sessions.map(redacted), orders: stored.orders, intents: stored.intents.map(redacted),
             events: stored.events, outcomes: stored.outcomes.map { outcome in
@@ -179,7 +183,11 @@ struct ShowCommand: AsyncParsableCommand {
             throw ExitCode.failure
         }
         if json {
-            return try printJSON(Timeline(sessions: found.sessions, orders: found.orders, intents: found.intents, events: found.events, outcomes: found.outcomes.map(\.outcome)))
+            return try printJSON(Timeline(sessions: found.sessions, orders: found.orders, intents: found.intents, events: found.events, outcomes: found.outcomes.map(\.outcome),
+                                          holds: Dictionary(uniqueKeysWithValues: holds.map { ($0.key.description, $0.value) })))
+        }
+        for (key, hold) in holds.sorted(by: { $0.key.description < $1.key.description }) {
+            print("HELD \(key) since \(hold.since.formatted(.iso8601)) by \(hold.by): no Klarna call until `klarna-reconciler release \(id)`")
         }
         for session in found.sessions {
             print("HPP session \(session.hppSessionID)  (KP session \(session.kpSessionID))")

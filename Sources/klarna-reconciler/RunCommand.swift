@@ -126,7 +126,8 @@ struct RunCommand: AsyncParsableCommand {
                     open: await scheduler.scheduledCount + scheduler.runningCount, running: await scheduler.runningCount,
                     backlog: await scheduler.backlog(now: clock.now))
             },
-            readiness: readiness)
+            readiness: readiness,
+            desk: OperatorDesk(store: store) { keys in for key in keys { await scheduler.wake(key, at: clock.now) } })
         let servers: [HTTPServer]
         do {
             servers = try await Self.listen(settings, handler: IngestHTTP.handler(ingestor, control: control), logger: logger)

@@ -188,6 +188,9 @@ final class FaultyStore: ReconcilerStore, @unchecked Sendable {
     func wakeups(after sequence: Int64, includingDelivered: Bool) async throws -> (keys: [WorkKey], last: Int64) { try await store.wakeups(after: sequence, includingDelivered: includingDelivered) }
     func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult { try await store.requestCapture(orderID: orderID, amount: amount, at: at) }
     func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
+    func operatorControls(for key: WorkKey) async throws -> OperatorControls { try await store.operatorControls(for: key) }
+    func keysWithPendingOperatorRequests() async throws -> [WorkKey] { try await store.keysWithPendingOperatorRequests() }
+    func intents(subject: String) async throws -> [Intent] { try await store.intents(subject: subject) }
     func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
         if ingestFails { throw DiskFull() }
         return try await store.ingest(record, at: at)

@@ -203,6 +203,8 @@ extension Reconciler {
             case .success(let read):
                 let done: Bool = switch intent.kind {
                 case .capture: read.capturedAmount >= (intent.expectedCapturedTotal ?? .max)
+                case .cancelOrder: read.status.rawValue == "CANCELLED"
+                case .releaseRemaining: read.capturedAmount > 0 && read.remainingAuthorizedAmount == 0
                 default: read.expiresAt.map { new in order.expiresAt.map { new > $0 } ?? true } ?? false
                 }
                 if done {
@@ -224,7 +226,12 @@ extension Reconciler {
         }
         intent = intent.sending(now: now)
         change.intents = [intent]
-        let what = intent.kind == .capture ? "capturing \(intent.amount ?? 0)" : "extending the authorization"
+        let what = switch intent.kind {
+        case .capture: "capturing \(intent.amount ?? 0)"
+        case .cancelOrder: "cancelling the order"
+        case .releaseRemaining: "releasing the remaining authorization"
+        default: "extending the authorization"
+        }
         change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent("attempt", "\(what), attempt \(intent.attempts)"),
                                       detail: ["intent": intent.key, "attempt": "\(intent.attempts)"]))
         try await commit(change, now: now)
@@ -232,11 +239,17 @@ extension Reconciler {
 
         let key = intent.key
         let result: Result<String?, KlarnaAPIError>
-        if intent.kind == .capture {
+        let id = order.orderID
+        switch intent.kind {
+        case .capture:
             let request = CaptureRequest(capturedAmount: intent.amount ?? 0, reference: order.merchantReference)
-            result = try await klarna(&change, urgency, { try await client.createCapture(orderID: order.orderID, request: request, idempotencyKey: key).captureID }).map { Optional($0) }
-        } else {
-            result = try await klarna(&change, urgency, { try await client.extendAuthorizationTime(orderID: order.orderID, idempotencyKey: key) }).map { nil }
+            result = try await klarna(&change, urgency, { try await client.createCapture(orderID: id, request: request, idempotencyKey: key).captureID }).map { Optional($0) }
+        case .cancelOrder:
+            result = try await klarna(&change, urgency, { try await client.cancelOrder(orderID: id, idempotencyKey: key) }).map { nil }
+        case .releaseRemaining:
+            result = try await klarna(&change, urgency, { try await client.releaseRemainingAuthorization(orderID: id, idempotencyKey: key) }).map { nil }
+        default:
+            result = try await klarna(&change, urgency, { try await client.extendAuthorizationTime(orderID: id, idempotencyKey: key) }).map { nil }
         }
         now = clock.now
         switch result {
@@ -256,9 +269,10 @@ extension Reconciler {
                 if let requestID = intent.captureRequestID {
                     change.finishedCaptureRequests.append((requestID, "refused", Self.short(error)))
                 }
-                if intent.kind == .extendAuthorization || error.status == 403 {
-                    // Klarna said no for a reason the order shows (cancelled, expired, over-capture, not extendable):
-                    // read it and let the order rules decide.
+                if intent.kind != .capture || error.status == 403 {
+                    // Klarna said no for a reason the order shows (cancelled, expired, over-capture, not extendable),
+                    // or an extension, cancel or release did not get through: read the order and let the order rules
+                    // decide (an operator's cancel or release can be asked for again; the timeline says why it ended).
                     record(order.intentRefused(intent.kind, error: Self.short(error), now: now), into: &change, detail: detail)
                     try await commit(change, now: now)
                     return StepResult(next: now)
@@ -275,11 +289,13 @@ extension Reconciler {
         let now = clock.now
         change.intents = [intent.confirmed(result: captureID, now: now)]
         let step: OrderStep
-        if intent.kind == .capture {
+        switch intent.kind {
+        case .capture:
             step = order.captureConfirmed(amount: intent.amount ?? 0, captureID: captureID, now: now)
             if let requestID = intent.captureRequestID { change.finishedCaptureRequests.append((requestID, "done", "captured \(intent.amount ?? 0)")) }
-        } else {
-            step = order.authorizationExtended(now: now)
+        case .cancelOrder: step = order.cancelledOnRequest()
+        case .releaseRemaining: step = order.remainingReleased()
+        default: step = order.authorizationExtended(now: now)
         }
         record(step, into: &change, detail: ["intent": intent.key, "attempt": "\(intent.attempts)"])
         try await commit(change, now: now)

@@ -65,11 +65,24 @@ public struct Reconciler: Sendable {
     /// Works on `key` once. `hinted`: someone said something changed (a webhook, a capture request), so Klarna is
     /// read now even if the next read was planned for later.
     public func process(_ key: WorkKey, hinted: Bool = false) async throws -> WorkResult {
-        let step = switch key {
+        var hinted = hinted
+        var operatorWake: [WorkKey] = []
+        if key.remediationTarget != nil {
+            // Operator requests first; a held key makes no Klarna call at all (a release or a webhook wakes it).
+            let controls = try await store.operatorControls(for: key)
+            var held = controls.held
+            if !controls.pending.isEmpty {
+                (held, operatorWake) = try await applyOperatorRequests(key, controls)
+                hinted = true
+            }
+            if held { return WorkResult(next: nil, wake: operatorWake) }
+        }
+        var step = switch key {
         case .session(let id): try await processSession(id, hinted: hinted)
         case .order(let id): try await processOrder(id, hinted: hinted)
         case .paymentRequest(let id): try await LogContext.about(paymentRequest: id) { try await processPaymentRequest(id, hinted: hinted) }
         }
+        step.wake += operatorWake
         guard let due = step.next else { return WorkResult(next: nil, wake: step.wake, ending: step.ending) }
         // How urgent the next run is follows from the state just committed, by the core's rules.
         let now = clock.now

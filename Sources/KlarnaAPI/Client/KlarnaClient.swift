@@ -95,6 +95,12 @@ public struct KlarnaClient: Sendable {
         _ = try await send(.cancelOrder, "POST", path, resource: orderID, idempotencyKey: idempotencyKey)
     }
 
+    /// Releases what a partial capture left authorized (`204`; 403 when the order is cancelled or has no captures).
+    public func releaseRemainingAuthorization(orderID: String, idempotencyKey: String) async throws {
+        let path = "/ordermanagement/v1/orders/\(segment(orderID))/release-remaining-authorization"
+        _ = try await send(.releaseRemainingAuthorization, "POST", path, resource: orderID, idempotencyKey: idempotencyKey)
+    }
+
     // MARK: Klarna Network
 
     public func readPaymentRequest(id: String) async throws -> PaymentRequest {

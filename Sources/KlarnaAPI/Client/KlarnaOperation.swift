@@ -25,5 +25,6 @@ public struct KlarnaOperation: Sendable, Hashable, CustomStringConvertible {
     public static let createCapture = Self(name: "om.create_capture", safety: .idempotent)
     public static let extendAuthorizationTime = Self(name: "om.extend_authorization_time", safety: .idempotent)
     public static let cancelOrder = Self(name: "om.cancel_order", safety: .idempotent)
+    public static let releaseRemainingAuthorization = Self(name: "om.release_remaining_authorization", safety: .idempotent)
     public static let readPaymentRequest = Self(name: "kn.read_payment_request", safety: .read)
 }

@@ -11,10 +11,17 @@ public struct Intent: Codable, Sendable, Equatable {
         case capture
         case extendAuthorization = "extend_authorization"
         case customerToken = "customer_token"
+        /// OM cancel of an order with nothing captured (`klarna-reconciler cancel`).
+        case cancelOrder = "cancel_order"
+        /// OM release of what a partial capture left authorized (`klarna-reconciler release-remaining`).
+        case releaseRemaining = "release_remaining_authorization"
 
         /// Klarna deduplicates these by `Klarna-Idempotency-Key` (OM writes); the others have no documented
         /// idempotency and must never be repeated after an unclear answer without reading first.
-        public var klarnaDeduplicates: Bool { self == .capture || self == .extendAuthorization }
+        public var klarnaDeduplicates: Bool { self != .placeOrder && self != .customerToken }
+
+        /// Driven on an order (the others on a session).
+        public var isOrderIntent: Bool { self != .placeOrder && self != .customerToken }
     }
 
     public enum State: String, Codable, Sendable, CaseIterable {

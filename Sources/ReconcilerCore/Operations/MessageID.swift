@@ -28,6 +28,10 @@ public enum MessageID: String, CaseIterable, Sendable {
     case authorizationExpiring = "95176c90598e47af89a8de6f97dbc529"
     case klarnaReadFailed = "47569188c34641c4afdb57fc027e973e"
 
+    // Operators
+    /// An operator's hold, release, retry, cancel or release-remaining was applied or refused.
+    case operatorAction = "24fecf1329174f8d89555274d7427166"
+
     // Input, output and storage
     case deliveryRefused = "addba77736b64da8a3ee942cc2731565"
     case notifyGaveUp = "1cc34329043949f8871f33fa4c9f5dc7"
@@ -57,6 +61,7 @@ public enum MessageID: String, CaseIterable, Sendable {
         case "ambiguous": self = .sideEffectUnclear
         case "authorization_expiring": self = .authorizationExpiring
         case "read_failed": self = .klarnaReadFailed
+        case "operator", "operator_refused": self = .operatorAction
         default: return nil
         }
     }

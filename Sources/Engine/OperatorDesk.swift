@@ -1,0 +1,66 @@
+import Foundation
+import ReconcilerCore
+import ReconcilerStore
+
+/// Where operator commands come in, from the command line or the socket: finds the payment an id names, asks the
+/// core which of its sessions and orders the request applies to (or why none), records one request per part for the
+/// daemon, and waits for the daemon's answers. The daemon applies each in the part's next step; it may still refuse
+/// one whose payment moved on meanwhile.
+public struct OperatorDesk: Sendable {
+    public enum Answer: Sendable {
+        /// Refused before anything was recorded.
+        case refused(RemediationRefusal)
+        /// The daemon answered every request (each `done` or `refused`); `payment` is how it stands after, once the
+        /// side effect a cancel or release-remaining started has ended (or the wait ran out).
+        case answered([OperatorRequest], payment: PaymentView)
+        /// Recorded, but not answered within the wait (is the daemon running?): it applies them when it gets to them.
+        case queued([OperatorRequest])
+    }
+
+    let store: any OperatorStore
+    /// Wakes the engine for the keys at once (the daemon's socket); `nil` leaves a wakeup row the daemon polls.
+    let wake: (@Sendable ([WorkKey]) async -> Void)?
+
+    public init(store: any OperatorStore, wake: (@Sendable ([WorkKey]) async -> Void)? = nil) {
+        self.store = store
+        self.wake = wake
+    }
+
+    public func request(_ action: OperatorAction, id: String, orderID: String? = nil, by requester: String, now: Date, wait: Duration) async throws -> Answer {
+        let payment = try await store.payment(id)
+        let targets: [RemediationTarget]
+        switch Remediation.targets(action, payment: payment, orderID: orderID, now: now) {
+        case .failure(let refusal): return .refused(refusal)
+        case .success(let found): targets = found
+        }
+        let requests = targets.map { OperatorRequest(key: WorkKey($0), action: action, orderID: orderID, requestedBy: requester, requestedAt: now) }
+        let ids = try await store.submit(requests, delivered: wake != nil, at: now)
+        await wake?(requests.map(\.key))
+
+        let deadline = ContinuousClock.now + wait
+        var answered = try await store.operatorRequests(ids)
+        while answered.contains(where: { $0.state == .pending }) {
+            guard ContinuousClock.now < deadline else { return .queued(answered) }
+            try await Task.sleep(for: .milliseconds(50))
+            answered = try await store.operatorRequests(ids)
+        }
+        // A cancel or release-remaining is an intent: wait for Klarna's answer too, so the caller can say how it ended.
+        var after = try await store.payment(id)
+        let started = Set(answered.filter { $0.state == .done && ($0.action == .cancel || $0.action == .releaseRemaining) }.compactMap(\.key.remediationTarget))
+        while !started.isEmpty, ContinuousClock.now < deadline, after.orders.contains(where: { started.contains(.order($0.orderID)) && $0.activeIntent != nil }) {
+            try await Task.sleep(for: .milliseconds(50))
+            after = try await store.payment(id)
+        }
+        return .answered(answered, payment: after)
+    }
+
+    /// Who asked, for the timeline and the journal: "uid 1000 (alice) via the command line".
+    public static func requester(uid: uid_t?, via: String) -> String {
+        guard let uid else { return "someone via \(via)" }
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4_096)
+        let name = getpwuid_r(uid, &entry, &buffer, buffer.count, &result) == 0 && result != nil ? String(cString: entry.pw_name) : nil
+        return "uid \(uid)\(name.map { " (\($0))" } ?? "") via \(via)"
+    }
+}
