@@ -11,8 +11,9 @@ TMPFILESDIR ?= /etc/tmpfiles.d
 CATALOGDIR ?= /usr/lib/systemd/catalog
 DEBIAN_PACKAGES := pkg-config libcurl4-openssl-dev libsystemd-dev libsqlite3-dev curl systemd python3
 BENCH_PACKAGES := wrk
-# The tests put Debian's nginx in front of the socket (Tests/IntegrationTests/NginxTests.swift).
-CHECK_PACKAGES := nginx
+# The tests put Debian's nginx in front of the socket (Tests/IntegrationTests/NginxTests.swift) and parse /metrics with the
+# Prometheus client library's own parser (MetricsTests.swift).
+CHECK_PACKAGES := nginx python3-prometheus-client
 
 DEB_PACKAGES := dpkg-dev fakeroot lintian
 

@@ -20,6 +20,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-configuration", from: "1.0.0", traits: [.defaults, "YAML"]),
         // Already in the graph through swift-configuration's YAML trait; used directly to name unknown keys.
         .package(url: "https://github.com/jpsim/Yams", "5.4.0"..<"7.0.0"),
+        // Counters and histograms where things happen (swift-metrics); exposed as /metrics by swift-prometheus.
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),
     ],
     targets: [
         // C at the edge: thin system-library targets; shim.h wraps the variadic APIs Swift cannot call.
@@ -38,6 +41,7 @@ let package = Package(
             dependencies: [
                 "CCurl", "CBuildInfo", "ReconcilerCore",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: strict
         ),
@@ -76,7 +80,10 @@ let package = Package(
         ),
 
         // Durable state: the store protocol and its SQLite implementation (WAL, versioned migrations).
-        .target(name: "ReconcilerStore", dependencies: ["CSQLite", "ReconcilerCore"], swiftSettings: strict),
+        .target(
+            name: "ReconcilerStore",
+            dependencies: ["CSQLite", "ReconcilerCore", .product(name: "Metrics", package: "swift-metrics")],
+            swiftSettings: strict),
 
         // The daemon's work: scheduler, workers, intents against Klarna, outbox and notifications.
         .target(
@@ -85,6 +92,7 @@ let package = Package(
                 "KlarnaAPI", "ReconcilerCore", "ReconcilerStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
@@ -98,6 +106,7 @@ let package = Package(
                 "ReconcilerCore", "ReconcilerStore", "HTTPServer", "Engine",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
@@ -124,6 +133,8 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             swiftSettings: strict
         ),

@@ -10,13 +10,19 @@ import ReconcilerStore
 public struct ControlEndpoints: Sendable {
     public var health: @Sendable () async -> HealthReport
     public var readiness: Readiness
+    /// The Prometheus text exposition, when metrics are served.
+    public var metrics: (@Sendable () async -> String)?
     public var desk: OperatorDesk?
     /// How long a payment route waits for the engine's answer before it answers 202 (queued).
     public var deskWait: Duration
 
-    public init(health: @escaping @Sendable () async -> HealthReport, readiness: Readiness, desk: OperatorDesk? = nil, deskWait: Duration = .seconds(5)) {
+    public init(
+        health: @escaping @Sendable () async -> HealthReport, readiness: Readiness, metrics: (@Sendable () async -> String)? = nil,
+        desk: OperatorDesk? = nil, deskWait: Duration = .seconds(5)
+    ) {
         self.health = health
         self.readiness = readiness
+        self.metrics = metrics
         self.desk = desk
         self.deskWait = deskWait
     }
@@ -26,15 +32,10 @@ public struct ControlEndpoints: Sendable {
 public enum IngestHTTP {
     public static func handler(_ ingestor: Ingestor, control: ControlEndpoints) -> @Sendable (ServerRequest) async -> ServerReply {
         { (request: ServerRequest) async -> ServerReply in
+            if let answer = await monitoring(control, request) { return answer }
             let parts = request.path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
             let route: Delivery.Route
             switch (request.method, parts) {
-            case ("GET", ["v1", "health"]):
-                let report = await control.health()
-                return encoded(report.status == "ok" ? 200 : 503, report)
-            case ("GET", ["v1", "ready"]):
-                let report = control.readiness.report()
-                return encoded(report.ready ? 200 : 503, report)
             case ("POST", ["v1", "webhooks", "hpp-status"]): route = .hppStatus
             case ("POST", ["v1", "webhooks", "kp-authorization"]): route = .kpAuthorization
             case ("POST", ["v1", "webhooks", "om-notification"]): route = .omNotification
@@ -44,7 +45,7 @@ public enum IngestHTTP {
                 route = .capture(orderID: path[2])
             case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "payments":
                 return await operate(control, request, id: path[2], action: path[3])
-            case (_, let path) where path == ["v1", "health"] || path == ["v1", "ready"] || path == ["v1", "sessions"] || (path.count == 3 && path.starts(with: ["v1", "webhooks"])):
+            case (_, let path) where path == ["v1", "health"] || path == ["v1", "ready"] || path == ["metrics"] || path == ["v1", "sessions"] || (path.count == 3 && path.starts(with: ["v1", "webhooks"])):
                 return json(405, ["error": "method_not_allowed", "detail": "\(request.method) is not allowed on \(request.path)"])
             default:
                 return json(404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200))"])
@@ -54,6 +55,33 @@ public enum IngestHTTP {
             return answer.accepted
                 ? json(202, ["status": answer.word, "detail": answer.detail])
                 : json(answer.status, ["error": answer.word, "detail": answer.detail])
+        }
+    }
+
+    /// Only what a monitoring system reads, for `metrics.listen`: `/metrics`, `/v1/health`, `/v1/ready`.
+    public static func monitoringHandler(control: ControlEndpoints) -> @Sendable (ServerRequest) async -> ServerReply {
+        { request in
+            await monitoring(control, request)
+                ?? json(404, ["error": "not_found", "detail": "this port serves GET /metrics, /v1/health and /v1/ready only"])
+        }
+    }
+
+    /// `GET /v1/health`, `GET /v1/ready`, `GET /metrics`; `nil` for anything else.
+    static func monitoring(_ control: ControlEndpoints, _ request: ServerRequest) async -> ServerReply? {
+        guard request.method == "GET" else { return nil }
+        switch request.path {
+        case "/v1/health":
+            let report = await control.health()
+            return encoded(report.status == "ok" ? 200 : 503, report)
+        case "/v1/ready":
+            let report = control.readiness.report()
+            return encoded(report.ready ? 200 : 503, report)
+        case "/metrics":
+            guard let metrics = control.metrics else { return nil }
+            let body = Array(await metrics().utf8)
+            return .response(ServerResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")], body: body))
+        default:
+            return nil
         }
     }
 

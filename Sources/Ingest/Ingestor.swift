@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 import ReconcilerCore
 import ReconcilerStore
 
@@ -55,6 +56,20 @@ public struct Ingestor: Sendable {
     public func update(_ rules: Rules) { self.rules.replace(with: rules) }
 
     public func ingest(_ delivery: Delivery, source: String) async -> Answer {
+        let answer = await take(delivery, source: source)
+        Self.count(source: source, answer.accepted ? answer.word : nil, refusedFor: answer.word)
+        return answer
+    }
+
+    /// A delivery in the metrics: `result` is `accepted` or `repeat`, `nil` for a refusal for `reason` (also the
+    /// spool files refused before they reach here).
+    static func count(source: String, _ result: String?, refusedFor reason: String) {
+        let from = source.hasPrefix("spool") ? "spool" : "socket"
+        Counter(label: MetricName.deliveries.rawValue, dimensions: [("source", from), ("result", result ?? "refused")]).increment()
+        if result == nil { Counter(label: MetricName.refusals.rawValue, dimensions: [("source", from), ("reason", reason)]).increment() }
+    }
+
+    private func take(_ delivery: Delivery, source: String) async -> Answer {
         let now = clock.now
         let rules = self.rules.value
         let webhook: Webhook

@@ -65,6 +65,7 @@ public struct SpoolService: Service {
                 guard let taken = try spool.claim(name) else { return }
                 path = taken
             } catch {
+                Ingestor.count(source: "spool", nil, refusedFor: error.rule)
                 quarantine("\(spool.directory)/new/\(name)", rule: error.rule, detail: error.detail, status: nil, at: now)
                 return
             }
@@ -73,6 +74,7 @@ public struct SpoolService: Service {
         do {
             delivery = try SpoolFile.delivery(try spool.read(path))
         } catch {
+            Ingestor.count(source: "spool", nil, refusedFor: error.rule)
             quarantine(path, rule: error.rule, detail: error.detail, status: nil, at: now)
             return
         }

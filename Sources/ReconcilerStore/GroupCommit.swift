@@ -1,4 +1,6 @@
 import Foundation
+import Metrics
+import ReconcilerCore
 import Synchronization
 
 /// Group commit: the write transactions that arrive while another is committing (its fsync is the slow part) are
@@ -72,6 +74,8 @@ final class GroupCommit: Sendable {
             return state.pending
         }
         let db = connection
+        let started = ContinuousClock.now
+        defer { Metrics.Timer(label: MetricName.storeCommitDuration.rawValue).record(duration: .now - started) }
         do {
             try db.execute("BEGIN IMMEDIATE")
             for write in batch {

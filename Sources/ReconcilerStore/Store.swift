@@ -299,6 +299,26 @@ public protocol OperatorStore: Sendable {
     func holds(_ keys: [WorkKey]) async throws -> [WorkKey: Hold]
 }
 
+/// The state numbers `/metrics` shows, from one read of the store.
+public struct StateSnapshot: Sendable, Equatable {
+    public var openSessionsByPhase: [String: Int] = [:]
+    public var openOrdersByPhase: [String: Int] = [:]
+    /// `intended`, `sent` and `ambiguous` only: finished intents are counted as they finish.
+    public var unfinishedIntentsByState: [String: Int] = [:]
+    public var outboxBacklog = 0
+    public var notifyBacklog = 0
+    public var held = 0
+    public var oldestOpenSince: Date?
+    public var nextDeadline: Date?
+
+    public init() {}
+}
+
+/// What the daemon's metrics read from the store.
+public protocol StateSnapshotSource: Sendable {
+    func stateSnapshot() async throws -> StateSnapshot
+}
+
 /// Durable state. The SQLite implementation is the default; the protocol leaves room for PostgreSQL.
 public protocol ReconcilerStore: Sendable {
     /// Starts tracking `session` unless it is tracked already; records `event` with it.

@@ -31,6 +31,8 @@ public struct Settings: Sendable {
     public var ingestSocketGroup: String?
     /// An optional loopback TCP listener (`HOST:PORT`).
     public var ingestListen: String?
+    /// `metrics.listen`: an optional loopback TCP port serving only `/metrics`, `/v1/health` and `/v1/ready`.
+    public var metricsListen: String? = nil
     public var ingestMaxBodyBytes: Int
     public var ingestRequestTimeout: Duration
     public var ingestMaxConnections: Int
@@ -90,6 +92,7 @@ public enum SettingsKeys {
         "callback_token.policy", "callback_token.key_file", "webhook_signing.keys_file",
         "retention.closed_days", "retention.events_days", "retention.rejections_days", "retention.spool_done_days",
         "retention.interval_minutes",
+        "metrics.listen",
     ]
 }
 
@@ -150,6 +153,7 @@ extension Settings {
             ("retention.rejections_days", days(retention.rejections)),
             ("retention.spool_done_days", days(retention.spoolDone)),
             ("retention.interval_minutes", "\(Int(retentionInterval.timeInterval / 60))"),
+            ("metrics.listen", metricsListen ?? "(none: /metrics on the ingest socket only)"),
             ("callback_token.policy", callbackPolicy),
             ("callback_token.key", callbackKey == nil ? "(none: HPP and KP callbacks are refused under policy require; \(callbackKeySource))" : "<redacted> (\(callbackKeySource))"),
             ("testing.wedge_work_loop_file", wedgeWorkLoopFile ?? "(none)"),

@@ -138,13 +138,16 @@ extension Settings {
         let socket = socketSetting.map { $0.isEmpty ? nil : path($0) } ?? defaultSocket
         let group = try values.string("ingest.socket_group").flatMap { $0.isEmpty ? nil : $0 }
         if let group, getgrnam(group) == nil { throw SettingsError("ingest.socket_group", "no group named \(group)") }
-        let listen = try values.string("ingest.listen").flatMap { $0.isEmpty ? nil : $0 }
-        if let listen {
+        func loopback(_ key: String) throws(SettingsError) -> String? {
+            guard let listen = try values.string(key).flatMap({ $0.isEmpty ? nil : $0 }) else { return nil }
             let host = listen.split(separator: ":").dropLast().joined(separator: ":")
             guard Int(listen.split(separator: ":").last ?? "") != nil, ["127.0.0.1", "localhost", "[::1]"].contains(host) else {
-                throw SettingsError("ingest.listen", "must be a loopback HOST:PORT (127.0.0.1:PORT or [::1]:PORT), not \"\(listen)\"")
+                throw SettingsError(key, "must be a loopback HOST:PORT (127.0.0.1:PORT or [::1]:PORT), not \"\(listen)\"")
             }
+            return listen
         }
+        let listen = try loopback("ingest.listen")
+        let metricsListen = try loopback("metrics.listen")
         let policy = try values.string("callback_token.policy") ?? "require"
         guard ["require", "warn"].contains(policy) else { throw SettingsError("callback_token.policy", "must be one of require, warn, not \"\(policy)\"") }
         let callbackSecret = try secret(values, "callback_token.key_file", credential: "callback.key", credentials)
@@ -164,7 +167,7 @@ extension Settings {
         guard let logLevel = Logger.Level(rawValue: level) else {
             throw SettingsError("log.level", "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(level)\"")
         }
-        return Settings(
+        var settings = Settings(
             configPath: values.configPath, klarna: klarna, passwordSource: passwordSource, callbackKeySource: callbackKeySource,
             connectTimeout: try values.seconds("klarna.connect_timeout_seconds", default: 5),
             requestTimeout: try values.seconds("klarna.request_timeout_seconds", default: 30),
@@ -194,6 +197,8 @@ extension Settings {
             drainTimeout: try values.seconds("engine.drain_timeout_seconds", default: 15),
             statusInterval: try values.seconds("engine.status_interval_seconds", default: 5),
             wedgeWorkLoopFile: try values.string("testing.wedge_work_loop_file").flatMap { $0.isEmpty ? nil : path($0) })
+        settings.metricsListen = metricsListen
+        return settings
     }
 
     /// A secret, trimmed, with where it came from: the credential `credential` (a file in `$CREDENTIALS_DIRECTORY`),

@@ -5,6 +5,8 @@ import HTTPServer
 import Ingest
 import KlarnaAPI
 import Logging
+import Metrics
+import Prometheus
 import ReconcilerCore
 import ReconcilerStore
 import ServiceLifecycle
@@ -27,6 +29,7 @@ struct RunCommand: AsyncParsableCommand {
         LogDestination.bootstrap(identifier: "klarna-reconciler", level: level, metadataProvider: LogContext.provider)
         let logger = Logger(label: "klarna-reconciler")
         let notifier = SystemdNotifier()
+        let registry = Self.bootstrapMetrics()
 
         /// A failing start says why three ways: the log (with MESSAGE_ID), `STATUS=`+`ERRNO=` for `systemctl status`,
         /// and the exit code (78 for configuration, so systemd does not restart into the same error).
@@ -119,6 +122,7 @@ struct RunCommand: AsyncParsableCommand {
         let started = ContinuousClock.now
         // Filled once the probes exist: the listeners are bound first, and /v1/health reports on every loop.
         let loops = Live<[Heartbeat]>(heartbeats)
+        let gauges = StateGauges(store: store, spoolDirectory: settings.spoolDirectory)
         let control = ControlEndpoints(
             health: {
                 HealthReport(
@@ -127,12 +131,24 @@ struct RunCommand: AsyncParsableCommand {
                     backlog: await scheduler.backlog(now: clock.now))
             },
             readiness: readiness,
+            metrics: {
+                await gauges.update(now: clock.now, backlog: await scheduler.backlog(now: clock.now), ready: readiness.report().ready)
+                return registry.emitToString()
+            },
             desk: OperatorDesk(store: store) { keys in for key in keys { await scheduler.wake(key, at: clock.now) } })
         let servers: [HTTPServer]
         do {
             servers = try await Self.listen(settings, handler: IngestHTTP.handler(ingestor, control: control), logger: logger)
         } catch {
             throw fail("cannot listen for deliveries: \(error)", errno: EADDRNOTAVAIL)
+        }
+        var monitoringServer: HTTPServer?
+        if let listen = settings.metricsListen, let address = ListenAddress(parsing: listen) {
+            do {
+                monitoringServer = try await HTTPServer.bind(address, logger: logger, handler: IngestHTTP.monitoringHandler(control: control))
+            } catch {
+                throw fail("cannot listen on metrics.listen \(listen): \(error)", errno: EADDRNOTAVAIL)
+            }
         }
 
         // Probed from the supervisor: the store answers a query and a write passes, each listener's event loop runs
@@ -169,25 +185,22 @@ struct RunCommand: AsyncParsableCommand {
         let status = "ready: \(open) open; store \(settings.storePath)" + (listening.isEmpty ? "" : "; listening on \(listening)")
         var readyLogger = logger
         readyLogger[metadataKey: "klarna_base_url"] = .string(settings.klarna.baseURL)
+        // Started in this order, told to stop in reverse: announce the stop (not ready), stop reading the spool, let
+        // the workers finish their step, close the listeners, flush outcomes; the supervisor keeps systemd informed
+        // to the end. The listeners stop after the workers: while the workers drain, /v1/ready answers 503 and a
+        // delivery is still committed before its 202 (the next start acts on it).
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: supervisor), .init(service: delivery)]
+        for server in servers + (monitoringServer.map { [$0] } ?? []) { services.append(.init(service: ServerService(server: server))) }
+        services.append(.init(service: workers))
+        if let spoolService { services.append(.init(service: spoolService)) }
+        let pruner = Pruner(store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" }, clock: clock)
+        services += [
+            .init(service: reload),
+            .init(service: RetentionService(pruner: pruner, interval: settings.retentionInterval, logger: logger)),
+            .init(service: LifecycleAnnouncer(notifier: notifier, status: status, logger: readyLogger, supervisor: supervisor, readiness: readiness)),
+        ]
         var configuration = ServiceGroupConfiguration(
-            services: [
-                // Started in this order, told to stop in reverse: announce the stop (not ready), stop reading the
-                // spool, let the workers finish their step, close the listeners, flush outcomes; the supervisor
-                // keeps systemd informed to the end.
-                .init(service: supervisor),
-                .init(service: delivery),
-            ]
-                // The listeners stop after the workers: while the workers drain, /v1/ready answers 503 and a
-                // delivery is still committed before its 202 (the next start acts on it).
-                + servers.map { .init(service: ServerService(server: $0)) } + [
-                .init(service: workers),
-            ] + (spoolService.map { [.init(service: $0)] } ?? []) + [
-                .init(service: reload),
-                .init(service: RetentionService(
-                    pruner: Pruner(store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" }, clock: clock),
-                    interval: settings.retentionInterval, logger: logger)),
-                .init(service: LifecycleAnnouncer(notifier: notifier, status: status, logger: readyLogger, supervisor: supervisor, readiness: readiness)),
-            ],
+            services: services,
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         configuration.maximumGracefulShutdownDuration = settings.drainTimeout
         do {
@@ -197,6 +210,19 @@ struct RunCommand: AsyncParsableCommand {
         }
         withExtendedLifetime(lock) {}
         logger.notice("klarna-reconciler stopped", metadata: [MessageID.metadataKey: .string(MessageID.stopped.rawValue)])
+    }
+
+    /// swift-metrics counts into this registry from here on; `/metrics` prints it. Latency buckets from 1 ms (a
+    /// commit, a fast call) to 30 s (a Klarna timeout).
+    static func bootstrapMetrics() -> PrometheusCollectorRegistry {
+        let registry = PrometheusCollectorRegistry()
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.defaultDurationHistogramBuckets = [
+            .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+            .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2_500), .seconds(5), .seconds(10), .seconds(30),
+        ]
+        MetricsSystem.bootstrap(factory)
+        return registry
     }
 
     static func ingestRules(_ settings: Settings) -> Ingestor.Rules {

@@ -57,6 +57,13 @@ struct JournalTests {
         #expect(Logger.Level.allCases.map(JournalLogHandler.priority) == [7, 7, 6, 5, 4, 3, 2])
     }
 
+    @Test("Every metric is in the README's table, with its labels")
+    func metricsDocumented() throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../README.md").standardized.path
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        for name in MetricName.allCases { #expect(text.contains("| `\(name.rawValue)`"), "README does not document \(name.rawValue)") }
+    }
+
     @Test("Every MESSAGE_ID is in the shipped catalog with a subject, and the catalog has no other")
     func catalog() throws {
         let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../systemd/klarna-reconciler.catalog").standardized.path

@@ -1,6 +1,7 @@
 import Foundation
 import KlarnaAPI
 import Logging
+import Metrics
 import ReconcilerCore
 import ReconcilerStore
 
@@ -101,7 +102,11 @@ public struct Reconciler: Sendable {
     /// One Klarna call under the shared rate budget, served by `urgency`; a 429's hint pauses everyone. Records
     /// health for `status`.
     func klarna<T: Sendable>(_ change: inout Change, _ urgency: Urgency, _ call: () async throws -> T) async throws -> Result<T, KlarnaAPIError> {
-        if let rateLimiter { try await rateLimiter.acquire(urgency) }
+        if let rateLimiter {
+            let started = ContinuousClock.now
+            try await rateLimiter.acquire(urgency)
+            Metrics.Timer(label: MetricName.budgetWait.rawValue, dimensions: [("urgency", urgency.label)]).record(duration: .now - started)
+        }
         do {
             let value = try await call()
             change.health.append(("klarna_ok", ""))
@@ -160,6 +165,10 @@ public struct Reconciler: Sendable {
             }
         }
         EventLog.log(change, logger: logger)
+        for outcome in change.outcomes { Counter(label: MetricName.outcomes.rawValue, dimensions: [("kind", outcome.kind.rawValue)]).increment() }
+        for intent in change.intents where intent.isFinished {
+            Counter(label: MetricName.intentsFinished.rawValue, dimensions: [("kind", intent.kind.rawValue), ("state", intent.state.rawValue)]).increment()
+        }
         if !change.outcomes.isEmpty { outcomeBell?.ring() }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 import ReconcilerCore
 
 /// Typed calls to Klarna's HPP, KP, OM and Klarna Network APIs over an ``HTTPTransport``.
@@ -148,11 +149,13 @@ public struct KlarnaClient: Sendable {
         do {
             response = try await transport.execute(request)
         } catch let error as TransportError {
+            Self.count(operation, status: nil, took: ContinuousClock.now - started)
             log[metadataKey: "duration_ms"] = .stringConvertible((ContinuousClock.now - started).milliseconds)
             log.info("Klarna call failed without a response: \(error)")
             throw KlarnaAPIError(operation: operation, failure: .transport(error), requestID: requestID)
         }
         let correlation = response.headers["Klarna-Correlation-Id"]
+        Self.count(operation, status: response.status, took: ContinuousClock.now - started)
         log[metadataKey: "http.status"] = .stringConvertible(response.status)
         log[metadataKey: "duration_ms"] = .stringConvertible((ContinuousClock.now - started).milliseconds)
         if let correlation { log[metadataKey: "klarna.correlation_id"] = .string(correlation) }
@@ -170,6 +173,12 @@ public struct KlarnaClient: Sendable {
         // Side effects are worth a line at info (with Klarna's correlation id); reads only when debugging.
         log.log(level: operation.safety == .read ? .debug : .info, "Klarna call succeeded")
         return Answer(http: response, requestID: requestID, operation: operation)
+    }
+
+    /// Every call that went out, by operation and result, and how long it took.
+    private static func count(_ operation: KlarnaOperation, status: Int?, took: Duration) {
+        Counter(label: MetricName.klarnaCalls.rawValue, dimensions: [("operation", operation.name), ("result", KlarnaCallResult(status: status).rawValue)]).increment()
+        Metrics.Timer(label: MetricName.klarnaCallDuration.rawValue, dimensions: [("operation", operation.name)]).record(duration: took)
     }
 
     private func decode<T: Decodable>(_ type: T.Type, _ answer: Answer) throws -> T {

@@ -15,6 +15,16 @@ public enum Urgency: Int, Sendable, Comparable, CaseIterable {
 
     public static func < (lhs: Urgency, rhs: Urgency) -> Bool { lhs.rawValue < rhs.rawValue }
 
+    /// Its name as a metric label.
+    public var label: String {
+        switch self {
+        case .routine: "routine"
+        case .hinted: "hinted"
+        case .inMotion: "in_motion"
+        case .deadline: "deadline"
+        }
+    }
+
     /// A side effect or its read counts as near its deadline this long before the deadline (an authorization
     /// token lives 60 minutes; a quarter of that left is the last safe stretch).
     public static let tokenDeadlineMargin: Duration = .seconds(15 * 60)
