@@ -244,6 +244,31 @@ do {
     let before = bench.usage()
     try await Task.sleep(for: .seconds(10))
     let after = bench.usage()
+
+    // The same idle daemon scraped as Prometheus and a balancer would: /metrics and /v1/ready once a second each.
+    let socket = CurlTransport(configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: bench.folder + "/ingest.sock"))
+    let scraper = Scraper(transport: socket)
+    let scrapedBefore = bench.usage()
+    let scrapeStarted = ContinuousClock.now
+    let scrapes = try await scraper.scrape(for: .seconds(20))
+    let scrapedAfter = bench.usage()
+    let scrapeSeconds = (ContinuousClock.now - scrapeStarted).seconds
+    report("scrape_open_sessions", count)
+    report("scrape_cpu_percent", String(format: "%.3f", (scrapedAfter.cpuSeconds - scrapedBefore.cpuSeconds) / scrapeSeconds * 100))
+    report("scrape_idle_cpu_percent", String(format: "%.3f", (after.cpuSeconds - before.cpuSeconds) / 10 * 100))
+    report("scrape_metrics_p50_ms", String(format: "%.2f", percentile(scrapes.metrics, 0.5)))
+    report("scrape_metrics_max_ms", String(format: "%.2f", scrapes.metrics.last ?? 0))
+    report("scrape_ready_p50_ms", String(format: "%.2f", percentile(scrapes.ready, 0.5)))
+    report("scrape_metrics_bytes", scrapes.bytes)
+
+    // Ingest acks with and without the scraping, each for 10 s, on this store of 100,000 open sessions.
+    let quiet = try await ingest(socket, for: .seconds(10), prefix: "quiet")
+    let scraping = Task { try await scraper.scrape(for: .seconds(10)) }
+    let busy = try await ingest(socket, for: .seconds(10), prefix: "scraped")
+    _ = try await scraping.value
+    socket.shutdown()
+    report("scrape_ingest_quiet_acks_per_second", String(format: "%.0f", quiet))
+    report("scrape_ingest_scraped_acks_per_second", String(format: "%.0f", busy))
     bench.stop()
     report("idle_sessions", count)
     report("idle_ready_seconds", String(format: "%.2f", ready))
@@ -485,6 +510,53 @@ final class SentTimes: Sendable {
     func acknowledged(_ kp: String, _ at: Date) { entries.withLock { $0[kp]?.acknowledged = at } }
     func time(_ kp: String) -> Date? { entries.withLock { $0[kp]?.sent } }
     func times(_ kp: String) -> Times? { entries.withLock { $0[kp] } }
+}
+
+/// Track requests from 16 concurrent senders for `duration`, each acknowledged after its commit: acks per second.
+func ingest(_ transport: CurlTransport, for duration: Duration, prefix: String) async throws -> Double {
+    let counter = Counter()
+    let started = ContinuousClock.now
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        for worker in 0..<16 {
+            group.addTask {
+                while ContinuousClock.now - started < duration {
+                    let index = counter.next()
+                    let body = Array(#"{"hpp_session_id":"\#(prefix)-\#(worker)-\#(index)","kp_session_id":"kp-\#(index)"}"#.utf8)
+                    let response = try await transport.execute(HTTPRequest(
+                        method: "POST", url: "http://localhost/v1/sessions", headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
+                    guard response.status == 202 else { throw BenchFailure("ingest answered \(response.status)") }
+                }
+            }
+        }
+        try await group.waitForAll()
+    }
+    return Double(counter.next()) / (ContinuousClock.now - started).seconds
+}
+
+/// GET /metrics and GET /v1/ready once a second each, as Prometheus and a load balancer would.
+struct Scraper {
+    let transport: CurlTransport
+
+    func scrape(for duration: Duration) async throws -> (metrics: [Double], ready: [Double], bytes: Int) {
+        var metrics: [Double] = [], ready: [Double] = []
+        var bytes = 0
+        let started = ContinuousClock.now
+        var tick = started
+        while ContinuousClock.now - started < duration {
+            var begun = ContinuousClock.now
+            let page = try await transport.execute(HTTPRequest(method: "GET", url: "http://localhost/metrics"))
+            guard page.status == 200 else { throw BenchFailure("/metrics answered \(page.status)") }
+            metrics.append((ContinuousClock.now - begun).seconds * 1_000)
+            bytes = page.body.count
+            begun = ContinuousClock.now
+            let probe = try await transport.execute(HTTPRequest(method: "GET", url: "http://localhost/v1/ready"))
+            guard probe.status == 200 else { throw BenchFailure("/v1/ready answered \(probe.status)") }
+            ready.append((ContinuousClock.now - begun).seconds * 1_000)
+            tick = tick + .seconds(1)
+            try await Task.sleep(until: tick, clock: .continuous)
+        }
+        return (metrics.sorted(), ready.sorted(), bytes)
+    }
 }
 
 final class Counter: Sendable {
