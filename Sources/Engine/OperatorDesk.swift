@@ -64,3 +64,57 @@ public struct OperatorDesk: Sendable {
         return "uid \(uid)\(name.map { " (\($0))" } ?? "") via \(via)"
     }
 }
+
+/// One payment's story as `show` prints it and the control socket answers it: tokens redacted.
+public struct PaymentStory: Codable, Sendable {
+    public var sessions: [TrackedSession]
+    public var orders: [TrackedOrder]
+    public var intents: [Intent]
+    public var events: [RecordedEvent]
+    public var outcomes: [StoredOutcome]
+    /// Work key (`session:…`, `order:…`) → the hold in force.
+    public var holds: [String: Hold]
+}
+
+extension OperatorDesk {
+    /// `status`.
+    public func status(now: Date) async throws -> StatusSummary { try await store.summary(now: now) }
+
+    /// `list`, tokens redacted.
+    public func listing(state: String?, limit: Int) async throws -> StoreListing {
+        var listing = try await store.list(phase: state, limit: max(1, limit))
+        listing.sessions = listing.sessions.map(\.redacted)
+        listing.intents = listing.intents.map(\.redacted)
+        return listing
+    }
+
+    /// `show`: `nil` when nothing tracked matches `id`.
+    public func story(_ id: String) async throws -> PaymentStory? {
+        let found = try await store.timeline(for: id)
+        guard !found.sessions.isEmpty || !found.orders.isEmpty else { return nil }
+        let holds = try await store.holds(found.sessions.map { .session($0.hppSessionID) } + found.orders.map { .order($0.orderID) })
+        return PaymentStory(
+            sessions: found.sessions.map(\.redacted), orders: found.orders, intents: found.intents.map(\.redacted), events: found.events,
+            outcomes: found.outcomes.map { stored in
+                var shown = stored
+                shown.outcome = stored.outcome.redacted
+                return shown
+            },
+            holds: Dictionary(uniqueKeysWithValues: holds.map { ($0.key.description, $0.value) }))
+    }
+
+    /// How the control socket and the command line exchange these answers: ISO 8601 dates, the types' own keys (a
+    /// snake_case round trip would lose `ID` in `hppSessionID`).
+    public static func encoder() -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.sortedKeys]
+        return encoder
+    }
+
+    public static func decoder() -> JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }
+}

@@ -50,7 +50,7 @@ public struct NewEvent: Sendable {
     }
 }
 
-public struct StoredOutcome: Sendable, Equatable {
+public struct StoredOutcome: Sendable, Equatable, Codable {
     public var id: Int64
     public var at: Date
     public var outcome: Outcome
@@ -290,6 +290,9 @@ extension WorkKey {
 /// What the operator commands (the CLI and the socket's payment routes) need: find a payment, record requests for
 /// the daemon, and read its answers.
 public protocol OperatorStore: Sendable {
+    func summary(now: Date) async throws -> StatusSummary
+    func list(phase: String?, limit: Int) async throws -> StoreListing
+    func timeline(for id: String) async throws -> (sessions: [TrackedSession], orders: [TrackedOrder], intents: [Intent], events: [RecordedEvent], outcomes: [StoredOutcome])
     /// The payment `id` names (HPP session, KP session, order id or merchant reference) with its intents and holds.
     func payment(_ id: String) async throws -> PaymentView
     /// Records requests, an event for each, and a wakeup; `delivered`: the caller wakes the engine itself (the

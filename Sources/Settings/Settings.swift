@@ -33,6 +33,9 @@ public struct Settings: Sendable {
     public var ingestListen: String?
     /// `metrics.listen`: an optional loopback TCP port serving only `/metrics`, `/v1/health` and `/v1/ready`.
     public var metricsListen: String? = nil
+    /// `control.socket`: the operators' unix socket (status, list, show, hold, …); `nil` when disabled.
+    public var controlSocket: String? = nil
+    public var controlSocketGroup: String? = nil
     public var ingestMaxBodyBytes: Int
     public var ingestRequestTimeout: Duration
     public var ingestMaxConnections: Int
@@ -93,6 +96,7 @@ public enum SettingsKeys {
         "retention.closed_days", "retention.events_days", "retention.rejections_days", "retention.spool_done_days",
         "retention.interval_minutes",
         "metrics.listen",
+        "control.socket", "control.socket_group",
     ]
 }
 
@@ -154,6 +158,8 @@ extension Settings {
             ("retention.spool_done_days", days(retention.spoolDone)),
             ("retention.interval_minutes", "\(Int(retentionInterval.timeInterval / 60))"),
             ("metrics.listen", metricsListen ?? "(none: /metrics on the ingest socket only)"),
+            ("control.socket", controlSocket ?? "(disabled)"),
+            ("control.socket_group", controlSocketGroup ?? "(the daemon's group)"),
             ("callback_token.policy", callbackPolicy),
             ("callback_token.key", callbackKey == nil ? "(none: HPP and KP callbacks are refused under policy require; \(callbackKeySource))" : "<redacted> (\(callbackKeySource))"),
             ("testing.wedge_work_loop_file", wedgeWorkLoopFile ?? "(none)"),

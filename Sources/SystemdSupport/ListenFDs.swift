@@ -32,8 +32,11 @@ public struct ListenFDs: Sendable {
         return ListenFDs(sockets: sockets)
     }
 
+    /// The operators' socket: the one named `control` (klarna-reconciler-control.socket).
+    public func controlSocket() -> Socket? { sockets.first { $0.name == "control" } }
+
     /// The ingest socket: the one named `ingest` (FileDescriptorName= in the socket unit), else the only one.
     public func ingestSocket() -> Socket? {
-        sockets.first { $0.name == "ingest" } ?? (sockets.count == 1 ? sockets.first : nil)
+        sockets.first { $0.name == "ingest" } ?? (sockets.count == 1 && sockets[0].name != "control" ? sockets.first : nil)
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Engine
 import Foundation
 import KlarnaAPI
 import ReconcilerCore
@@ -86,9 +87,13 @@ struct StatusCommand: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
-        let store = try options.openStore(settings, readOnly: true)
         let now = Date()
-        let summary = try await store.summary(now: now)
+        let summary: StatusSummary
+        if let client = try await ControlClient.find(settings) {
+            summary = try await client.get(StatusSummary.self, "/v1/status")!
+        } else {
+            summary = try await OperatorDesk(store: try options.openStore(settings, readOnly: true)).status(now: now)
+        }
         if json { return try printJSON(summary) }
         func counts(_ values: [String: Int]) -> String {
             values.isEmpty ? "none" : values.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
@@ -125,14 +130,13 @@ struct ListCommand: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
-        let store = try options.openStore(settings, readOnly: true)
-        let listing = try await store.list(phase: state, limit: max(1, limit))
-        if json {
-            var shown = listing
-            shown.sessions = listing.sessions.map(redacted)
-            shown.intents = listing.intents.map(redacted)
-            return try printJSON(shown)
+        let listing: StoreListing
+        if let client = try await ControlClient.find(settings) {
+            listing = try await client.get(StoreListing.self, "/v1/payments?limit=\(max(1, limit))" + (state.map { "&state=\(ControlClient.escape($0))" } ?? ""))!
+        } else {
+            listing = try await OperatorDesk(store: try options.openStore(settings, readOnly: true)).listing(state: state, limit: limit)
         }
+        if json { return try printJSON(listing) }
         print("SESSIONS (\(listing.sessions.count))")
         for session in listing.sessions {
             print("  \(session.hppSessionID)  \(session.phase.rawValue)\(session.outcome.map { "/\($0.rawValue)" } ?? "")  hpp \(session.hppStatus ?? "—")  kp \(session.kpSessionID)  \(session.merchantReference ?? "")")
@@ -156,37 +160,20 @@ struct ShowCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON.") var json = false
     @OptionGroup var options: ConfigOptions
 
-    struct Timeline: Encodable {
-        let sessions: [TrackedSession]
-        let orders: [TrackedOrder]
-        let intents: [Intent]
-        let events: [RecordedEvent]
-        let outcomes: [Outcome]
-        /// Work key (`session:…`, `order:…`) → the hold in force.
-        let holds: [String: Hold]
-    }
-
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
-        let store = try options.openStore(settings, readOnly: true)
-        let stored = try await store.timeline(for: id)
-        let holds = try await store.holds(stored.sessions.map { .session($0.hppSessionID) } + stored.orders.map { .order($0.orderID) })
-        let found = (
-            sessions: stored.sessions.map(redacted), orders: stored.orders, intents: stored.intents.map(redacted),
-            events: stored.events, outcomes: stored.outcomes.map { outcome in
-                var shown = outcome
-                shown.outcome = redacted(outcome.outcome)
-                return shown
-            })
-        guard !found.sessions.isEmpty || !found.orders.isEmpty else {
+        let story: PaymentStory?
+        if let client = try await ControlClient.find(settings) {
+            story = try await client.get(PaymentStory.self, "/v1/payments/\(ControlClient.escape(id))")
+        } else {
+            story = try await OperatorDesk(store: try options.openStore(settings, readOnly: true)).story(id)
+        }
+        guard let found = story else {
             printError("klarna-reconciler: nothing tracked matches \(id)")
             throw ExitCode.failure
         }
-        if json {
-            return try printJSON(Timeline(sessions: found.sessions, orders: found.orders, intents: found.intents, events: found.events, outcomes: found.outcomes.map(\.outcome),
-                                          holds: Dictionary(uniqueKeysWithValues: holds.map { ($0.key.description, $0.value) })))
-        }
-        for (key, hold) in holds.sorted(by: { $0.key.description < $1.key.description }) {
+        if json { return try printJSON(found) }
+        for (key, hold) in found.holds.sorted(by: { $0.key < $1.key }) {
             print("HELD \(key) since \(hold.since.formatted(.iso8601)) by \(hold.by): no Klarna call until `klarna-reconciler release \(id)`")
         }
         for session in found.sessions {
@@ -212,30 +199,6 @@ struct ShowCommand: AsyncParsableCommand {
             print("  \(stored.at.formatted(.iso8601))  \(stored.outcome.kind.rawValue): \(stored.outcome.reason)\(stored.outboxWritten ? "" : " (not yet in the outbox)")")
         }
     }
-}
-
-/// An authorization token places an order and a customer token charges the consumer, both with the merchant's
-/// credentials: outside the store and the outbox only their tails show.
-func redacted(_ session: TrackedSession) -> TrackedSession {
-    var session = session
-    session.authorizationToken = session.authorizationToken.map(Redact.tail)
-    session.customerTokenID = session.customerTokenID.map(Redact.tail)
-    return session
-}
-
-/// A customer-token intent's result is the token itself.
-func redacted(_ intent: Intent) -> Intent {
-    var intent = intent
-    if intent.kind == .customerToken { intent.result = intent.result.map(Redact.tail) }
-    return intent
-}
-
-/// Outcomes carry the tokens for the outbox; `show` and `list` print them redacted.
-func redacted(_ outcome: Outcome) -> Outcome {
-    var outcome = outcome
-    outcome.customerTokenID = outcome.customerTokenID.map(Redact.tail)
-    outcome.klarnaNetworkSessionToken = outcome.klarnaNetworkSessionToken.map(Redact.tail)
-    return outcome
 }
 
 func printJSON<T: Encodable>(_ value: T) throws {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Engine
 import Foundation
+import Ingest
 import ReconcilerCore
 import ReconcilerStore
 
@@ -18,6 +19,9 @@ struct RemediationOptions: ParsableArguments {
     func run(_ action: OperatorAction, id: String, orderID: String? = nil) async throws {
         guard validID(id) else { throw ValidationError("ID must be 1–255 printable ASCII characters without spaces") }
         let settings = try await options.load(needsKlarnaPassword: false)
+        if let client = try await ControlClient.find(settings) {
+            return try await run(action, id: id, orderID: orderID, through: client)
+        }
         let store = try options.openStore(settings, readOnly: false)
         let requester = OperatorDesk.requester(uid: getuid(), via: "the command line")
         let answer = try await OperatorDesk(store: store).request(action, id: id, orderID: orderID, by: requester, now: Date(), wait: .seconds(wait))
@@ -43,6 +47,36 @@ struct RemediationOptions: ParsableArguments {
             }
             if refused { throw ExitCode.failure }
         }
+    }
+}
+
+extension RemediationOptions {
+    /// Through the running daemon's control socket: the same answers, the same exit codes.
+    func run(_ action: OperatorAction, id: String, orderID: String?, through client: ControlClient) async throws {
+        let body = try orderID.map { Array(try JSONSerialization.data(withJSONObject: ["order_id": $0])) }
+        let answer = try await client.send("POST", "/v1/payments/\(ControlClient.escape(id))/\(action.word)?wait=\(wait)", body: body)
+        if let reply = try? OperatorDesk.decoder().decode(ControlHTTP.OperatorReply.self, from: Data(answer.body)) {
+            for part in reply.requests {
+                if part.state == "refused" {
+                    printError("klarna-reconciler: \(action.word) of \(part.target) refused: \(part.note ?? "")")
+                } else if reply.status != "queued" {
+                    print("\(part.target): \(part.note ?? part.state)")
+                }
+            }
+            for order in reply.payment ?? [] {
+                print("order \(order.orderID) is now \(order.state)\(order.activeIntent.map { " (intent \($0) under way)" } ?? "")")
+            }
+            switch reply.status {
+            case "done": return
+            case "queued":
+                printError("klarna-reconciler: \(action.word) \(id) recorded (request \(reply.requests.map { "\($0.id)" }.joined(separator: ", "))) but the daemon did not answer within \(wait) s; it applies it when it gets to it (klarna-reconciler show \(id))")
+                throw ExitCode(75)
+            default: throw ExitCode.failure
+            }
+        }
+        let error = (try? JSONSerialization.jsonObject(with: Data(answer.body)) as? [String: String]) ?? [:]
+        printError("klarna-reconciler: \(action.word) \(id) refused: \(error["detail"] ?? "HTTP \(answer.status)")")
+        throw answer.status == 400 ? ExitCode(64) : ExitCode.failure
     }
 }
 

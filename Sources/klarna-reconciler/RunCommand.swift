@@ -134,11 +134,12 @@ struct RunCommand: AsyncParsableCommand {
             metrics: {
                 await gauges.update(now: clock.now, backlog: await scheduler.backlog(now: clock.now), ready: readiness.report().ready)
                 return registry.emitToString()
-            },
-            desk: OperatorDesk(store: store) { keys in for key in keys { await scheduler.wake(key, at: clock.now) } })
+            })
+        let desk = OperatorDesk(store: store) { keys in for key in keys { await scheduler.wake(key, at: clock.now) } }
         let servers: [HTTPServer]
         do {
-            servers = try await Self.listen(settings, handler: IngestHTTP.handler(ingestor, control: control), logger: logger)
+            servers = try await Self.listen(
+                settings, handler: IngestHTTP.handler(ingestor, control: control), control: ControlHTTP.handler(desk: desk, control: control), logger: logger)
         } catch {
             throw fail("cannot listen for deliveries: \(error)", errno: EADDRNOTAVAIL)
         }
@@ -163,7 +164,7 @@ struct RunCommand: AsyncParsableCommand {
                 readiness.storeFailed("\(error)")
             }
         }]
-            + servers.map { server in Supervisor.Probe(heartbeat: Heartbeat(name: "ingest socket \(server.localAddress)", interval: beat)) { await server.probe() } }
+            + servers.map { server in Supervisor.Probe(heartbeat: Heartbeat(name: "listener \(server.localAddress)", interval: beat)) { await server.probe() } }
         loops.replace(with: heartbeats + probes.map(\.heartbeat))
         let supervisor = Supervisor(
             notifier: notifier, watchdog: watchdog, heartbeats: heartbeats, probes: probes, statusInterval: settings.statusInterval,
@@ -235,12 +236,21 @@ struct RunCommand: AsyncParsableCommand {
 
     /// The ingest listeners: the socket systemd passed (socket activation), else the configured path; and the
     /// optional loopback TCP port.
-    static func listen(_ settings: Settings, handler: @escaping RequestHandler, logger: Logger) async throws -> [HTTPServer] {
+    static func listen(_ settings: Settings, handler: @escaping RequestHandler, control: @escaping RequestHandler, logger: Logger) async throws -> [HTTPServer] {
         var servers: [HTTPServer] = []
         let configuration = HTTPServer.Configuration(
             maxBodyBytes: settings.ingestMaxBodyBytes, requestTimeout: settings.ingestRequestTimeout, maxConnections: settings.ingestMaxConnections)
         let passed = ListenFDs.take()
-        if !passed.sockets.isEmpty {
+        // The operators' socket: systemd's (klarna-reconciler-control.socket), else control.socket.
+        if let socket = passed.controlSocket() {
+            guard socket.isUnixStreamListener else { throw SocketPermissions.Failed(description: "the socket systemd passed as control is not a listening unix stream socket") }
+            servers.append(try await HTTPServer.bind(.adopted(descriptor: socket.descriptor), configuration: configuration, logger: logger, handler: control))
+        } else if let path = settings.controlSocket {
+            try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            servers.append(try await HTTPServer.bind(.unix(path: path), configuration: configuration, logger: logger, handler: control))
+            try SocketPermissions.apply(path: path, group: settings.controlSocketGroup)
+        }
+        if passed.sockets.contains(where: { $0.name != "control" }) {
             // Socket activation: systemd bound the socket (mode and group from the .socket unit) and may hold
             // connections that arrived before we started.
             guard let socket = passed.ingestSocket(), socket.isUnixStreamListener else {

@@ -22,6 +22,8 @@ final class DaemonFixture: @unchecked Sendable {
     var storePath: String { directory + "/state/state.sqlite" }
     var outboxNew: String { directory + "/outbox/new" }
     var socketPath: String { directory + "/ingest.sock" }
+    /// The operators' socket (`control.socket`).
+    var controlPath: String { directory + "/control.sock" }
     static let callbackKey = "callback-key-for-tests-0123456789"
     static let signingKey = "kn-signing-key-for-tests"
 
@@ -55,6 +57,8 @@ final class DaemonFixture: @unchecked Sendable {
               spool_rescan_seconds: 1
               request_timeout_seconds: 1
             \(ingestConfig.map { "  " + $0 }.joined(separator: "\n"))
+            control:
+              socket: control.sock
             callback_token:
               key_file: callback-key
             webhook_signing:
@@ -158,7 +162,8 @@ extension DaemonFixture {
     /// A request over the ingest unix socket with curl, as a forwarder would send it: status and body. Waits by
     /// polling, never by blocking a thread: the sandbox the daemon talks to runs on this process's task pool.
     /// - Parameter via: a base URL to send to instead of the unix socket (a forwarder in front of it).
-    func post(_ target: String, _ body: String, headers: [String] = [], method: String = "POST", via: String? = nil) async throws -> (status: Int, body: String) {
+    /// - Parameter socket: another unix socket than the ingest socket (the operators' socket).
+    func post(_ target: String, _ body: String, headers: [String] = [], method: String = "POST", via: String? = nil, socket: String? = nil) async throws -> (status: Int, body: String) {
         let id = UUID().uuidString.prefix(8)
         let bodyFile = directory + "/req-\(id).json", outFile = directory + "/resp-\(id).json", codeFile = directory + "/code-\(id)"
         try body.write(toFile: bodyFile, atomically: true, encoding: .utf8)
@@ -166,7 +171,7 @@ extension DaemonFixture {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
         var arguments: [String] = ["-s", "--max-time", "30", "-o", outFile, "-w", "%{http_code}", "-X", method]
-        if via == nil { arguments += ["--unix-socket", socketPath] }
+        if via == nil { arguments += ["--unix-socket", socket ?? socketPath] }
         if method == "POST" { arguments += ["--data-binary", "@\(bodyFile)", "-H", "Content-Type: application/json"] }
         for header in headers { arguments += ["-H", header] }
         process.arguments = arguments + ["\(via ?? "http://localhost")\(target)"]

@@ -187,29 +187,44 @@ struct RemediationProcessTests {
         try await fixture.kill9()
     }
 
-    @Test("the socket's payment routes: 200 when applied, 404 for an unknown id, 409 with the reason, and who asked by uid")
+    @Test("the operators' socket: 200 when applied, 404 for an unknown id, 409 with the reason, who asked by uid; status, list and show as JSON; none of it on the ingest socket")
     func socketRoutes() async throws {
         let fixture = try await DaemonFixture()
         try await fixture.start()
         let payment = try await placed(fixture, "sock-op-1")
-        let hold = try await fixture.post("/v1/payments/sock-op-1/hold", "")
+        func control(_ target: String, _ body: String = "", method: String = "POST") async throws -> (status: Int, body: String) {
+            try await fixture.post(target, body, method: method, socket: fixture.controlPath)
+        }
+        let mode = try #require(try FileManager.default.attributesOfItem(atPath: fixture.controlPath)[.posixPermissions] as? Int)
+        #expect(mode & 0o777 == 0o660)
+        #expect(try await fixture.post("/v1/payments/sock-op-1/hold", "").status == 404, "operator routes on the ingest socket")
+        let hold = try await control("/v1/payments/sock-op-1/hold")
         #expect(hold.status == 200, "\(hold.body)")
         #expect(hold.body.contains(#""status":"done""#) && hold.body.contains("order:\(payment.order)"), "\(hold.body)")
-        #expect(try await fixture.post("/v1/payments/sock-op-1/hold", "").status == 409)
-        let unknown = try await fixture.post("/v1/payments/nobody/hold", "")
+        #expect(try await control("/v1/payments/sock-op-1/hold").status == 409)
+        let unknown = try await control("/v1/payments/nobody/hold")
         #expect(unknown.status == 404 && unknown.body.contains("unknown_payment"), "\(unknown.body)")
-        #expect(try await fixture.post("/v1/payments/sock-op-1/explode", "").status == 404)
-        #expect(try await fixture.post("/v1/payments/sock-op-1/retry", "not json").status == 400)
-        let cancelHeld = try await fixture.post("/v1/payments/\(payment.order)/cancel", "")
+        #expect(try await control("/v1/payments/sock-op-1/explode").status == 404)
+        #expect(try await control("/v1/payments/sock-op-1/retry", "not json").status == 400)
+        let cancelHeld = try await control("/v1/payments/\(payment.order)/cancel")
         #expect(cancelHeld.status == 409 && cancelHeld.body.contains("held"), "\(cancelHeld.body)")
-        #expect(try await fixture.post("/v1/payments/sock-op-1/release", "").status == 200)
-        let retryFine = try await fixture.post("/v1/payments/sock-op-1/retry", "")
+
+        let status = try await control("/v1/status", method: "GET")
+        #expect(status.status == 200 && status.body.contains(#""held":1"#), "\(status.body)")
+        let listing = try await control("/v1/payments?state=held", method: "GET")
+        #expect(listing.status == 200 && listing.body.contains(payment.order), "\(listing.body)")
+        let story = try await control("/v1/payments/sock-op-1", method: "GET")
+        #expect(story.status == 200 && story.body.contains("order:\(payment.order)"), "\(story.body)")
+        #expect(try await control("/v1/payments/nobody", method: "GET").status == 404)
+
+        #expect(try await control("/v1/payments/sock-op-1/release").status == 200)
+        let retryFine = try await control("/v1/payments/sock-op-1/retry")
         #expect(retryFine.status == 409 && retryFine.body.contains("nothing to retry"), "\(retryFine.body)")
-        let cancel = try await fixture.post("/v1/payments/\(payment.order)/cancel", "{}")
+        let cancel = try await control("/v1/payments/\(payment.order)/cancel", "{}")
         #expect(cancel.status == 200, "\(cancel.body)")
         _ = try await order(fixture, payment.order) { $0.outcome == .cancelled }
         let timeline = try await events(fixture, "sock-op-1")
-        #expect(timeline.contains { $0.kind == "operator" && $0.message.contains("held by \(me)") && $0.message.contains("via the socket") }, "\(timeline.map(\.message))")
+        #expect(timeline.contains { $0.kind == "operator" && $0.message.contains("held by \(me)") && $0.message.contains("via the control socket") }, "\(timeline.map(\.message))")
         try await fixture.kill9()
     }
 

@@ -5,3 +5,32 @@ public enum Redact {
         token.count <= 8 ? "…" : "…" + token.suffix(6)
     }
 }
+
+extension TrackedSession {
+    /// As people see it: the authorization and customer tokens by their tails.
+    public var redacted: TrackedSession {
+        var session = self
+        session.authorizationToken = authorizationToken.map(Redact.tail)
+        session.customerTokenID = customerTokenID.map(Redact.tail)
+        return session
+    }
+}
+
+extension Intent {
+    /// A customer-token intent's result is the token itself.
+    public var redacted: Intent {
+        var intent = self
+        if kind == .customerToken { intent.result = result.map(Redact.tail) }
+        return intent
+    }
+}
+
+extension Outcome {
+    /// Outcomes carry the tokens for the outbox; people see them redacted.
+    public var redacted: Outcome {
+        var outcome = self
+        outcome.customerTokenID = customerTokenID.map(Redact.tail)
+        outcome.klarnaNetworkSessionToken = klarnaNetworkSessionToken.map(Redact.tail)
+        return outcome
+    }
+}

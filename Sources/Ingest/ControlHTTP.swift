@@ -1,0 +1,125 @@
+import Engine
+import Foundation
+import HTTPServer
+import ReconcilerCore
+import ReconcilerStore
+
+/// The operators' socket (`control.socket`, group `klarna-operators`): what `status`, `list`, `show`, `hold`,
+/// `release`, `retry`, `cancel` and `release-remaining` do, as HTTP routes for the command line and a shop backend.
+/// Who asked is the connecting process's uid (`SO_PEERCRED`), never something the request claims. The monitoring
+/// routes (`/v1/health`, `/v1/ready`, `/metrics`) answer here too.
+public enum ControlHTTP {
+    /// The header the command line sends so the timeline says "via the command line" rather than "via the control
+    /// socket"; the uid comes from the socket either way.
+    public static let clientHeader = "Klarna-Reconciler-Client"
+
+    public static func handler(desk: OperatorDesk, control: ControlEndpoints, wait: Duration = .seconds(5)) -> @Sendable (ServerRequest) async -> ServerReply {
+        { request in
+            if let answer = await IngestHTTP.monitoring(control, request) { return answer }
+            let parts = request.path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+            do {
+                switch (request.method, parts) {
+                case ("GET", ["v1", "status"]):
+                    return reply(try await desk.status(now: Date()))
+                case ("GET", ["v1", "payments"]):
+                    let limit = request.query["limit"].flatMap(Int.init) ?? 100
+                    return reply(try await desk.listing(state: request.query["state"].flatMap { $0.isEmpty ? nil : $0 }, limit: min(max(1, limit), 10_000)))
+                case ("GET", let path) where path.count == 3 && path[0] == "v1" && path[1] == "payments":
+                    guard let id = paymentID(path[2]) else { return badID }
+                    guard let story = try await desk.story(id) else {
+                        return IngestHTTP.json(404, ["error": "unknown_payment", "detail": "nothing tracked matches \(id)"])
+                    }
+                    return reply(story)
+                case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "payments":
+                    return try await operate(desk, request, id: path[2], action: path[3], wait: wait)
+                default:
+                    return IngestHTTP.json(404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200))"])
+                }
+            } catch {
+                return IngestHTTP.json(503, ["error": "store_unavailable", "detail": "\(error)"])
+            }
+        }
+    }
+
+    /// `POST /v1/payments/{id}/{hold|release|retry|cancel|release-remaining}`, body `{"order_id": …}` for a retry
+    /// that records a lost order id. 200 once the engine applied it; 404/409 with the reason when it does not apply;
+    /// 202 when the engine did not answer within the wait (the request stays queued).
+    static func operate(_ desk: OperatorDesk, _ request: ServerRequest, id raw: String, action word: String, wait: Duration) async throws -> ServerReply {
+        guard let action = OperatorAction.allCases.first(where: { $0.word == word }) else {
+            return IngestHTTP.json(404, ["error": "not_found", "detail": "no operator action \(word.prefix(40)); one of \(OperatorAction.allCases.map(\.word).joined(separator: ", "))"])
+        }
+        guard let id = paymentID(raw) else { return badID }
+        var orderID: String?
+        if !request.body.isEmpty {
+            guard let body = try? JSONSerialization.jsonObject(with: Data(request.body)) as? [String: Any] else {
+                return IngestHTTP.json(400, ["error": "malformed", "detail": "the body must be a JSON object (or empty)"])
+            }
+            if let value = body["order_id"] {
+                guard let text = value as? String, (1...255).contains(text.count) else {
+                    return IngestHTTP.json(400, ["error": "malformed", "detail": "order_id must be a string of 1–255 characters"])
+                }
+                orderID = text
+            }
+        }
+        // `?wait=S` (0–60): how long to wait for the engine's answer.
+        let wait = request.query["wait"].flatMap(Int.init).map { Duration.seconds(min(max(0, $0), 60)) } ?? wait
+        let via = request.peerUID == nil ? "the loopback TCP port" : request.header(clientHeader) == "command-line" ? "the command line" : "the control socket"
+        let requester = OperatorDesk.requester(uid: request.peerUID, via: via)
+        switch try await desk.request(action, id: id, orderID: orderID, by: requester, now: Date(), wait: wait) {
+        case .refused(let refusal):
+            return IngestHTTP.json(refusal.status, [
+                "error": refusal.status == 404 ? "unknown_payment" : refusal.status == 400 ? "malformed" : "refused",
+                "detail": refusal.status == 404 ? "nothing tracked matches \(id)" : refusal.reason,
+            ])
+        case .queued(let requests):
+            return reply(OperatorReply(status: "queued", requests: requests.map(OperatorReply.Part.init), payment: nil), status: 202)
+        case .answered(let requests, let payment):
+            let refused = requests.contains { $0.state == .refused }
+            let orders = payment.orders.filter { order in requests.contains { $0.key == .order(order.orderID) } }
+                .map { OperatorReply.OrderState(orderID: $0.orderID, state: $0.outcome?.rawValue ?? $0.phase.rawValue, activeIntent: $0.activeIntent) }
+            return reply(OperatorReply(status: refused ? "refused" : "done", requests: requests.map(OperatorReply.Part.init), payment: orders), status: refused ? 409 : 200)
+        }
+    }
+
+    /// What an operator route answers: each request with the daemon's note, and how the orders it touched stand.
+    public struct OperatorReply: Codable, Sendable {
+        public struct Part: Codable, Sendable {
+            public let id: Int64
+            public let target: String
+            public let state: String
+            public let note: String?
+
+            init(_ request: OperatorRequest) {
+                id = request.id
+                target = request.key.description
+                state = request.state.rawValue
+                note = request.note
+            }
+        }
+
+        public struct OrderState: Codable, Sendable {
+            public let orderID: String
+            /// Its outcome, or its phase while open.
+            public let state: String
+            public let activeIntent: String?
+        }
+
+        /// `done`, `refused` (one part was), `queued`.
+        public let status: String
+        public let requests: [Part]
+        public let payment: [OrderState]?
+    }
+
+    static let badID = IngestHTTP.json(400, ["error": "bad_id", "detail": "the payment id must be 1–255 printable ASCII characters"])
+
+    static func paymentID(_ raw: String) -> String? {
+        let id = raw.removingPercentEncoding ?? raw
+        guard (1...255).contains(id.count), id.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else { return nil }
+        return id
+    }
+
+    static func reply<T: Encodable>(_ value: T, status: Int = 200) -> ServerReply {
+        let body = (try? OperatorDesk.encoder().encode(value)).map(Array.init) ?? Array(#"{"error":"internal"}"#.utf8)
+        return .response(ServerResponse(status: status, headers: [("Content-Type", "application/json")], body: body + [0x0A]))
+    }
+}
