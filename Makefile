@@ -48,7 +48,7 @@ bench: deps
 	swift build -c release
 	scripts/bench.sh
 
-## The binary, the units (service, socket, sysusers.d, tmpfiles.d, journal catalog), the docs, and the example
+## The binary, the units (service, ingest and control sockets, sysusers.d, tmpfiles.d, journal catalog), the docs, and the example
 ## configuration unless one is already there. Then: systemd-sysusers; systemd-tmpfiles --create; systemctl daemon-reload.
 install: deps
 	@scripts/stamp-commit.sh >/dev/null
@@ -56,6 +56,7 @@ install: deps
 	install -D -m 0755 .build/release/klarna-reconciler $(DESTDIR)$(PREFIX)/bin/klarna-reconciler
 	install -D -m 0644 systemd/klarna-reconciler.service $(DESTDIR)$(UNITDIR)/klarna-reconciler.service
 	install -D -m 0644 systemd/klarna-reconciler.socket $(DESTDIR)$(UNITDIR)/klarna-reconciler.socket
+	install -D -m 0644 systemd/klarna-reconciler-control.socket $(DESTDIR)$(UNITDIR)/klarna-reconciler-control.socket
 	install -D -m 0644 systemd/klarna-reconciler.sysusers $(DESTDIR)$(SYSUSERSDIR)/klarna-reconciler.conf
 	install -D -m 0644 systemd/klarna-reconciler.tmpfiles $(DESTDIR)$(TMPFILESDIR)/klarna-reconciler.conf
 	install -D -m 0644 systemd/klarna-reconciler.catalog $(DESTDIR)$(CATALOGDIR)/klarna-reconciler.catalog

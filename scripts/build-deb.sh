@@ -24,18 +24,18 @@ install -D -m 0755 "$BIN" "$STAGE/usr/bin/klarna-reconciler"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$STAGE/usr/bin/klarna-reconciler"
 # The units as shipped, with the package's paths instead of `make install`'s.
 mkdir -p "$STAGE/lib/systemd/system"
-for unit in service socket; do
+for unit in klarna-reconciler.service klarna-reconciler.socket klarna-reconciler-control.socket; do
     sed -e 's#/usr/local/bin/#/usr/bin/#g' -e 's#/usr/local/share/doc/#/usr/share/doc/#g' \
         -e 's#Install with `make install` (units to /etc/systemd/system, sysusers.d and#Installed by the Debian package (units in /lib/systemd/system, sysusers.d and#' \
         -e 's#^\# tmpfiles.d beside them), then:#\# tmpfiles.d in /usr/lib); then:#' \
-        "systemd/klarna-reconciler.$unit" >"$STAGE/lib/systemd/system/klarna-reconciler.$unit"
-    chmod 0644 "$STAGE/lib/systemd/system/klarna-reconciler.$unit"
+        "systemd/$unit" >"$STAGE/lib/systemd/system/$unit"
+    chmod 0644 "$STAGE/lib/systemd/system/$unit"
 done
 install -D -m 0644 systemd/klarna-reconciler.sysusers "$STAGE/usr/lib/sysusers.d/klarna-reconciler.conf"
 install -D -m 0644 systemd/klarna-reconciler.tmpfiles "$STAGE/usr/lib/tmpfiles.d/klarna-reconciler.conf"
 install -D -m 0644 systemd/klarna-reconciler.catalog "$STAGE/usr/lib/systemd/catalog/klarna-reconciler.catalog"
 # Shipped 0644 (the example holds no secret: secrets live in /etc/credstore); tmpfiles.d makes it 0640
-# root:klarna-reconciler in postinst, so only the daemon's group reads what the administrator writes into it.
+# root:klarna-operators in postinst, so only the daemon and the operators read what the administrator writes into it.
 install -D -m 0644 etc/config.yaml "$STAGE/etc/klarna-reconciler/config.yaml"
 DOC=$STAGE/usr/share/doc/klarna-reconciler
 install -D -m 0644 README.md "$DOC/README.md"

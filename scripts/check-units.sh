@@ -7,12 +7,12 @@ BIN=$(realpath "$1")
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-for unit in klarna-reconciler.service klarna-reconciler.socket; do
+for unit in klarna-reconciler.service klarna-reconciler.socket klarna-reconciler-control.socket; do
     sed "s#/usr/local/bin/klarna-reconciler#$BIN#g" "$REPO/systemd/$unit" >"$T/$unit"
 done
 # verify prints problems and exits non-zero on errors; warnings about the sandbox host are not the unit's.
-systemd-analyze verify "$T/klarna-reconciler.service" "$T/klarna-reconciler.socket"
-echo "systemd-analyze verify: klarna-reconciler.service and .socket are clean"
+systemd-analyze verify "$T/klarna-reconciler.service" "$T/klarna-reconciler.socket" "$T/klarna-reconciler-control.socket"
+echo "systemd-analyze verify: klarna-reconciler.service, .socket and -control.socket are clean"
 # --threshold is on the internal 0-100 scale: 15 is exposure 1.5.
 systemd-analyze security --offline=true --threshold=15 "$T/klarna-reconciler.service" | tail -1
 # The journal catalog compiles, and every entry in it is one journalctl knows afterwards.

@@ -65,7 +65,8 @@ public struct OutboxWriter: Sendable {
 
     public init(directory: String) throws {
         self.directory = directory
-        for sub in ["tmp", "new"] {
+        // cur/ is the consumers': they acknowledge an outcome by renaming it there (or deleting it).
+        for sub in ["tmp", "new", "cur"] {
             try FileManager.default.createDirectory(atPath: "\(directory)/\(sub)", withIntermediateDirectories: true)
         }
     }

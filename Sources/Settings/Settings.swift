@@ -94,7 +94,7 @@ public enum SettingsKeys {
         "ingest.spool_dir", "ingest.spool_rescan_seconds", "ingest.spool_keep_done",
         "callback_token.policy", "callback_token.key_file", "webhook_signing.keys_file",
         "retention.closed_days", "retention.events_days", "retention.rejections_days", "retention.spool_done_days",
-        "retention.interval_minutes",
+        "retention.outbox_days", "retention.interval_minutes",
         "metrics.listen",
         "control.socket", "control.socket_group",
     ]
@@ -156,6 +156,7 @@ extension Settings {
             ("retention.events_days", days(retention.events)),
             ("retention.rejections_days", days(retention.rejections)),
             ("retention.spool_done_days", days(retention.spoolDone)),
+            ("retention.outbox_days", days(retention.outboxAcknowledged)),
             ("retention.interval_minutes", "\(Int(retentionInterval.timeInterval / 60))"),
             ("metrics.listen", metricsListen ?? "(none: /metrics on the ingest socket only)"),
             ("control.socket", controlSocket ?? "(disabled)"),

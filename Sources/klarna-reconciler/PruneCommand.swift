@@ -17,7 +17,8 @@ struct PruneCommand: AsyncParsableCommand {
         let settings = try await options.load(needsKlarnaPassword: false)
         let store = try options.openStore(settings, readOnly: dryRun)
         let pruner = Pruner(
-            store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" }, clock: SystemClock())
+            store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" },
+            acknowledgedDirectory: settings.outboxDirectory + "/cur", clock: SystemClock())
         do {
             let counts = try await pruner.run(dryRun: dryRun)
             print("\(dryRun ? "would prune" : "pruned"): \(counts)")

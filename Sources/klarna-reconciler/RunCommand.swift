@@ -194,7 +194,9 @@ struct RunCommand: AsyncParsableCommand {
         for server in servers + (monitoringServer.map { [$0] } ?? []) { services.append(.init(service: ServerService(server: server))) }
         services.append(.init(service: workers))
         if let spoolService { services.append(.init(service: spoolService)) }
-        let pruner = Pruner(store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" }, clock: clock)
+        let pruner = Pruner(
+            store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" },
+            acknowledgedDirectory: settings.outboxDirectory + "/cur", clock: clock)
         services += [
             .init(service: reload),
             .init(service: RetentionService(pruner: pruner, interval: settings.retentionInterval, logger: logger)),

@@ -75,7 +75,7 @@ struct RetentionTests {
         #expect(try await pruner.run(dryRun: false).isEmpty, "a second pass found more")
     }
 
-    @Test("Events of a payment still open go by age; spool done/ files by modification time; 0 days keeps forever")
+    @Test("Events of a payment still open go by age; spool done/ and outbox cur/ files by modification time, never outbox new/; 0 days keeps forever")
     func eventsAndSpoolFiles() async throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
@@ -84,19 +84,27 @@ struct RetentionTests {
         let done = directory.path + "/done"
         try FileManager.default.createDirectory(atPath: done, withIntermediateDirectories: true)
         let later = old.addingTimeInterval(200 * 86_400)
-        for (name, age) in [("old.json", 200.0), ("fresh.json", 1.0)] {
-            FileManager.default.createFile(atPath: "\(done)/\(name)", contents: Data("{}".utf8))
-            try FileManager.default.setAttributes([.modificationDate: later.addingTimeInterval(-age * 86_400)], ofItemAtPath: "\(done)/\(name)")
+        let acknowledged = directory.path + "/outbox/cur", unacknowledged = directory.path + "/outbox/new"
+        for folder in [done, acknowledged, unacknowledged] {
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            for (name, age) in [("old.json", 200.0), ("fresh.json", 1.0)] {
+                FileManager.default.createFile(atPath: "\(folder)/\(name)", contents: Data("{}".utf8))
+                try FileManager.default.setAttributes([.modificationDate: later.addingTimeInterval(-age * 86_400)], ofItemAtPath: "\(folder)/\(name)")
+            }
         }
         var keepAll = RetentionPolicy()
-        let forever = try await Pruner(store: store, policy: keepAll, doneDirectory: done, clock: ManualClock(now: later)).run(dryRun: false)
+        let forever = try await Pruner(store: store, policy: keepAll, doneDirectory: done, acknowledgedDirectory: acknowledged, clock: ManualClock(now: later)).run(dryRun: false)
         #expect(forever.isEmpty)
 
         keepAll.events = .seconds(180 * 86_400)
         keepAll.spoolDone = .seconds(7 * 86_400)
-        let pruned = try await Pruner(store: store, policy: keepAll, doneDirectory: done, clock: ManualClock(now: later)).run(dryRun: false)
+        keepAll.outboxAcknowledged = .seconds(30 * 86_400)
+        let pruned = try await Pruner(store: store, policy: keepAll, doneDirectory: done, acknowledgedDirectory: acknowledged, clock: ManualClock(now: later)).run(dryRun: false)
         #expect(pruned.events == 1)
         #expect(pruned.spoolFiles == 1)
+        #expect(pruned.outboxFiles == 1)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: acknowledged) == ["fresh.json"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: unacknowledged).sorted() == ["fresh.json", "old.json"])
         #expect(try await store.session("open-old") != nil)
         #expect(try await store.timeline(for: "open-old").events.isEmpty)
         #expect(try FileManager.default.contentsOfDirectory(atPath: done) == ["fresh.json"])

@@ -16,6 +16,7 @@ echo "1. contents"
 CONTENTS=$(dpkg-deb -c "$DEB" | awk '{ print $1, $2, $6 }')
 INFO=$(dpkg-deb -I "$DEB")
 for path in ./usr/bin/klarna-reconciler ./lib/systemd/system/klarna-reconciler.service ./lib/systemd/system/klarna-reconciler.socket \
+    ./lib/systemd/system/klarna-reconciler-control.socket \
     ./usr/lib/sysusers.d/klarna-reconciler.conf ./usr/lib/tmpfiles.d/klarna-reconciler.conf \
     ./usr/lib/systemd/catalog/klarna-reconciler.catalog ./etc/klarna-reconciler/config.yaml \
     ./usr/share/doc/klarna-reconciler/copyright ./usr/share/doc/klarna-reconciler/changelog.gz \
@@ -49,10 +50,12 @@ check "its version is the package's" test "$(/usr/bin/klarna-reconciler --versio
 BUILT_FROM=$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 check "--version names the commit it was built from ($BUILT_FROM)" grep -q "(commit $BUILT_FROM" <<<"$(/usr/bin/klarna-reconciler --version)"
 check "user klarna-reconciler exists (sysusers.d)" getent passwd klarna-reconciler
-check "group klarna-ingest exists" getent group klarna-ingest
+for group in klarna-ingest klarna-outbox klarna-operators; do check "group $group exists" getent group $group; done
 check "spool new/ is 2770 klarna-reconciler:klarna-ingest (tmpfiles.d)" test "$(stat -c '%a %U:%G' /var/spool/klarna-reconciler/new)" = "2770 klarna-reconciler:klarna-ingest"
-check "outbox is 2750" test "$(stat -c %a /var/spool/klarna-reconciler-outbox)" = 2750
-check "the config is readable by the daemon's group only" test "$(stat -c '%a %U:%G' /etc/klarna-reconciler/config.yaml)" = "640 root:klarna-reconciler"
+check "outbox is 2750 klarna-reconciler:klarna-outbox" test "$(stat -c '%a %U:%G' /var/spool/klarna-reconciler-outbox)" = "2750 klarna-reconciler:klarna-outbox"
+check "outbox new/ and cur/ are 2770 (consumers acknowledge), tmp/ 2700" \
+    test "$(stat -c %a /var/spool/klarna-reconciler-outbox/new /var/spool/klarna-reconciler-outbox/cur /var/spool/klarna-reconciler-outbox/tmp | tr '\n' ' ')" = "2770 2770 2700 "
+check "the config is readable by the daemon and the operators only" test "$(stat -c '%a %U:%G' /etc/klarna-reconciler/config.yaml)" = "640 root:klarna-operators"
 check "the man page is installed" test -s /usr/share/man/man8/klarna-reconciler.8.gz
 check "the service is not enabled" test -z "$(find /etc/systemd/system -name 'klarna-reconciler*' 2>/dev/null)"
 # Commands outside the unit find the credentials where the unit loads them from (/etc/credstore), and say where they
@@ -94,7 +97,7 @@ mkdir -p /var/lib/klarna-reconciler && echo kept >/var/lib/klarna-reconciler/sta
 echo "# edited" >>/etc/klarna-reconciler/config.yaml
 check "apt remove" apt-get remove -y -qq $PKG
 check "the binary is gone" test ! -e /usr/bin/klarna-reconciler
-check "the units are gone" test ! -e /lib/systemd/system/klarna-reconciler.service -a ! -e /lib/systemd/system/klarna-reconciler.socket
+check "the units are gone" test ! -e /lib/systemd/system/klarna-reconciler.service -a ! -e /lib/systemd/system/klarna-reconciler.socket -a ! -e /lib/systemd/system/klarna-reconciler-control.socket
 check "the edited config stays after remove" grep -q "# edited" /etc/klarna-reconciler/config.yaml
 check "the store stays after remove" test -e /var/lib/klarna-reconciler/state.sqlite
 check "apt purge" apt-get purge -y -qq $PKG

@@ -12,7 +12,8 @@ mount -t tmpfs -o mode=0755,size=1m tmpfs /opt/swift || { echo "  FAIL: cannot h
 trap 'world_down' EXIT
 world_up || exit 1
 BIN=/usr/bin/klarna-reconciler
-mkdir -p "$W/etc" "$W/credstore" "$W/spool" "$W/outbox"
+mkdir -p "$W/credstore"
+SPOOL=/var/spool/klarna-reconciler OUTBOX=/var/spool/klarna-reconciler-outbox CONFIG=/etc/klarna-reconciler/config.yaml
 PORT=$((20000 + RANDOM % 20000))
 printf 'package-test-password-%s\n' "$RANDOM$RANDOM" >"$W/credstore/klarna-password"
 printf 'package-test-callback-key-%s\n' "$RANDOM$RANDOM" >"$W/credstore/callback-key"
@@ -28,45 +29,48 @@ cat >"$UNITS/klarna-sandbox.service" <<UNIT
 Type=notify
 ExecStart=$BIN sandbox --listen 127.0.0.1:$PORT --username merchant --password-file $W/credstore/klarna-password
 UNIT
-cat >"$W/etc/config.yaml" <<YAML
+# The installed config file (0640 root:klarna-operators, from tmpfiles.d), written over as an administrator would:
+# its mode and group stay.
+cat >"$CONFIG" <<YAML
 klarna:
   base_url: http://127.0.0.1:$PORT
   username: merchant
-outbox:
-  dir: $W/outbox
-ingest:
-  spool_dir: $W/spool
 polling:
   dense_interval_seconds: 0.2
 YAML
 # The installed units, changed only where a user manager differs from the system manager (as in the system tests,
 # Tests/System/run.sh, which explains each): no user switching, three protections a user manager cannot apply here,
-# and paths into the test's folder for the config, the credentials, the spool, the outbox and the socket.
-sed -e "s#/etc/klarna-reconciler/config.yaml#$W/etc/config.yaml#g" \
-    -e "s#/etc/credstore/klarna-reconciler\.#$W/credstore/#g" \
-    -e "s#^ReadWritePaths=.*#ReadWritePaths=$W/spool $W/outbox#" \
+# and the credentials from the test's folder. The config, the spool, the outbox and both sockets are the installed
+# ones, with the modes and groups sysusers.d and tmpfiles.d gave them; only their owner changes, from
+# klarna-reconciler to root, because here root plays the daemon (with no capabilities, CapabilityBoundingSet=, root
+# is just another user to a directory it does not own).
+chown root $SPOOL $SPOOL/tmp $SPOOL/new $OUTBOX $OUTBOX/tmp $OUTBOX/new $OUTBOX/cur
+sed -e "s#/etc/credstore/klarna-reconciler\.#$W/credstore/#g" \
     -e '/^User=/d' -e '/^Group=/d' -e '/^SupplementaryGroups=/d' \
     -e '/^ProtectHome=/d' -e '/^ProtectKernelTunables=/d' -e '/^ProtectKernelLogs=/d' \
     /lib/systemd/system/klarna-reconciler.service >"$UNITS/klarna-reconciler.service"
-sed -e "s#^ListenStream=.*#ListenStream=$W/ingest.sock#" -e 's#^SocketGroup=.*#SocketGroup=root#' \
-    /lib/systemd/system/klarna-reconciler.socket >"$UNITS/klarna-reconciler.socket"
+cp /lib/systemd/system/klarna-reconciler.socket /lib/systemd/system/klarna-reconciler-control.socket "$UNITS/"
 check "the installed unit runs the installed binary" grep -q "^ExecStart=/usr/bin/klarna-reconciler run" "$UNITS/klarna-reconciler.service"
 systemctl --user daemon-reload
 
 check "a unit here cannot see the Swift runtime in /opt/swift" systemctl --user start toolchain-probe.service
 check "the installed binary runs without it" $BIN --version
 check "the sandbox (the installed binary) starts" systemctl --user start klarna-sandbox.service
-check "the daemon's socket starts" systemctl --user start klarna-reconciler.socket
+check "the daemon's sockets start" systemctl --user start klarna-reconciler.socket klarna-reconciler-control.socket
+check "the ingest socket is 0660 root:klarna-ingest" test "$(stat -c '%a %U:%G' /run/klarna-reconciler.sock)" = "660 root:klarna-ingest"
+check "the operators' socket is 0660 root:klarna-operators" test "$(stat -c '%a %U:%G' /run/klarna-reconciler-control.sock)" = "660 root:klarna-operators"
 HPP_KP=$(curl -sS --max-time 10 http://127.0.0.1:$PORT/_sandbox/sessions -H 'Content-Type: application/json' \
     -d '{"place_order_mode": "NONE", "merchant_reference": "package-test", "schedule": [{"after_seconds": 0.3, "status": "COMPLETED"}]}' \
     | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["hpp_session_id"], d["kp_session_id"])')
 read -r HPP KP <<<"$HPP_KP"
-STATUS=$(curl -sS --max-time 30 --unix-socket "$W/ingest.sock" -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+STATUS=$(curl -sS --max-time 30 --unix-socket /run/klarna-reconciler.sock -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
     -X POST http://localhost/v1/sessions -d "{\"hpp_session_id\": \"$HPP\", \"kp_session_id\": \"$KP\", \"place_order_mode\": \"NONE\", \"merchant_reference\": \"package-test\"}")
 check "a payment tracked through the socket is accepted (202), starting the daemon" test "$STATUS" = 202
-captured() { grep -l "\"captured\"" "$W"/outbox/new/* 2>/dev/null | xargs -r grep -l "$HPP" | grep -q .; }
+captured() { grep -l "\"captured\"" $OUTBOX/new/* 2>/dev/null | xargs -r grep -l "$HPP" | grep -q .; }
 wait_for 30 "the payment captured (outbox)" captured && echo "  ok: the payment ended captured, run by the installed daemon"
 check "the daemon is active and was never restarted" test "$(systemctl --user show klarna-reconciler.service -p ActiveState --value) $(systemctl --user show klarna-reconciler.service -p NRestarts --value)" = "active 0"
+[ "$(systemctl --user show klarna-reconciler.service -p ActiveState --value)" = active ] || journalctl --no-pager -n 15 -o cat | sed 's/^/      journal: /'
 check "journald has its READY line" bash -c "journalctl --no-pager -o cat | grep -q '^klarna-reconciler .* ready: '"
-systemctl --user stop klarna-reconciler.service klarna-reconciler.socket klarna-sandbox.service
+source "$HERE/permissions.sh"
+systemctl --user stop klarna-reconciler.service klarna-reconciler.socket klarna-reconciler-control.socket klarna-sandbox.service
 exit "$FAILURES"

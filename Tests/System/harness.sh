@@ -23,7 +23,7 @@ world_up() {
 }
 
 world_down() {
-    systemctl --user stop klarna-reconciler.service klarna-reconciler-reload.service klarna-reconciler.socket klarna-sandbox.service >/dev/null 2>&1 || true
+    systemctl --user stop klarna-reconciler.service klarna-reconciler-reload.service klarna-reconciler.socket klarna-reconciler-control.socket klarna-sandbox.service >/dev/null 2>&1 || true
     [ -n "$SPID" ] && kill "$SPID" 2>/dev/null
     [ -n "$JPID" ] && kill "$JPID" 2>/dev/null
     wait 2>/dev/null || true

@@ -10,14 +10,20 @@ public struct Pruner: Sendable {
     public let policy: RetentionPolicy
     /// The spool's `done/` folder, when there is a spool.
     public let doneDirectory: String?
+    /// The outbox's `cur/` folder (outcomes consumers acknowledged).
+    public let acknowledgedDirectory: String?
     public let clock: any WallClock
     /// Rows of each kind per transaction.
     public let batch: Int
 
-    public init(store: any PruningStore, policy: RetentionPolicy, doneDirectory: String?, clock: any WallClock, batch: Int = 500) {
+    public init(
+        store: any PruningStore, policy: RetentionPolicy, doneDirectory: String?, acknowledgedDirectory: String? = nil, clock: any WallClock,
+        batch: Int = 500
+    ) {
         self.store = store
         self.policy = policy
         self.doneDirectory = doneDirectory
+        self.acknowledgedDirectory = acknowledgedDirectory
         self.clock = clock
         self.batch = batch
     }
@@ -39,6 +45,9 @@ public struct Pruner: Sendable {
         }
         if let doneDirectory, let before = cutoffs.spoolDoneBefore {
             total.spoolFiles = Self.pruneFiles(in: doneDirectory, before: before, dryRun: dryRun)
+        }
+        if let acknowledgedDirectory, let before = cutoffs.outboxAcknowledgedBefore {
+            total.outboxFiles = Self.pruneFiles(in: acknowledgedDirectory, before: before, dryRun: dryRun)
         }
         return total
     }

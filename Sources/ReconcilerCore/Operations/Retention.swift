@@ -11,12 +11,16 @@ public struct RetentionPolicy: Sendable, Equatable {
     public var events: Duration?
     public var rejections: Duration?
     public var spoolDone: Duration?
+    /// Outcome files a consumer acknowledged (moved into the outbox's `cur/`). Files in `new/` are never pruned: an
+    /// outcome nobody took stays until someone does.
+    public var outboxAcknowledged: Duration?
 
-    public init(closedPayments: Duration? = nil, events: Duration? = nil, rejections: Duration? = nil, spoolDone: Duration? = nil) {
+    public init(closedPayments: Duration? = nil, events: Duration? = nil, rejections: Duration? = nil, spoolDone: Duration? = nil, outboxAcknowledged: Duration? = nil) {
         self.closedPayments = closedPayments
         self.events = events
         self.rejections = rejections
         self.spoolDone = spoolDone
+        self.outboxAcknowledged = outboxAcknowledged
     }
 
     /// The moments before which each kind of row goes, as of `now`.
@@ -24,7 +28,7 @@ public struct RetentionPolicy: Sendable, Equatable {
         func before(_ age: Duration?) -> Date? { age.map { now.addingTimeInterval(-$0.timeInterval) } }
         return PruneCutoffs(
             closedPaymentsBefore: before(closedPayments), eventsBefore: before(events), rejectionsBefore: before(rejections),
-            spoolDoneBefore: before(spoolDone))
+            spoolDoneBefore: before(spoolDone), outboxAcknowledgedBefore: before(outboxAcknowledged))
     }
 
     /// Intent states that mean a side effect's fate is still open: a payment that has one is kept, whatever its age.
@@ -36,6 +40,7 @@ public struct PruneCutoffs: Sendable, Equatable {
     public var eventsBefore: Date?
     public var rejectionsBefore: Date?
     public var spoolDoneBefore: Date?
+    public var outboxAcknowledgedBefore: Date?
 }
 
 /// What one pruning pass removed (or, on a dry run, would remove).
@@ -46,6 +51,7 @@ public struct PruneCounts: Sendable, Equatable, CustomStringConvertible {
     public var rejections = 0
     public var deliveries = 0
     public var spoolFiles = 0
+    public var outboxFiles = 0
 
     public init() {}
 
@@ -58,10 +64,11 @@ public struct PruneCounts: Sendable, Equatable, CustomStringConvertible {
         total.rejections += batch.rejections
         total.deliveries += batch.deliveries
         total.spoolFiles += batch.spoolFiles
+        total.outboxFiles += batch.outboxFiles
     }
 
     public var description: String {
         "\(payments) closed payments, \(paymentRequests) payment requests, \(events) events, \(rejections) rejections, "
-            + "\(deliveries) delivery records, \(spoolFiles) spool done/ files"
+            + "\(deliveries) delivery records, \(spoolFiles) spool done/ files, \(outboxFiles) acknowledged outbox cur/ files"
     }
 }

@@ -1,0 +1,81 @@
+# Part of the package tests (sourced by units.sh, with the installed daemon running on the installed sockets, spool,
+# outbox and config): real users, one per group the package creates, each doing its job and failing at the others'.
+#   kr-forwarder  klarna-ingest     delivers: the ingest socket, the spool
+#   kr-consumer   klarna-outbox     reads and acknowledges outcomes
+#   kr-operator   klarna-operators  status, show, hold, release (through the operators' socket)
+#   kr-nobody     none of them
+# (The daemon itself runs as root here: a user manager cannot switch users. The modes and groups under test are the
+# ones the package's sysusers.d and tmpfiles.d made, and the sockets' from the shipped socket units.)
+echo "   permissions, with real users"
+TEST_USERS="kr-forwarder:klarna-ingest kr-consumer:klarna-outbox kr-operator:klarna-operators kr-nobody:"
+for entry in $TEST_USERS; do
+    user=${entry%%:*} group=${entry#*:}
+    userdel "$user" >/dev/null 2>&1 || true
+    useradd --no-create-home --user-group --shell /usr/sbin/nologin ${group:+--groups "$group"} "$user"
+done
+trap 'for entry in $TEST_USERS; do userdel "${entry%%:*}" >/dev/null 2>&1; done; world_down' EXIT
+as() { local user=$1; shift; setpriv --reuid="$user" --regid="$user" --init-groups env HOME=/ "$@"; }
+can() { local what=$1; shift; check "$what" "$@"; }
+cannot() { local what=$1; shift; if "$@" >/dev/null 2>&1; then fail "$what (it could)"; else echo "  ok: $what"; fi; }
+# deliver USER [HPP KP]: a track request over the ingest socket, answered 202.
+deliver() { as "$1" curl -sS --max-time 10 --unix-socket /run/klarna-reconciler.sock -o /dev/null -w '%{http_code}' \
+    -H 'Content-Type: application/json' -X POST http://localhost/v1/sessions \
+    -d "{\"hpp_session_id\": \"${2:-perm-$1}\", \"kp_session_id\": \"${3:-kp-perm-$1}\", \"merchant_reference\": \"perm-$1\"}" | grep -qx 202; }
+spool() { as "$1" sh -c "printf '{\"hpp_session_id\": \"spool-$1\", \"kp_session_id\": \"kp-spool-$1\"}' >$SPOOL/tmp/perm-$1.json && mv $SPOOL/tmp/perm-$1.json $SPOOL/new/perm-$1.json"; }
+control() { as "$1" curl -sS --max-time 10 --unix-socket /run/klarna-reconciler-control.sock -o /dev/null -w '%{http_code}' http://localhost/v1/status | grep -qx 200; }
+OUTCOME=$(grep -l "$HPP" $OUTBOX/new/* | head -1 | xargs -r basename)
+STORE=$(find "$W" /root -name state.sqlite 2>/dev/null | head -1)
+check "the outbox has an outcome to consume ($OUTCOME) and the store is at $STORE" test -n "$OUTCOME" -a -n "$STORE"
+
+# klarna-ingest: delivers, and nothing else.
+# A payment the consumer never completes (it stays open, for the operator to hold), and a spool file naming a
+# session Klarna does not know (it ends needs_attention at once, one more outcome for the consumer).
+OPEN=$(curl -sS --max-time 10 http://127.0.0.1:$PORT/_sandbox/sessions -H 'Content-Type: application/json' -d '{}' \
+    | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["hpp_session_id"], d["kp_session_id"])')
+read -r OPEN_HPP OPEN_KP <<<"$OPEN"
+can "forwarder: delivers over the ingest socket (202)" deliver kr-forwarder "$OPEN_HPP" "$OPEN_KP"
+can "forwarder: drops a file into the spool (tmp/, then new/)" spool kr-forwarder
+spooled() { ls $OUTBOX/new | grep -q needs_attention; }
+wait_for 20 "the spooled session's outcome" spooled && echo "  ok: the daemon took the forwarder's spool file (its session ended needs_attention)"
+cannot "forwarder: cannot list the outbox" as kr-forwarder ls $OUTBOX/new
+cannot "forwarder: cannot read an outcome" as kr-forwarder cat "$OUTBOX/new/$OUTCOME"
+cannot "forwarder: cannot use the operators' socket" control kr-forwarder
+cannot "forwarder: cannot read the config" as kr-forwarder cat $CONFIG
+cannot "forwarder: cannot read the store" as kr-forwarder cat "$STORE"
+
+# klarna-outbox: reads and acknowledges outcomes (the README's consumer, as written), and nothing else.
+CONSUMER=$(sed -n '/^# outbox consumer/,/^```$/p' /usr/share/doc/klarna-reconciler/README.md | sed '$d')
+mkdir -p "$W/consumer" && chmod 0755 "$W/consumer"
+printf '#!/bin/sh\ncat >>%s/consumer/handled\n' "$W" >"$W/consumer/handle-outcome" && chmod 0755 "$W/consumer/handle-outcome"
+touch "$W/consumer/handled" && chown kr-consumer "$W/consumer/handled"
+BEFORE=$(ls $OUTBOX/new | wc -l)
+can "consumer: the README's consumer runs as kr-consumer" as kr-consumer env PATH="$W/consumer:$PATH" sh -c "$CONSUMER"
+check "consumer: it handled every outcome ($BEFORE) and acknowledged them (new/ and cur/ empty)" \
+    test "$(grep -c '"idempotency_key"' "$W/consumer/handled")" = "$BEFORE" -a -z "$(ls $OUTBOX/new $OUTBOX/cur | grep json)"
+check "consumer: the captured payment's outcome was among them" grep -q "$HPP" "$W/consumer/handled"
+cannot "consumer: cannot deliver over the ingest socket" deliver kr-consumer
+cannot "consumer: cannot write into the spool" spool kr-consumer
+cannot "consumer: cannot use the operators' socket" control kr-consumer
+cannot "consumer: cannot read the config" as kr-consumer cat $CONFIG
+cannot "consumer: cannot see into the outbox's tmp/" as kr-consumer ls $OUTBOX/tmp
+
+# klarna-operators: status, show, hold and release through the daemon, and nothing else.
+can "operator: status" as kr-operator $BIN status
+can "operator: show the captured payment" as kr-operator $BIN show "$HPP"
+can "operator: hold a payment" as kr-operator $BIN hold perm-kr-forwarder
+HELD=$(as kr-operator $BIN show perm-kr-forwarder 2>&1)
+check "operator: the timeline says who held it, by uid and name" grep -q "held by uid $(id -u kr-operator) (kr-operator) via the command line" <<<"$HELD"
+STATUS_OUT=$(as kr-operator $BIN status 2>&1)
+check "operator: status counts it" grep -q 'held: *1' <<<"$STATUS_OUT"
+can "operator: release it" as kr-operator $BIN release perm-kr-forwarder
+cannot "operator: cannot read the store" as kr-operator cat "$STORE"
+cannot "operator: cannot deliver over the ingest socket" deliver kr-operator
+cannot "operator: cannot read an outcome" as kr-operator ls $OUTBOX/new
+cannot "operator: cannot write into the spool" spool kr-operator
+
+# Nobody else: nothing at all.
+cannot "nobody: cannot deliver" deliver kr-nobody
+cannot "nobody: cannot use the spool" spool kr-nobody
+cannot "nobody: cannot run status" as kr-nobody $BIN status
+cannot "nobody: cannot read the config" as kr-nobody cat $CONFIG
+cannot "nobody: cannot list the outbox" as kr-nobody ls $OUTBOX/new
