@@ -37,6 +37,41 @@ can "forwarder: delivers over the ingest socket (202)" deliver kr-forwarder "$OP
 can "forwarder: drops a file into the spool (tmp/, then new/)" spool kr-forwarder
 spooled() { ls $OUTBOX/new | grep -q needs_attention; }
 wait_for 20 "the spooled session's outcome" spooled && echo "  ok: the daemon took the forwarder's spool file (its session ended needs_attention)"
+# Debian's nginx with the example site the package ships, unchanged, in front of the installed socket: delivers when
+# its worker user is in klarna-ingest, gets 502 when it is not.
+# through_nginx WORKER STATUS: nginx's answer to an OM notification is STATUS.
+through_nginx() {
+    local worker=$1 expected=$2 prefix="$W/nginx-$1" port=$((20000 + RANDOM % 20000))
+    mkdir -p "$prefix/logs" && chmod -R 0777 "$prefix"
+    cat >"$prefix/nginx.conf" <<CONF
+user $worker;
+worker_processes 1;
+error_log $prefix/logs/error.log;
+pid $prefix/nginx.pid;
+events { worker_connections 16; }
+http {
+    access_log off;
+    client_body_temp_path $prefix/body;
+    proxy_temp_path $prefix/proxy;
+    server {
+        listen 127.0.0.1:$port;
+        include /usr/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler.conf;
+    }
+}
+CONF
+    /usr/sbin/nginx -p "$prefix" -c "$prefix/nginx.conf" || return 1
+    wait_for 10 "nginx" test -s "$prefix/nginx.pid"
+    local code
+    code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+        -X POST "http://127.0.0.1:$port/klarna/om-notification" -d '{"order_id": "perm-order", "event_type": "FRAUD_RISK_ACCEPTED"}')
+    kill "$(cat "$prefix/nginx.pid")"
+    echo "nginx as $worker answered $code"
+    test "$code" = "$expected"
+}
+if [ -x /usr/sbin/nginx ]; then
+    can "nginx with the shipped example site, its workers in klarna-ingest: 202" through_nginx kr-forwarder 202
+    can "nginx whose workers are in no group: no delivery (502)" through_nginx kr-nobody 502
+fi
 cannot "forwarder: cannot list the outbox" as kr-forwarder ls $OUTBOX/new
 cannot "forwarder: cannot read an outcome" as kr-forwarder cat "$OUTBOX/new/$OUTCOME"
 cannot "forwarder: cannot use the operators' socket" control kr-forwarder
