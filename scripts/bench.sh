@@ -56,7 +56,7 @@ printf "%-58s %s\n" "daemon RSS with $(engine idle_sessions) tracked idle sessio
 printf "%-58s %s\n" "daemon CPU while idle (10 s, nothing due)" "$(engine idle_cpu_percent) % of one core, $(engine idle_klarna_calls) Klarna calls"
 printf "%-58s %s\n" "scraping /metrics + /v1/ready at 1/s, $(engine scrape_open_sessions) open sessions" "daemon CPU $(engine scrape_cpu_percent) % of one core (idle without scrapes: $(engine scrape_idle_cpu_percent) %)"
 printf "%-58s %s\n" "  answer time" "/metrics p50 $(engine scrape_metrics_p50_ms) ms, max $(engine scrape_metrics_max_ms) ms ($(engine scrape_metrics_bytes) bytes); /v1/ready p50 $(engine scrape_ready_p50_ms) ms"
-printf "%-58s %s\n" "  socket acks/s meanwhile (16 senders, 10 s each)" "$(engine scrape_ingest_scraped_acks_per_second)/s scraped vs $(engine scrape_ingest_quiet_acks_per_second)/s not (ratio $(awk -v a="$(engine scrape_ingest_scraped_acks_per_second)" -v b="$(engine scrape_ingest_quiet_acks_per_second)" 'BEGIN { printf "%.2f", a/b }'))"
+printf "%-58s %s\n" "  socket acks/s meanwhile (16 senders, 2 × 5 s each, alternating)" "$(engine scrape_ingest_scraped_acks_per_second)/s scraped vs $(engine scrape_ingest_quiet_acks_per_second)/s not (ratio $(awk -v a="$(engine scrape_ingest_scraped_acks_per_second)" -v b="$(engine scrape_ingest_quiet_acks_per_second)" 'BEGIN { printf "%.2f", a/b }'))"
 printf "%-58s %s\n" "time to READY with $(engine history_rows) historical rows" "$(engine history_ready_seconds) s (store $(engine history_store_mib) MiB, RSS $(( $(engine history_rss_kib) / 1024 )) MiB)"
 echo
 echo "== klarna-reconciler ingest bench: the same daemon; acks are sent only after the durable commit"

@@ -87,6 +87,12 @@ enum Migrations {
         CREATE INDEX operator_requests_pending ON operator_requests(work_key, id) WHERE state = 'pending';
         CREATE TABLE holds (work_key TEXT PRIMARY KEY, held_at REAL NOT NULL, held_by TEXT NOT NULL);
         """,
+        // 8: /metrics counts open work by phase, its oldest and its next deadline from these alone (index-only scans,
+        // never the rows' JSON).
+        """
+        CREATE INDEX sessions_open ON sessions(phase, tracked_at, deadline) WHERE next_due IS NOT NULL;
+        CREATE INDEX orders_open ON orders(phase, created_at, deadline) WHERE next_due IS NOT NULL;
+        """,
     ]
 
     static var latest: Int { steps.count }
