@@ -199,10 +199,9 @@ extension Settings {
             statusInterval: try values.seconds("engine.status_interval_seconds", default: 5),
             wedgeWorkLoopFile: try values.string("testing.wedge_work_loop_file").flatMap { $0.isEmpty ? nil : path($0) })
         settings.metricsListen = metricsListen
-        // Under systemd the operators' socket is the one klarna-reconciler-control.socket passes; without it, one in
-        // $RUNTIME_DIRECTORY, or one named here.
-        let runtime = environment["RUNTIME_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }
-        settings.controlSocket = try values.string("control.socket").map { $0.isEmpty ? nil : path($0) } ?? runtime.map { "\($0)/control.sock" }
+        // Under systemd the operators' socket is the one klarna-reconciler-control.socket passes; without it, only
+        // one named here (a default inside RuntimeDirectory= would be out of the operators' reach: it is 0750).
+        settings.controlSocket = try values.string("control.socket").flatMap { $0.isEmpty ? nil : path($0) }
         settings.controlSocketGroup = try values.string("control.socket_group").flatMap { $0.isEmpty ? nil : $0 }
         if let group = settings.controlSocketGroup, getgrnam(group) == nil { throw SettingsError("control.socket_group", "no group named \(group)") }
         return settings

@@ -16,10 +16,13 @@ struct ControlClient {
 
     let path: String
 
-    /// The daemon's control socket if one answers: `control.socket` from the configuration, else the socket unit's.
-    /// Exits 77 (EX_NOPERM) when the socket is there but this user may not use it.
+    /// The daemon's control socket if one answers: `control.socket` from the configuration, else the socket unit's,
+    /// but that one only while the service runs (its `RuntimeDirectory=` exists): connecting to it would start a
+    /// daemon an administrator stopped on purpose. Exits 77 (EX_NOPERM) when the socket is there but this user may
+    /// not use it.
     static func find(_ settings: Settings) async throws -> ControlClient? {
-        for path in [settings.controlSocket, activatedPath].compactMap({ $0 }) {
+        let serviceRuns = FileManager.default.fileExists(atPath: "/run/klarna-reconciler")
+        for path in [settings.controlSocket, serviceRuns ? activatedPath : nil].compactMap({ $0 }) {
             var info = stat()
             guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK else { continue }
             guard access(path, W_OK) == 0 else {

@@ -90,7 +90,8 @@ struct StatusCommand: AsyncParsableCommand {
         let now = Date()
         let summary: StatusSummary
         if let client = try await ControlClient.find(settings) {
-            summary = try await client.get(StatusSummary.self, "/v1/status")!
+            guard let answer = try await client.get(StatusSummary.self, "/v1/status") else { throw ControlClient.Failed(description: "the daemon has no /v1/status: restart it after an upgrade") }
+            summary = answer
         } else {
             summary = try await OperatorDesk(store: try options.openStore(settings, readOnly: true)).status(now: now)
         }
@@ -132,7 +133,10 @@ struct ListCommand: AsyncParsableCommand {
         let settings = try await options.load(needsKlarnaPassword: false)
         let listing: StoreListing
         if let client = try await ControlClient.find(settings) {
-            listing = try await client.get(StoreListing.self, "/v1/payments?limit=\(max(1, limit))" + (state.map { "&state=\(ControlClient.escape($0))" } ?? ""))!
+            guard let answer = try await client.get(StoreListing.self, "/v1/payments?limit=\(max(1, limit))" + (state.map { "&state=\(ControlClient.escape($0))" } ?? "")) else {
+                throw ControlClient.Failed(description: "the daemon has no /v1/payments: restart it after an upgrade")
+            }
+            listing = answer
         } else {
             listing = try await OperatorDesk(store: try options.openStore(settings, readOnly: true)).listing(state: state, limit: limit)
         }

@@ -13,7 +13,7 @@ struct RemediationOptions: ParsableArguments {
     @OptionGroup var options: ConfigOptions
 
     func validate() throws {
-        guard (0...3_600).contains(wait) else { throw ValidationError("--wait is 0 to 3600 seconds") }
+        guard (0...60).contains(wait) else { throw ValidationError("--wait is 0 to 60 seconds") }
     }
 
     func run(_ action: OperatorAction, id: String, orderID: String? = nil) async throws {

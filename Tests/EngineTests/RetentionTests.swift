@@ -75,7 +75,7 @@ struct RetentionTests {
         #expect(try await pruner.run(dryRun: false).isEmpty, "a second pass found more")
     }
 
-    @Test("Events of a payment still open go by age; spool done/ and outbox cur/ files by modification time, never outbox new/; 0 days keeps forever")
+    @Test("Events of a payment still open go by age; spool done/ files by modification time; 0 days keeps forever")
     func eventsAndSpoolFiles() async throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
@@ -84,8 +84,7 @@ struct RetentionTests {
         let done = directory.path + "/done"
         try FileManager.default.createDirectory(atPath: done, withIntermediateDirectories: true)
         let later = old.addingTimeInterval(200 * 86_400)
-        let acknowledged = directory.path + "/outbox/cur", unacknowledged = directory.path + "/outbox/new"
-        for folder in [done, acknowledged, unacknowledged] {
+        for folder in [done] {
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
             for (name, age) in [("old.json", 200.0), ("fresh.json", 1.0)] {
                 FileManager.default.createFile(atPath: "\(folder)/\(name)", contents: Data("{}".utf8))
@@ -93,21 +92,42 @@ struct RetentionTests {
             }
         }
         var keepAll = RetentionPolicy()
-        let forever = try await Pruner(store: store, policy: keepAll, doneDirectory: done, acknowledgedDirectory: acknowledged, clock: ManualClock(now: later)).run(dryRun: false)
+        let forever = try await Pruner(store: store, policy: keepAll, doneDirectory: done, clock: ManualClock(now: later)).run(dryRun: false)
         #expect(forever.isEmpty)
 
         keepAll.events = .seconds(180 * 86_400)
         keepAll.spoolDone = .seconds(7 * 86_400)
-        keepAll.outboxAcknowledged = .seconds(30 * 86_400)
-        let pruned = try await Pruner(store: store, policy: keepAll, doneDirectory: done, acknowledgedDirectory: acknowledged, clock: ManualClock(now: later)).run(dryRun: false)
+        let pruned = try await Pruner(store: store, policy: keepAll, doneDirectory: done, clock: ManualClock(now: later)).run(dryRun: false)
         #expect(pruned.events == 1)
         #expect(pruned.spoolFiles == 1)
-        #expect(pruned.outboxFiles == 1)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: acknowledged) == ["fresh.json"])
-        #expect(try FileManager.default.contentsOfDirectory(atPath: unacknowledged).sorted() == ["fresh.json", "old.json"])
         #expect(try await store.session("open-old") != nil)
         #expect(try await store.timeline(for: "open-old").events.isEmpty)
         #expect(try FileManager.default.contentsOfDirectory(atPath: done) == ["fresh.json"])
+    }
+
+    @Test("Acknowledged outbox files (cur/) go by the time they were acknowledged, however old; new/ is never pruned")
+    func outboxAcknowledged() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteStore(path: directory.path + "/s.sqlite")
+        let outbox = directory.path + "/outbox"
+        for folder in ["new", "cur"] { try FileManager.default.createDirectory(atPath: "\(outbox)/\(folder)", withIntermediateDirectories: true) }
+        // Written long ago (its modification time), acknowledged now (the rename sets its change time).
+        let now = Date()
+        for name in ["taken.json", "waiting.json"] {
+            FileManager.default.createFile(atPath: "\(outbox)/new/\(name)", contents: Data("{}".utf8))
+            try FileManager.default.setAttributes([.modificationDate: now.addingTimeInterval(-200 * 86_400)], ofItemAtPath: "\(outbox)/new/\(name)")
+        }
+        #expect(rename("\(outbox)/new/taken.json", "\(outbox)/cur/taken.json") == 0)
+        let policy = RetentionPolicy(outboxAcknowledged: .seconds(30 * 86_400))
+        func prune(at: Date) async throws -> PruneCounts {
+            try await Pruner(store: store, policy: policy, doneDirectory: nil, acknowledgedDirectory: "\(outbox)/cur", clock: ManualClock(now: at)).run(dryRun: false)
+        }
+        #expect(try await prune(at: now.addingTimeInterval(29 * 86_400)).outboxFiles == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: "\(outbox)/cur") == ["taken.json"])
+        #expect(try await prune(at: now.addingTimeInterval(31 * 86_400)).outboxFiles == 1)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: "\(outbox)/cur").isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: "\(outbox)/new") == ["waiting.json"])
     }
 
     @Test("The daemon's retention loop prunes every interval, not before the first one")

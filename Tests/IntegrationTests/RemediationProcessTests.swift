@@ -1,6 +1,8 @@
 import Foundation
 import Glibc
+import KlarnaAPI
 import KlarnaSandbox
+import Logging
 import ReconcilerCore
 import ReconcilerStore
 import Testing
@@ -184,6 +186,59 @@ struct RemediationProcessTests {
         let releaseCaptured = try await fixture.cli(["release-remaining", full.order])
         #expect(releaseCaptured.status == 1 && releaseCaptured.errors.contains("nothing left authorized"), "\(releaseCaptured.errors)")
         #expect(fixture.sandbox.effects(kind: .orderCancelled).count == 1)
+        try await fixture.kill9()
+    }
+
+    @Test("a cancel Klarna refuses ends needs_attention, never in the capture policy; asked again after the cause is gone, it reads first and cancels once")
+    func cancelRefused() async throws {
+        let fixture = try await DaemonFixture()
+        try await fixture.start()
+        let payment = try await placed(fixture, "cancel-refused")
+        fixture.sandbox.addFault(SandboxFault(route: "om.cancel_order", kind: .status, status: 400, errorCode: "BAD_VALUE"))
+        let cancel = try await fixture.cli(["cancel", payment.order])
+        #expect(cancel.status == 0, "\(cancel.errors)")
+        let stuck = try await order(fixture, payment.order) { $0.outcome == .needsAttention }
+        #expect(stuck.capturedAmount == 0)
+        #expect(fixture.sandbox.effects(kind: .captured).isEmpty && fixture.sandbox.effects(kind: .orderCancelled).isEmpty)
+        let again = try await fixture.cli(["cancel", payment.order])
+        #expect(again.status == 0, "\(again.errors)")
+        _ = try await order(fixture, payment.order) { $0.outcome == .cancelled }
+        #expect(fixture.sandbox.effects(kind: .orderCancelled).count == 1)
+        try await fixture.kill9()
+    }
+
+    @Test("release reads Klarna before a capture that waited for its next attempt: captured meanwhile at Klarna, it is not captured again")
+    func releaseReadsFirst() async throws {
+        let fixture = try await DaemonFixture()
+        let config = try String(contentsOfFile: fixture.configPath, encoding: .utf8)
+        try config.replacingOccurrences(of: "  max_delay_seconds: 2\n", with: "  max_delay_seconds: 2\n  max_attempts: 100\n")
+            .write(toFile: fixture.configPath, atomically: true, encoding: .utf8)
+        // Every capture attempt is answered 429: known not to have happened, the capture intent stays `intended` and
+        // waits for its next attempt (a 5xx would leave it unclear, which is read first anyway).
+        fixture.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .rateLimit, resetSeconds: 1, count: nil))
+        try await fixture.start()
+        let created = try fixture.sandbox.createSession(SessionSpec(
+            merchantReference: "release-1", placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.1, status: "COMPLETED")]))
+        #expect(try await fixture.cli(["track", created.hppSessionId, "--kp-session", created.kpSessionId, "--mode", "PLACE_ORDER", "--reference", "release-1", "--capture", "immediate"]).status == 0)
+        try await waitUntil(timeout: .seconds(20)) { fixture.sandbox.requests(route: "om.create_capture").count >= 2 }
+        let payment = (hpp: created.hppSessionId, order: try #require(fixture.sandbox.requests(route: "om.create_capture").first?.path.split(separator: "/").dropLast().last.map(String.init)))
+        let hold = try await fixture.cli(["hold", "release-1"])
+        #expect(hold.status == 0, "\(hold.output) \(hold.errors)")
+        fixture.sandbox.clearFaults()
+        // Someone captures it by hand at Klarna while the payment is held.
+        let transport = CurlTransport(configuration: .init(requestTimeout: .seconds(10)))
+        defer { transport.shutdown() }
+        let client = KlarnaClient(
+            configuration: KlarnaConfiguration(baseURL: fixture.sandboxURL, credentials: BasicCredentials(username: "merchant", password: "daemon-secret")),
+            transport: transport, logger: Logger(label: "test.portal"))
+        let remaining = try await client.readOrder(id: payment.order).remainingAuthorizedAmount
+        _ = try await client.createCapture(orderID: payment.order, request: CaptureRequest(capturedAmount: remaining), idempotencyKey: UUID().uuidString)
+        let attemptsBefore = fixture.sandbox.requests(route: "om.create_capture").count
+        #expect(try await fixture.cli(["release", "release-1"]).status == 0)
+        let done = try await order(fixture, payment.order) { !$0.isOpen }
+        #expect(done.outcome == .captured)
+        #expect(fixture.sandbox.effects(kind: .captured).count == 1, "captured twice")
+        #expect(fixture.sandbox.requests(route: "om.create_capture").count == attemptsBefore, "the daemon sent the capture again")
         try await fixture.kill9()
     }
 

@@ -139,4 +139,24 @@ struct RemediationTests {
         let reopened = order(.closed, outcome: .orderPlaced).operatorIntent(.cancel, key: "c", by: "someone", now: t0)
         #expect(reopened.order.isOpen && reopened.order.activeIntent == "c")
     }
+
+    @Test("A reference that names several payments is refused: a repair applies to one, named exactly")
+    func severalPayments() {
+        var other = session(.ordered)
+        other.hppSessionID = "hpp-2"
+        var second = order(.closed, outcome: .needsAttention)
+        second.orderID = "o-2"
+        let answer = Remediation.targets(.cancel, payment: view(sessions: [session(.ordered), other], orders: [order(), second]), now: t0)
+        #expect(refusal(answer)?.reason.contains("matches 2 payments") == true)
+    }
+
+    @Test("An order named with --order-id is checked against the payment's merchant reference on its first read")
+    func namedOrderChecked() {
+        var named = order()
+        named.namedByOperator = true
+        #expect(named.namedOrderMismatch(merchantReferenceAtKlarna: "ref") == nil)
+        #expect(named.namedOrderMismatch(merchantReferenceAtKlarna: nil) == nil)
+        #expect(named.namedOrderMismatch(merchantReferenceAtKlarna: "other")?.contains("not this payment's order") == true)
+        #expect(order().namedOrderMismatch(merchantReferenceAtKlarna: "other") == nil, "an order the daemon found is not checked")
+    }
 }

@@ -269,10 +269,16 @@ extension Reconciler {
                 if let requestID = intent.captureRequestID {
                     change.finishedCaptureRequests.append((requestID, "refused", Self.short(error)))
                 }
-                if intent.kind != .capture || error.status == 403 {
+                if intent.kind == .cancelOrder || intent.kind == .releaseRemaining {
+                    // An operator asked to stop the money: never fall back into the capture policy. The order waits
+                    // for a person (`retry` reads it again; a cancel or release may be asked for again).
+                    record(order.intentFailed("\(intent.kind.rawValue) asked by an operator did not happen: \(Self.short(error)); \(reason)"), into: &change, detail: detail)
+                    try await commit(change, now: now)
+                    return StepResult(next: nil)
+                }
+                if intent.kind == .extendAuthorization || error.status == 403 {
                     // Klarna said no for a reason the order shows (cancelled, expired, over-capture, not extendable),
-                    // or an extension, cancel or release did not get through: read the order and let the order rules
-                    // decide (an operator's cancel or release can be asked for again; the timeline says why it ended).
+                    // or an extension did not get through: read the order and let the order rules decide.
                     record(order.intentRefused(intent.kind, error: Self.short(error), now: now), into: &change, detail: detail)
                     try await commit(change, now: now)
                     return StepResult(next: now)

@@ -34,6 +34,11 @@ extension Reconciler {
         case .success(let value):
             read = value
         }
+        if order.reads == 0, let mismatch = order.namedOrderMismatch(merchantReferenceAtKlarna: read.merchantReference1) {
+            record(order.closed(.needsAttention, mismatch), into: &change)
+            try await commit(change, now: now)
+            return StepResult(next: nil)
+        }
         let request = order.capturePolicy == .onRequest ? try await store.oldestCaptureRequest(orderID: id) : nil
         var step = order.applying(Self.observation(read), request: request, now: now, deadlines: settings.deadlines)
 

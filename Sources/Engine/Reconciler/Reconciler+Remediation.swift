@@ -51,6 +51,13 @@ extension Reconciler {
         case .release:
             guard held else { return .failure(RemediationRefusal("not held")) }
             change.releases.append(request.key)
+            // A side effect that was waiting for its next attempt is not sent as it was: someone may have acted at
+            // Klarna while the payment was held, so the order is read before anything else.
+            if case .order(let id) = request.key, let key = try await store.order(id)?.activeIntent, let intent = try await store.intent(key),
+                intent.state == .intended
+            {
+                change.intents.append(intent.ambiguous("released by \(who): read Klarna before sending again", now: now))
+            }
             note("released by \(who): work goes on, reading Klarna first")
             held = false
             return .success("released")
@@ -61,11 +68,16 @@ extension Reconciler {
         case (.retry, .session(let id)):
             guard let session = try await store.session(id) else { return .failure(RemediationRefusal(status: 404, "HPP session \(id) is not tracked")) }
             if let refusal = session.retryRefusal(orderID: request.orderID, now: now) { return .failure(refusal) }
+            if let orderID = request.orderID, let known = try await store.order(orderID) {
+                return .failure(RemediationRefusal("order \(orderID) is tracked already (HPP session \(known.hppSessionID ?? "none")): not a lost one"))
+            }
             let (step, intent) = session.retried(intents: try await store.intents(subject: id), orderID: request.orderID, by: who, now: now)
             record(step, into: &change)
             if let intent { change.intents.append(intent) }
             if let handOff = step.handOff {
-                change.newOrders.append(step.session.order(for: handOff, createdAt: now))
+                var order = step.session.order(for: handOff, createdAt: now)
+                order.namedByOperator = true
+                change.newOrders.append(order)
                 wake.append(.order(handOff.orderID))
                 return .success("order \(handOff.orderID) recorded; following it")
             }
@@ -85,7 +97,9 @@ extension Reconciler {
             var intent = Intent(key: key, kind: kind, subject: id, now: now)
             if let existing = try await store.intent(key) {
                 // Asked before: if that attempt ended without the effect, take it up again after a read (same key).
-                guard existing.state == .failed else { return .failure(RemediationRefusal("\(request.action.word) of order \(id) was asked for before and is \(existing.state.rawValue)")) }
+                guard existing.state == .failed || existing.state == .ambiguous else {
+                    return .failure(RemediationRefusal("\(request.action.word) of order \(id) was asked for before and is \(existing.state.rawValue)"))
+                }
                 intent = existing.ambiguous("asked again by \(who)", now: now)
             }
             record(order.operatorIntent(request.action, key: key, by: who, now: now), into: &change)

@@ -47,18 +47,24 @@ public struct Pruner: Sendable {
             total.spoolFiles = Self.pruneFiles(in: doneDirectory, before: before, dryRun: dryRun)
         }
         if let acknowledgedDirectory, let before = cutoffs.outboxAcknowledgedBefore {
-            total.outboxFiles = Self.pruneFiles(in: acknowledgedDirectory, before: before, dryRun: dryRun)
+            // By change time: the rename into cur/ sets it, so a file waits its full time after the acknowledgement
+            // however long it sat in new/ (its modification time is when the daemon wrote it).
+            total.outboxFiles = Self.pruneFiles(in: acknowledgedDirectory, before: before, dryRun: dryRun, byChangeTime: true)
         }
         return total
     }
 
-    /// Files in `directory` last modified before `before`: removed unless `dryRun`; how many.
-    static func pruneFiles(in directory: String, before: Date, dryRun: Bool) -> Int {
+    /// Files in `directory` last modified (or, `byChangeTime`, last renamed or changed) before `before`: removed
+    /// unless `dryRun`; how many.
+    static func pruneFiles(in directory: String, before: Date, dryRun: Bool, byChangeTime: Bool = false) -> Int {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         var count = 0
         for name in names {
             let path = "\(directory)/\(name)"
-            guard let modified = try? FileManager.default.attributesOfItem(atPath: path)[.modificationDate] as? Date, modified < before else { continue }
+            var info = stat()
+            guard lstat(path, &info) == 0 else { continue }
+            let time = byChangeTime ? info.st_ctim : info.st_mtim
+            guard Date(timeIntervalSince1970: Double(time.tv_sec) + Double(time.tv_nsec) / 1e9) < before else { continue }
             if dryRun || unlink(path) == 0 { count += 1 }
         }
         return count

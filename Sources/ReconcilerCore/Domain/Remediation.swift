@@ -70,6 +70,11 @@ public enum Remediation {
     public static func targets(_ action: OperatorAction, payment: PaymentView, orderID: String? = nil, now: Date) -> Result<[RemediationTarget], RemediationRefusal> {
         if payment.sessions.isEmpty && payment.orders.isEmpty { return .failure(RemediationRefusal(status: 404, "nothing tracked matches")) }
         if orderID != nil && action != .retry { return .failure(RemediationRefusal(status: 400, "--order-id applies to retry only")) }
+        // A merchant reference may name several payments: a repair applies to one, named exactly.
+        if payment.sessions.count > 1 || payment.orders.count > 1 {
+            let ids = payment.sessions.map(\.hppSessionID) + payment.orders.map(\.orderID)
+            return .failure(RemediationRefusal("it matches \(max(payment.sessions.count, payment.orders.count)) payments; name one by its HPP session or order id (\(ids.prefix(6).joined(separator: ", ")))"))
+        }
         switch action {
         case .hold:
             let open = payment.openTargets
@@ -168,6 +173,14 @@ extension TrackedSession {
 }
 
 extension TrackedOrder {
+    /// An order an operator named must be this payment's before anything is done with it: when Klarna's
+    /// `merchant_reference1` and the payment's reference are both known, they must match. The reason it is not, or
+    /// `nil`.
+    public func namedOrderMismatch(merchantReferenceAtKlarna: String?) -> String? {
+        guard namedByOperator == true, let merchantReference, let merchantReferenceAtKlarna, merchantReference != merchantReferenceAtKlarna else { return nil }
+        return "order \(orderID), named with retry --order-id, belongs to merchant reference \(merchantReferenceAtKlarna), not \(merchantReference): not this payment's order; nothing was done with it"
+    }
+
     /// Why `cancel` does not apply, or `nil`: only an order with nothing captured, not already final at Klarna, and
     /// with no side effect under way.
     public var cancelRefusal: RemediationRefusal? {

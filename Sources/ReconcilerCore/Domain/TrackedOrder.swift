@@ -36,6 +36,8 @@ public struct TrackedOrder: Codable, Sendable, Equatable {
     /// The `expires_at` an extension was last asked for.
     public var extensionForExpiry: Date?
     public var placedOutcomeRecorded: Bool
+    /// Named by an operator (`retry --order-id`) rather than found: its first read checks that it is this payment's.
+    public var namedByOperator: Bool?
     /// The capture or extension intent under way (its idempotency key).
     public var activeIntent: String?
     public var outcome: OutcomeKind?
