@@ -35,13 +35,18 @@ let package = Package(
         // Domain: no I/O, no C. Retry policy, rate budget, clocks.
         .target(name: "ReconcilerCore", swiftSettings: strict),
 
+        // Counters and timers by MetricName (swift-metrics), handles made once.
+        .target(
+            name: "Telemetry",
+            dependencies: ["ReconcilerCore", .product(name: "Metrics", package: "swift-metrics")],
+            swiftSettings: strict),
+
         // Typed Klarna API (HPP, KP, OM, Klarna Network) over an HTTP transport; the libcurl transport lives here.
         .target(
             name: "KlarnaAPI",
             dependencies: [
-                "CCurl", "CBuildInfo", "ReconcilerCore",
+                "CCurl", "CBuildInfo", "ReconcilerCore", "Telemetry",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: strict
         ),
@@ -82,14 +87,14 @@ let package = Package(
         // Durable state: the store protocol and its SQLite implementation (WAL, versioned migrations).
         .target(
             name: "ReconcilerStore",
-            dependencies: ["CSQLite", "ReconcilerCore", .product(name: "Metrics", package: "swift-metrics")],
+            dependencies: ["CSQLite", "ReconcilerCore", "Telemetry"],
             swiftSettings: strict),
 
         // The daemon's work: scheduler, workers, intents against Klarna, outbox and notifications.
         .target(
             name: "Engine",
             dependencies: [
-                "KlarnaAPI", "ReconcilerCore", "ReconcilerStore",
+                "KlarnaAPI", "ReconcilerCore", "ReconcilerStore", "Telemetry",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -103,10 +108,9 @@ let package = Package(
         .target(
             name: "Ingest",
             dependencies: [
-                "ReconcilerCore", "ReconcilerStore", "HTTPServer", "Engine",
+                "ReconcilerCore", "ReconcilerStore", "HTTPServer", "Engine", "Telemetry",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict

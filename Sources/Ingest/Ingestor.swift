@@ -1,8 +1,8 @@
 import Foundation
 import Logging
-import Metrics
 import ReconcilerCore
 import ReconcilerStore
+import Telemetry
 
 /// The one path every delivery takes, from the socket or the spool: read and verify, then commit with its dedupe
 /// key, then wake the engine. The caller acknowledges only after ``ingest(_:source:)`` returns `accepted`.
@@ -65,8 +65,8 @@ public struct Ingestor: Sendable {
     /// spool files refused before they reach here).
     static func count(source: String, _ result: String?, refusedFor reason: String) {
         let from = source.hasPrefix("spool") ? "spool" : "socket"
-        Counter(label: MetricName.deliveries.rawValue, dimensions: [("source", from), ("result", result ?? "refused")]).increment()
-        if result == nil { Counter(label: MetricName.refusals.rawValue, dimensions: [("source", from), ("reason", reason)]).increment() }
+        Telemetry.count(.deliveries, ("source", from), ("result", result ?? "refused"))
+        if result == nil { Telemetry.count(.refusals, ("source", from), ("reason", reason)) }
     }
 
     private func take(_ delivery: Delivery, source: String) async -> Answer {

@@ -1,7 +1,7 @@
 import Foundation
-import Metrics
 import ReconcilerCore
 import Synchronization
+import Telemetry
 
 /// Group commit: the write transactions that arrive while another is committing (its fsync is the slow part) are
 /// committed together in the next one, with one fsync. Each caller resumes only after the commit that holds its write
@@ -75,7 +75,7 @@ final class GroupCommit: Sendable {
         }
         let db = connection
         let started = ContinuousClock.now
-        defer { Metrics.Timer(label: MetricName.storeCommitDuration.rawValue).record(duration: .now - started) }
+        defer { Telemetry.time(.storeCommitDuration, .now - started) }
         do {
             try db.execute("BEGIN IMMEDIATE")
             for write in batch {

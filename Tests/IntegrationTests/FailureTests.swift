@@ -64,17 +64,18 @@ import TestSupport
     }
 
     @Test func timeoutIsReportedAsSentAndAmbiguousForWrites() async throws {
-        // Timeouts with room to spare for setting up under a loaded machine (tests run in parallel).
-        try await SandboxHarness.with(requestTimeout: .seconds(2)) { h in
+        // Timeouts with room to spare for setting up under a loaded machine (tests run in parallel, daemons among
+        // them: a 2 s timeout once cut off the setup's own HPP read).
+        try await SandboxHarness.with(requestTimeout: .seconds(4)) { h in
             let orderID = try await h.placedOrder()
-            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .delay, delayMs: 5_000))
+            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .delay, delayMs: 10_000))
             let read = await #expect(throws: KlarnaAPIError.self) { try await h.client.readOrder(id: orderID) }
             guard case .transport(let transport)? = read?.failure else { Issue.record("expected a transport failure"); return }
             #expect(transport.kind == .timeout)
             #expect(transport.requestMayHaveBeenSent)
             #expect(read?.retryDisposition == .retry(notBefore: nil))
 
-            h.sandbox.addFault(SandboxFault(route: "om.cancel_order", kind: .delay, delayMs: 5_000))
+            h.sandbox.addFault(SandboxFault(route: "om.cancel_order", kind: .delay, delayMs: 10_000))
             let cancel = await #expect(throws: KlarnaAPIError.self) { try await h.client.cancelOrder(orderID: orderID, idempotencyKey: "t") }
             #expect(cancel?.outcomeUnknown == true)
             #expect(cancel?.retryDisposition == .retry(notBefore: nil))

@@ -1,9 +1,9 @@
 import Foundation
 import KlarnaAPI
 import Logging
-import Metrics
 import ReconcilerCore
 import ReconcilerStore
+import Telemetry
 
 /// Does the work for one session or order: reads Klarna, applies the domain rules, and performs side effects as
 /// intents, committing every step before the next call. It holds no state of its own; the ``Scheduler`` makes sure
@@ -105,7 +105,7 @@ public struct Reconciler: Sendable {
         if let rateLimiter {
             let started = ContinuousClock.now
             try await rateLimiter.acquire(urgency)
-            Metrics.Timer(label: MetricName.budgetWait.rawValue, dimensions: [("urgency", urgency.label)]).record(duration: .now - started)
+            Telemetry.time(.budgetWait, .now - started, ("urgency", urgency.label))
         }
         do {
             let value = try await call()
@@ -165,9 +165,9 @@ public struct Reconciler: Sendable {
             }
         }
         EventLog.log(change, logger: logger)
-        for outcome in change.outcomes { Counter(label: MetricName.outcomes.rawValue, dimensions: [("kind", outcome.kind.rawValue)]).increment() }
+        for outcome in change.outcomes { Telemetry.count(.outcomes, ("kind", outcome.kind.rawValue)) }
         for intent in change.intents where intent.isFinished {
-            Counter(label: MetricName.intentsFinished.rawValue, dimensions: [("kind", intent.kind.rawValue), ("state", intent.state.rawValue)]).increment()
+            Telemetry.count(.intentsFinished, ("kind", intent.kind.rawValue), ("state", intent.state.rawValue))
         }
         if !change.outcomes.isEmpty { outcomeBell?.ring() }
     }

@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Metrics
 import ReconcilerCore
+import Telemetry
 
 /// Typed calls to Klarna's HPP, KP, OM and Klarna Network APIs over an ``HTTPTransport``.
 ///
@@ -177,8 +177,8 @@ public struct KlarnaClient: Sendable {
 
     /// Every call that went out, by operation and result, and how long it took.
     private static func count(_ operation: KlarnaOperation, status: Int?, took: Duration) {
-        Counter(label: MetricName.klarnaCalls.rawValue, dimensions: [("operation", operation.name), ("result", KlarnaCallResult(status: status).rawValue)]).increment()
-        Metrics.Timer(label: MetricName.klarnaCallDuration.rawValue, dimensions: [("operation", operation.name)]).record(duration: took)
+        Telemetry.count(.klarnaCalls, ("operation", operation.name), ("result", KlarnaCallResult(status: status).rawValue))
+        Telemetry.time(.klarnaCallDuration, took, ("operation", operation.name))
     }
 
     private func decode<T: Decodable>(_ type: T.Type, _ answer: Answer) throws -> T {
