@@ -45,6 +45,7 @@ check: deps
 ## Client against wrk, then the engine end to end; results go in BENCHMARKS.md.
 bench: deps
 	@scripts/install-deps.sh $(BENCH_PACKAGES)
+	@scripts/stamp-commit.sh >/dev/null
 	swift build -c release
 	scripts/bench.sh
 

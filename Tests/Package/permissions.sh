@@ -94,7 +94,10 @@ cannot "consumer: cannot use the operators' socket" control kr-consumer
 cannot "consumer: cannot read the config" as kr-consumer cat $CONFIG
 cannot "consumer: cannot see into the outbox's tmp/" as kr-consumer ls $OUTBOX/tmp
 
-# klarna-operators: status, show, hold and release through the daemon, and nothing else.
+# klarna-operators: status, show, hold and release through the daemon, and nothing else. The command line uses the
+# socket unit's socket only while the service runs, which it tells by the service's RuntimeDirectory= in /run; a user
+# manager puts that under $XDG_RUNTIME_DIR instead, so the test makes the system manager's one while the daemon runs.
+mkdir -p /run/klarna-reconciler
 can "operator: status" as kr-operator $BIN status
 can "operator: show the captured payment" as kr-operator $BIN show "$HPP"
 can "operator: hold a payment" as kr-operator $BIN hold perm-kr-forwarder
@@ -107,6 +110,10 @@ cannot "operator: cannot read the store" as kr-operator cat "$STORE"
 cannot "operator: cannot deliver over the ingest socket" deliver kr-operator
 cannot "operator: cannot read an outcome" as kr-operator ls $OUTBOX/new
 cannot "operator: cannot write into the spool" spool kr-operator
+# With the service stopped (its sockets still listening), an operator's command must not start it again.
+systemctl --user stop klarna-reconciler.service && rmdir /run/klarna-reconciler
+cannot "operator: with the daemon stopped, status has nothing to read (the store is not theirs)" as kr-operator $BIN status
+check "  and the stopped daemon stayed stopped" test "$(systemctl --user show klarna-reconciler.service -p ActiveState --value)" = inactive
 
 # Nobody else: nothing at all.
 cannot "nobody: cannot deliver" deliver kr-nobody
