@@ -14,7 +14,7 @@ world_up || exit 1
 BIN=/usr/bin/klarna-reconciler
 mkdir -p "$W/credstore"
 SPOOL=/var/spool/klarna-reconciler OUTBOX=/var/spool/klarna-reconciler-outbox CONFIG=/etc/klarna-reconciler/config.yaml
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(free_port)
 printf 'package-test-password-%s\n' "$RANDOM$RANDOM" >"$W/credstore/klarna-password"
 printf 'package-test-callback-key-%s\n' "$RANDOM$RANDOM" >"$W/credstore/callback-key"
 echo '{}' >"$W/credstore/webhook-signing-keys"

@@ -28,7 +28,7 @@ world_up || exit 1
 install -D -m 0755 "$BIN" "$W/bin/klarna-reconciler"
 BIN=$W/bin/klarna-reconciler
 mkdir -p "$W/etc" "$W/credstore" "$W/spool" "$W/outbox" "$W/fault"
-PORT=$((20000 + RANDOM % 20000))
+PORT=$(free_port)
 printf 'systest-password-%s\n' "$RANDOM$RANDOM" >"$W/credstore/klarna-password"
 printf 'systest-callback-key-%s\n' "$RANDOM$RANDOM" >"$W/credstore/callback-key"
 printf '{"krn:partner:global:notification:signing-key:1": "systest-signing-%s"}\n' "$RANDOM" >"$W/credstore/webhook-signing-keys"
@@ -98,7 +98,11 @@ WatchdogSec=3s
 RestartSec=1s
 UNIT
 systemctl --user daemon-reload
-systemctl --user start klarna-sandbox.service || { fail "the sandbox did not start"; exit 1; }
+systemctl --user start klarna-sandbox.service || {
+    fail "the sandbox did not start (port $PORT)"
+    journalctl --no-pager -n 10 -o cat | sed 's/^/      journal: /'
+    exit 1
+}
 
 # --- helpers ---------------------------------------------------------------------------------------------------
 UNIT=klarna-reconciler.service SOCK=$W/ingest.sock
