@@ -165,7 +165,6 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     private func writeSession(_ db: SQLiteConnection, _ session: TrackedSession, data: String, at: Date) throws {
-        let deadline = session.phase == .authorized ? session.tokenExpiresAt : (session.phase == .polling ? session.expiresAt : nil)
         try db.query(
             """
             INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
@@ -175,7 +174,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             """,
             [.text(session.hppSessionID), .text(session.kpSessionID), SQLValue(session.orderID), SQLValue(session.merchantReference),
              .text(session.phase.rawValue), SQLValue(session.outcome?.rawValue), SQLValue(session.isOpen ? session.nextDueAt : nil),
-             SQLValue(deadline), SQLValue(session.trackedAt), SQLValue(at), .text(data)])
+             SQLValue(session.deadline), SQLValue(session.trackedAt), SQLValue(at), .text(data)])
     }
 
     private func writeOrder(_ db: SQLiteConnection, _ order: TrackedOrder, data: String, at: Date, onlyIfNew: Bool) throws {
@@ -188,7 +187,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(order_id) \(conflict)
             """,
             [.text(order.orderID), SQLValue(order.hppSessionID), SQLValue(order.merchantReference), .text(order.phase.rawValue),
-             SQLValue(order.outcome?.rawValue), SQLValue(order.isOpen ? order.nextDueAt : nil), SQLValue(order.isOpen ? order.expiresAt : nil),
+             SQLValue(order.outcome?.rawValue), SQLValue(order.isOpen ? order.nextDueAt : nil), SQLValue(order.deadline),
              SQLValue(order.createdAt), SQLValue(at), .text(data)])
     }
 
@@ -260,10 +259,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     private func insertCaptureRequest(_ db: SQLiteConnection, orderID: String, amount: Int?, source: String, delivered: Bool, at: Date) throws -> CaptureRequestResult {
         guard let row = try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first else { return .unknownOrder }
         let order = try decode(TrackedOrder.self, row.string(0))
-        guard order.isOpen else { return .refused("order \(orderID) is \(order.outcome?.rawValue ?? "closed"): nothing to capture") }
-        guard order.capturePolicy == .onRequest else {
-            return .refused("order \(orderID) has capture policy \(order.capturePolicy.rawValue); capture requests apply to on_request")
-        }
+        if let refusal = order.captureRequestRefusal { return .refused(refusal) }
         try db.query("INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (?, ?, ?)", [.text(orderID), SQLValue(amount), SQLValue(at)])
         let id = db.lastInsertRowID
         let what = amount.map { "capture of \($0) requested by \(source)" } ?? "capture of the remaining amount requested by \(source)"

@@ -292,3 +292,17 @@ struct IntentTests {
         #expect(!Intent.Kind.customerToken.klarnaDeduplicates)
     }
 }
+
+extension OrderMachineTests {
+    @Test("Capture requests are taken only by an open on_request order; an open order runs against its authorization's expiry")
+    func captureRequestsAndDeadline() {
+        var waiting = order(.onRequest).applying(read(), request: nil, now: t0, deadlines: deadlines).order
+        #expect(waiting.captureRequestRefusal == nil)
+        #expect(waiting.deadline == t0.addingTimeInterval(28 * 86_400))
+        #expect(order(.immediate).captureRequestRefusal?.contains("capture policy immediate") == true)
+        waiting.phase = .closed
+        waiting.outcome = .cancelled
+        #expect(waiting.captureRequestRefusal?.contains("is cancelled: nothing to capture") == true)
+        #expect(waiting.deadline == nil)
+    }
+}

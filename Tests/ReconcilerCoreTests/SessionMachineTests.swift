@@ -303,3 +303,17 @@ struct PollingScheduleTests {
         #expect(schedule.nextPoll(now: now, anchor: anchor, expiresAt: nil) == now.addingTimeInterval(300))
     }
 }
+
+extension SessionMachineTests {
+    @Test("A session runs against expires_at while polling, its token's expiry once authorized, and nothing after")
+    func deadlineByPhase() {
+        var session = tracked()
+        session.expiresAt = Date(timeIntervalSince1970: 1_800_003_600)
+        session.tokenExpiresAt = Date(timeIntervalSince1970: 1_800_001_800)
+        #expect(session.deadline == session.expiresAt)
+        session.phase = .authorized
+        #expect(session.deadline == session.tokenExpiresAt)
+        session.phase = .ordered
+        #expect(session.deadline == nil)
+    }
+}

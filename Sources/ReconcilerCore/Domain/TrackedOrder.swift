@@ -68,6 +68,19 @@ public struct TrackedOrder: Codable, Sendable, Equatable {
 
     public var isOpen: Bool { phase != .closed }
 
+    /// The deadline an open order runs against: its authorization's expiry.
+    public var deadline: Date? { isOpen ? expiresAt : nil }
+
+    /// Why a capture request for this order is refused before it is recorded, or `nil` when it is taken (whether
+    /// its amount fits is decided when Klarna's answer is read).
+    public var captureRequestRefusal: String? {
+        guard isOpen else { return "order \(orderID) is \(outcome?.rawValue ?? "closed"): nothing to capture" }
+        guard capturePolicy == .onRequest else {
+            return "order \(orderID) has capture policy \(capturePolicy.rawValue); capture requests apply to on_request"
+        }
+        return nil
+    }
+
     public func outcome(_ kind: OutcomeKind, _ reason: String, amount: Int? = nil, captureID: String? = nil) -> Outcome {
         Outcome(
             kind: kind, reason: reason, hppSessionID: hppSessionID, kpSessionID: kpSessionID, orderID: orderID,

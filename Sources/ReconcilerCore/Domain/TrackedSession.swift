@@ -62,6 +62,16 @@ public struct TrackedSession: Codable, Sendable, Equatable {
 
     public var isOpen: Bool { phase == .polling || phase == .authorized }
 
+    /// The deadline the session's phase runs against, for scheduling and `status`: the authorization token's expiry
+    /// once authorized, the HPP session's `expires_at` while polling, none once it is done.
+    public var deadline: Date? {
+        switch phase {
+        case .authorized: tokenExpiresAt
+        case .polling: expiresAt
+        case .ordered, .closed: nil
+        }
+    }
+
     /// A base outcome carrying this session's identifiers.
     public func outcome(_ kind: OutcomeKind, _ reason: String) -> Outcome {
         Outcome(
