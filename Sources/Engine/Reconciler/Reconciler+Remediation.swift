@@ -14,8 +14,8 @@ extension Reconciler {
         for request in controls.pending {
             let now = clock.now
             var change = Change()
-            let answer = try await apply(request, held: &held, wake: &wake, into: &change, now: now)
             let owner = try await owners(key)
+            let answer = try await apply(request, owner: owner, held: &held, wake: &wake, into: &change, now: now)
             let by = ["operator_request": "\(request.id)", "requested_by": request.requestedBy]
             switch answer {
             case .success(let note):
@@ -34,9 +34,11 @@ extension Reconciler {
         return (held, wake)
     }
 
-    private func apply(_ request: OperatorRequest, held: inout Bool, wake: inout [WorkKey], into change: inout Change, now: Date) async throws -> Result<String, RemediationRefusal> {
+    /// `owner`: the ids the key's events are filed under.
+    private func apply(
+        _ request: OperatorRequest, owner: (session: String?, order: String?), held: inout Bool, wake: inout [WorkKey], into change: inout Change, now: Date
+    ) async throws -> Result<String, RemediationRefusal> {
         let who = request.requestedBy
-        let owner = try await owners(request.key)
         func note(_ message: String) {
             change.events.append(NewEvent(hppSessionID: owner.session, orderID: owner.order, DomainEvent("operator", message)))
         }

@@ -19,9 +19,6 @@ public struct Intent: Codable, Sendable, Equatable {
         /// Klarna deduplicates these by `Klarna-Idempotency-Key` (OM writes); the others have no documented
         /// idempotency and must never be repeated after an unclear answer without reading first.
         public var klarnaDeduplicates: Bool { self != .placeOrder && self != .customerToken }
-
-        /// Driven on an order (the others on a session).
-        public var isOrderIntent: Bool { self != .placeOrder && self != .customerToken }
     }
 
     public enum State: String, Codable, Sendable, CaseIterable {
