@@ -11,9 +11,10 @@ TMPFILESDIR ?= /etc/tmpfiles.d
 CATALOGDIR ?= /usr/lib/systemd/catalog
 DEBIAN_PACKAGES := pkg-config libcurl4-openssl-dev libsystemd-dev libsqlite3-dev curl systemd python3
 BENCH_PACKAGES := wrk
-# The tests put Debian's nginx in front of the socket (Tests/IntegrationTests/NginxTests.swift) and parse /metrics with the
-# Prometheus client library's own parser (MetricsTests.swift).
-CHECK_PACKAGES := nginx python3-prometheus-client
+# The tests put Debian's nginx in front of the socket (Tests/IntegrationTests/NginxTests.swift), parse /metrics with the
+# Prometheus client library's own parser (MetricsTests.swift), and run the store conformance suite against a
+# PostgreSQL server they start themselves (Tests/TestSupport/PostgresServer.swift).
+CHECK_PACKAGES := nginx python3-prometheus-client postgresql
 
 DEB_PACKAGES := dpkg-dev fakeroot lintian
 

@@ -23,6 +23,8 @@ let package = Package(
         // Counters and histograms where things happen (swift-metrics); exposed as /metrics by swift-prometheus.
         .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),
+        // The shared store for several daemons (issue 11): connection pool, TLS, prepared statements, LISTEN/NOTIFY.
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.0"),
     ],
     targets: [
         // C at the edge: thin system-library targets; shim.h wraps the variadic APIs Swift cannot call.
@@ -84,10 +86,24 @@ let package = Package(
             swiftSettings: strict
         ),
 
-        // Durable state: the store protocol and its SQLite implementation (WAL, versioned migrations).
+        // The store seam: one narrow protocol per role (work, ingest, outcomes, operators, reloads, retention) and
+        // the values that cross it. Nothing above it knows which store it talks to.
+        .target(name: "ReconcilerStore", dependencies: ["ReconcilerCore"], swiftSettings: strict),
+
+        // The embedded store for one host: one SQLite file (WAL, group commit, versioned migrations).
         .target(
-            name: "ReconcilerStore",
-            dependencies: ["CSQLite", "ReconcilerCore", "Telemetry"],
+            name: "SQLiteBackend",
+            dependencies: ["CSQLite", "ReconcilerCore", "ReconcilerStore", "Telemetry"],
+            swiftSettings: strict),
+
+        // The shared store for several daemons: PostgreSQL over postgres-nio.
+        .target(
+            name: "PostgresBackend",
+            dependencies: [
+                "ReconcilerCore", "ReconcilerStore", "Telemetry",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strict),
 
         // The daemon's work: scheduler, workers, intents against Klarna, outbox and notifications.
@@ -132,7 +148,7 @@ let package = Package(
             name: "klarna-reconciler",
             dependencies: [
                 "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "SystemdSupport",
-                "ReconcilerStore", "Engine", "Settings", "Ingest",
+                "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "Engine", "Settings", "Ingest",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -153,7 +169,7 @@ let package = Package(
         .executableTarget(
             name: "klarna-engine-bench",
             dependencies: [
-                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore",
+                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Benchmarks/EngineBench",
@@ -166,7 +182,7 @@ let package = Package(
         .executableTarget(
             name: "klarna-sim-bench",
             dependencies: [
-                "Engine", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore",
+                "Engine", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend",
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/SimulationBench",
@@ -183,15 +199,21 @@ let package = Package(
         .testTarget(
             name: "EngineTests",
             dependencies: [
-                "Engine", "Ingest", "ReconcilerStore", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "TestSupport",
+                "Engine", "Ingest", "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "TestSupport",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
         ),
+        // One suite, every test run against both stores: SQLite in a temporary file, PostgreSQL on a server the
+        // tests start themselves.
+        .testTarget(
+            name: "StoreConformanceTests",
+            dependencies: ["ReconcilerCore", "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "TestSupport"],
+            swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "TestSupport",
+                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict

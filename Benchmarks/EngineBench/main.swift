@@ -7,6 +7,7 @@ import KlarnaSandbox
 import Logging
 import ReconcilerCore
 import ReconcilerStore
+import SQLiteBackend
 import Synchronization
 
 // klarna-engine-bench DAEMON_BINARY [--sessions N] [--latency-sessions M] [--idle-sessions K] [--history-rows R]

@@ -6,6 +6,7 @@ import KlarnaSandbox
 import Logging
 import ReconcilerCore
 import ReconcilerStore
+import SQLiteBackend
 import Synchronization
 
 // klarna-sim-bench [--open-sessions M] [--open-window-seconds W] [--sessions N] [--arrival-seconds A]
@@ -148,7 +149,7 @@ let limiter = RateLimiter(ratePerSecond: rate, burst: 10, clock: clock) { urgenc
 let settings = EngineSettings()
 let reconciler = Reconciler(store: store, client: client, clock: clock, random: SeededRandomSource(seed: 11), rateLimiter: limiter, settings: settings, logger: quiet)
 let scheduler = Scheduler()
-let workers = WorkerService(reconciler: reconciler, scheduler: scheduler, logger: quiet)
+let workers = WorkerService(reconciler: reconciler, queue: store, scheduler: scheduler, logger: quiet)
 let inFlight = Counter()
 
 struct Created {

@@ -146,7 +146,7 @@ public struct OutcomeNotifier: Sendable {
 /// Delivers recorded outcomes: first the outbox file, then (if configured) the notification. Wakes when the
 /// reconciler records an outcome, and every few seconds for notification retries.
 public struct OutcomeDeliveryService: Service {
-    let store: any ReconcilerStore
+    let store: any OutcomeQueue
     let writer: OutboxWriter
     let notifier: OutcomeNotifier?
     let clock: any WallClock
@@ -155,7 +155,7 @@ public struct OutcomeDeliveryService: Service {
     let logger: Logger
 
     public init(
-        store: any ReconcilerStore, writer: OutboxWriter, notifier: OutcomeNotifier?, clock: any WallClock,
+        store: any OutcomeQueue, writer: OutboxWriter, notifier: OutcomeNotifier?, clock: any WallClock,
         random: any RandomSource = SystemRandomSource(), bell: Doorbell, logger: Logger
     ) {
         self.store = store

@@ -8,6 +8,8 @@ import ServiceLifecycle
 /// finishing); on graceful shutdown it stops taking work and lets the running workers finish their step.
 public struct WorkerService: Service {
     public let reconciler: Reconciler
+    /// Where the open work and the wakeups of other processes come from.
+    public let queue: any WorkQueue
     public let scheduler: Scheduler
     private let logger: Logger
     /// Beaten every time round the dispatch loop, for the watchdog.
@@ -16,8 +18,11 @@ public struct WorkerService: Service {
     /// dispatch loop removes it and hangs for good, as a deadlocked loop would.
     private let wedgeFile: String?
 
-    public init(reconciler: Reconciler, scheduler: Scheduler, logger: Logger, heartbeat: Heartbeat? = nil, wedgeFile: String? = nil) {
+    public init(
+        reconciler: Reconciler, queue: any WorkQueue, scheduler: Scheduler, logger: Logger, heartbeat: Heartbeat? = nil, wedgeFile: String? = nil
+    ) {
         self.reconciler = reconciler
+        self.queue = queue
         self.scheduler = scheduler
         self.logger = logger
         self.heartbeat = heartbeat
@@ -28,12 +33,12 @@ public struct WorkerService: Service {
     /// committed just before a crash). Call before `run`, ahead of READY.
     public func loadOpenWork() async throws -> Int {
         let now = reconciler.clock.now
-        let work = try await reconciler.store.openWork()
+        let work = try await queue.openWork()
         for item in work { await scheduler.schedule(item.key, item.plan(now: now, deadlines: reconciler.settings.deadlines)) }
-        let left = try await reconciler.store.wakeups(after: 0, includingDelivered: true)
+        let left = try await queue.wakeups(after: 0, includingDelivered: true)
         for key in left.keys { await scheduler.wake(key, at: now) }
         // An operator request whose wakeup was consumed before the daemon stopped still waits for its answer.
-        for key in try await reconciler.store.keysWithPendingOperatorRequests() { await scheduler.wake(key, at: now) }
+        for key in try await queue.keysWithPendingOperatorRequests() { await scheduler.wake(key, at: now) }
         return work.count
     }
 
@@ -104,7 +109,7 @@ public struct WorkerService: Service {
         var last: Int64 = 0
         while !stopping.value, !Task.isCancelled {
             do {
-                let (keys, newest) = try await reconciler.store.wakeups(after: last, includingDelivered: false)
+                let (keys, newest) = try await queue.wakeups(after: last, includingDelivered: false)
                 last = newest
                 for key in keys { await scheduler.wake(key, at: reconciler.clock.now) }
             } catch {

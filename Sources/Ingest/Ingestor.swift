@@ -28,14 +28,14 @@ public struct Ingestor: Sendable {
     }
 
     private let rules: Live<Rules>
-    let store: any ReconcilerStore
+    let store: any IngestStore
     let clock: any WallClock
     let logger: Logger
     /// Hands keys with new work to the running engine at once (the wakeups table is the durable fallback).
     let wake: @Sendable ([WorkKey]) async -> Void
 
     public init(
-        reader: WebhookReader, store: any ReconcilerStore, defaultCapturePolicy: CapturePolicy, clock: any WallClock,
+        reader: WebhookReader, store: any IngestStore, defaultCapturePolicy: CapturePolicy, clock: any WallClock,
         logger: Logger, wake: @escaping @Sendable ([WorkKey]) async -> Void
     ) {
         self.init(
@@ -43,7 +43,7 @@ public struct Ingestor: Sendable {
     }
 
     public init(
-        rules: Rules, store: any ReconcilerStore, clock: any WallClock, logger: Logger, wake: @escaping @Sendable ([WorkKey]) async -> Void
+        rules: Rules, store: any IngestStore, clock: any WallClock, logger: Logger, wake: @escaping @Sendable ([WorkKey]) async -> Void
     ) {
         self.rules = Live(rules)
         self.store = store

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ReconcilerStore
+import SQLiteBackend
 
 /// `backup FILE`: an online copy of the store, checked before the command says it is done.
 struct BackupCommand: AsyncParsableCommand {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ReconcilerStore
+import SQLiteBackend
 import Settings
 
 /// `--config`, shared by every command that reads the configuration.

@@ -6,6 +6,7 @@ import KlarnaSandbox
 import Logging
 import ReconcilerCore
 import ReconcilerStore
+import SQLiteBackend
 
 struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -13,7 +13,7 @@ import UnixSignals
 struct ReloadService: Service {
     let signals: UnixSignalsSequence
     let configPath: String
-    let store: any ReconcilerStore
+    let store: any ReloadMailbox
     let notifier: SystemdNotifier
     let logger: Logger
     let status: @Sendable () async -> String
@@ -24,7 +24,7 @@ struct ReloadService: Service {
     private let applied: Live<Settings>
 
     init(
-        signals: UnixSignalsSequence, configPath: String, running: Settings, store: any ReconcilerStore, notifier: SystemdNotifier,
+        signals: UnixSignalsSequence, configPath: String, running: Settings, store: any ReloadMailbox, notifier: SystemdNotifier,
         logger: Logger, status: @escaping @Sendable () async -> String, apply: @escaping @Sendable (Settings) -> Void
     ) {
         self.signals = signals

@@ -9,6 +9,7 @@ import Metrics
 import Prometheus
 import ReconcilerCore
 import ReconcilerStore
+import SQLiteBackend
 import ServiceLifecycle
 import Settings
 import SystemdSupport
@@ -82,7 +83,7 @@ struct RunCommand: AsyncParsableCommand {
         let scheduler = Scheduler()
         let workLoop = Heartbeat(name: "work loop", interval: beat)
         let workers = WorkerService(
-            reconciler: reconciler, scheduler: scheduler, logger: logger, heartbeat: workLoop, wedgeFile: settings.wedgeWorkLoopFile)
+            reconciler: reconciler, queue: store, scheduler: scheduler, logger: logger, heartbeat: workLoop, wedgeFile: settings.wedgeWorkLoopFile)
         let notify = settings.notifyURL.map {
             OutcomeNotifier(
                 url: $0, transport: transport,
@@ -158,7 +159,7 @@ struct RunCommand: AsyncParsableCommand {
         let probes = [Supervisor.Probe(heartbeat: Heartbeat(name: "store", interval: min(beat, .seconds(1)))) {
             do {
                 _ = try await store.liveStatus()
-                try await store.pingWriter()
+                try await store.probeWrites()
                 readiness.storeAnswered()
             } catch {
                 readiness.storeFailed("\(error)")
@@ -271,7 +272,7 @@ struct RunCommand: AsyncParsableCommand {
     }
 
     /// `STATUS=`: one short line of live state.
-    static func status(store: any ReconcilerStore, scheduler: Scheduler, clock: any WallClock) async -> String {
+    static func status(store: any StoreHealth, scheduler: Scheduler, clock: any WallClock) async -> String {
         let open = await scheduler.scheduledCount + scheduler.runningCount
         let backlog = await scheduler.backlog(now: clock.now)
         guard let live = try? await store.liveStatus() else { return "\(open) open, backlog \(backlog); store not answering" }

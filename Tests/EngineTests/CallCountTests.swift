@@ -121,7 +121,7 @@ struct RunningEngine {
 
     static func start(_ h: EngineHarness) async throws -> RunningEngine {
         let scheduler = Scheduler()
-        let workers = WorkerService(reconciler: h.reconciler, scheduler: scheduler, logger: Logger(label: "test"))
+        let workers = WorkerService(reconciler: h.reconciler, queue: h.store, scheduler: scheduler, logger: Logger(label: "test"))
         _ = try await workers.loadOpenWork()
         let ingestor = Ingestor(
             reader: WebhookReader(tokens: tokens, policy: .require, signingKeys: SigningKeys([:])),

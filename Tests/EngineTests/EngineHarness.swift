@@ -7,7 +7,8 @@ import Synchronization
 import Testing
 @testable import Engine
 @testable import ReconcilerCore
-@testable import ReconcilerStore
+import ReconcilerStore
+@testable import SQLiteBackend
 
 /// The engine against the sandbox over a real loopback socket, with a real SQLite file, on one manual clock shared
 /// by both sides: 61 minutes pass in a call, and nothing sleeps.
@@ -22,7 +23,7 @@ struct EngineHarness {
     /// - Parameter wrapStore: puts a fault-injecting double between the engine and the real store.
     static func with<T: Sendable>(
         settings: EngineSettings = EngineHarness.fastSettings, requestTimeout: Duration = .seconds(2),
-        wrapStore: (SQLiteStore) -> any ReconcilerStore = { $0 },
+        wrapStore: (SQLiteStore) -> any WorkStore = { $0 },
         _ body: (EngineHarness) async throws -> T
     ) async throws -> T {
         let clock = ManualClock(now: Date())
@@ -155,7 +156,8 @@ final class LogLines: Sendable {
 
 /// The real store with faults a test cannot cause on demand: the commit recording a confirmed intent fails the
 /// first `failConfirmedCommits` times (a full disk at the worst moment), and every ingest fails while `failIngest`.
-final class FaultyStore: ReconcilerStore, @unchecked Sendable {
+/// Only the engine's and ingest's roles: what it fakes is what those two see.
+final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     let store: SQLiteStore
     private let remaining = Mutex(0)
     private let ingestFails: Bool
@@ -179,37 +181,21 @@ final class FaultyStore: ReconcilerStore, @unchecked Sendable {
         try await store.commit(change, at: at)
     }
 
-    func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult { try await store.track(session, event: event, at: at) }
-    func session(_ id: String) async throws -> TrackedSession? { try await store.session(id) }
-    func order(_ id: String) async throws -> TrackedOrder? { try await store.order(id) }
-    func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? { try await store.paymentRequest(id) }
-    func intent(_ key: String) async throws -> Intent? { try await store.intent(key) }
-    func openWork() async throws -> [OpenWork] { try await store.openWork() }
-    func wakeups(after sequence: Int64, includingDelivered: Bool) async throws -> (keys: [WorkKey], last: Int64) { try await store.wakeups(after: sequence, includingDelivered: includingDelivered) }
-    func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult { try await store.requestCapture(orderID: orderID, amount: amount, at: at) }
-    func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
-    func operatorControls(for key: WorkKey) async throws -> OperatorControls { try await store.operatorControls(for: key) }
-    func keysWithPendingOperatorRequests() async throws -> [WorkKey] { try await store.keysWithPendingOperatorRequests() }
-    func intents(subject: String) async throws -> [Intent] { try await store.intents(subject: subject) }
     func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
         if ingestFails { throw DiskFull() }
         return try await store.ingest(record, at: at)
     }
+
+    func session(_ id: String) async throws -> TrackedSession? { try await store.session(id) }
+    func order(_ id: String) async throws -> TrackedOrder? { try await store.order(id) }
+    func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? { try await store.paymentRequest(id) }
+    func intent(_ key: String) async throws -> Intent? { try await store.intent(key) }
+    func intents(subject: String) async throws -> [Intent] { try await store.intents(subject: subject) }
+    func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
+    func operatorControls(for key: WorkKey) async throws -> OperatorControls { try await store.operatorControls(for: key) }
+    func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult { try await store.track(session, event: event, at: at) }
+    func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult { try await store.requestCapture(orderID: orderID, amount: amount, at: at) }
     func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
         try await store.recordRejection(source: source, status: status, error: error, detail: detail, at: at)
     }
-    func timeline(for id: String) async throws -> (sessions: [TrackedSession], orders: [TrackedOrder], intents: [Intent], events: [RecordedEvent], outcomes: [StoredOutcome]) { try await store.timeline(for: id) }
-    func list(phase: String?, limit: Int) async throws -> StoreListing { try await store.list(phase: phase, limit: limit) }
-    func summary(now: Date) async throws -> StatusSummary { try await store.summary(now: now) }
-    func liveStatus() async throws -> LiveStatus { try await store.liveStatus() }
-    func requestReload(at: Date) async throws -> Int64 { try await store.requestReload(at: at) }
-    func newestReloadRequest() async throws -> Int64? { try await store.newestReloadRequest() }
-    func answerReloads(through id: Int64, ok: Bool, message: String, at: Date) async throws {
-        try await store.answerReloads(through: id, ok: ok, message: message, at: at)
-    }
-    func reloadAnswer(_ id: Int64) async throws -> ReloadAnswer? { try await store.reloadAnswer(id) }
-    func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] { try await store.undeliveredOutcomes(now: now, limit: limit) }
-    func markOutboxWritten(_ id: Int64) async throws { try await store.markOutboxWritten(id) }
-    func markNotified(_ id: Int64) async throws { try await store.markNotified(id) }
-    func notifyFailed(_ id: Int64, nextAt: Date?) async throws { try await store.notifyFailed(id, nextAt: nextAt) }
 }

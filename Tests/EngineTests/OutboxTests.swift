@@ -6,7 +6,8 @@ import Synchronization
 import Testing
 @testable import Engine
 @testable import ReconcilerCore
-@testable import ReconcilerStore
+import ReconcilerStore
+@testable import SQLiteBackend
 
 @Suite("Outbox and notifications")
 struct OutboxTests {

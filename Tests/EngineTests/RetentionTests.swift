@@ -4,7 +4,8 @@ import Testing
 import TestSupport
 @testable import Engine
 @testable import ReconcilerCore
-@testable import ReconcilerStore
+import ReconcilerStore
+@testable import SQLiteBackend
 
 @Suite("Retention")
 struct RetentionTests {

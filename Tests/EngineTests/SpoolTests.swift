@@ -4,7 +4,8 @@ import Logging
 import Testing
 @testable import Ingest
 @testable import ReconcilerCore
-@testable import ReconcilerStore
+import ReconcilerStore
+@testable import SQLiteBackend
 
 @Suite("Spool files")
 struct SpoolFileTests {

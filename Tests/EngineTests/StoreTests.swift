@@ -2,7 +2,8 @@ import Foundation
 import Testing
 import TestSupport
 @testable import ReconcilerCore
-@testable import ReconcilerStore
+import ReconcilerStore
+@testable import SQLiteBackend
 
 /// A fresh directory under /tmp. Tests remove it with `defer { directory.remove() }`, which also keeps it alive
 /// for the whole test (Swift may end a value's lifetime after its last use).
@@ -17,6 +18,8 @@ struct TemporaryDirectory: Sendable {
     func remove() { try? FileManager.default.removeItem(atPath: path) }
 }
 
+/// What only the SQLite store does: its file, WAL, group commit and lock. What every store does is in
+/// StoreConformanceTests, run on SQLite and PostgreSQL.
 @Suite("SQLite store")
 struct StoreTests {
     let t0 = Date(timeIntervalSince1970: 1_800_000_000)
@@ -57,181 +60,6 @@ struct StoreTests {
         _ = try SQLiteStore(path: path)
         try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(1)).execute("PRAGMA user_version = 99")
         #expect(throws: SQLiteError.self) { try SQLiteStore(path: path) }
-    }
-
-    @Test("Tracking twice keeps the first registration and says so")
-    func trackIdempotent() async throws {
-        let directory = TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteStore(path: directory.path + "/s.sqlite")
-        #expect(try await store.track(session(), event: DomainEvent("tracked", "first"), at: t0) == .tracked(session()))
-        var other = session()
-        other.merchantReference = "changed"
-        guard case .existing(let existing) = try await store.track(other, event: DomainEvent("tracked", "second"), at: t0) else {
-            Issue.record("expected existing")
-            return
-        }
-        #expect(existing.merchantReference == "ref-1")
-        let timeline = try await store.timeline(for: "hpp-1")
-        #expect(timeline.events.map(\.message) == ["first"])
-    }
-
-    @Test("A commit is all or nothing")
-    func atomicCommit() async throws {
-        let directory = TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteStore(path: directory.path + "/s.sqlite")
-        _ = try await store.track(session(), event: DomainEvent("tracked", "t"), at: t0)
-        var changed = session()
-        changed.phase = .closed
-        var change = Change()
-        change.sessions = [changed]
-        change.outcomes = [changed.outcome(.cancelled, "x")]
-        change.finishedCaptureRequests = [(id: 1, state: "done", note: "n")]
-        change.events = [NewEvent(hppSessionID: "hpp-1", orderID: nil, DomainEvent("k", "m"))]
-        try await store.commit(change, at: t0)
-        #expect(try await store.session("hpp-1")?.phase == .closed)
-
-        // Now a change whose second statement fails: the first must not stick.
-        var reopened = session("hpp-2")
-        reopened.phase = .closed
-        var failing = Change()
-        failing.sessions = [reopened]
-        failing.intents = [Intent(key: "k", kind: .capture, subject: "x", now: t0)]
-        try SQLiteConnection(path: directory.path + "/s.sqlite", readOnly: false, busyTimeout: .seconds(1)).execute("DROP TABLE intents")
-        await #expect(throws: SQLiteError.self) { try await store.commit(failing, at: t0) }
-        #expect(try await store.session("hpp-2") == nil)
-    }
-
-    @Test("Open work lists what is due; closed items drop out")
-    func openWork() async throws {
-        let directory = TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteStore(path: directory.path + "/s.sqlite")
-        _ = try await store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
-        _ = try await store.track(session("b"), event: DomainEvent("tracked", "t"), at: t0)
-        var closed = session("b")
-        closed.phase = .closed
-        var change = Change()
-        change.sessions = [closed]
-        change.newOrders = [TrackedOrder(orderID: "o-1", hppSessionID: "b", kpSessionID: nil, merchantReference: nil, capturePolicy: .onRequest, placedBy: .placeOrder, createdAt: t0)]
-        try await store.commit(change, at: t0)
-        let work = try await store.openWork()
-        #expect(Set(work.map(\.key)) == [.session("a"), .order("o-1")])
-    }
-
-    @Test("Wakeups left by other processes are taken once, in order")
-    func wakeups() async throws {
-        let directory = TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteStore(path: directory.path + "/s.sqlite")
-        _ = try await store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
-        _ = try await store.track(session("b"), event: DomainEvent("tracked", "t"), at: t0)
-        let first = try await store.wakeups(after: 0, includingDelivered: false)
-        #expect(first.keys == [.session("a"), .session("b")])
-        let second = try await store.wakeups(after: first.last, includingDelivered: false)
-        #expect(second.keys.isEmpty)
-        #expect(second.last == first.last)
-    }
-
-    @Test("Wakeups a delivery's ingest wrote are for a restart only: the running daemon woke itself already")
-    func deliveredWakeups() async throws {
-        let directory = TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteStore(path: directory.path + "/s.sqlite")
-        _ = try await store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
-        let hint = IngestRecord(dedupeKey: "e-1", kind: "hpp_status", source: "socket", summary: "s", action: .hintSession(hppSessionID: "a", trackIfUnknown: nil))
-        #expect(try await store.ingest(hint, at: t0) == .accepted(wake: [.session("a")]))
-        // The running daemon's poll sees the command line's track, not the hint it delivered itself.
-        let running = try await store.wakeups(after: 0, includingDelivered: false)
-        #expect(running.keys == [.session("a")])
-        #expect(try await store.wakeups(after: running.last, includingDelivered: false).keys.isEmpty)
-
-        // A daemon that crashed between the commit and the wake finds the hint when it starts.
-        _ = try await store.ingest(IngestRecord(dedupeKey: "e-2", kind: "hpp_status", source: "socket", summary: "s", action: .hintSession(hppSessionID: "a", trackIfUnknown: nil)), at: t0)
-        #expect(try await store.wakeups(after: 0, includingDelivered: true).keys == [.session("a")])
-    }
-
-    @Test("Capture requests: only for open on_request orders, oldest first")
-    func captureRequests() async throws {
-        let directory = TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteStore(path: directory.path + "/s.sqlite")
-        #expect(try await store.requestCapture(orderID: "nope", amount: nil, at: t0) == .unknownOrder)
-        var change = Change()
-        change.newOrders = [
-            TrackedOrder(orderID: "o-1", hppSessionID: "h", kpSessionID: nil, merchantReference: nil, capturePolicy: .onRequest, placedBy: .placeOrder, createdAt: t0),
-            TrackedOrder(orderID: "o-2", hppSessionID: "h2", kpSessionID: nil, merchantReference: nil, capturePolicy: .immediate, placedBy: .placeOrder, createdAt: t0),
-        ]
-        try await store.commit(change, at: t0)
-        guard case .accepted(let first) = try await store.requestCapture(orderID: "o-1", amount: 100, at: t0) else { Issue.record("refused"); return }
-        _ = try await store.requestCapture(orderID: "o-1", amount: nil, at: t0.addingTimeInterval(1))
-        #expect(try await store.oldestCaptureRequest(orderID: "o-1")?.id == first)
-        #expect(try await store.oldestCaptureRequest(orderID: "o-1")?.amount == 100)
-        guard case .refused(let reason) = try await store.requestCapture(orderID: "o-2", amount: nil, at: t0) else { Issue.record("accepted"); return }
-        #expect(reason.contains("immediate"))
-
-        var done = Change()
-        done.finishedCaptureRequests = [(id: first, state: "done", note: "captured")]
-        try await store.commit(done, at: t0)
-        #expect(try await store.oldestCaptureRequest(orderID: "o-1")?.amount == nil)
-        #expect(try await store.wakeups(after: 0, includingDelivered: false).keys.contains(.order("o-1")))
-    }
-
-    @Test("show finds a payment by HPP id, KP id, order id or merchant reference")
-    func timelineLookup() async throws {
-        let directory = TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteStore(path: directory.path + "/s.sqlite")
-        _ = try await store.track(session("hpp-9", reference: "shop-42"), event: DomainEvent("tracked", "t"), at: t0)
-        var ordered = session("hpp-9", reference: "shop-42")
-        ordered.phase = .ordered
-        ordered.orderID = "o-9"
-        var change = Change()
-        change.sessions = [ordered]
-        change.newOrders = [TrackedOrder(orderID: "o-9", hppSessionID: "hpp-9", kpSessionID: "kp-hpp-9", merchantReference: "shop-42", capturePolicy: .onRequest, placedBy: .none, createdAt: t0)]
-        change.events = [NewEvent(hppSessionID: "hpp-9", orderID: "o-9", DomainEvent("order_placed", "placed"), detail: ["intent": "k"])]
-        change.outcomes = [Outcome(kind: .orderPlaced, reason: "r", hppSessionID: "hpp-9", orderID: "o-9")]
-        try await store.commit(change, at: t0.addingTimeInterval(1))
-        for id in ["hpp-9", "kp-hpp-9", "o-9", "shop-42"] {
-            let found = try await store.timeline(for: id)
-            #expect(found.sessions.map(\.hppSessionID) == ["hpp-9"], "\(id)")
-            #expect(found.orders.map(\.orderID) == ["o-9"], "\(id)")
-            #expect(found.events.map(\.kind) == ["tracked", "order_placed"], "\(id)")
-            #expect(found.events.last?.detail == ["intent": "k"])
-            #expect(found.outcomes.count == 1)
-        }
-        #expect(try await store.timeline(for: "unknown").sessions.isEmpty)
-    }
-
-    @Test("status counts, oldest open item, next deadline, backlog and Klarna health")
-    func summary() async throws {
-        let directory = TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteStore(path: directory.path + "/s.sqlite")
-        var a = session("a")
-        a.expiresAt = t0.addingTimeInterval(7_200)
-        _ = try await store.track(a, event: DomainEvent("tracked", "t"), at: t0)
-        var b = session("b")
-        b.trackedAt = t0.addingTimeInterval(10)
-        b.nextDueAt = t0.addingTimeInterval(500)
-        b.phase = .authorized
-        b.tokenExpiresAt = t0.addingTimeInterval(3_600)
-        _ = try await store.track(b, event: DomainEvent("tracked", "t"), at: t0)
-        var change = Change()
-        change.health = [(name: "klarna_ok", detail: ""), (name: "klarna_error", detail: "HTTP 503")]
-        change.outcomes = [Outcome(kind: .cancelled, reason: "r", hppSessionID: "x")]
-        try await store.commit(change, at: t0.addingTimeInterval(5))
-        let summary = try await store.summary(now: t0.addingTimeInterval(100))
-        #expect(summary.sessionsByPhase == ["polling": 1, "authorized": 1])
-        #expect(summary.oldestOpenID == "a")
-        #expect(summary.nextDeadlineWhat == "session b")
-        #expect(summary.nextDeadline == t0.addingTimeInterval(3_600))
-        #expect(summary.backlog == 1)
-        #expect(summary.nextDueAt == t0)
-        #expect(summary.undeliveredOutcomes == 1)
-        #expect(summary.lastKlarnaErrorDetail == "HTTP 503")
-        #expect(summary.lastKlarnaSuccess == t0.addingTimeInterval(5))
     }
 
     @Test("A reader in another connection is not blocked by an open write transaction (WAL)")
@@ -313,12 +141,12 @@ struct StoreTests {
         defer { directory.remove() }
         let path = directory.path + "/s.sqlite"
         let store = try SQLiteStore(path: path, busyTimeout: .milliseconds(200))
-        try await store.pingWriter()
+        try await store.probeWrites()
         let other = try holdWriteLock(path)
         _ = try await store.liveStatus()  // reads still answer
-        await #expect { try await store.pingWriter() } throws: { ($0 as? SQLiteError)?.isBusy == true }
+        await #expect { try await store.probeWrites() } throws: { ($0 as? SQLiteError)?.isBusy == true }
         try other.execute("COMMIT")
-        try await store.pingWriter()
+        try await store.probeWrites()
     }
 
     @Test("Only one daemon can hold the store lock; it is released with the holder")

@@ -21,7 +21,7 @@ struct WorkerServiceTests {
                 created.append(try await h.track(SessionSpec(orderAmount: 1_000 + index, schedule: [ScheduleStep(afterSeconds: Double(index % 7), status: "COMPLETED")])))
             }
             let scheduler = Scheduler()
-            let workers = WorkerService(reconciler: h.reconciler, scheduler: scheduler, logger: Logger(label: "test"))
+            let workers = WorkerService(reconciler: h.reconciler, queue: h.store, scheduler: scheduler, logger: Logger(label: "test"))
             #expect(try await workers.loadOpenWork() == 40)
             let group = ServiceGroup(configuration: .init(services: [.init(service: workers)], logger: Logger(label: "test")))
             let running = Task { try await group.run() }

@@ -5,6 +5,7 @@ import KlarnaSandbox
 import Logging
 import ReconcilerCore
 import ReconcilerStore
+import SQLiteBackend
 import Testing
 import TestSupport
 

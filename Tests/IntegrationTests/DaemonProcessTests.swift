@@ -3,6 +3,7 @@ import Glibc
 import KlarnaSandbox
 import ReconcilerCore
 import ReconcilerStore
+import SQLiteBackend
 import Testing
 import TestSupport
 

@@ -42,28 +42,9 @@ struct MetricsTests {
         samples.first { $0.name == name && $0.labels == labels }?.value
     }
 
-    /// A port nothing listens on now, below the kernel's ephemeral range, where the outgoing connections of the
-    /// tests running alongside (curl, the daemons' Klarna calls) cannot take it before the daemon binds it.
-    static func freePort() throws -> Int {
-        for _ in 0..<50 {
-            let port = Int.random(in: 10_000..<30_000)
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            defer { close(fd) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-            if bound == 0 { return port }
-        }
-        throw NoFreePort()
-    }
-
-    struct NoFreePort: Error {}
-
     @Test("the counters and gauges say what happened: calls by result, outcomes, deliveries and refusals, open and held work, the spool's quarantine")
     func valuesMatch() async throws {
-        let port = try Self.freePort()
+        let port = try freeLoopbackPort()
         let fixture = try await DaemonFixture(extraConfig: "metrics:\n  listen: 127.0.0.1:\(port)\n")
         // The first HPP read of all is answered 429: counted as rate_limited, then read again.
         fixture.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .rateLimit, resetSeconds: 1))

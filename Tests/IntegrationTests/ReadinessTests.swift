@@ -3,7 +3,8 @@ import Glibc
 import KlarnaSandbox
 import Testing
 import TestSupport
-@testable import ReconcilerStore
+import ReconcilerStore
+@testable import SQLiteBackend
 
 /// `/v1/health` (the loops beat) and `/v1/ready` (send work here) on a daemon process over its unix socket.
 @Suite("Health and readiness", .serialized)

@@ -34,7 +34,7 @@ public struct Reconciler: Sendable {
         var ending: SessionEnding?
     }
 
-    public let store: any ReconcilerStore
+    public let store: any WorkStore
     public let client: KlarnaClient
     public let clock: any WallClock
     public let random: any RandomSource
@@ -47,7 +47,7 @@ public struct Reconciler: Sendable {
     public let outcomeBell: Doorbell?
 
     public init(
-        store: any ReconcilerStore, client: KlarnaClient, clock: any WallClock, random: any RandomSource = SystemRandomSource(),
+        store: any WorkStore, client: KlarnaClient, clock: any WallClock, random: any RandomSource = SystemRandomSource(),
         rateLimiter: RateLimiter?, settings: EngineSettings, logger: Logger, outcomeBell: Doorbell? = nil
     ) {
         self.store = store

@@ -8,12 +8,12 @@ import ReconcilerStore
 /// spool's `new/` and `quarantine/` (from the disk). Those are read at most every `refreshEvery`, however often
 /// Prometheus scrapes; what comes from memory (backlog, readiness) is fresh on every scrape.
 public actor StateGauges {
-    let store: any StateSnapshotSource
+    let store: any StoreHealth
     let spoolDirectory: String?
     let refreshEvery: Duration
     private var refreshedAt: ContinuousClock.Instant?
 
-    public init(store: any StateSnapshotSource, spoolDirectory: String?, refreshEvery: Duration = .seconds(5)) {
+    public init(store: any StoreHealth, spoolDirectory: String?, refreshEvery: Duration = .seconds(5)) {
         self.store = store
         self.spoolDirectory = spoolDirectory
         self.refreshEvery = refreshEvery

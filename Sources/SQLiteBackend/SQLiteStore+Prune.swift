@@ -1,14 +1,8 @@
 import Foundation
 import ReconcilerCore
+import ReconcilerStore
 
-/// What retention needs from a store: one batch of pruning at a time, so no single transaction grows large.
-public protocol PruningStore: Sendable {
-    /// Removes up to `limit` rows of each kind older than `cutoffs` (a payment counts as one, with everything of
-    /// it), or with `dryRun` counts all of them without removing anything.
-    func prune(_ cutoffs: PruneCutoffs, limit: Int, dryRun: Bool) async throws -> PruneCounts
-}
-
-extension SQLiteStore: PruningStore {
+extension SQLiteStore {
     public func prune(_ cutoffs: PruneCutoffs, limit: Int, dryRun: Bool) async throws -> PruneCounts {
         if dryRun { return try await read { db in try Self.prune(db, cutoffs, limit: -1, delete: false) } }
         return try await write { db in try Self.prune(db, cutoffs, limit: limit, delete: true) }

@@ -1,5 +1,6 @@
 import Foundation
 import ReconcilerCore
+import ReconcilerStore
 
 /// The embedded store: one SQLite file in WAL mode, every commit fsynced. Two connections, each on its own serial
 /// queue so that blocking SQLite calls (and their fsyncs) never run on Swift's cooperative pool: writes go through
@@ -38,13 +39,12 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    /// Passes through the writer: an empty transaction, queued behind every write before it. Answers only while
-    /// commits go through (the watchdog's store probe: reads alone would answer while the writer hangs).
-    public func pingWriter() async throws {
+    /// Passes through the writer: an empty transaction, queued behind every write before it.
+    public func probeWrites() async throws {
         try await write { _ in }
     }
 
-        /// Writes and the transactions that committed them (fewer than the writes when they were grouped).
+    /// Writes and the transactions that committed them (fewer than the writes when they were grouped).
     var writeStatistics: GroupCommit.Statistics { writes.statistics }
 
     /// The schema version in the file.
@@ -379,7 +379,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
 
     // MARK: Reading for people
 
-    public func timeline(for id: String) async throws -> (sessions: [TrackedSession], orders: [TrackedOrder], intents: [Intent], events: [RecordedEvent], outcomes: [StoredOutcome]) {
+    public func timeline(for id: String) async throws -> PaymentTimeline {
         try await read { db in
             let sessions = try db.query(
                 "SELECT data FROM sessions WHERE hpp_session_id = ?1 OR kp_session_id = ?1 OR order_id = ?1 OR merchant_reference = ?1",
@@ -404,7 +404,9 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                 outcomes += try db.query("SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes WHERE order_id = ? AND hpp_session_id IS NULL", [.text(orderID)]).map(self.outcome)
                 intents += try db.query("SELECT data FROM intents WHERE subject = ?", [.text(orderID)]).map { try self.decode(Intent.self, $0.string(0)) }
             }
-            return (sessions, orders, intents.sorted { $0.createdAt < $1.createdAt }, events.sorted { $0.id < $1.id }, outcomes.sorted { $0.id < $1.id })
+            return PaymentTimeline(
+                sessions: sessions, orders: orders, intents: intents.sorted { $0.createdAt < $1.createdAt }, events: events.sorted { $0.id < $1.id },
+                outcomes: outcomes.sorted { $0.id < $1.id })
         }
     }
 

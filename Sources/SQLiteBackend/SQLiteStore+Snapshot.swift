@@ -1,7 +1,8 @@
 import Foundation
 import ReconcilerCore
+import ReconcilerStore
 
-extension SQLiteStore: StateSnapshotSource {
+extension SQLiteStore {
     /// Counts over open work only (partial indexes on `next_due IS NOT NULL`) and the undelivered outcomes' partial
     /// index: the cost follows what is open, not the history the store keeps.
     public func stateSnapshot() async throws -> StateSnapshot {

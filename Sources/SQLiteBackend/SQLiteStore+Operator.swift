@@ -1,9 +1,10 @@
 import Foundation
 import ReconcilerCore
+import ReconcilerStore
 
 /// Operator requests and holds: the command line and the socket record requests; the engine reads them before it
 /// works on a key and answers them in that step's commit.
-extension SQLiteStore: OperatorStore {
+extension SQLiteStore {
     public func operatorControls(for key: WorkKey) async throws -> OperatorControls {
         try await read { db in
             let held = try db.query("SELECT 1 FROM holds WHERE work_key = ?", [.text(key.description)]).first != nil
@@ -25,13 +26,6 @@ extension SQLiteStore: OperatorStore {
         try await read { db in
             try db.query("SELECT data FROM intents WHERE subject = ? ORDER BY created_at", [.text(subject)]).map { try self.decode(Intent.self, $0.string(0)) }
         }
-    }
-
-    public func payment(_ id: String) async throws -> PaymentView {
-        let found = try await timeline(for: id)
-        let keys = found.sessions.map { WorkKey.session($0.hppSessionID) } + found.orders.map { WorkKey.order($0.orderID) }
-        let held = try await holds(keys)
-        return PaymentView(sessions: found.sessions, orders: found.orders, intents: found.intents, held: Set(held.keys.compactMap(\.remediationTarget)))
     }
 
     public func submit(_ requests: [OperatorRequest], delivered: Bool, at: Date) async throws -> [Int64] {

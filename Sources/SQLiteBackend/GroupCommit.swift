@@ -1,5 +1,6 @@
 import Foundation
 import ReconcilerCore
+import ReconcilerStore
 import Synchronization
 import Telemetry
 

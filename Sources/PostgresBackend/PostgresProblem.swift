@@ -1,0 +1,52 @@
+import Foundation
+import PostgresNIO
+
+/// Why the shared store cannot be opened, in an operator's words: unreachable, authentication failed, no such
+/// database, a schema newer than this binary. postgres-nio's own error hides the server's message on purpose
+/// (it may hold data), so the cases that need words are named here.
+public struct PostgresProblem: Error, CustomStringConvertible {
+    public enum Kind: String, Sendable {
+        case unreachable, authenticationFailed, noSuchDatabase, schemaTooNew, schemaTooOld, other
+    }
+
+    public let kind: Kind
+    public let description: String
+
+    init(_ error: any Error, location: PostgresLocation) {
+        if let problem = error as? PostgresProblem {
+            self = problem
+            return
+        }
+        if let tooNew = error as? PostgresSchema.TooNew {
+            kind = .schemaTooNew
+            description = "\(location): \(tooNew)"
+            return
+        }
+        if let notReady = error as? PostgresStore.StoreNotReady {
+            kind = .schemaTooOld
+            description = "\(location): \(notReady)"
+            return
+        }
+        guard let psql = error as? PSQLError else {
+            kind = .other
+            description = "\(location): \(error)"
+            return
+        }
+        let state = psql.serverInfo?[.sqlState]
+        let message = psql.serverInfo?[.message]
+        switch (psql.code, state) {
+        case (_, "28P01"), (_, "28000"):
+            kind = .authenticationFailed
+            description = "\(location): authentication failed for user \(location.user) (\(message ?? "check the credential store-password and pg_hba.conf"))"
+        case (_, "3D000"):
+            kind = .noSuchDatabase
+            description = "\(location): database \(location.database) does not exist"
+        case (.connectionError, _), (.serverClosedConnection, _), (.uncleanShutdown, _):
+            kind = .unreachable
+            description = "\(location): cannot reach PostgreSQL (\(psql.underlying.map { "\($0)" } ?? "connection failed"))"
+        default:
+            kind = .other
+            description = "\(location): \(message ?? "\(psql.code)")"
+        }
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+import Logging
+import PostgresNIO
+
+/// Versioned schema changes for the shared store, applied in order in one transaction under an advisory lock, so
+/// that several daemons starting together migrate once and the others wait, then find the work done. The version is
+/// the row count of `schema_migrations`. Never edit a shipped migration: append a new one.
+enum PostgresSchema {
+    /// `pg_advisory_xact_lock` key for migrations: "klarna-r" in ASCII.
+    static let migrationLock: Int64 = 0x6B6C_6172_6E61_2D72
+
+    static let steps: [String] = [
+        // 1: what SQLite's migrations 1 to 8 built, in PostgreSQL's types: times are timestamptz, flags boolean,
+        // each row's state is the same JSON document the engine reads back.
+        """
+        CREATE TABLE sessions (
+          hpp_session_id text PRIMARY KEY, kp_session_id text NOT NULL, order_id text, merchant_reference text,
+          phase text NOT NULL, outcome text, next_due timestamptz, deadline timestamptz, tracked_at timestamptz NOT NULL,
+          updated_at timestamptz NOT NULL, data text NOT NULL);
+        CREATE INDEX sessions_due ON sessions(next_due) WHERE next_due IS NOT NULL;
+        CREATE INDEX sessions_kp ON sessions(kp_session_id);
+        CREATE INDEX sessions_order ON sessions(order_id) WHERE order_id IS NOT NULL;
+        CREATE INDEX sessions_reference ON sessions(merchant_reference) WHERE merchant_reference IS NOT NULL;
+        CREATE INDEX sessions_phase ON sessions(phase, updated_at);
+        CREATE INDEX sessions_open ON sessions(phase, tracked_at, deadline) WHERE next_due IS NOT NULL;
+        CREATE TABLE orders (
+          order_id text PRIMARY KEY, hpp_session_id text, merchant_reference text, phase text NOT NULL, outcome text,
+          next_due timestamptz, deadline timestamptz, created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL,
+          data text NOT NULL);
+        CREATE INDEX orders_due ON orders(next_due) WHERE next_due IS NOT NULL;
+        CREATE INDEX orders_reference ON orders(merchant_reference) WHERE merchant_reference IS NOT NULL;
+        CREATE INDEX orders_phase ON orders(phase, updated_at);
+        CREATE INDEX orders_session ON orders(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
+        CREATE INDEX orders_open ON orders(phase, created_at, deadline) WHERE next_due IS NOT NULL;
+        CREATE TABLE payment_requests (
+          payment_request_id text PRIMARY KEY, state text, outcome text, next_due timestamptz, tracked_at timestamptz NOT NULL,
+          updated_at timestamptz NOT NULL, data text NOT NULL);
+        CREATE INDEX payment_requests_due ON payment_requests(next_due) WHERE next_due IS NOT NULL;
+        CREATE TABLE intents (
+          key text PRIMARY KEY, kind text NOT NULL, subject text NOT NULL, state text NOT NULL, attempts integer NOT NULL,
+          next_attempt timestamptz, created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL, data text NOT NULL);
+        CREATE INDEX intents_subject ON intents(subject);
+        CREATE INDEX intents_state ON intents(state, updated_at);
+        CREATE TABLE events (
+          id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz NOT NULL, hpp_session_id text, order_id text,
+          kind text NOT NULL, message text NOT NULL, detail text);
+        CREATE INDEX events_session ON events(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
+        CREATE INDEX events_order ON events(order_id) WHERE order_id IS NOT NULL;
+        CREATE INDEX events_at ON events(at);
+        CREATE TABLE outcomes (
+          id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz NOT NULL, kind text NOT NULL, hpp_session_id text,
+          order_id text, data text NOT NULL, outbox_written boolean NOT NULL DEFAULT false, notified boolean NOT NULL DEFAULT false,
+          notify_attempts integer NOT NULL DEFAULT 0, notify_next timestamptz);
+        CREATE INDEX outcomes_undelivered ON outcomes(id) WHERE NOT outbox_written OR NOT notified;
+        CREATE INDEX outcomes_session ON outcomes(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
+        CREATE INDEX outcomes_order ON outcomes(order_id) WHERE order_id IS NOT NULL;
+        CREATE TABLE capture_requests (
+          id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, order_id text NOT NULL, amount bigint,
+          requested_at timestamptz NOT NULL, state text NOT NULL DEFAULT 'pending', note text);
+        CREATE INDEX capture_requests_pending ON capture_requests(order_id, id) WHERE state = 'pending';
+        CREATE INDEX capture_requests_order ON capture_requests(order_id);
+        CREATE TABLE wakeups (
+          id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, work_key text NOT NULL, delivered boolean NOT NULL DEFAULT false);
+        CREATE TABLE health (name text PRIMARY KEY, at timestamptz NOT NULL, detail text);
+        CREATE TABLE deliveries (
+          dedupe_key text PRIMARY KEY, kind text NOT NULL, source text NOT NULL, received_at timestamptz NOT NULL,
+          summary text NOT NULL, repeats integer NOT NULL DEFAULT 0);
+        CREATE INDEX deliveries_received ON deliveries(received_at);
+        CREATE TABLE rejections (
+          id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz NOT NULL, source text NOT NULL,
+          status integer NOT NULL, error text NOT NULL, detail text NOT NULL);
+        CREATE INDEX rejections_at ON rejections(at);
+        CREATE TABLE reloads (
+          id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, requested_at timestamptz NOT NULL, answered_at timestamptz,
+          ok boolean, message text);
+        CREATE TABLE operator_requests (
+          id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, work_key text NOT NULL, action text NOT NULL, order_id text,
+          requested_by text NOT NULL, requested_at timestamptz NOT NULL, state text NOT NULL DEFAULT 'pending', note text,
+          answered_at timestamptz);
+        CREATE INDEX operator_requests_pending ON operator_requests(work_key, id) WHERE state = 'pending';
+        CREATE TABLE holds (work_key text PRIMARY KEY, held_at timestamptz NOT NULL, held_by text NOT NULL);
+        """,
+    ]
+
+    static var latest: Int { steps.count }
+
+    /// The store's schema is newer than this binary knows: a newer daemon migrated it.
+    public struct TooNew: Error, CustomStringConvertible {
+        public let found: Int
+        public let known: Int
+        public var description: String {
+            "the store's schema is version \(found), newer than this binary (\(known)): upgrade this host's klarna-reconciler"
+        }
+    }
+
+    static func version(_ connection: PostgresConnection, logger: Logger) async throws -> Int {
+        let exists = try await connection.query("SELECT to_regclass('schema_migrations') IS NOT NULL", logger: logger).collect()
+        guard try exists.first?.decode(Bool.self) == true else { return 0 }
+        return try await connection.query("SELECT count(*) FROM schema_migrations", logger: logger).collect().first?.decode(Int.self) ?? 0
+    }
+
+    /// Applies what is missing, all in one transaction under the migration lock; returns the version found first.
+    @discardableResult
+    static func migrate(_ connection: PostgresConnection, logger: Logger) async throws -> Int {
+        try await connection.query("BEGIN", logger: logger)
+        do {
+            try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
+            let found = try await version(connection, logger: logger)
+            guard found <= latest else { throw TooNew(found: found, known: latest) }
+            if found == 0 {
+                try await connection.query(
+                    "CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())", logger: logger)
+            }
+            for index in found..<latest {
+                // One statement at a time: the extended protocol takes no more (no step has a `;` inside a statement).
+                for statement in steps[index].split(separator: ";").map({ $0.trimmingCharacters(in: .whitespacesAndNewlines) }) where !statement.isEmpty {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                try await connection.query("INSERT INTO schema_migrations (version) VALUES (\(index + 1))", logger: logger)
+            }
+            try await connection.query("COMMIT", logger: logger)
+            return found
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+    }
+}

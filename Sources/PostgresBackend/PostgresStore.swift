@@ -1,0 +1,517 @@
+import Foundation
+import Logging
+import PostgresNIO
+import ReconcilerCore
+import ReconcilerStore
+import Telemetry
+
+/// The shared store: PostgreSQL over postgres-nio's connection pool, one transaction per write. The same roles as
+/// the SQLite store, test for test (the conformance suite), with what concurrent writers on several hosts need:
+/// inserts that race resolve by `ON CONFLICT`, queues are taken with `DELETE … RETURNING`, never by a sequence.
+public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
+    public let location: PostgresLocation
+    let client: PostgresClient
+    let logger: Logger
+    private let running: Task<Void, Never>
+    private let encoder: JSONEncoder
+    private let decoder = JSONDecoder()
+
+    /// Connects, applies migrations under the migration lock (several daemons starting together migrate once), and
+    /// checks the schema is one this binary knows. `migrate: false` (operator commands) only checks.
+    /// - Parameter connections: the most this handle opens at once (one per concurrent transaction).
+    public static func open(
+        _ location: PostgresLocation, password: String?, migrate: Bool = true, connections: Int = 10, logger: Logger
+    ) async throws -> PostgresStore {
+        do {
+            // One plain connection first: its failure names the cause (a pool would retry it for a minute).
+            let connection = try await PostgresConnection.connect(
+                on: PostgresClient.defaultEventLoopGroup.any(), configuration: try location.connectionConfiguration(password: password), id: 0,
+                logger: logger
+            ).get()
+            do {
+                let found = migrate
+                    ? try await PostgresSchema.migrate(connection, logger: logger)
+                    : try await PostgresSchema.version(connection, logger: logger)
+                guard found <= PostgresSchema.latest else { throw PostgresSchema.TooNew(found: found, known: PostgresSchema.latest) }
+                if !migrate, found < PostgresSchema.latest {
+                    throw StoreNotReady(description: "the store's schema is version \(found), this binary expects \(PostgresSchema.latest): start the daemon once to migrate it")
+                }
+            } catch {
+                try? await connection.close()
+                throw error
+            }
+            try await connection.close()
+        } catch {
+            throw PostgresProblem(error, location: location)
+        }
+        let client = PostgresClient(
+            configuration: location.clientConfiguration(password: password, maximumConnections: connections), backgroundLogger: logger)
+        let store = PostgresStore(location: location, client: client, logger: logger)
+        return store
+    }
+
+    private init(location: PostgresLocation, client: PostgresClient, logger: Logger) {
+        self.location = location
+        self.client = client
+        self.logger = logger
+        running = Task { await client.run() }
+        encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+    }
+
+    /// Closes every connection; the store is unusable afterwards.
+    public func close() {
+        running.cancel()
+    }
+
+    deinit { running.cancel() }
+
+    public struct StoreNotReady: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    // MARK: Plumbing
+
+    /// Runs `body` in one transaction on one pooled connection; rolls back and rethrows its own error if it throws.
+    func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        let started = ContinuousClock.now
+        defer { Telemetry.time(.storeCommitDuration, .now - started) }
+        return try await client.withConnection { connection in
+            try await connection.query("BEGIN", logger: logger)
+            do {
+                let value = try await body(connection)
+                try await connection.query("COMMIT", logger: logger)
+                return value
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    @discardableResult
+    func rows(_ query: PostgresQuery) async throws -> [PostgresRow] {
+        try await client.query(query, logger: logger).collect()
+    }
+
+    func rows(_ connection: PostgresConnection, _ query: PostgresQuery) async throws -> [PostgresRow] {
+        try await connection.query(query, logger: logger).collect()
+    }
+
+    func json<T: Encodable>(_ value: T) throws -> String {
+        String(decoding: try encoder.encode(value), as: UTF8.self)
+    }
+
+    func decode<T: Decodable>(_ type: T.Type, _ row: PostgresRow) throws -> T {
+        try decoder.decode(type, from: Data(try row.decode(String.self).utf8))
+    }
+
+    func decode<T: Decodable>(_ type: T.Type, text: String) throws -> T {
+        try decoder.decode(type, from: Data(text.utf8))
+    }
+
+    // MARK: Work
+
+    public func session(_ hppSessionID: String) async throws -> TrackedSession? {
+        try await rows("SELECT data FROM sessions WHERE hpp_session_id = \(hppSessionID)").first.map { try decode(TrackedSession.self, $0) }
+    }
+
+    public func order(_ orderID: String) async throws -> TrackedOrder? {
+        try await rows("SELECT data FROM orders WHERE order_id = \(orderID)").first.map { try decode(TrackedOrder.self, $0) }
+    }
+
+    public func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? {
+        try await rows("SELECT data FROM payment_requests WHERE payment_request_id = \(id)").first.map { try decode(TrackedPaymentRequest.self, $0) }
+    }
+
+    public func intent(_ key: String) async throws -> Intent? {
+        try await rows("SELECT data FROM intents WHERE key = \(key)").first.map { try decode(Intent.self, $0) }
+    }
+
+    public func intents(subject: String) async throws -> [Intent] {
+        try await rows("SELECT data FROM intents WHERE subject = \(subject) ORDER BY created_at").map { try decode(Intent.self, $0) }
+    }
+
+    public func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? {
+        try await rows("SELECT id, amount, requested_at FROM capture_requests WHERE order_id = \(orderID) AND state = 'pending' ORDER BY id LIMIT 1")
+            .first.map { row in
+                let (id, amount, at) = try row.decode((Int64, Int?, Date).self)
+                return CaptureRequestItem(id: id, orderID: orderID, amount: amount, requestedAt: at)
+            }
+    }
+
+    public func commit(_ change: Change, at: Date) async throws {
+        guard !change.isEmpty else { return }
+        let sessions = try change.sessions.map { ($0, try json($0)) }
+        let orders = try change.orders.map { ($0, try json($0)) }
+        let newOrders = try change.newOrders.map { ($0, try json($0)) }
+        let paymentRequests = try change.paymentRequests.map { ($0, try json($0)) }
+        let intents = try change.intents.map { ($0, try json($0)) }
+        let outcomes = try change.outcomes.map { ($0, try json($0)) }
+        let events = try change.events.map { ($0, try $0.detail.isEmpty ? nil : json($0.detail)) }
+        try await transaction { db in
+            for (session, data) in sessions { try await writeSession(db, session, data: data, at: at) }
+            for (order, data) in newOrders { try await writeOrder(db, order, data: data, at: at, onlyIfNew: true) }
+            for (order, data) in orders { try await writeOrder(db, order, data: data, at: at, onlyIfNew: false) }
+            for (request, data) in paymentRequests { try await writePaymentRequest(db, request, data: data, at: at) }
+            for (intent, data) in intents {
+                try await db.query(
+                    """
+                    INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
+                    VALUES (\(intent.key), \(intent.kind.rawValue), \(intent.subject), \(intent.state.rawValue), \(intent.attempts),
+                      \(intent.nextAttemptAt), \(intent.createdAt), \(at), \(data))
+                    ON CONFLICT (key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+                      next_attempt = excluded.next_attempt, updated_at = excluded.updated_at, data = excluded.data
+                    """, logger: logger)
+            }
+            for (event, detail) in events { try await insertEvent(db, event, detail: detail, at: at) }
+            for (outcome, data) in outcomes {
+                try await db.query(
+                    "INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data) VALUES (\(at), \(outcome.kind.rawValue), \(outcome.hppSessionID), \(outcome.orderID), \(data))",
+                    logger: logger)
+            }
+            for request in change.finishedCaptureRequests {
+                try await db.query("UPDATE capture_requests SET state = \(request.state), note = \(request.note) WHERE id = \(request.id)", logger: logger)
+            }
+            for hold in change.holds {
+                try await db.query(
+                    "INSERT INTO holds (work_key, held_at, held_by) VALUES (\(hold.key.description), \(at), \(hold.by)) ON CONFLICT (work_key) DO NOTHING",
+                    logger: logger)
+            }
+            for key in change.releases { try await db.query("DELETE FROM holds WHERE work_key = \(key.description)", logger: logger) }
+            for answer in change.answeredRequests {
+                try await db.query(
+                    "UPDATE operator_requests SET state = \(answer.state.rawValue), note = \(answer.note), answered_at = \(at) WHERE id = \(answer.id)",
+                    logger: logger)
+            }
+            for entry in change.health {
+                try await db.query(
+                    """
+                    INSERT INTO health (name, at, detail) VALUES (\(entry.name), \(at), \(entry.detail))
+                    ON CONFLICT (name) DO UPDATE SET at = excluded.at, detail = excluded.detail
+                    """, logger: logger)
+            }
+        }
+    }
+
+    func writeSession(_ db: PostgresConnection, _ session: TrackedSession, data: String, at: Date, onlyIfNew: Bool = false) async throws {
+        let conflict = onlyIfNew
+            ? "DO NOTHING"
+            : """
+              DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due,
+                deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data
+              """
+        try await db.query(
+            """
+            INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
+            VALUES (\(session.hppSessionID), \(session.kpSessionID), \(session.orderID), \(session.merchantReference), \(session.phase.rawValue),
+              \(session.outcome?.rawValue), \(session.isOpen ? session.nextDueAt : nil), \(session.deadline), \(session.trackedAt), \(at), \(data))
+            ON CONFLICT (hpp_session_id) \(unescaped: conflict)
+            """, logger: logger)
+    }
+
+    private func writeOrder(_ db: PostgresConnection, _ order: TrackedOrder, data: String, at: Date, onlyIfNew: Bool) async throws {
+        let conflict = onlyIfNew
+            ? "DO NOTHING"
+            : "DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data"
+        try await db.query(
+            """
+            INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
+            VALUES (\(order.orderID), \(order.hppSessionID), \(order.merchantReference), \(order.phase.rawValue), \(order.outcome?.rawValue),
+              \(order.isOpen ? order.nextDueAt : nil), \(order.deadline), \(order.createdAt), \(at), \(data))
+            ON CONFLICT (order_id) \(unescaped: conflict)
+            """, logger: logger)
+    }
+
+    func writePaymentRequest(_ db: PostgresConnection, _ request: TrackedPaymentRequest, data: String, at: Date) async throws {
+        try await db.query(
+            """
+            INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data)
+            VALUES (\(request.paymentRequestID), \(request.state), \(request.outcome?.rawValue), \(request.isOpen ? request.nextDueAt : nil),
+              \(request.trackedAt), \(at), \(data))
+            ON CONFLICT (payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
+              updated_at = excluded.updated_at, data = excluded.data
+            """, logger: logger)
+    }
+
+    func insertEvent(_ db: PostgresConnection, _ event: NewEvent, detail: String?, at: Date) async throws {
+        try await db.query(
+            """
+            INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail)
+            VALUES (\(at), \(event.hppSessionID), \(event.orderID), \(event.event.kind), \(event.event.message), \(detail))
+            """, logger: logger)
+    }
+
+    func wake(_ db: PostgresConnection, _ key: WorkKey, delivered: Bool) async throws {
+        try await db.query("INSERT INTO wakeups (work_key, delivered) VALUES (\(key.description), \(delivered))", logger: logger)
+    }
+
+    // MARK: Queue
+
+    public func openWork() async throws -> [OpenWork] {
+        // Dates inside `data` are Foundation's default encoding: seconds since 2001-01-01.
+        func encoded(_ seconds: Double?) -> Date? { seconds.map { Date(timeIntervalSinceReferenceDate: $0) } }
+        var work: [OpenWork] = []
+        for row in try await rows(
+            """
+            SELECT hpp_session_id, next_due, phase, deadline, tracked_at, (data::jsonb->>'lastReadAt')::float8,
+              (data::jsonb->>'lastHintAt')::float8, (data::jsonb->>'expiresAt')::float8
+            FROM sessions WHERE next_due IS NOT NULL
+            """)
+        {
+            let (id, due, phase, deadline, trackedAt, lastRead, lastHint, expires) = try row.decode((String, Date, String, Date?, Date, Double?, Double?, Double?).self)
+            let poll = PollProfile(trackedAt: trackedAt, lastReadAt: encoded(lastRead), lastHintAt: encoded(lastHint), expiresAt: encoded(expires))
+            work.append(OpenWork(key: .session(id), due: due, kind: .session(TrackedSession.Phase(rawValue: phase) ?? .polling, poll), deadline: deadline))
+        }
+        for row in try await rows("SELECT order_id, next_due, phase, deadline FROM orders WHERE next_due IS NOT NULL") {
+            let (id, due, phase, deadline) = try row.decode((String, Date, String, Date?).self)
+            work.append(OpenWork(key: .order(id), due: due, kind: .order(TrackedOrder.Phase(rawValue: phase) ?? .checking), deadline: deadline))
+        }
+        for row in try await rows("SELECT payment_request_id, next_due FROM payment_requests WHERE next_due IS NOT NULL") {
+            let (id, due) = try row.decode((String, Date).self)
+            work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest))
+        }
+        return work
+    }
+
+    /// Takes every wakeup row there is. Not by sequence: with concurrent writers, identity values commit out of
+    /// order, and a row numbered below one already taken may still be on its way. `sequence` only grows.
+    public func wakeups(after sequence: Int64, includingDelivered: Bool) async throws -> (keys: [WorkKey], last: Int64) {
+        let taken = try await rows("DELETE FROM wakeups RETURNING id, work_key, delivered").map { try $0.decode((Int64, String, Bool).self) }
+        guard !taken.isEmpty else { return ([], sequence) }
+        let keys = taken.sorted { $0.0 < $1.0 }.filter { includingDelivered || !$0.2 }.compactMap { WorkKey($0.1) }
+        return (keys, max(sequence, taken.map(\.0).max() ?? sequence))
+    }
+
+    public func keysWithPendingOperatorRequests() async throws -> [WorkKey] {
+        try await rows("SELECT DISTINCT work_key FROM operator_requests WHERE state = 'pending'").compactMap { WorkKey(try $0.decode(String.self)) }
+    }
+
+    // MARK: Ingest
+
+    public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult {
+        let data = try json(session)
+        return try await transaction { db in
+            let inserted = try await rows(
+                db,
+                """
+                INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
+                VALUES (\(session.hppSessionID), \(session.kpSessionID), \(session.orderID), \(session.merchantReference), \(session.phase.rawValue),
+                  \(session.outcome?.rawValue), \(session.isOpen ? session.nextDueAt : nil), \(session.deadline), \(session.trackedAt), \(at), \(data))
+                ON CONFLICT (hpp_session_id) DO NOTHING RETURNING 1
+                """)
+            guard !inserted.isEmpty else {
+                let existing = try await rows(db, "SELECT data FROM sessions WHERE hpp_session_id = \(session.hppSessionID)")
+                return .existing(try decode(TrackedSession.self, existing[0]))
+            }
+            try await insertEvent(db, NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event), detail: nil, at: at)
+            try await wake(db, .session(session.hppSessionID), delivered: false)
+            return .tracked(session)
+        }
+    }
+
+    public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
+        try await transaction { db in
+            try await insertCaptureRequest(db, orderID: orderID, amount: amount, source: "the command line", delivered: false, at: at)
+        }
+    }
+
+    /// The order's row is locked first, so the refusal is decided against the state a concurrent step commits.
+    private func insertCaptureRequest(
+        _ db: PostgresConnection, orderID: String, amount: Int?, source: String, delivered: Bool, at: Date
+    ) async throws -> CaptureRequestResult {
+        guard let row = try await rows(db, "SELECT data FROM orders WHERE order_id = \(orderID) FOR UPDATE").first else { return .unknownOrder }
+        let order = try decode(TrackedOrder.self, row)
+        if let refusal = order.captureRequestRefusal { return .refused(refusal) }
+        let id = try await rows(
+            db, "INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (\(orderID), \(amount), \(at)) RETURNING id"
+        )[0].decode(Int64.self)
+        let what = amount.map { "capture of \($0) requested by \(source)" } ?? "capture of the remaining amount requested by \(source)"
+        try await insertEvent(
+            db, NewEvent(hppSessionID: order.hppSessionID, orderID: orderID, DomainEvent("capture_requested", what)), detail: try json(["request": "\(id)"]), at: at)
+        try await wake(db, .order(orderID), delivered: delivered)
+        return .accepted(id: id)
+    }
+
+    /// Ends an ingest transaction without committing anything.
+    private struct Refusal: Error {
+        let result: IngestResult
+    }
+
+    public func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
+        let trackData: String? = switch record.action {
+        case .hintSession(_, let session?): try json(session)
+        case .track(let session): try json(session)
+        case .hintPaymentRequest(let request): try json(request)
+        default: nil
+        }
+        var detail = ["source": record.source, "kind": record.kind]
+        if let warning = record.warning { detail["warning"] = warning }
+        let detailText = try json(detail)
+        do {
+            return try await transaction { db in try await ingest(db, record, trackData: trackData, detail: detailText, at: at) }
+        } catch let refusal as Refusal {
+            // Rolled back: a refused delivery leaves no trace but its rejection record.
+            return refusal.result
+        }
+    }
+
+    private func ingest(_ db: PostgresConnection, _ record: IngestRecord, trackData: String?, detail: String, at: Date) async throws -> IngestResult {
+        if let key = record.dedupeKey {
+            // Two deliveries of one key at once: the second waits for the first's commit, then finds the conflict.
+            let fresh = try await rows(
+                db,
+                """
+                INSERT INTO deliveries (dedupe_key, kind, source, received_at, summary)
+                VALUES (\(key), \(record.kind), \(record.source), \(at), \(record.summary)) ON CONFLICT (dedupe_key) DO NOTHING RETURNING 1
+                """)
+            if fresh.isEmpty {
+                let seen = try await rows(db, "UPDATE deliveries SET repeats = repeats + 1 WHERE dedupe_key = \(key) RETURNING received_at")
+                return .repeated(firstSeen: try seen.first?.decode(Date.self) ?? at)
+            }
+        }
+        func note(_ hpp: String?, _ order: String?, _ message: String) async throws {
+            try await insertEvent(db, NewEvent(hppSessionID: hpp, orderID: order, DomainEvent("webhook", message)), detail: detail, at: at)
+        }
+        // The ingesting daemon wakes the engine itself once this commits; the row only survives a crash before that.
+        func wake(_ key: WorkKey) async throws { try await self.wake(db, key, delivered: true) }
+
+        switch record.action {
+        case .hintSession(let hppSessionID, let newSession):
+            if try await !rows(db, "SELECT 1 FROM sessions WHERE hpp_session_id = \(hppSessionID)").isEmpty {
+                try await note(hppSessionID, nil, record.summary)
+            } else if let newSession, let trackData {
+                try await writeSession(db, newSession, data: trackData, at: at, onlyIfNew: true)
+                try await note(hppSessionID, nil, "\(record.summary); tracking it from this verified callback")
+            } else {
+                return .accepted(wake: [])
+            }
+            try await wake(.session(hppSessionID))
+            return .accepted(wake: [.session(hppSessionID)])
+        case .hintSessionsOfPayment(let kpSessionID):
+            let sessions = try await rows(db, "SELECT hpp_session_id FROM sessions WHERE kp_session_id = \(kpSessionID) AND next_due IS NOT NULL")
+                .map { try $0.decode(String.self) }
+            for id in sessions {
+                try await note(id, nil, record.summary)
+                try await wake(.session(id))
+            }
+            return .accepted(wake: sessions.map(WorkKey.session))
+        case .hintOrder(let orderID):
+            guard let row = try await rows(db, "SELECT hpp_session_id FROM orders WHERE order_id = \(orderID)").first else { return .accepted(wake: []) }
+            try await note(try row.decode(String?.self), orderID, record.summary)
+            try await wake(.order(orderID))
+            return .accepted(wake: [.order(orderID)])
+        case .track(let session):
+            guard let trackData else { return .repeated(firstSeen: at) }
+            let inserted = try await rows(
+                db,
+                """
+                INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
+                VALUES (\(session.hppSessionID), \(session.kpSessionID), \(session.orderID), \(session.merchantReference), \(session.phase.rawValue),
+                  \(session.outcome?.rawValue), \(session.isOpen ? session.nextDueAt : nil), \(session.deadline), \(session.trackedAt), \(at), \(trackData))
+                ON CONFLICT (hpp_session_id) DO NOTHING RETURNING 1
+                """)
+            // Tracked already: a repeat (its dedupe row stays, as a delivery seen).
+            guard !inserted.isEmpty else { return .repeated(firstSeen: at) }
+            try await note(session.hppSessionID, nil, record.summary)
+            try await wake(.session(session.hppSessionID))
+            return .accepted(wake: [.session(session.hppSessionID)])
+        case .capture(let orderID, let amount):
+            switch try await insertCaptureRequest(db, orderID: orderID, amount: amount, source: record.source, delivered: true, at: at) {
+            case .accepted: return .accepted(wake: [.order(orderID)])
+            case .unknownOrder: throw Refusal(result: .refused(status: 404, error: "unknown_order", detail: "order \(orderID) is not tracked"))
+            case .refused(let why): throw Refusal(result: .refused(status: 409, error: "not_capturable", detail: why))
+            }
+        case .hintPaymentRequest(let request):
+            if let row = try await rows(db, "SELECT data FROM payment_requests WHERE payment_request_id = \(request.paymentRequestID) FOR UPDATE").first {
+                let known = try decode(TrackedPaymentRequest.self, row)
+                guard known.isOpen else { return .accepted(wake: []) }
+                let hinted = known.hinted(now: at)
+                try await writePaymentRequest(db, hinted, data: try json(hinted), at: at)
+            } else if let trackData {
+                try await writePaymentRequest(db, request, data: trackData, at: at)
+            }
+            try await wake(.paymentRequest(request.paymentRequestID))
+            return .accepted(wake: [.paymentRequest(request.paymentRequestID)])
+        case .recordOnly:
+            return .accepted(wake: [])
+        }
+    }
+
+    public func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
+        try await rows("INSERT INTO rejections (at, source, status, error, detail) VALUES (\(at), \(source), \(status), \(error), \(String(detail.prefix(1_000))))")
+    }
+
+    // MARK: Outcomes
+
+    public func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] {
+        try await rows(
+            """
+            SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes
+            WHERE NOT outbox_written OR (NOT notified AND (notify_next IS NULL OR notify_next <= \(now))) ORDER BY id LIMIT \(limit)
+            """
+        ).map(outcome)
+    }
+
+    public func markOutboxWritten(_ id: Int64) async throws {
+        try await rows("UPDATE outcomes SET outbox_written = true WHERE id = \(id)")
+    }
+
+    public func markNotified(_ id: Int64) async throws {
+        try await rows("UPDATE outcomes SET notified = true WHERE id = \(id)")
+    }
+
+    public func notifyFailed(_ id: Int64, nextAt: Date?) async throws {
+        try await rows("UPDATE outcomes SET notify_attempts = notify_attempts + 1, notify_next = \(nextAt), notified = \(nextAt == nil) WHERE id = \(id)")
+    }
+
+    func outcome(_ row: PostgresRow) throws -> StoredOutcome {
+        let (id, at, data, written, notified, attempts, next) = try row.decode((Int64, Date, String, Bool, Bool, Int, Date?).self)
+        return StoredOutcome(
+            id: id, at: at, outcome: try decode(Outcome.self, text: data), outboxWritten: written, notified: notified, notifyAttempts: attempts,
+            notifyNextAt: next)
+    }
+
+    // MARK: Reloads
+
+    public func requestReload(at: Date) async throws -> Int64 {
+        try await rows("INSERT INTO reloads (requested_at) VALUES (\(at)) RETURNING id")[0].decode(Int64.self)
+    }
+
+    public func newestReloadRequest() async throws -> Int64? {
+        try await rows("SELECT max(id) FROM reloads WHERE answered_at IS NULL").first?.decode(Int64?.self)
+    }
+
+    public func answerReloads(through id: Int64, ok: Bool, message: String, at: Date) async throws {
+        try await rows("UPDATE reloads SET answered_at = \(at), ok = \(ok), message = \(message) WHERE id <= \(id) AND answered_at IS NULL")
+    }
+
+    public func reloadAnswer(_ id: Int64) async throws -> ReloadAnswer? {
+        try await rows("SELECT ok, message FROM reloads WHERE id = \(id) AND answered_at IS NOT NULL").first.map { row in
+            let (ok, message) = try row.decode((Bool?, String?).self)
+            return ReloadAnswer(ok: ok == true, message: message ?? "")
+        }
+    }
+
+    // MARK: Health
+
+    public func liveStatus() async throws -> LiveStatus {
+        let unfinished = try await rows("SELECT count(*) FROM intents WHERE state IN ('intended', 'sent', 'ambiguous')")[0].decode(Int.self)
+        var status = LiveStatus(unfinishedIntents: unfinished)
+        for row in try await rows("SELECT name, at, detail FROM health WHERE name IN ('klarna_ok', 'klarna_error')") {
+            let (name, at, detail) = try row.decode((String, Date, String?).self)
+            if name == "klarna_ok" {
+                status.lastKlarnaSuccess = at
+            } else {
+                status.lastKlarnaError = at
+                status.lastKlarnaErrorDetail = detail
+            }
+        }
+        return status
+    }
+
+    /// A transaction that takes a connection from the pool and commits: fails while the server is unreachable.
+    public func probeWrites() async throws {
+        try await transaction { db in _ = try await db.query("SELECT 1", logger: logger) }
+    }
+}

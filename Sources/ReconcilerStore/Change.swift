@@ -1,0 +1,88 @@
+import Foundation
+import ReconcilerCore
+
+/// A line of a session's or order's timeline, for `show` and journald.
+public struct RecordedEvent: Sendable, Codable, Equatable {
+    public var id: Int64
+    public var at: Date
+    public var hppSessionID: String?
+    public var orderID: String?
+    public var kind: String
+    public var message: String
+    /// Structured extras: attempt, intent key, HTTP status, Klarna correlation id, error code.
+    public var detail: [String: String]
+
+    public init(id: Int64, at: Date, hppSessionID: String?, orderID: String?, kind: String, message: String, detail: [String: String]) {
+        self.id = id
+        self.at = at
+        self.hppSessionID = hppSessionID
+        self.orderID = orderID
+        self.kind = kind
+        self.message = message
+        self.detail = detail
+    }
+}
+
+/// An event to record with the ids it belongs to.
+public struct NewEvent: Sendable {
+    public var hppSessionID: String?
+    public var orderID: String?
+    public var event: DomainEvent
+    public var detail: [String: String]
+
+    public init(hppSessionID: String?, orderID: String?, _ event: DomainEvent, detail: [String: String] = [:]) {
+        self.hppSessionID = hppSessionID
+        self.orderID = orderID
+        self.event = event
+        self.detail = detail
+    }
+}
+
+public struct StoredOutcome: Sendable, Equatable, Codable {
+    public var id: Int64
+    public var at: Date
+    public var outcome: Outcome
+    public var outboxWritten: Bool
+    public var notified: Bool
+    public var notifyAttempts: Int
+    public var notifyNextAt: Date?
+
+    public init(id: Int64, at: Date, outcome: Outcome, outboxWritten: Bool, notified: Bool, notifyAttempts: Int, notifyNextAt: Date?) {
+        self.id = id
+        self.at = at
+        self.outcome = outcome
+        self.outboxWritten = outboxWritten
+        self.notified = notified
+        self.notifyAttempts = notifyAttempts
+        self.notifyNextAt = notifyNextAt
+    }
+}
+
+/// Everything one step of work changes, committed atomically.
+public struct Change: Sendable {
+    public var sessions: [TrackedSession] = []
+    /// Orders to write; a new order (hand-off) is inserted only if Klarna's id is not known yet.
+    public var orders: [TrackedOrder] = []
+    public var newOrders: [TrackedOrder] = []
+    public var paymentRequests: [TrackedPaymentRequest] = []
+    public var intents: [Intent] = []
+    public var events: [NewEvent] = []
+    public var outcomes: [Outcome] = []
+    /// Capture requests served (`done`) or refused, with a note.
+    public var finishedCaptureRequests: [(id: Int64, state: String, note: String)] = []
+    /// `klarna_ok` / `klarna_error` for `status`.
+    public var health: [(name: String, detail: String)] = []
+    /// Holds placed (with who asked) and lifted.
+    public var holds: [(key: WorkKey, by: String)] = []
+    public var releases: [WorkKey] = []
+    /// Operator requests applied (`done`) or refused, with a note.
+    public var answeredRequests: [(id: Int64, state: OperatorRequest.State, note: String)] = []
+
+    public init() {}
+
+    public var isEmpty: Bool {
+        sessions.isEmpty && orders.isEmpty && newOrders.isEmpty && paymentRequests.isEmpty && intents.isEmpty && events.isEmpty && outcomes.isEmpty
+            && finishedCaptureRequests.isEmpty && health.isEmpty && holds.isEmpty && releases.isEmpty && answeredRequests.isEmpty
+    }
+}
+

@@ -1,0 +1,62 @@
+import Foundation
+import ReconcilerCore
+
+public enum TrackResult: Sendable, Equatable {
+    case tracked(TrackedSession)
+    /// Already tracked: nothing changed (a repeated track request is not an error).
+    case existing(TrackedSession)
+}
+
+public enum CaptureRequestResult: Sendable, Equatable {
+    case accepted(id: Int64)
+    case unknownOrder
+    /// The order does not take capture requests now (closed, or its policy is not `on_request`).
+    case refused(String)
+}
+
+/// One understood inbound delivery (webhook, track or capture request) and what it asks of the store.
+public struct IngestRecord: Sendable {
+    public enum Action: Sendable {
+        /// An HPP status callback: read the session now; start tracking it if it is new and the callback verified.
+        case hintSession(hppSessionID: String, trackIfUnknown: TrackedSession?)
+        /// A KP authorization callback: read every session of this KP session now.
+        case hintSessionsOfPayment(kpSessionID: String)
+        /// An OM notification: read the order now.
+        case hintOrder(orderID: String)
+        case track(TrackedSession)
+        case capture(orderID: String, amount: Int?)
+        /// A Klarna Network webhook: read the payment request now, following it from here if it is new.
+        case hintPaymentRequest(TrackedPaymentRequest)
+        /// Recorded and deduplicated; nothing to wake (a Klarna Network event without a payment request id).
+        case recordOnly
+    }
+
+    /// Repeats with the same key are acknowledged and not processed again.
+    public var dedupeKey: String?
+    public var kind: String
+    /// `socket`, `spool:<file name>`.
+    public var source: String
+    /// One line for the timeline.
+    public var summary: String
+    public var warning: String?
+    public var action: Action
+
+    public init(dedupeKey: String?, kind: String, source: String, summary: String, warning: String? = nil, action: Action) {
+        self.dedupeKey = dedupeKey
+        self.kind = kind
+        self.source = source
+        self.summary = summary
+        self.warning = warning
+        self.action = action
+    }
+}
+
+public enum IngestResult: Sendable, Equatable {
+    /// Committed; these keys have work now.
+    case accepted(wake: [WorkKey])
+    /// Seen before (same dedupe key): acknowledged, not processed again.
+    case repeated(firstSeen: Date)
+    /// Understood but not acceptable (a capture for an unknown order); nothing was recorded.
+    case refused(status: Int, error: String, detail: String)
+}
+

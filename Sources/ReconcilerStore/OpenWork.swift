@@ -1,0 +1,35 @@
+import Foundation
+import ReconcilerCore
+
+/// An open unit of work as the store keeps it: enough to plan its next run without loading it.
+public struct OpenWork: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        case session(TrackedSession.Phase, PollProfile)
+        case order(TrackedOrder.Phase)
+        case paymentRequest
+    }
+
+    public var key: WorkKey
+    public var due: Date
+    public var kind: Kind
+    /// The session's token expiry (authorized) or `expires_at` (polling); the order's `expires_at`.
+    public var deadline: Date?
+
+    public init(key: WorkKey, due: Date, kind: Kind, deadline: Date? = nil) {
+        self.key = key
+        self.due = due
+        self.kind = kind
+        self.deadline = deadline
+    }
+
+    /// Its plan at start-up, by the same rules the engine applies after each step.
+    public func plan(now: Date, deadlines: Deadlines) -> WorkPlan {
+        let at = max(now, due)
+        return switch kind {
+        case .session(let phase, let poll): WorkPlan(due: due, urgency: phase.urgency(now: at, deadline: deadline), poll: poll)
+        case .order(let phase): WorkPlan(due: due, urgency: phase.urgency(now: at, expiresAt: deadline, deadlines: deadlines))
+        case .paymentRequest: WorkPlan(due: due, urgency: .routine)
+        }
+    }
+}
+

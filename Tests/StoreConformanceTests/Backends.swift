@@ -1,0 +1,64 @@
+import Foundation
+import Logging
+import PostgresBackend
+import ReconcilerStore
+import Testing
+import TestSupport
+@testable import SQLiteBackend
+
+/// The stores every conformance test runs against.
+enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case sqlite, postgres
+
+    var testDescription: String { rawValue }
+}
+
+/// A fresh, empty store of one backend, and what a test needs around it.
+struct StoreUnderTest: Sendable {
+    let backend: Backend
+    let store: any ReconcilerStore
+    /// Another handle on the same state, as a second daemon (or the command line) would open it.
+    let openAnother: @Sendable () async throws -> any ReconcilerStore
+    /// Drops `table` behind the store's back, so that the next statement touching it fails.
+    let dropTable: @Sendable (String) async throws -> Void
+
+    /// Runs `body` with a new store; closes every handle afterwards.
+    static func with<T>(_ backend: Backend, _ body: (StoreUnderTest) async throws -> T) async throws -> T {
+        switch backend {
+        case .sqlite:
+            let directory = NSTemporaryDirectory() + "klarna-reconciler-conformance-" + UUID().uuidString.prefix(8)
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let path = directory + "/state.sqlite"
+            let store = try SQLiteStore(path: path)
+            return try await body(StoreUnderTest(
+                backend: backend, store: store, openAnother: { try SQLiteStore(path: path) },
+                dropTable: { table in try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5)).execute("DROP TABLE \(table)") }))
+        case .postgres:
+            let server = try await PostgresServer.shared()
+            let database = try await server.createDatabase()
+            let location = try PostgresLocation(url: server.url(database))
+            let logger = Logger(label: "conformance.postgres")
+            let opened = OpenedStores()
+            @Sendable func open() async throws -> PostgresStore {
+                let store = try await PostgresStore.open(location, password: server.password, logger: logger)
+                opened.add(store)
+                return store
+            }
+            defer { opened.closeAll() }
+            let store = try await open()
+            return try await body(StoreUnderTest(
+                backend: backend, store: store, openAnother: { try await open() },
+                dropTable: { table in try await server.psql("DROP TABLE \(table)", database: database) }))
+        }
+    }
+}
+
+/// The PostgreSQL stores a test opened, closed when it ends.
+final class OpenedStores: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stores: [PostgresStore] = []
+
+    func add(_ store: PostgresStore) { lock.withLock { stores.append(store) } }
+    func closeAll() { lock.withLock { stores.forEach { $0.close() } } }
+}

@@ -1,0 +1,118 @@
+import Foundation
+import Logging
+import PostgresBackend
+import ReconcilerCore
+import ReconcilerStore
+import Testing
+import TestSupport
+
+/// What only the PostgreSQL store does: `store.url`, migrations shared by daemons starting together, and the words
+/// an operator gets when the server cannot be used.
+@Suite("PostgreSQL store")
+struct PostgresStoreTests {
+    let logger = Logger(label: "test.postgres")
+
+    @Test("store.url: TCP with sslmode, a socket directory as the host, and each mistake named")
+    func location() throws {
+        let tcp = try PostgresLocation(url: "postgres://reconciler@db.internal:6432/payments?sslmode=require")
+        #expect(tcp == PostgresLocation(endpoint: .tcp(host: "db.internal", port: 6432), user: "reconciler", database: "payments", tls: .require))
+        #expect(try PostgresLocation(url: "postgresql://u@h/d").endpoint == .tcp(host: "h", port: 5432))
+        #expect(try PostgresLocation(url: "postgres://u@h/d").tls == .prefer)
+        let socket = try PostgresLocation(url: "postgres://u@%2Frun%2Fpostgresql/d")
+        #expect(socket.endpoint == .unixSocket(directory: "/run/postgresql", port: 5432))
+        #expect(try PostgresLocation(url: socket.description) == socket)
+        #expect(try PostgresLocation(url: "postgres://u@/d?host=/var/run/pg").endpoint == .unixSocket(directory: "/var/run/pg", port: 5432))
+        #expect(try PostgresLocation(url: tcp.description) == tcp)
+
+        func problem(_ url: String) -> String {
+            do {
+                _ = try PostgresLocation(url: url)
+                return "accepted"
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(problem("postgres://u:secret@h/d").contains("store-password"))
+        #expect(!problem("postgres://u:secret@h/d").contains("secret@"), "the password was echoed")
+        #expect(problem("mysql://u@h/d").contains("only postgres://"))
+        #expect(problem("postgres://h/d").contains("no user"))
+        #expect(problem("postgres://u@h/").contains("no database"))
+        #expect(problem("postgres://u@h/d?sslmode=verify-full").contains("sslmode=verify-full"))
+        #expect(problem("postgres://u@h/d?application_name=x").contains("application_name"))
+    }
+
+    @Test("Daemons starting together migrate once; each finds the latest schema")
+    func concurrentMigrations() async throws {
+        let server = try await PostgresServer.shared()
+        let database = try await server.createDatabase()
+        let location = try PostgresLocation(url: server.url(database))
+        let stores = try await withThrowingTaskGroup(of: PostgresStore.self) { group in
+            for _ in 0..<5 { group.addTask { try await PostgresStore.open(location, password: server.password, logger: logger) } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        defer { stores.forEach { $0.close() } }
+        #expect(try await server.psql("SELECT count(*), count(DISTINCT version) FROM schema_migrations", database: database) == "1|1")
+        for store in stores { try await store.probeWrites() }
+    }
+
+    @Test("A schema newer than this binary is refused with its version, not touched")
+    func newerSchema() async throws {
+        let server = try await PostgresServer.shared()
+        let database = try await server.createDatabase()
+        let location = try PostgresLocation(url: server.url(database))
+        try await PostgresStore.open(location, password: server.password, logger: logger).close()
+        try await server.psql("INSERT INTO schema_migrations (version) VALUES (99)", database: database)
+        await #expect {
+            try await PostgresStore.open(location, password: server.password, logger: logger)
+        } throws: { error in
+            (error as? PostgresProblem)?.kind == .schemaTooNew && "\(error)".contains("version 2, newer than this binary (1)")
+        }
+        #expect(try await server.psql("SELECT count(*) FROM schema_migrations", database: database) == "2")
+    }
+
+    @Test("An operator's command does not migrate: an empty database is refused until the daemon has started once")
+    func commandsDoNotMigrate() async throws {
+        let server = try await PostgresServer.shared()
+        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        await #expect {
+            try await PostgresStore.open(location, password: server.password, migrate: false, logger: logger)
+        } throws: { error in
+            (error as? PostgresProblem)?.kind == .schemaTooOld && "\(error)".contains("start the daemon once")
+        }
+    }
+
+    @Test("A wrong password, an unknown database and an unreachable server are each named")
+    func problemsNamed() async throws {
+        let server = try await PostgresServer.shared()
+        let database = try await server.createDatabase()
+        await #expect {
+            try await PostgresStore.open(try PostgresLocation(url: server.url(database)), password: "wrong", logger: logger)
+        } throws: { error in
+            (error as? PostgresProblem)?.kind == .authenticationFailed && !"\(error)".contains("wrong")
+        }
+        await #expect {
+            try await PostgresStore.open(try PostgresLocation(url: server.url("no_such_database")), password: server.password, logger: logger)
+        } throws: { error in
+            (error as? PostgresProblem)?.kind == .noSuchDatabase && "\(error)".contains("no_such_database")
+        }
+        let nowhere = PostgresLocation(endpoint: .tcp(host: "127.0.0.1", port: try freeLoopbackPort()), user: "u", database: "d", tls: .disable)
+        await #expect {
+            try await PostgresStore.open(nowhere, password: nil, logger: logger)
+        } throws: { error in
+            (error as? PostgresProblem)?.kind == .unreachable && "\(error)".contains("cannot reach PostgreSQL")
+        }
+    }
+
+    @Test("Over TCP with password authentication, as across hosts")
+    func overTCP() async throws {
+        let server = try await PostgresServer.shared()
+        let location = try PostgresLocation(url: server.url(try await server.createDatabase(), tcp: true))
+        let store = try await PostgresStore.open(location, password: server.password, logger: logger)
+        defer { store.close() }
+        let session = TrackedSession(
+            hppSessionID: "tcp-1", kpSessionID: "kp", mode: PlaceOrderMode.none, merchantReference: nil, capturePolicy: .immediate, purpose: .buy,
+            trackedAt: Date(timeIntervalSince1970: 1_800_000_000))
+        #expect(try await store.track(session, event: DomainEvent("tracked", "t"), at: session.trackedAt) == .tracked(session))
+        #expect(try await store.session("tcp-1") == session)
+    }
+}

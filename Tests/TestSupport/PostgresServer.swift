@@ -1,0 +1,179 @@
+import Foundation
+import Synchronization
+
+/// A real PostgreSQL server of the tests' own: Debian's binaries, `initdb` into a temporary directory, `pg_ctl` on a
+/// unix socket in that directory and on a loopback port, password authentication (scram-sha-256) as in production.
+/// As root it runs as the `postgres` user (`initdb` refuses root). One server per test process, started on first
+/// use and stopped when the process exits; each test takes a database of its own (``createDatabase()``).
+public final class PostgresServer: Sendable {
+    public let directory: String
+    public let port: Int
+    public let user = "postgres"
+    public let password: String
+    private let binaries: String
+    private let databases = Mutex(0)
+    private let postmaster = Mutex<Process?>(nil)
+
+    public struct Failed: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// The process's server.
+    public static func shared() async throws -> PostgresServer { try await starting.value }
+
+    /// Started once, on first use (a static is initialised once, whoever asks first).
+    private static let starting = Task {
+        let server = try PostgresServer()
+        removeAtExit.withLock { $0 = server.directory }
+        try await server.initialize()
+        atexit {
+            // No waiting at exit: SIGQUIT to the postmaster is PostgreSQL's immediate shutdown.
+            if let pid = PostgresServer.stopAtExit.withLock({ $0 }) { kill(pid, SIGQUIT) }
+            if let directory = PostgresServer.removeAtExit.withLock({ $0 }) { try? FileManager.default.removeItem(atPath: directory) }
+        }
+        return server
+    }
+
+    /// The postmaster's pid, for the exit handler.
+    private static let stopAtExit = Mutex<Int32?>(nil)
+    private static let removeAtExit = Mutex<String?>(nil)
+    private static let binaryDirectory = ["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"]
+        .first(where: { FileManager.default.isExecutableFile(atPath: $0 + "/pg_ctl") })
+
+    private init() throws {
+        guard let binaries = Self.binaryDirectory else {
+            throw Failed(description: "PostgreSQL's server binaries are not installed (apt-get install postgresql; make check does)")
+        }
+        self.binaries = binaries
+        directory = NSTemporaryDirectory() + "klarna-reconciler-pg-" + UUID().uuidString.prefix(8)
+        password = "pw-" + UUID().uuidString.prefix(12)
+        port = try freeLoopbackPort()
+    }
+
+    private func initialize() async throws {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try password.write(toFile: directory + "/pwfile", atomically: true, encoding: .utf8)
+        if getuid() == 0 { try await Self.run("/bin/chown", ["-R", "postgres", directory]) }
+        try await runAsServer("initdb", ["-D", directory + "/data", "-A", "scram-sha-256", "-U", user, "--pwfile", directory + "/pwfile", "-E", "UTF8", "--no-sync"])
+        try await start()
+    }
+
+    /// Starts the postmaster as this process's own child (not through `pg_ctl`, whose daemonised server would
+    /// inherit the descriptor Foundation watches to learn that a child ended): sockets in ``directory`` and on
+    /// 127.0.0.1:``port``, fsync on (the default). Returns once it answers a query.
+    public func start() async throws {
+        let process = Process()
+        let arguments = [
+            "-D", directory + "/data", "-k", directory, "-c", "listen_addresses=127.0.0.1", "-p", "\(port)", "-c", "max_connections=400",
+        ]
+        if getuid() == 0 {
+            // setpriv execs the server itself, so the pid is the postmaster's and signals reach it.
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            process.arguments = ["--reuid=postgres", "--regid=postgres", "--init-groups", binaries + "/postgres"] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: binaries + "/postgres")
+            process.arguments = arguments
+        }
+        if !FileManager.default.fileExists(atPath: directory + "/log") { FileManager.default.createFile(atPath: directory + "/log", contents: nil) }
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/log"))
+        try log.seekToEnd()
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        postmaster.withLock { $0 = process }
+        Self.stopAtExit.withLock { $0 = process.processIdentifier }
+        try await waitUntil(timeout: .seconds(60)) {
+            guard process.isRunning else { throw Failed(description: "PostgreSQL did not start: \((try? String(contentsOfFile: directory + "/log", encoding: .utf8)) ?? "")") }
+            return (try? await psql("SELECT 1")) != nil
+        }
+    }
+
+    /// Stops the server like `pg_ctl stop -m MODE`: `fast` (SIGINT) ends every session and shuts down in order,
+    /// `immediate` (SIGQUIT) is a crash. Returns once the postmaster has exited.
+    public func stop(mode: String = "fast") async throws {
+        guard let process = postmaster.withLock({ $0 }) else { return }
+        kill(process.processIdentifier, mode == "immediate" ? SIGQUIT : SIGINT)
+        try await waitUntil(timeout: .seconds(60)) { !process.isRunning }
+        postmaster.withLock { $0 = nil }
+    }
+
+    /// `pg_ctl restart -m fast`: every connection is dropped, the server comes back on the same sockets.
+    public func restart() async throws {
+        try await stop(mode: "fast")
+        try await start()
+    }
+
+    /// A new, empty database; its name.
+    public func createDatabase() async throws -> String {
+        let name = "test_\(databases.withLock { $0 += 1; return $0 })_\(UUID().uuidString.prefix(6).lowercased())"
+        try await psql("CREATE DATABASE \(name)")
+        return name
+    }
+
+    /// Runs `sql` as the superuser through psql on the unix socket.
+    @discardableResult
+    public func psql(_ sql: String, database: String = "postgres") async throws -> String {
+        try await Self.run(binaries + "/psql", ["-h", directory, "-p", "\(port)", "-U", user, "-d", database, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
+                     environment: ["PGPASSWORD": password])
+    }
+
+    /// `store.url` for `database` over the unix socket, or over TCP.
+    public func url(_ database: String, tcp: Bool = false) -> String {
+        tcp ? "postgres://\(user)@127.0.0.1:\(port)/\(database)?sslmode=disable"
+            : "postgres://\(user)@\(directory.replacingOccurrences(of: "/", with: "%2F")):\(port)/\(database)"
+    }
+
+    private func runAsServer(_ tool: String, _ arguments: [String]) async throws {
+        if getuid() == 0 {
+            try await Self.run("/usr/bin/setpriv", ["--reuid=postgres", "--regid=postgres", "--init-groups", binaries + "/" + tool] + arguments)
+        } else {
+            try await Self.run(binaries + "/" + tool, arguments)
+        }
+    }
+
+    /// Runs `executable` to its end. Its output goes to a file, not a pipe: `pg_ctl start` leaves the server
+    /// running with the descriptors it was given, and a pipe would never reach its end.
+    @discardableResult
+    static func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) async throws -> String {
+        let outputPath = NSTemporaryDirectory() + "klarna-reconciler-pg-output-" + UUID().uuidString.prefix(8)
+        FileManager.default.createFile(atPath: outputPath, contents: nil)
+        defer { try? FileManager.default.removeItem(atPath: outputPath) }
+        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
+        defer { try? output.close() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        // Polled, not waitUntilExit(): that blocks a thread of the task pool on a run loop that never reaps the child.
+        while process.isRunning { try await Task.sleep(for: .milliseconds(5)) }
+        let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+        guard process.terminationStatus == 0 else {
+            throw Failed(description: "\(executable) \(arguments.joined(separator: " ")) exited \(process.terminationStatus): \(text)")
+        }
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+/// A loopback port nothing listens on now, below the kernel's ephemeral range, where the outgoing connections of the
+/// tests running alongside (curl, the daemons' Klarna calls) cannot take it before the server binds it.
+public func freeLoopbackPort() throws -> Int {
+    for _ in 0..<200 {
+        let port = Int.random(in: 20_000..<32_000)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        if bound == 0 { return port }
+    }
+    throw PostgresServer.Failed(description: "no free loopback port found")
+}
