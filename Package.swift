@@ -136,7 +136,7 @@ let package = Package(
         .target(
             name: "Settings",
             dependencies: [
-                "ReconcilerCore", "KlarnaAPI", "Engine",
+                "ReconcilerCore", "KlarnaAPI", "Engine", "PostgresBackend",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "Logging", package: "swift-log"),
@@ -199,7 +199,7 @@ let package = Package(
         .testTarget(
             name: "EngineTests",
             dependencies: [
-                "Engine", "Ingest", "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "TestSupport",
+                "Engine", "Ingest", "ReconcilerStore", "SQLiteBackend", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "TestSupport",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
@@ -213,7 +213,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", "TestSupport",
+                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict

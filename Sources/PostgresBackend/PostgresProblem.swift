@@ -6,11 +6,16 @@ import PostgresNIO
 /// (it may hold data), so the cases that need words are named here.
 public struct PostgresProblem: Error, CustomStringConvertible {
     public enum Kind: String, Sendable {
-        case unreachable, authenticationFailed, noSuchDatabase, schemaTooNew, schemaTooOld, other
+        case unreachable, authenticationFailed, noSuchDatabase, schemaTooNew, schemaTooOld, heldByAnotherDaemon, other
     }
 
     public let kind: Kind
     public let description: String
+
+    init(kind: Kind, description: String) {
+        self.kind = kind
+        self.description = description
+    }
 
     init(_ error: any Error, location: PostgresLocation) {
         if let problem = error as? PostgresProblem {
@@ -20,11 +25,6 @@ public struct PostgresProblem: Error, CustomStringConvertible {
         if let tooNew = error as? PostgresSchema.TooNew {
             kind = .schemaTooNew
             description = "\(location): \(tooNew)"
-            return
-        }
-        if let notReady = error as? PostgresStore.StoreNotReady {
-            kind = .schemaTooOld
-            description = "\(location): \(notReady)"
             return
         }
         guard let psql = error as? PSQLError else {

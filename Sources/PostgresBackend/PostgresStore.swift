@@ -3,6 +3,7 @@ import Logging
 import PostgresNIO
 import ReconcilerCore
 import ReconcilerStore
+import Synchronization
 import Telemetry
 
 /// The shared store: PostgreSQL over postgres-nio's connection pool, one transaction per write. The same roles as
@@ -13,6 +14,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     let client: PostgresClient
     let logger: Logger
     private let running: Task<Void, Never>
+    /// The daemon's exclusive lock on this database, once ``takeDaemonLock(holder:onLoss:)`` holds it.
+    let daemonLock = Mutex<DaemonLock?>(nil)
     private let encoder: JSONEncoder
     private let decoder = JSONDecoder()
 
@@ -22,32 +25,47 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     public static func open(
         _ location: PostgresLocation, password: String?, migrate: Bool = true, connections: Int = 10, logger: Logger
     ) async throws -> PostgresStore {
-        do {
-            // One plain connection first: its failure names the cause (a pool would retry it for a minute).
-            let connection = try await PostgresConnection.connect(
-                on: PostgresClient.defaultEventLoopGroup.any(), configuration: try location.connectionConfiguration(password: password), id: 0,
-                logger: logger
-            ).get()
-            do {
-                let found = migrate
-                    ? try await PostgresSchema.migrate(connection, logger: logger)
-                    : try await PostgresSchema.version(connection, logger: logger)
-                guard found <= PostgresSchema.latest else { throw PostgresSchema.TooNew(found: found, known: PostgresSchema.latest) }
-                if !migrate, found < PostgresSchema.latest {
-                    throw StoreNotReady(description: "the store's schema is version \(found), this binary expects \(PostgresSchema.latest): start the daemon once to migrate it")
-                }
-            } catch {
-                try? await connection.close()
-                throw error
-            }
-            try await connection.close()
-        } catch {
-            throw PostgresProblem(error, location: location)
+        let found = try await check(location, password: password, migrate: migrate, logger: logger)
+        if !migrate, found < PostgresSchema.latest {
+            throw PostgresProblem(
+                kind: .schemaTooOld,
+                description: "\(location): the store's schema is version \(found), this binary expects \(PostgresSchema.latest): start the daemon once to migrate it")
         }
         let client = PostgresClient(
             configuration: location.clientConfiguration(password: password, maximumConnections: connections), backgroundLogger: logger)
         let store = PostgresStore(location: location, client: client, logger: logger)
         return store
+    }
+
+    /// Connects once (no pool: its failure names the cause at once, where a pool would retry it for a minute),
+    /// migrates if `migrate`, and returns the schema version found. `check-config` uses it to name the problem.
+    @discardableResult
+    public static func check(_ location: PostgresLocation, password: String?, migrate: Bool = false, logger: Logger) async throws -> Int {
+        do {
+            let connection = try await connect(location, password: password, logger: logger)
+            do {
+                let found = migrate
+                    ? try await PostgresSchema.migrate(connection, logger: logger)
+                    : try await PostgresSchema.version(connection, logger: logger)
+                guard found <= PostgresSchema.latest else { throw PostgresSchema.TooNew(found: found, known: PostgresSchema.latest) }
+                try await connection.close()
+                return found
+            } catch {
+                try? await connection.close()
+                throw error
+            }
+        } catch {
+            throw PostgresProblem(error, location: location)
+        }
+    }
+
+    /// The schema version this binary writes.
+    public static var schemaVersion: Int { PostgresSchema.latest }
+
+    static func connect(_ location: PostgresLocation, password: String?, logger: Logger) async throws -> PostgresConnection {
+        try await PostgresConnection.connect(
+            on: PostgresClient.defaultEventLoopGroup.any(), configuration: try location.connectionConfiguration(password: password), id: 0, logger: logger
+        ).get()
     }
 
     private init(location: PostgresLocation, client: PostgresClient, logger: Logger) {
@@ -61,14 +79,11 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     /// Closes every connection; the store is unusable afterwards.
     public func close() {
+        daemonLock.withLock { $0?.release() }
         running.cancel()
     }
 
     deinit { running.cancel() }
-
-    public struct StoreNotReady: Error, CustomStringConvertible {
-        public let description: String
-    }
 
     // MARK: Plumbing
 
@@ -80,6 +95,13 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             try await connection.query("BEGIN", logger: logger)
             do {
                 let value = try await body(connection)
+                if let fence = daemonLock.withLock({ $0?.backendPID }) {
+                    // Fenced: only while this daemon's lock session still holds the lock (see ``DaemonLock``).
+                    let held = try await connection.query(
+                        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = \(fence)", logger: logger
+                    ).collect()
+                    guard !held.isEmpty else { throw DaemonLock.Lost() }
+                }
                 try await connection.query("COMMIT", logger: logger)
                 return value
             } catch {

@@ -2,6 +2,7 @@ import Engine
 import Foundation
 import KlarnaAPI
 import Logging
+import PostgresBackend
 import ReconcilerCore
 
 /// The daemon's validated configuration: config.yaml, then `KLARNA_RECONCILER_*` environment overrides, then
@@ -17,6 +18,11 @@ public struct Settings: Sendable {
     public var requestTimeout: Duration
     public var storePath: String
     public var storeBusyTimeout: Duration
+    /// `store.url`: the shared PostgreSQL store instead of the SQLite file at `storePath`.
+    public var storeURL: PostgresLocation? = nil
+    /// The credential `store-password` (or `store.password_file`); nil when none is there (trust or peer auth).
+    public var storePassword: String? = nil
+    public var storePasswordSource = "none"
     public var outboxDirectory: String
     public var notifyURL: String?
     public var notifyTimeout: Duration
@@ -77,7 +83,7 @@ public enum SettingsKeys {
     public static let all: [String] = [
         "klarna.base_url", "klarna.network_base_url", "klarna.region", "klarna.environment", "klarna.username",
         "klarna.password_file", "klarna.connect_timeout_seconds", "klarna.request_timeout_seconds",
-        "store.path", "store.busy_timeout_ms",
+        "store.path", "store.busy_timeout_ms", "store.url", "store.password_file",
         "outbox.dir",
         "notify.url", "notify.timeout_seconds", "notify.max_attempts",
         "polling.dense_interval_seconds", "polling.dense_window_seconds", "polling.max_interval_seconds",
@@ -119,6 +125,8 @@ extension Settings {
             ("klarna.request_timeout_seconds", seconds(requestTimeout)),
             ("store.path", storePath),
             ("store.busy_timeout_ms", "\(Int(storeBusyTimeout.timeInterval * 1_000))"),
+            ("store.url", storeURL.map { "\($0)" } ?? "(none: the SQLite file store.path)"),
+            ("store.password", storeURL == nil ? "(not used)" : storePassword == nil ? "(none: \(storePasswordSource))" : "<redacted> (\(storePasswordSource))"),
             ("outbox.dir", outboxDirectory),
             ("notify.url", notifyURL ?? "(none)"),
             ("notify.timeout_seconds", seconds(notifyTimeout)),

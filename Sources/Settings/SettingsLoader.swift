@@ -3,6 +3,7 @@ import Engine
 import Foundation
 import KlarnaAPI
 import Logging
+import PostgresBackend
 import ReconcilerCore
 import SystemPackage
 import Yams
@@ -199,6 +200,22 @@ extension Settings {
             statusInterval: try values.seconds("engine.status_interval_seconds", default: 5),
             wedgeWorkLoopFile: try values.string("testing.wedge_work_loop_file").flatMap { $0.isEmpty ? nil : path($0) })
         settings.metricsListen = metricsListen
+        if let url = try values.string("store.url"), !url.isEmpty {
+            guard try values.string("store.path") == nil else {
+                throw SettingsError("store.url", "names a PostgreSQL store, and store.path a SQLite file: set one of them")
+            }
+            do {
+                settings.storeURL = try PostgresLocation(url: url)
+            } catch {
+                throw SettingsError("store.url", "\(error)")
+            }
+            if let password = try secret(values, "store.password_file", credential: "store.password", credentials) {
+                settings.storePassword = password.value
+                settings.storePasswordSource = password.source
+            } else {
+                settings.storePasswordSource = credentials.lookedIn("store-password", key: "store.password_file")
+            }
+        }
         // Under systemd the operators' socket is the one klarna-reconciler-control.socket passes; without it, only
         // one named here (a default inside RuntimeDirectory= would be out of the operators' reach: it is 0750).
         settings.controlSocket = try values.string("control.socket").flatMap { $0.isEmpty ? nil : path($0) }

@@ -20,7 +20,11 @@ struct BackupCommand: AsyncParsableCommand {
             printError("klarna-reconciler: \(file) exists; a backup never overwrites a file: name a new one")
             throw ExitCode(73)  // EX_CANTCREAT
         }
-        let store = try options.openStore(settings, readOnly: true)
+        if let location = settings.storeURL {
+            printError("klarna-reconciler: the store is PostgreSQL (\(location)): back it up with pg_dump, as the README's \"Running several daemons\" says")
+            throw ExitCode(64)
+        }
+        guard let store = try await options.openStore(settings, readOnly: true) as? SQLiteStore else { throw ExitCode.failure }
         do {
             try await store.backup(to: file)
             let copy = try SQLiteStore(path: file, readOnly: true)

@@ -1,10 +1,13 @@
 import ArgumentParser
 import Foundation
+import Logging
+import PostgresBackend
 
 struct CheckConfigCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "check-config",
-        abstract: "Validates the configuration and prints the effective values (secrets redacted); exit 78 on any error."
+        abstract: "Validates the configuration and prints the effective values (secrets redacted); with store.url, connects to PostgreSQL and names what "
+            + "is wrong (exit 78 for configuration and credentials, 69 for a server or schema this binary cannot use)."
     )
 
     @OptionGroup var options: ConfigOptions
@@ -12,5 +15,14 @@ struct CheckConfigCommand: AsyncParsableCommand {
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: true)
         print(settings.effectiveDescription)
+        guard let location = settings.storeURL else { return }
+        do {
+            let found = try await PostgresStore.check(location, password: settings.storePassword, logger: Logger(label: "klarna-reconciler"))
+            let schema = found == 0 ? "empty: the daemon creates the schema on its first start" : "version \(found)"
+            print("store.check: connected to \(location); schema \(schema) (this binary writes \(PostgresStore.schemaVersion))")
+        } catch let problem as PostgresProblem {
+            printError("klarna-reconciler: store.url: \(problem)")
+            throw ExitCode(problem.kind.exitCode)
+        }
     }
 }

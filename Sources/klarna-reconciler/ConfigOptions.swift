@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import Logging
+import PostgresBackend
 import ReconcilerStore
 import SQLiteBackend
 import Settings
@@ -19,8 +21,17 @@ struct ConfigOptions: ParsableArguments {
         }
     }
 
-    /// Opens the store for an operator command, which waits for the daemon's writes instead of failing.
-    func openStore(_ settings: Settings, readOnly: Bool) throws -> SQLiteStore {
+    /// Opens the store for an operator command, which waits for the daemon's writes instead of failing: the SQLite
+    /// file, or the PostgreSQL database `store.url` names (never migrated by a command: the daemon does that).
+    func openStore(_ settings: Settings, readOnly: Bool) async throws -> any ReconcilerStore {
+        if let location = settings.storeURL {
+            do {
+                return try await PostgresStore.open(location, password: settings.storePassword, migrate: false, connections: 2, logger: Logger(label: "klarna-reconciler"))
+            } catch let problem as PostgresProblem {
+                printError("klarna-reconciler: cannot open the store: \(problem)")
+                throw ExitCode(problem.kind.exitCode)
+            }
+        }
         if readOnly, !FileManager.default.fileExists(atPath: settings.storePath) {
             printError("klarna-reconciler: no store at \(settings.storePath) yet: the daemon creates it on its first start")
             throw ExitCode(69)
@@ -30,6 +41,24 @@ struct ConfigOptions: ParsableArguments {
         } catch {
             printError("klarna-reconciler: cannot open the store \(settings.storePath): \(error)")
             throw ExitCode.failure
+        }
+    }
+}
+
+extension Settings {
+    /// The store, as status lines and errors name it.
+    var storeDescription: String { storeURL.map { "\($0)" } ?? storePath }
+}
+
+extension PostgresProblem.Kind {
+    /// What a command exits with: 78 (EX_CONFIG) for what the configuration or credentials got wrong, 69
+    /// (EX_UNAVAILABLE) for a server or schema this binary cannot use now, 75 (EX_TEMPFAIL) when another daemon
+    /// holds the store.
+    var exitCode: Int32 {
+        switch self {
+        case .authenticationFailed, .noSuchDatabase: 78
+        case .unreachable, .schemaTooNew, .schemaTooOld, .other: 69
+        case .heldByAnotherDaemon: 75
         }
     }
 }

@@ -10,7 +10,7 @@ struct KlarnaReconciler: AsyncParsableCommand {
         subcommands: [
             RunCommand.self, ReloadCommand.self, CheckConfigCommand.self, TrackCommand.self, CaptureCommand.self, StatusCommand.self,
             ListCommand.self, ShowCommand.self, HoldCommand.self, ReleaseCommand.self, RetryCommand.self, CancelCommand.self,
-            ReleaseRemainingCommand.self, CallbackURLCommand.self, QuarantineCommand.self, BackupCommand.self, PruneCommand.self,
+            ReleaseRemainingCommand.self, CallbackURLCommand.self, QuarantineCommand.self, BackupCommand.self, PruneCommand.self, StoreCommand.self,
             SandboxCommand.self, DemoCommand.self,
         ]
     )

@@ -34,7 +34,7 @@ struct TrackCommand: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
-        let store = try options.openStore(settings, readOnly: false)
+        let store = try await options.openStore(settings, readOnly: false)
         let now = Date()
         let session = TrackedSession(
             hppSessionID: hppSessionID, kpSessionID: kpSessionID, mode: mode, merchantReference: reference,
@@ -64,7 +64,7 @@ struct CaptureCommand: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
-        let store = try options.openStore(settings, readOnly: false)
+        let store = try await options.openStore(settings, readOnly: false)
         switch try await store.requestCapture(orderID: orderID, amount: amount, at: Date()) {
         case .accepted(let id):
             print("capture of \(amount.map(String.init) ?? "the remaining amount") requested for order \(orderID) (request \(id)); the daemon performs it once Klarna accepts the order")
@@ -93,7 +93,7 @@ struct StatusCommand: AsyncParsableCommand {
             guard let answer = try await client.get(StatusSummary.self, "/v1/status") else { throw ControlClient.Failed(description: "the daemon has no /v1/status: restart it after an upgrade") }
             summary = answer
         } else {
-            summary = try await OperatorDesk(store: try options.openStore(settings, readOnly: true)).status(now: now)
+            summary = try await OperatorDesk(store: try await options.openStore(settings, readOnly: true)).status(now: now)
         }
         if json { return try printJSON(summary) }
         func counts(_ values: [String: Int]) -> String {
@@ -103,7 +103,7 @@ struct StatusCommand: AsyncParsableCommand {
             guard let date else { return "—" }
             return "\(date.formatted(.iso8601)) (\(relative(date, now)))"
         }
-        print("store:          \(settings.storePath)")
+        print("store:          \(settings.storeDescription)")
         print("sessions:       \(counts(summary.sessionsByPhase))")
         print("orders:         \(counts(summary.ordersByPhase))")
         print("intents:        \(counts(summary.intentsByState))")
@@ -138,7 +138,7 @@ struct ListCommand: AsyncParsableCommand {
             }
             listing = answer
         } else {
-            listing = try await OperatorDesk(store: try options.openStore(settings, readOnly: true)).listing(state: state, limit: limit)
+            listing = try await OperatorDesk(store: try await options.openStore(settings, readOnly: true)).listing(state: state, limit: limit)
         }
         if json { return try printJSON(listing) }
         print("SESSIONS (\(listing.sessions.count))")
@@ -170,7 +170,7 @@ struct ShowCommand: AsyncParsableCommand {
         if let client = try await ControlClient.find(settings) {
             story = try await client.get(PaymentStory.self, "/v1/payments/\(ControlClient.escape(id))")
         } else {
-            story = try await OperatorDesk(store: try options.openStore(settings, readOnly: true)).story(id)
+            story = try await OperatorDesk(store: try await options.openStore(settings, readOnly: true)).story(id)
         }
         guard let found = story else {
             printError("klarna-reconciler: nothing tracked matches \(id)")

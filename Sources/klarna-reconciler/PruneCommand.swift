@@ -15,7 +15,7 @@ struct PruneCommand: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
-        let store = try options.openStore(settings, readOnly: dryRun)
+        let store = try await options.openStore(settings, readOnly: dryRun)
         let pruner = Pruner(
             store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" },
             acknowledgedDirectory: settings.outboxDirectory + "/cur", clock: SystemClock())
@@ -23,7 +23,7 @@ struct PruneCommand: AsyncParsableCommand {
             let counts = try await pruner.run(dryRun: dryRun)
             print("\(dryRun ? "would prune" : "pruned"): \(counts)")
         } catch {
-            printError("klarna-reconciler: pruning \(settings.storePath) failed: \(error)")
+            printError("klarna-reconciler: pruning \(settings.storeDescription) failed: \(error)")
             throw ExitCode.failure
         }
     }

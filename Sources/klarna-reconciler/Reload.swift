@@ -105,7 +105,7 @@ struct ReloadCommand: AsyncParsableCommand {
             printError("klarna-reconciler: no daemon is running on \(settings.storePath)")
             throw ExitCode(69)
         }
-        let store = try options.openStore(settings, readOnly: false)
+        let store = try await options.openStore(settings, readOnly: false)
         let id = try await store.requestReload(at: Date())
         guard kill(pid, SIGHUP) == 0 else {
             printError("klarna-reconciler: cannot signal the daemon (pid \(pid)): \(String(cString: strerror(errno)))")

@@ -22,7 +22,7 @@ struct RemediationOptions: ParsableArguments {
         if let client = try await ControlClient.find(settings) {
             return try await run(action, id: id, orderID: orderID, through: client)
         }
-        let store = try options.openStore(settings, readOnly: false)
+        let store = try await options.openStore(settings, readOnly: false)
         let requester = OperatorDesk.requester(uid: getuid(), via: "the command line")
         let answer = try await OperatorDesk(store: store).request(action, id: id, orderID: orderID, by: requester, now: Date(), wait: .seconds(wait))
         switch answer {

@@ -1,11 +1,13 @@
 import ArgumentParser
 import Engine
 import Foundation
+import Glibc
 import HTTPServer
 import Ingest
 import KlarnaAPI
 import Logging
 import Metrics
+import PostgresBackend
 import Prometheus
 import ReconcilerCore
 import ReconcilerStore
@@ -52,17 +54,35 @@ struct RunCommand: AsyncParsableCommand {
         }
         level.value = settings.logLevel
 
+        // The lock beside store.path is taken whichever store is used: one daemon per host and configuration, and
+        // the pid `reload` signals. With PostgreSQL the database's own daemon lock keeps other hosts out.
         let lock: StoreLock
-        let store: SQLiteStore
+        let store: any ReconcilerStore
         let writer: OutboxWriter
         do {
             try FileManager.default.createDirectory(
                 atPath: (settings.storePath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
             lock = try StoreLock(storePath: settings.storePath)
-            store = try SQLiteStore(path: settings.storePath, busyTimeout: settings.storeBusyTimeout)
+            if let location = settings.storeURL {
+                let shared = try await PostgresStore.open(
+                    location, password: settings.storePassword, connections: settings.engine.maxConcurrency + 4, logger: logger)
+                try await shared.takeDaemonLock(password: settings.storePassword, holder: "klarna-reconciler \(ProcessInfo.processInfo.hostName) pid \(getpid())") {
+                    // Its writes are fenced already; stopping makes systemd start a daemon that takes the lock anew.
+                    logger.critical(
+                        "lost the store's daemon lock (the PostgreSQL session ended): stopping; nothing more is committed",
+                        metadata: [MessageID.metadataKey: .string(MessageID.stopped.rawValue)])
+                    notifier.failing(status: "lost the store's daemon lock", errno: EIO)
+                    Glibc.exit(75)
+                }
+                store = shared
+            } else {
+                store = try SQLiteStore(path: settings.storePath, busyTimeout: settings.storeBusyTimeout)
+            }
             writer = try OutboxWriter(directory: settings.outboxDirectory)
         } catch let error as StoreLock.Held {
             throw fail("cannot start: \(error)", errno: EBUSY)
+        } catch let problem as PostgresProblem {
+            throw fail("cannot start: \(problem)", errno: problem.kind == .heldByAnotherDaemon ? EBUSY : EIO, exit: problem.kind.exitCode)
         } catch {
             throw fail("cannot start: \(error)", errno: EIO)
         }
@@ -97,7 +117,7 @@ struct RunCommand: AsyncParsableCommand {
         do {
             open = try await workers.loadOpenWork()
         } catch {
-            throw fail("cannot read open work from \(settings.storePath): \(error)", errno: EIO)
+            throw fail("cannot read open work from \(settings.storeDescription): \(error)", errno: EIO)
         }
         let ingestor = Ingestor(
             rules: Self.ingestRules(settings), store: store, clock: clock, logger: logger,
@@ -184,7 +204,7 @@ struct RunCommand: AsyncParsableCommand {
         }
 
         let listening = servers.map { "\($0.localAddress)" }.joined(separator: ", ")
-        let status = "ready: \(open) open; store \(settings.storePath)" + (listening.isEmpty ? "" : "; listening on \(listening)")
+        let status = "ready: \(open) open; store \(settings.storeDescription)" + (listening.isEmpty ? "" : "; listening on \(listening)")
         var readyLogger = logger
         readyLogger[metadataKey: "klarna_base_url"] = .string(settings.klarna.baseURL)
         // Started in this order, told to stop in reverse: announce the stop (not ready), stop reading the spool, let

@@ -31,7 +31,8 @@ final class DaemonFixture: @unchecked Sendable {
     /// - Parameters:
     ///   - extraConfig: YAML appended to the generated config.
     ///   - ingestConfig: lines added to its `ingest:` section (indented by two spaces).
-    init(extraConfig: String = "", ingestConfig: [String] = []) async throws {
+    ///   - storeConfig: the `store:` section's lines (a PostgreSQL `url:` instead of the SQLite file).
+    init(extraConfig: String = "", ingestConfig: [String] = [], storeConfig: [String] = ["path: state/state.sqlite"]) async throws {
         directory = NSTemporaryDirectory() + "klarna-reconciler-daemon-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         sandbox = KlarnaSandbox(configuration: .init(username: "merchant", password: "daemon-secret"))
@@ -49,7 +50,7 @@ final class DaemonFixture: @unchecked Sendable {
               password_file: klarna-password
               request_timeout_seconds: 2
             store:
-              path: state/state.sqlite
+            \(storeConfig.map { "  " + $0 }.joined(separator: "\n"))
             outbox:
               dir: outbox
             ingest:
@@ -95,6 +96,7 @@ final class DaemonFixture: @unchecked Sendable {
         process.executableURL = SandboxProcessTests.executable
         process.arguments = ["run", "--config", configPath]
         process.environment = ProcessInfo.processInfo.environment.merging(environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }) { $1 }
+            .merging(stateDirectory) { old, _ in old }
         FileManager.default.createFile(atPath: directory + "/daemon.log", contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/daemon.log"))
         log.seekToEndOfFile()
@@ -110,6 +112,10 @@ final class DaemonFixture: @unchecked Sendable {
         }
         #expect(ready?.hasPrefix("READY=1") == true, "daemon did not report READY: \(daemonLog.suffix(500))")
     }
+
+    /// systemd's `$STATE_DIRECTORY`, this fixture's own: with `store.url` the daemon's lock file (one daemon per
+    /// host) goes there, not to /var/lib.
+    var stateDirectory: [String: String] { ["STATE_DIRECTORY": directory + "/state"] }
 
     var daemonLog: String { (try? String(contentsOfFile: directory + "/daemon.log", encoding: .utf8)) ?? "" }
 
@@ -144,7 +150,7 @@ final class DaemonFixture: @unchecked Sendable {
         let process = Process()
         process.executableURL = SandboxProcessTests.executable
         process.arguments = arguments + ["--config", config ?? configPath]
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }.merging(stateDirectory) { old, _ in old }
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: err))
         try process.run()

@@ -103,6 +103,34 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("One daemon per database: a second is refused with the holder's name; once the lock's session ends, nothing more commits")
+    func daemonLockFences() async throws {
+        let server = try await PostgresServer.shared()
+        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let store = try await PostgresStore.open(location, password: server.password, logger: logger)
+        defer { store.close() }
+        let lost = Flag()
+        try await store.takeDaemonLock(password: server.password, holder: "klarna-reconciler host-a pid 1") { lost.set() }
+        let other = try await PostgresStore.open(location, password: server.password, logger: logger)
+        defer { other.close() }
+        await #expect {
+            try await other.takeDaemonLock(password: server.password, holder: "klarna-reconciler host-b pid 2") {}
+        } throws: { error in
+            (error as? PostgresProblem)?.kind == .heldByAnotherDaemon && "\(error)".contains("klarna-reconciler host-a pid 1 from local socket")
+        }
+        var change = Change()
+        change.health = [(name: "klarna_ok", detail: "")]
+        try await store.commit(change, at: Date())
+
+        // The lock's session ends (an administrator, a failover, a broken connection): the fence refuses the commit.
+        try await server.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'klarna-reconciler host-a pid 1'")
+        try await waitUntil(timeout: .seconds(10)) { lost.isSet }
+        await #expect { try await store.commit(change, at: Date()) } throws: { "\($0)".contains("no longer holds the store's daemon lock") }
+        // Another daemon can take it now.
+        try await other.takeDaemonLock(password: server.password, holder: "klarna-reconciler host-b pid 2") {}
+        try await other.commit(change, at: Date())
+    }
+
     @Test("Over TCP with password authentication, as across hosts")
     func overTCP() async throws {
         let server = try await PostgresServer.shared()

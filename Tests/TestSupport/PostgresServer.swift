@@ -22,21 +22,30 @@ public final class PostgresServer: Sendable {
     public static func shared() async throws -> PostgresServer { try await starting.value }
 
     /// Started once, on first use (a static is initialised once, whoever asks first).
-    private static let starting = Task {
-        let server = try PostgresServer()
-        removeAtExit.withLock { $0 = server.directory }
-        try await server.initialize()
+    private static let starting = Task { try await dedicated() }
+
+    /// Registered once, with the first server.
+    private static let exitHandler: Void = {
         atexit {
-            // No waiting at exit: SIGQUIT to the postmaster is PostgreSQL's immediate shutdown.
-            if let pid = PostgresServer.stopAtExit.withLock({ $0 }) { kill(pid, SIGQUIT) }
-            if let directory = PostgresServer.removeAtExit.withLock({ $0 }) { try? FileManager.default.removeItem(atPath: directory) }
+            // No waiting at exit: SIGQUIT to a postmaster is PostgreSQL's immediate shutdown.
+            for (pid, directory) in PostgresServer.running.withLock({ $0 }) {
+                kill(pid, SIGQUIT)
+                try? FileManager.default.removeItem(atPath: directory)
+            }
         }
+    }()
+
+    /// A server of its own, for a test that restarts or stops it (the shared one serves tests running alongside).
+    /// Stopped at exit like the shared one, or earlier with ``stop(mode:)``.
+    public static func dedicated() async throws -> PostgresServer {
+        _ = exitHandler
+        let server = try PostgresServer()
+        try await server.initialize()
         return server
     }
 
-    /// The postmaster's pid, for the exit handler.
-    private static let stopAtExit = Mutex<Int32?>(nil)
-    private static let removeAtExit = Mutex<String?>(nil)
+    /// Every postmaster started and not stopped yet, with its directory, for the exit handler.
+    private static let running = Mutex<[Int32: String]>([:])
     private static let binaryDirectory = ["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"]
         .first(where: { FileManager.default.isExecutableFile(atPath: $0 + "/pg_ctl") })
 
@@ -82,7 +91,7 @@ public final class PostgresServer: Sendable {
         process.standardError = log
         try process.run()
         postmaster.withLock { $0 = process }
-        Self.stopAtExit.withLock { $0 = process.processIdentifier }
+        Self.running.withLock { $0[process.processIdentifier] = directory }
         try await waitUntil(timeout: .seconds(60)) {
             guard process.isRunning else { throw Failed(description: "PostgreSQL did not start: \((try? String(contentsOfFile: directory + "/log", encoding: .utf8)) ?? "")") }
             return (try? await psql("SELECT 1")) != nil
@@ -96,6 +105,7 @@ public final class PostgresServer: Sendable {
         kill(process.processIdentifier, mode == "immediate" ? SIGQUIT : SIGINT)
         try await waitUntil(timeout: .seconds(60)) { !process.isRunning }
         postmaster.withLock { $0 = nil }
+        Self.running.withLock { $0[process.processIdentifier] = nil }
     }
 
     /// `pg_ctl restart -m fast`: every connection is dropped, the server comes back on the same sockets.

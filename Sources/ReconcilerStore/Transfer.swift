@@ -1,0 +1,82 @@
+import Foundation
+
+/// A store's contents table by table, for `klarna-reconciler store copy`: each column with its kind, so that each
+/// store maps it to its own types (SQLite keeps times as seconds since 1970 and flags as 0/1; PostgreSQL as
+/// timestamptz and boolean). Ids stay what they were: outbox files and idempotency keys name them.
+public enum TransferTable: String, CaseIterable, Sendable {
+    case sessions, orders, intents, events, outcomes, wakeups, health, deliveries, rejections, reloads, holds
+    case paymentRequests = "payment_requests"
+    case captureRequests = "capture_requests"
+    case operatorRequests = "operator_requests"
+
+    public enum Kind: Sendable {
+        case text, integer, date, bool
+    }
+
+    /// Every column, in the order rows carry them.
+    public var columns: [(name: String, kind: Kind)] {
+        switch self {
+        case .sessions:
+            [("hpp_session_id", .text), ("kp_session_id", .text), ("order_id", .text), ("merchant_reference", .text), ("phase", .text),
+             ("outcome", .text), ("next_due", .date), ("deadline", .date), ("tracked_at", .date), ("updated_at", .date), ("data", .text)]
+        case .orders:
+            [("order_id", .text), ("hpp_session_id", .text), ("merchant_reference", .text), ("phase", .text), ("outcome", .text),
+             ("next_due", .date), ("deadline", .date), ("created_at", .date), ("updated_at", .date), ("data", .text)]
+        case .paymentRequests:
+            [("payment_request_id", .text), ("state", .text), ("outcome", .text), ("next_due", .date), ("tracked_at", .date),
+             ("updated_at", .date), ("data", .text)]
+        case .intents:
+            [("key", .text), ("kind", .text), ("subject", .text), ("state", .text), ("attempts", .integer), ("next_attempt", .date),
+             ("created_at", .date), ("updated_at", .date), ("data", .text)]
+        case .events:
+            [("id", .integer), ("at", .date), ("hpp_session_id", .text), ("order_id", .text), ("kind", .text), ("message", .text), ("detail", .text)]
+        case .outcomes:
+            [("id", .integer), ("at", .date), ("kind", .text), ("hpp_session_id", .text), ("order_id", .text), ("data", .text),
+             ("outbox_written", .bool), ("notified", .bool), ("notify_attempts", .integer), ("notify_next", .date)]
+        case .captureRequests:
+            [("id", .integer), ("order_id", .text), ("amount", .integer), ("requested_at", .date), ("state", .text), ("note", .text)]
+        case .wakeups:
+            [("id", .integer), ("work_key", .text), ("delivered", .bool)]
+        case .health:
+            [("name", .text), ("at", .date), ("detail", .text)]
+        case .deliveries:
+            [("dedupe_key", .text), ("kind", .text), ("source", .text), ("received_at", .date), ("summary", .text), ("repeats", .integer)]
+        case .rejections:
+            [("id", .integer), ("at", .date), ("source", .text), ("status", .integer), ("error", .text), ("detail", .text)]
+        case .reloads:
+            [("id", .integer), ("requested_at", .date), ("answered_at", .date), ("ok", .bool), ("message", .text)]
+        case .operatorRequests:
+            [("id", .integer), ("work_key", .text), ("action", .text), ("order_id", .text), ("requested_by", .text), ("requested_at", .date),
+             ("state", .text), ("note", .text), ("answered_at", .date)]
+        case .holds:
+            [("work_key", .text), ("held_at", .date), ("held_by", .text)]
+        }
+    }
+
+    /// Whether the first column is a numbered id the store hands out (its counter must continue after the copy).
+    public var numbered: Bool { columns.first?.name == "id" }
+}
+
+/// One column's value in a transfer.
+public enum TransferValue: Sendable, Equatable {
+    case null
+    case text(String)
+    case integer(Int64)
+    case date(Date)
+    case bool(Bool)
+}
+
+/// What a store gives to `store copy`: its rows, a batch at a time, in a stable order.
+public protocol TransferSource: Sendable {
+    func exportRows(_ table: TransferTable, offset: Int, limit: Int) async throws -> [[TransferValue]]
+    func count(_ table: TransferTable) async throws -> Int
+}
+
+/// What a store takes from `store copy`: rows into an empty store, then its counters moved past the copied ids.
+public protocol TransferTarget: Sendable {
+    /// No session, order, event or outcome yet: a copy never merges into a store that is in use.
+    func isEmptyForTransfer() async throws -> Bool
+    func importRows(_ table: TransferTable, _ rows: [[TransferValue]]) async throws
+    func finishTransfer() async throws
+    func count(_ table: TransferTable) async throws -> Int
+}
