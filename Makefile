@@ -10,11 +10,11 @@ SYSUSERSDIR ?= /etc/sysusers.d
 TMPFILESDIR ?= /etc/tmpfiles.d
 CATALOGDIR ?= /usr/lib/systemd/catalog
 DEBIAN_PACKAGES := pkg-config libcurl4-openssl-dev libsystemd-dev libsqlite3-dev curl systemd python3
-BENCH_PACKAGES := wrk
+BENCH_PACKAGES := wrk postgresql
 # The tests put Debian's nginx in front of the socket (Tests/IntegrationTests/NginxTests.swift), parse /metrics with the
 # Prometheus client library's own parser (MetricsTests.swift), and run the store conformance suite against a
-# PostgreSQL server they start themselves (Tests/TestSupport/PostgresServer.swift).
-CHECK_PACKAGES := nginx python3-prometheus-client postgresql
+# PostgreSQL server they start themselves (Tests/TestSupport/PostgresServer.swift; openssl makes its test certificate).
+CHECK_PACKAGES := nginx python3-prometheus-client postgresql openssl
 
 DEB_PACKAGES := dpkg-dev fakeroot lintian
 

@@ -36,6 +36,20 @@ printf "%-34s %10s %10s %10s %10s\n" "wrk -t2 -c$CONCURRENCY (C, no JSON decode)
 echo "client / wrk throughput ratio: $(awk -v a="$(value rps)" -v b="$wrk_rps" 'BEGIN { printf "%.2f", a/b }')"
 echo "client peak RSS: $(value peak_rss_kib) KiB"
 
+# PostgreSQL for the shared-store figures: a server of the bench's own (initdb into a temporary directory, fsync on,
+# a unix socket only), as the postgres user when run as root (initdb refuses root).
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+PG_DIR=$(mktemp -d /tmp/klarna-bench-pg.XXXXXX)
+as_postgres() { if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=postgres --regid=postgres --init-groups "$@"; else "$@"; fi; }
+[ "$(id -u)" -eq 0 ] && chown postgres "$PG_DIR"
+as_postgres "$PG_BIN/initdb" -D "$PG_DIR/data" -A trust -U postgres >/dev/null
+as_postgres "$PG_BIN/postgres" -D "$PG_DIR/data" -k "$PG_DIR" -c listen_addresses='' >"$PG_DIR/log" 2>&1 &
+PG=$!
+trap 'kill $SANDBOX 2>/dev/null || true; kill $PG 2>/dev/null || true; wait $PG 2>/dev/null || true; rm -rf "$PG_DIR"' EXIT
+for _ in $(seq 200); do "$PG_BIN/pg_isready" -q -h "$PG_DIR" && break; sleep 0.05; done
+"$PG_BIN/createdb" -h "$PG_DIR" -U postgres klarna_bench
+"$PG_BIN/createdb" -h "$PG_DIR" -U postgres pgbench_reference
+
 # The engine end to end: the real daemon binary against a sandbox on loopback (Benchmarks/EngineBench).
 SESSIONS=${BENCH_SESSIONS:-2000}
 LATENCY_SESSIONS=${BENCH_LATENCY_SESSIONS:-300}
@@ -46,7 +60,8 @@ echo "== klarna-reconciler engine bench: daemon process + in-process sandbox on 
 ENGINE=$($BIN/klarna-engine-bench $BIN/klarna-reconciler --sessions "$SESSIONS" --latency-sessions "$LATENCY_SESSIONS" \
     --ingest-requests "${BENCH_INGEST_REQUESTS:-4000}" --spool-files "${BENCH_SPOOL_FILES:-2000}" \
     --idle-sessions "$IDLE_SESSIONS" --history-rows "$HISTORY_ROWS" \
-    --webhooks "${BENCH_WEBHOOKS:-2000}" --webhook-rate "${BENCH_WEBHOOK_RATE:-100}")
+    --webhooks "${BENCH_WEBHOOKS:-2000}" --webhook-rate "${BENCH_WEBHOOK_RATE:-100}" \
+    --postgres-url "postgres://postgres@$(echo "$PG_DIR" | sed 's|/|%2F|g')/klarna_bench")
 engine() { echo "$ENGINE" | awk -v k="$1" '$1 == k { print $2 }'; }
 printf "%-58s %s\n" "sessions completed end to end (COMPLETED → captured)" "$(engine e2e_sessions_per_second)/s ($(engine e2e_sessions) in $(engine e2e_seconds) s, daemon CPU $(engine e2e_daemon_cpu_seconds) s)"
 printf "%-58s %s\n" "Klarna calls per completed session" "$(engine e2e_calls_per_session) ($(echo "$ENGINE" | awk '$1 ~ /^e2e_calls_[a-z]+\./ { sub("e2e_calls_", "", $1); printf "%s %s  ", $1, $2 }'))"
@@ -63,6 +78,14 @@ echo "== klarna-reconciler ingest bench: the same daemon; acks are sent only aft
 printf "%-58s %s\n" "store: raw durable commits (one event each, fsynced)" "$(engine store_commits_per_second)/s"
 printf "%-58s %s\n" "socket: track requests acknowledged, 16 concurrent senders" "$(engine ingest_acks_per_second)/s (p50 $(engine ingest_p50_ms) ms, p99 $(engine ingest_p99_ms) ms, $(engine ingest_requests) requests)"
 printf "%-58s %s\n" "spool: files taken from new/ and committed" "$(engine spool_files_per_second)/s ($(engine spool_files) files)"
+# The reference: pgbench inserting one row per transaction into a table like the daemon's, 16 clients, same server.
+"$PG_BIN/psql" -h "$PG_DIR" -U postgres -d pgbench_reference -qc \
+    "CREATE TABLE deliveries (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz NOT NULL, summary text NOT NULL)"
+echo "INSERT INTO deliveries (at, summary) VALUES (now(), 'one durable row');" >"$PG_DIR/insert.sql"
+PGBENCH=$("$PG_BIN/pgbench" -h "$PG_DIR" -U postgres -n -c 16 -j 2 -T "$SECONDS_PER_RUN" -f "$PG_DIR/insert.sql" pgbench_reference 2>&1)
+pgbench_tps=$(echo "$PGBENCH" | awk '/^tps/ { printf "%.0f", $3 }')
+printf "%-58s %s\n" "socket on PostgreSQL $("$PG_BIN/postgres" --version | awk '{ print $3 }') (same machine, fsync on), 16 senders" "$(engine pg_ingest_acks_per_second)/s (p50 $(engine pg_ingest_p50_ms) ms, p99 $(engine pg_ingest_p99_ms) ms)"
+printf "%-58s %s\n" "  reference: pgbench, one-row INSERT transactions, 16 clients" "$pgbench_tps/s (ratio $(awk -v a="$(engine pg_ingest_acks_per_second)" -v b="$pgbench_tps" 'BEGIN { printf "%.2f", a/b }'))"
 echo
 echo "== klarna-reconciler webhooks: verified HPP COMPLETED callbacks into the socket at a steady rate, NONE + immediate"
 printf "%-58s %s\n" "callback sent → order placed at Klarna ($(engine webhook_payments) at $(engine webhook_rate)/s)" "p50 $(engine webhook_to_order_p50_ms) ms, p99 $(engine webhook_to_order_p99_ms) ms"

@@ -29,6 +29,11 @@ guard CommandLine.arguments.count >= 2 else {
 }
 let daemonBinary = CommandLine.arguments[1]
 
+func stringOption(_ name: String) -> String? {
+    guard let index = CommandLine.arguments.firstIndex(of: name), index + 1 < CommandLine.arguments.count else { return nil }
+    return CommandLine.arguments[index + 1]
+}
+
 func report(_ key: String, _ value: Any) { print("\(key) \(value)") }
 
 func percentile(_ sorted: [Double], _ p: Double) -> Double {
@@ -42,7 +47,8 @@ final class Bench: @unchecked Sendable {
     var storePath: String { folder + "/state.sqlite" }
     var process: Process?
 
-    init(sandboxURL: String, extra: String = "") throws {
+    /// - Parameter store: the `store:` section's line (a PostgreSQL `url:` instead of the SQLite file).
+    init(sandboxURL: String, extra: String = "", store: String = "path: state.sqlite") throws {
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         try "sandbox-secret".write(toFile: folder + "/pw", atomically: true, encoding: .utf8)
         try """
@@ -51,7 +57,7 @@ final class Bench: @unchecked Sendable {
               username: sandbox-merchant
               password_file: pw
             store:
-              path: state.sqlite
+              \(store)
             outbox:
               dir: outbox
             ingest:
@@ -335,33 +341,9 @@ do {
 
     _ = try bench.start()
     let requests = option("--ingest-requests", 4_000)
-    let transport = CurlTransport(configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: bench.folder + "/ingest.sock"))
-    let counter = Counter()
-    let ingestStarted = ContinuousClock.now
-    let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
-        for worker in 0..<16 {
-            group.addTask {
-                var mine: [Double] = []
-                while true {
-                    let index = counter.next()
-                    guard index < requests else { return mine }
-                    let body = Array(#"{"hpp_session_id":"ingest-\#(worker)-\#(index)","kp_session_id":"kp-\#(index)"}"#.utf8)
-                    let started = ContinuousClock.now
-                    let response = try await transport.execute(HTTPRequest(
-                        method: "POST", url: "http://localhost/v1/sessions", headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
-                    guard response.status == 202 else { throw BenchFailure("ingest answered \(response.status)") }
-                    mine.append((ContinuousClock.now - started).seconds * 1_000)
-                }
-            }
-        }
-        var all: [Double] = []
-        for try await part in group { all += part }
-        return all.sorted()
-    }
-    let ingestSeconds = (ContinuousClock.now - ingestStarted).seconds
-    transport.shutdown()
+    let (acksPerSecond, latencies) = try await acknowledge(requests, folder: bench.folder)
     report("ingest_requests", requests)
-    report("ingest_acks_per_second", String(format: "%.0f", Double(requests) / ingestSeconds))
+    report("ingest_acks_per_second", String(format: "%.0f", acksPerSecond))
     report("ingest_p50_ms", String(format: "%.2f", percentile(latencies, 0.50)))
     report("ingest_p99_ms", String(format: "%.2f", percentile(latencies, 0.99)))
 
@@ -381,6 +363,18 @@ do {
     }
     report("spool_files", files)
     report("spool_files_per_second", String(format: "%.0f", Double(files) / (ContinuousClock.now - spoolStarted).seconds))
+    bench.stop()
+}
+// 5b. The same socket acks with the store on PostgreSQL (`--postgres-url`, a server scripts/bench.sh starts on this
+//     machine, fsync on): each ack after its transaction commits there.
+if let url = stringOption("--postgres-url") {
+    let bench = try Bench(sandboxURL: sandboxURL, extra: "log:\n  level: warning", store: "url: \(url)")
+    _ = try bench.start()
+    let requests = option("--ingest-requests", 4_000)
+    let (acksPerSecond, latencies) = try await acknowledge(requests, folder: bench.folder)
+    report("pg_ingest_acks_per_second", String(format: "%.0f", acksPerSecond))
+    report("pg_ingest_p50_ms", String(format: "%.2f", percentile(latencies, 0.50)))
+    report("pg_ingest_p99_ms", String(format: "%.2f", percentile(latencies, 0.99)))
     bench.stop()
 }
 // 5. Webhooks: verified HPP COMPLETED callbacks at a steady rate into the socket, for payments nobody tracked before
@@ -520,6 +514,36 @@ final class SentTimes: Sendable {
 }
 
 /// OM notifications from 16 concurrent senders for `duration`, each acknowledged after its commit: acks per second.
+/// `requests` track requests from 16 concurrent senders into the daemon's socket in `folder`, each answered 202 only
+/// after its durable commit: acks per second, and each request's latency in ms, sorted.
+func acknowledge(_ requests: Int, folder: String) async throws -> (perSecond: Double, latencies: [Double]) {
+    let transport = CurlTransport(configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: folder + "/ingest.sock"))
+    defer { transport.shutdown() }
+    let counter = Counter()
+    let started = ContinuousClock.now
+    let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
+        for worker in 0..<16 {
+            group.addTask {
+                var mine: [Double] = []
+                while true {
+                    let index = counter.next()
+                    guard index < requests else { return mine }
+                    let body = Array(#"{"hpp_session_id":"ingest-\#(worker)-\#(index)","kp_session_id":"kp-\#(index)"}"#.utf8)
+                    let sent = ContinuousClock.now
+                    let response = try await transport.execute(HTTPRequest(
+                        method: "POST", url: "http://localhost/v1/sessions", headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
+                    guard response.status == 202 else { throw BenchFailure("ingest answered \(response.status)") }
+                    mine.append((ContinuousClock.now - sent).seconds * 1_000)
+                }
+            }
+        }
+        var all: [Double] = []
+        for try await part in group { all += part }
+        return all.sorted()
+    }
+    return (Double(requests) / (ContinuousClock.now - started).seconds, latencies)
+}
+
 func ingest(_ transport: CurlTransport, for duration: Duration, prefix: String) async throws -> Double {
     let counter = Counter()
     let started = ContinuousClock.now

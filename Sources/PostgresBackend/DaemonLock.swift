@@ -5,24 +5,29 @@ import Synchronization
 
 /// One daemon per database, until work is shared by leases: a session-level advisory lock held on a connection of
 /// its own for the daemon's lifetime, the PostgreSQL counterpart of the SQLite store's `flock`. PostgreSQL drops it
-/// when that session ends (the daemon exits or is killed, the server restarts). Every write transaction checks, in
-/// the transaction, that this session still holds it, so a daemon that lost it commits nothing, and a `sent` intent
-/// (hence a Klarna call) cannot follow; and the daemon is told (`onLoss`) so that it stops.
+/// when that session ends (the daemon exits or is killed, the server restarts), and the daemon is told (`onLoss`)
+/// so that it stops.
+///
+/// Fencing: whoever takes the lock moves `daemon_epoch` on before it reads anything, and every write transaction
+/// of a daemon reads the epoch with a share lock and refuses to commit unless it is still its own. A daemon that
+/// lost the lock therefore commits nothing, so no intent of it becomes `sent` and no Klarna call follows; and the
+/// share lock makes the next daemon's epoch move wait for a commit already under way, so it never reads state an
+/// older daemon is still changing.
 final class DaemonLock: Sendable {
     /// `pg_try_advisory_lock` key: "klarna-d" in ASCII (migrations use another).
     static let key: Int64 = 0x6B6C_6172_6E61_2D64
 
     struct Lost: Error, CustomStringConvertible {
-        var description: String { "this daemon no longer holds the store's daemon lock (its session ended): nothing is committed" }
+        var description: String { "this daemon no longer holds the store's daemon lock (another took it): nothing is committed" }
     }
 
     let connection: PostgresConnection
-    /// The lock session's server process, as `pg_locks.pid` shows it.
-    let backendPID: Int32
+    /// This daemon's fencing token.
+    let epoch: Int64
 
-    private init(connection: PostgresConnection, backendPID: Int32) {
+    private init(connection: PostgresConnection, epoch: Int64) {
         self.connection = connection
-        self.backendPID = backendPID
+        self.epoch = epoch
     }
 
     private let released = Mutex(false)
@@ -40,8 +45,8 @@ final class DaemonLock: Sendable {
         let connection = try await PostgresStore.connect(location, password: password, logger: logger)
         do {
             try await connection.query("SELECT set_config('application_name', \(String(holder.prefix(60))), false)", logger: logger)
-            let rows = try await connection.query("SELECT pg_try_advisory_lock(\(key)), pg_backend_pid()", logger: logger).collect()
-            let (taken, pid) = try rows[0].decode((Bool, Int32).self)
+            let rows = try await connection.query("SELECT pg_try_advisory_lock(\(key))", logger: logger).collect()
+            let taken = try rows[0].decode(Bool.self)
             guard taken else {
                 let other = try await connection.query(
                     """
@@ -56,7 +61,10 @@ final class DaemonLock: Sendable {
                     description: "\(location): another klarna-reconciler daemon holds this store (\(other.map { "\($0.0) from \($0.1)" } ?? "unknown")); "
                         + "one daemon per database for now")
             }
-            let lock = DaemonLock(connection: connection, backendPID: pid)
+            let epoch = try await connection.query(
+                "UPDATE daemon_epoch SET epoch = epoch + 1, holder = \(holder) RETURNING epoch", logger: logger
+            ).collect()[0].decode(Int64.self)
+            let lock = DaemonLock(connection: connection, epoch: epoch)
             connection.closeFuture.whenComplete { _ in if !lock.released.withLock({ $0 }) { onLoss() } }
             return lock
         } catch {

@@ -11,9 +11,22 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         case unixSocket(directory: String, port: Int)
     }
 
-    /// libpq's `sslmode`, the three that mean something without a CA of our own.
+    /// libpq's `sslmode`: `prefer` and `require` encrypt without checking the server's certificate (as libpq does);
+    /// `verify-full` checks it against the system's trusted CAs and the host name.
     public enum TLSMode: String, Sendable, Equatable, CaseIterable {
         case disable, prefer, require
+        case verifyFull = "verify-full"
+
+        /// The client's TLS settings for this mode; nil for `disable`.
+        var configuration: TLSConfiguration? {
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            switch self {
+            case .disable: return nil
+            case .prefer, .require: configuration.certificateVerification = .none
+            case .verifyFull: break
+            }
+            return configuration
+        }
     }
 
     public var endpoint: Endpoint
@@ -101,10 +114,10 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         var configuration: PostgresConnection.Configuration
         switch endpoint {
         case .tcp(let host, let port):
-            let tlsConfiguration: PostgresConnection.Configuration.TLS = switch tls {
-            case .disable: .disable
-            case .prefer: .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
-            case .require: .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+            let tlsConfiguration: PostgresConnection.Configuration.TLS = switch (tls, tls.configuration) {
+            case (.disable, _), (_, nil): .disable
+            case (.prefer, let settings?): .prefer(try NIOSSLContext(configuration: settings))
+            case (_, let settings?): .require(try NIOSSLContext(configuration: settings))
             }
             configuration = .init(host: host, port: port, username: user, password: password, database: database, tls: tlsConfiguration)
         case .unixSocket(let directory, let port):
@@ -119,10 +132,10 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         var configuration: PostgresClient.Configuration
         switch endpoint {
         case .tcp(let host, let port):
-            let tlsConfiguration: PostgresClient.Configuration.TLS = switch tls {
-            case .disable: .disable
-            case .prefer: .prefer(.makeClientConfiguration())
-            case .require: .require(.makeClientConfiguration())
+            let tlsConfiguration: PostgresClient.Configuration.TLS = switch (tls, tls.configuration) {
+            case (.disable, _), (_, nil): .disable
+            case (.prefer, let settings?): .prefer(settings)
+            case (_, let settings?): .require(settings)
             }
             configuration = .init(host: host, port: port, username: user, password: password, database: database, tls: tlsConfiguration)
         case .unixSocket(let directory, let port):

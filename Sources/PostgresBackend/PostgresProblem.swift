@@ -35,6 +35,9 @@ public struct PostgresProblem: Error, CustomStringConvertible {
         let state = psql.serverInfo?[.sqlState]
         let message = psql.serverInfo?[.message]
         switch (psql.code, state) {
+        case (.authMechanismRequiresPassword, _):
+            kind = .authenticationFailed
+            description = "\(location): the server asks for a password and none is configured (the credential store-password, or store.password_file)"
         case (_, "28P01"), (_, "28000"):
             kind = .authenticationFailed
             description = "\(location): authentication failed for user \(location.user) (\(message ?? "check the credential store-password and pg_hba.conf"))"

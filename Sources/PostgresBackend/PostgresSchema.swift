@@ -80,6 +80,13 @@ enum PostgresSchema {
         CREATE INDEX operator_requests_pending ON operator_requests(work_key, id) WHERE state = 'pending';
         CREATE TABLE holds (work_key text PRIMARY KEY, held_at timestamptz NOT NULL, held_by text NOT NULL);
         """,
+        // 2: the fencing token of the daemon lock: each daemon that takes the lock moves the epoch on, and every
+        // write transaction of a daemon checks, with a share lock on this row, that the epoch is still its own.
+        """
+        CREATE TABLE daemon_epoch (
+          singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton), epoch bigint NOT NULL, holder text NOT NULL);
+        INSERT INTO daemon_epoch (epoch, holder) VALUES (0, '');
+        """,
     ]
 
     static var latest: Int { steps.count }

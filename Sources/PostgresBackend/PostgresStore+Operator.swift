@@ -42,9 +42,11 @@ extension PostgresStore {
 
     public func operatorRequests(_ ids: [Int64]) async throws -> [OperatorRequest] {
         guard !ids.isEmpty else { return [] }
-        return try await rows(
-            "SELECT id, work_key, action, order_id, requested_by, requested_at, state, note FROM operator_requests WHERE id = ANY(\(ids)) ORDER BY id"
+        let found = try await rows(
+            "SELECT id, work_key, action, order_id, requested_by, requested_at, state, note FROM operator_requests WHERE id = ANY(\(ids))"
         ).compactMap(Self.request)
+        // In the order asked for, as the SQLite store answers.
+        return ids.compactMap { id in found.first { $0.id == id } }
     }
 
     public func holds(_ keys: [WorkKey]) async throws -> [WorkKey: Hold] {
@@ -82,7 +84,7 @@ extension PostgresStore {
         ).map { try decode(TrackedSession.self, $0) }
         var orderIDs = Set(sessions.compactMap(\.orderID))
         orderIDs.formUnion(try await rows("SELECT order_id FROM orders WHERE order_id = \(id) OR merchant_reference = \(id)").map { try $0.decode(String.self) })
-        let orders = try await rows("SELECT data FROM orders WHERE order_id = ANY(\(Array(orderIDs))) ORDER BY order_id").map { try decode(TrackedOrder.self, $0) }
+        let orders = try await rows("SELECT data FROM orders WHERE order_id = ANY(\(Array(orderIDs))) ORDER BY order_id COLLATE \"C\"").map { try decode(TrackedOrder.self, $0) }
         let sessionIDs = Array(Set(sessions.map(\.hppSessionID)).union(orders.compactMap(\.hppSessionID)))
         let orderList = Array(orderIDs)
         let events = try await rows(
@@ -126,11 +128,18 @@ extension PostgresStore {
 
     /// `list --state held`: the held sessions and orders, newest hold first.
     private func listHeld(limit: Int) async throws -> StoreListing {
-        let sessions = try await rows(
-            "SELECT s.data FROM holds h JOIN sessions s ON h.work_key = 'session:' || s.hpp_session_id ORDER BY h.held_at DESC LIMIT \(limit)")
-        let orders = try await rows(
-            "SELECT o.data FROM holds h JOIN orders o ON h.work_key = 'order:' || o.order_id ORDER BY h.held_at DESC LIMIT \(limit)")
-        return StoreListing(sessions: try sessions.map { try decode(TrackedSession.self, $0) }, orders: try orders.map { try decode(TrackedOrder.self, $0) })
+        // The newest `limit` holds, sessions and orders together.
+        let held = try await rows(
+            """
+            SELECT s.data, o.data FROM (SELECT work_key, held_at FROM holds ORDER BY held_at DESC LIMIT \(limit)) h
+            LEFT JOIN sessions s ON h.work_key = 'session:' || s.hpp_session_id
+            LEFT JOIN orders o ON h.work_key = 'order:' || o.order_id
+            ORDER BY h.held_at DESC
+            """
+        ).map { try $0.decode((String?, String?).self) }
+        return StoreListing(
+            sessions: try held.compactMap(\.0).map { try decode(TrackedSession.self, text: $0) },
+            orders: try held.compactMap(\.1).map { try decode(TrackedOrder.self, text: $0) })
     }
 
     public func summary(now: Date) async throws -> StatusSummary {

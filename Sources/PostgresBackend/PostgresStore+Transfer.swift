@@ -6,11 +6,8 @@ import ReconcilerStore
 /// numbered table's counter is moved past the highest copied id at the end.
 extension PostgresStore: TransferTarget {
     public func isEmptyForTransfer() async throws -> Bool {
-        try await rows(
-            """
-            SELECT NOT EXISTS (SELECT 1 FROM sessions) AND NOT EXISTS (SELECT 1 FROM orders) AND NOT EXISTS (SELECT 1 FROM events)
-              AND NOT EXISTS (SELECT 1 FROM outcomes) AND NOT EXISTS (SELECT 1 FROM payment_requests)
-            """)[0].decode(Bool.self)
+        let checks = TransferTable.allCases.map { "NOT EXISTS (SELECT 1 FROM \($0.rawValue))" }.joined(separator: " AND ")
+        return try await rows(PostgresQuery(unsafeSQL: "SELECT \(checks)"))[0].decode(Bool.self)
     }
 
     public func importRows(_ table: TransferTable, _ batch: [[TransferValue]]) async throws {
@@ -36,11 +33,13 @@ extension PostgresStore: TransferTarget {
         }
     }
 
-    public func finishTransfer() async throws {
+    public func finishTransfer(counters: [TransferTable: Int64]) async throws {
         for table in TransferTable.allCases where table.numbered {
+            let counter = counters[table] ?? 0
             try await rows(
                 PostgresQuery(unsafeSQL: """
-                    SELECT setval(pg_get_serial_sequence('\(table.rawValue)', 'id'), coalesce(max(id), 1), max(id) IS NOT NULL) FROM \(table.rawValue)
+                    SELECT setval(pg_get_serial_sequence('\(table.rawValue)', 'id'), greatest(coalesce(max(id), 0), \(counter), 1),
+                      greatest(coalesce(max(id), 0), \(counter)) > 0) FROM \(table.rawValue)
                     """))
         }
     }

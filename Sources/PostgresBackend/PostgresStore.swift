@@ -95,12 +95,10 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             try await connection.query("BEGIN", logger: logger)
             do {
                 let value = try await body(connection)
-                if let fence = daemonLock.withLock({ $0?.backendPID }) {
-                    // Fenced: only while this daemon's lock session still holds the lock (see ``DaemonLock``).
-                    let held = try await connection.query(
-                        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = \(fence)", logger: logger
-                    ).collect()
-                    guard !held.isEmpty else { throw DaemonLock.Lost() }
+                if let epoch = daemonLock.withLock({ $0?.epoch }) {
+                    // Fenced: only while the epoch is still this daemon's (see ``DaemonLock``).
+                    let current = try await connection.query("SELECT epoch FROM daemon_epoch FOR SHARE", logger: logger).collect()
+                    guard try current.first?.decode(Int64.self) == epoch else { throw DaemonLock.Lost() }
                 }
                 try await connection.query("COMMIT", logger: logger)
                 return value
@@ -299,7 +297,9 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// Takes every wakeup row there is. Not by sequence: with concurrent writers, identity values commit out of
     /// order, and a row numbered below one already taken may still be on its way. `sequence` only grows.
     public func wakeups(after sequence: Int64, includingDelivered: Bool) async throws -> (keys: [WorkKey], last: Int64) {
-        let taken = try await rows("DELETE FROM wakeups RETURNING id, work_key, delivered").map { try $0.decode((Int64, String, Bool).self) }
+        let taken = try await transaction { db in
+            try await rows(db, "DELETE FROM wakeups RETURNING id, work_key, delivered").map { try $0.decode((Int64, String, Bool).self) }
+        }
         guard !taken.isEmpty else { return ([], sequence) }
         let keys = taken.sorted { $0.0 < $1.0 }.filter { includingDelivered || !$0.2 }.compactMap { WorkKey($0.1) }
         return (keys, max(sequence, taken.map(\.0).max() ?? sequence))
@@ -475,16 +475,22 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         ).map(outcome)
     }
 
+    // The daemon's bookkeeping of deliveries goes through a transaction, so a daemon that lost the store is fenced
+    // here too.
     public func markOutboxWritten(_ id: Int64) async throws {
-        try await rows("UPDATE outcomes SET outbox_written = true WHERE id = \(id)")
+        try await transaction { db in try await db.query("UPDATE outcomes SET outbox_written = true WHERE id = \(id)", logger: logger) }
     }
 
     public func markNotified(_ id: Int64) async throws {
-        try await rows("UPDATE outcomes SET notified = true WHERE id = \(id)")
+        try await transaction { db in try await db.query("UPDATE outcomes SET notified = true WHERE id = \(id)", logger: logger) }
     }
 
     public func notifyFailed(_ id: Int64, nextAt: Date?) async throws {
-        try await rows("UPDATE outcomes SET notify_attempts = notify_attempts + 1, notify_next = \(nextAt), notified = \(nextAt == nil) WHERE id = \(id)")
+        try await transaction { db in
+            try await db.query(
+                "UPDATE outcomes SET notify_attempts = notify_attempts + 1, notify_next = \(nextAt), notified = \(nextAt == nil) WHERE id = \(id)",
+                logger: logger)
+        }
     }
 
     func outcome(_ row: PostgresRow) throws -> StoredOutcome {

@@ -70,13 +70,17 @@ public enum TransferValue: Sendable, Equatable {
 public protocol TransferSource: Sendable {
     func exportRows(_ table: TransferTable, offset: Int, limit: Int) async throws -> [[TransferValue]]
     func count(_ table: TransferTable) async throws -> Int
+    /// The highest id each numbered table ever handed out, rows since deleted included (pruned outcomes keep theirs
+    /// in outbox file names: an id is never given twice).
+    func counters() async throws -> [TransferTable: Int64]
 }
 
 /// What a store takes from `store copy`: rows into an empty store, then its counters moved past the copied ids.
 public protocol TransferTarget: Sendable {
-    /// No session, order, event or outcome yet: a copy never merges into a store that is in use.
+    /// No row in any table: a copy never merges into a store that was used.
     func isEmptyForTransfer() async throws -> Bool
     func importRows(_ table: TransferTable, _ rows: [[TransferValue]]) async throws
-    func finishTransfer() async throws
+    /// Moves each numbered table's counter past `counters` and past every copied id.
+    func finishTransfer(counters: [TransferTable: Int64]) async throws
     func count(_ table: TransferTable) async throws -> Int
 }

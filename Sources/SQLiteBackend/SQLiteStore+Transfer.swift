@@ -22,6 +22,14 @@ extension SQLiteStore: TransferSource {
         }
     }
 
+    public func counters() async throws -> [TransferTable: Int64] {
+        try await read { db in
+            Dictionary(uniqueKeysWithValues: try db.query("SELECT name, seq FROM sqlite_sequence").compactMap { row in
+                row.string(0).flatMap(TransferTable.init(rawValue:)).map { ($0, row.int64(1) ?? 0) }
+            })
+        }
+    }
+
     public func count(_ table: TransferTable) async throws -> Int {
         try await read { db in try db.query("SELECT COUNT(*) FROM \(table.rawValue)").first?.int(0) ?? 0 }
     }

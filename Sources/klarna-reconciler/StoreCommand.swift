@@ -95,7 +95,7 @@ struct StoreCopyCommand: AsyncParsableCommand {
                 guard expected == found else { throw CopyFailed(description: "\(table.rawValue): \(expected) rows in \(from), \(found) in \(location)") }
                 copied.append("\(table.rawValue) \(found)")
             }
-            try await target.finishTransfer()
+            try await target.finishTransfer(counters: try await source.counters())
         } catch {
             printError("klarna-reconciler: the copy failed: \(error). The database holds part of it: drop and create it again before copying anew; \(from) is unchanged")
             throw ExitCode.failure

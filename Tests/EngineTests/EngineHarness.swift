@@ -21,8 +21,10 @@ struct EngineHarness {
     let logs: LogLines
 
     /// - Parameter wrapStore: puts a fault-injecting double between the engine and the real store.
+    /// - Parameter requestTimeout: generous by default (a loaded machine runs the in-process sandbox late); the
+    ///   timeout tests pass their own.
     static func with<T: Sendable>(
-        settings: EngineSettings = EngineHarness.fastSettings, requestTimeout: Duration = .seconds(2),
+        settings: EngineSettings = EngineHarness.fastSettings, requestTimeout: Duration = .seconds(10),
         wrapStore: (SQLiteStore) -> any WorkStore = { $0 },
         _ body: (EngineHarness) async throws -> T
     ) async throws -> T {

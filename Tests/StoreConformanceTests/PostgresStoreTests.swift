@@ -37,7 +37,8 @@ struct PostgresStoreTests {
         #expect(problem("mysql://u@h/d").contains("only postgres://"))
         #expect(problem("postgres://h/d").contains("no user"))
         #expect(problem("postgres://u@h/").contains("no database"))
-        #expect(problem("postgres://u@h/d?sslmode=verify-full").contains("sslmode=verify-full"))
+        #expect(try PostgresLocation(url: "postgres://u@h/d?sslmode=verify-full").tls == .verifyFull)
+        #expect(problem("postgres://u@h/d?sslmode=verify-ca").contains("sslmode=verify-ca"))
         #expect(problem("postgres://u@h/d?application_name=x").contains("application_name"))
     }
 
@@ -51,7 +52,7 @@ struct PostgresStoreTests {
             return try await group.reduce(into: []) { $0.append($1) }
         }
         defer { stores.forEach { $0.close() } }
-        #expect(try await server.psql("SELECT count(*), count(DISTINCT version) FROM schema_migrations", database: database) == "1|1")
+        #expect(try await server.psql("SELECT count(*), count(DISTINCT version) FROM schema_migrations", database: database) == "\(PostgresStore.schemaVersion)|\(PostgresStore.schemaVersion)")
         for store in stores { try await store.probeWrites() }
     }
 
@@ -65,9 +66,10 @@ struct PostgresStoreTests {
         await #expect {
             try await PostgresStore.open(location, password: server.password, logger: logger)
         } throws: { error in
-            (error as? PostgresProblem)?.kind == .schemaTooNew && "\(error)".contains("version 2, newer than this binary (1)")
+            (error as? PostgresProblem)?.kind == .schemaTooNew
+                && "\(error)".contains("version \(PostgresStore.schemaVersion + 1), newer than this binary (\(PostgresStore.schemaVersion))")
         }
-        #expect(try await server.psql("SELECT count(*) FROM schema_migrations", database: database) == "2")
+        #expect(try await server.psql("SELECT count(*) FROM schema_migrations", database: database) == "\(PostgresStore.schemaVersion + 1)")
     }
 
     @Test("An operator's command does not migrate: an empty database is refused until the daemon has started once")
@@ -103,7 +105,7 @@ struct PostgresStoreTests {
         }
     }
 
-    @Test("One daemon per database: a second is refused with the holder's name; once the lock's session ends, nothing more commits")
+    @Test("One daemon per database: a second is refused with the holder's name; once another takes the lock, the first commits nothing")
     func daemonLockFences() async throws {
         let server = try await PostgresServer.shared()
         let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
@@ -122,13 +124,35 @@ struct PostgresStoreTests {
         change.health = [(name: "klarna_ok", detail: "")]
         try await store.commit(change, at: Date())
 
-        // The lock's session ends (an administrator, a failover, a broken connection): the fence refuses the commit.
+        // The lock's session ends (an administrator, a failover, a broken connection): the daemon is told, and once
+        // another daemon has taken the lock, the first one's transactions are refused whatever its pool still has.
         try await server.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'klarna-reconciler host-a pid 1'")
         try await waitUntil(timeout: .seconds(10)) { lost.isSet }
-        await #expect { try await store.commit(change, at: Date()) } throws: { "\($0)".contains("no longer holds the store's daemon lock") }
-        // Another daemon can take it now.
         try await other.takeDaemonLock(password: server.password, holder: "klarna-reconciler host-b pid 2") {}
+        await #expect { try await store.commit(change, at: Date()) } throws: { "\($0)".contains("no longer holds the store's daemon lock") }
+        await #expect { try await store.markNotified(1) } throws: { "\($0)".contains("no longer holds the store's daemon lock") }
+        await #expect { _ = try await store.wakeups(after: 0, includingDelivered: true) } throws: { "\($0)".contains("no longer holds") }
         try await other.commit(change, at: Date())
+    }
+
+    @Test("sslmode as libpq: prefer and require encrypt without checking a self-signed certificate; verify-full refuses it")
+    func tlsModes() async throws {
+        let server = try await PostgresServer.dedicated()
+        try await server.enableTLS()
+        let database = try await server.createDatabase()
+        func location(_ mode: String) throws -> PostgresLocation {
+            try PostgresLocation(url: "postgres://\(server.user)@127.0.0.1:\(server.port)/\(database)?sslmode=\(mode)")
+        }
+        for mode in ["prefer", "require"] {
+            let store = try await PostgresStore.open(try location(mode), password: server.password, logger: logger)
+            try await store.takeDaemonLock(password: server.password, holder: "tls-\(mode)") {}
+            #expect(try await server.psql("SELECT ssl FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE application_name = 'tls-\(mode)'") == "t", "\(mode)")
+            store.close()
+        }
+        await #expect { try await PostgresStore.open(try location("verify-full"), password: server.password, logger: logger) } throws: { error in
+            (error as? PostgresProblem) != nil
+        }
+        try await server.stop()
     }
 
     @Test("Over TCP with password authentication, as across hosts")

@@ -114,6 +114,21 @@ public final class PostgresServer: Sendable {
         try await start()
     }
 
+    /// Turns TLS on with a self-signed certificate for `localhost` (made here with openssl), as a server set up
+    /// without a CA of its own would have; the server reloads its configuration.
+    public func enableTLS() async throws {
+        let data = directory + "/data"
+        try await Self.run("/usr/bin/openssl", [
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+            "-keyout", data + "/server.key", "-out", data + "/server.crt",
+        ])
+        if getuid() == 0 { try await Self.run("/bin/chown", ["postgres", data + "/server.key", data + "/server.crt"]) }
+        chmod(data + "/server.key", 0o600)
+        try await psql("ALTER SYSTEM SET ssl = on")
+        try await psql("SELECT pg_reload_conf()")
+        try await waitUntil(timeout: .seconds(10)) { try await psql("SHOW ssl") == "on" }
+    }
+
     /// A new, empty database; its name.
     public func createDatabase() async throws -> String {
         let name = "test_\(databases.withLock { $0 += 1; return $0 })_\(UUID().uuidString.prefix(6).lowercased())"
