@@ -27,11 +27,14 @@ public final class PostgresServer: Sendable {
     /// Registered once, with the first server.
     private static let exitHandler: Void = {
         atexit {
-            // No waiting at exit: SIGQUIT to a postmaster is PostgreSQL's immediate shutdown.
-            for (pid, directory) in PostgresServer.running.withLock({ $0 }) {
+            // SIGQUIT to a postmaster is PostgreSQL's immediate shutdown; it removes postmaster.pid once it is down
+            // (a second at most is waited for), and only then the directory goes, every server's, stopped or not.
+            let (running, directories) = (PostgresServer.running.withLock { $0 }, PostgresServer.directories.withLock { $0 })
+            for (pid, directory) in running {
                 kill(pid, SIGQUIT)
-                try? FileManager.default.removeItem(atPath: directory)
+                for _ in 0..<100 where FileManager.default.fileExists(atPath: directory + "/data/postmaster.pid") { usleep(10_000) }
             }
+            for directory in directories { try? FileManager.default.removeItem(atPath: directory) }
         }
     }()
 
@@ -40,12 +43,15 @@ public final class PostgresServer: Sendable {
     public static func dedicated() async throws -> PostgresServer {
         _ = exitHandler
         let server = try PostgresServer()
+        directories.withLock { _ = $0.insert(server.directory) }
         try await server.initialize()
         return server
     }
 
-    /// Every postmaster started and not stopped yet, with its directory, for the exit handler.
+    /// Every postmaster started and not stopped yet, with its directory, and every server's directory, for the
+    /// exit handler.
     private static let running = Mutex<[Int32: String]>([:])
+    private static let directories = Mutex<Set<String>>([])
     private static let binaryDirectory = ["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"]
         .first(where: { FileManager.default.isExecutableFile(atPath: $0 + "/pg_ctl") })
 
