@@ -3,6 +3,7 @@ import Logging
 import PostgresBackend
 import ReconcilerCore
 import ReconcilerStore
+@testable import SQLiteBackend
 import Testing
 import TestSupport
 
@@ -153,6 +154,31 @@ struct PostgresStoreTests {
             (error as? PostgresProblem) != nil
         }
         try await server.stop()
+    }
+
+    @Test("A copy from SQLite keeps the ids and the counters: an id handed out and pruned there is not handed out again")
+    func copyKeepsCounters() async throws {
+        let directory = NSTemporaryDirectory() + "klarna-reconciler-copy-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let sqlite = try SQLiteStore(path: directory + "/state.sqlite")
+        var three = Change()
+        three.outcomes = (1...3).map { Outcome(kind: .cancelled, reason: "r", hppSessionID: "s-\($0)") }
+        try await sqlite.commit(three, at: Date())
+        // The newest outcome pruned: SQLite never gives its id (an outbox file name) to another.
+        try SQLiteConnection(path: directory + "/state.sqlite", readOnly: false, busyTimeout: .seconds(5)).execute("DELETE FROM outcomes WHERE id = 3")
+
+        let server = try await PostgresServer.shared()
+        let postgres = try await PostgresStore.open(try PostgresLocation(url: server.url(try await server.createDatabase())), password: server.password, logger: logger)
+        defer { postgres.close() }
+        #expect(try await postgres.isEmptyForTransfer())
+        for table in TransferTable.allCases { try await postgres.importRows(table, try await sqlite.exportRows(table, offset: 0, limit: 1_000)) }
+        try await postgres.finishTransfer(counters: try await sqlite.counters())
+        #expect(try await !postgres.isEmptyForTransfer())
+        var next = Change()
+        next.outcomes = [Outcome(kind: .cancelled, reason: "r", hppSessionID: "s-4")]
+        try await postgres.commit(next, at: Date())
+        #expect(try await postgres.undeliveredOutcomes(now: Date(), limit: 10).map(\.id) == [1, 2, 4])
     }
 
     @Test("Over TCP with password authentication, as across hosts")
