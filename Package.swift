@@ -169,7 +169,7 @@ let package = Package(
         .executableTarget(
             name: "klarna-engine-bench",
             dependencies: [
-                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend",
+                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", "PostgresBackend",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Benchmarks/EngineBench",

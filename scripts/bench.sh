@@ -49,6 +49,8 @@ trap 'kill $SANDBOX 2>/dev/null || true; kill $PG 2>/dev/null || true; wait $PG 
 for _ in $(seq 200); do "$PG_BIN/pg_isready" -q -h "$PG_DIR" && break; sleep 0.05; done
 "$PG_BIN/createdb" -h "$PG_DIR" -U postgres klarna_bench
 "$PG_BIN/createdb" -h "$PG_DIR" -U postgres pgbench_reference
+for n in 1 2 3 4; do "$PG_BIN/createdb" -h "$PG_DIR" -U postgres "klarna_cluster_$n"; done
+PG_SOCKET=$(echo "$PG_DIR" | sed 's|/|%2F|g')
 
 # The engine end to end: the real daemon binary against a sandbox on loopback (Benchmarks/EngineBench).
 SESSIONS=${BENCH_SESSIONS:-2000}
@@ -61,7 +63,8 @@ ENGINE=$($BIN/klarna-engine-bench $BIN/klarna-reconciler --sessions "$SESSIONS" 
     --ingest-requests "${BENCH_INGEST_REQUESTS:-4000}" --spool-files "${BENCH_SPOOL_FILES:-2000}" \
     --idle-sessions "$IDLE_SESSIONS" --history-rows "$HISTORY_ROWS" \
     --webhooks "${BENCH_WEBHOOKS:-2000}" --webhook-rate "${BENCH_WEBHOOK_RATE:-100}" \
-    --postgres-url "postgres://postgres@$(echo "$PG_DIR" | sed 's|/|%2F|g')/klarna_bench")
+    --postgres-url "postgres://postgres@$PG_SOCKET/klarna_bench" \
+    --postgres-cluster-urls "$(for n in 1 2 3 4; do printf 'postgres://postgres@%s/klarna_cluster_%s,' "$PG_SOCKET" "$n"; done)")
 engine() { echo "$ENGINE" | awk -v k="$1" '$1 == k { print $2 }'; }
 printf "%-58s %s\n" "sessions completed end to end (COMPLETED → captured)" "$(engine e2e_sessions_per_second)/s ($(engine e2e_sessions) in $(engine e2e_seconds) s, daemon CPU $(engine e2e_daemon_cpu_seconds) s)"
 printf "%-58s %s\n" "Klarna calls per completed session" "$(engine e2e_calls_per_session) ($(echo "$ENGINE" | awk '$1 ~ /^e2e_calls_[a-z]+\./ { sub("e2e_calls_", "", $1); printf "%s %s  ", $1, $2 }'))"
@@ -86,6 +89,14 @@ PGBENCH=$("$PG_BIN/pgbench" -h "$PG_DIR" -U postgres -n -c 16 -j 2 -T "$SECONDS_
 pgbench_tps=$(echo "$PGBENCH" | awk '/^tps/ { printf "%.0f", $3 }')
 printf "%-58s %s\n" "socket on PostgreSQL $("$PG_BIN/postgres" --version | awk '{ print $3 }') (same machine, fsync on), 16 senders" "$(engine pg_ingest_acks_per_second)/s (p50 $(engine pg_ingest_p50_ms) ms, p99 $(engine pg_ingest_p99_ms) ms)"
 printf "%-58s %s\n" "  reference: pgbench, one-row INSERT transactions, 16 clients" "$pgbench_tps/s (ratio $(awk -v a="$(engine pg_ingest_acks_per_second)" -v b="$pgbench_tps" 'BEGIN { printf "%.2f", a/b }'))"
+echo
+echo "== klarna-reconciler cluster: daemons sharing that PostgreSQL (leases), phase 1's workload ($(engine e2e_sessions) COMPLETED sessions)"
+printf "%-58s %s\n" "payments end to end, 1 daemon on SQLite (phase 1, above)" "$(engine e2e_sessions_per_second)/s"
+for n in 1 2 3; do
+    printf "%-58s %s\n" "payments end to end, $n daemon(s) on PostgreSQL" "$(engine cluster_${n}_payments_per_second)/s (ratio to SQLite $(awk -v a="$(engine cluster_${n}_payments_per_second)" -v b="$(engine e2e_sessions_per_second)" 'BEGIN { printf "%.2f", a/b }'), daemons' CPU $(engine cluster_${n}_cpu_seconds) s)"
+done
+printf "%-58s %s\n" "3 daemons polling, one budget of $(engine cluster_budget_rate)/s configured" "$(engine cluster_budget_calls_per_second) Klarna calls/s together (ratio $(awk -v a="$(engine cluster_budget_calls_per_second)" -v b="$(engine cluster_budget_rate)" 'BEGIN { printf "%.2f", a/b }'); leases $(engine cluster_leases_per_daemon))"
+printf "%-58s %s\n" "takeover after kill -9 (lease 3 s, poll 1 s)" "$(engine cluster_takeover_seconds) s until the other two held its $(engine cluster_takeover_leases) leases"
 echo
 echo "== klarna-reconciler webhooks: verified HPP COMPLETED callbacks into the socket at a steady rate, NONE + immediate"
 printf "%-58s %s\n" "callback sent → order placed at Klarna ($(engine webhook_payments) at $(engine webhook_rate)/s)" "p50 $(engine webhook_to_order_p50_ms) ms, p99 $(engine webhook_to_order_p99_ms) ms"

@@ -5,6 +5,7 @@ import HTTPServer
 import KlarnaAPI
 import KlarnaSandbox
 import Logging
+import PostgresBackend
 import ReconcilerCore
 import ReconcilerStore
 import SQLiteBackend
@@ -169,17 +170,23 @@ let fast = """
       level: warning
     """
 
-// 1. Throughput: N sessions already COMPLETED, tracked before the daemon starts; READY → all captured.
-do {
-    let count = option("--sessions", 2_000)
-    let bench = try Bench(sandboxURL: sandboxURL, extra: fast)
-    let now = Date()
+/// `count` sessions the consumer has paid (HPP COMPLETED in the sandbox), to track at once.
+func completedSessions(_ count: Int, now: Date) throws -> Change {
     var change = Change()
     for _ in 0..<count {
         let created = try sandbox.createSession(SessionSpec(orderAmount: 10_000))
         try sandbox.setHPPStatus(created.hppSessionId, "COMPLETED")
         change.sessions.append(session(created, now: now))
     }
+    return change
+}
+
+// 1. Throughput: N sessions already COMPLETED, tracked before the daemon starts; READY → all captured.
+do {
+    let count = option("--sessions", 2_000)
+    let bench = try Bench(sandboxURL: sandboxURL, extra: fast)
+    let now = Date()
+    let change = try completedSessions(count, now: now)
     let store = try SQLiteStore(path: bench.storePath)
     try await store.commit(change, at: now)
     let baseline = sandbox.requests().count
@@ -376,6 +383,80 @@ if let url = stringOption("--postgres-url") {
     report("pg_ingest_p50_ms", String(format: "%.2f", percentile(latencies, 0.50)))
     report("pg_ingest_p99_ms", String(format: "%.2f", percentile(latencies, 0.99)))
     bench.stop()
+}
+// 5c. Several daemons on one PostgreSQL (`--postgres-cluster-urls`: four empty databases on that server). Payments
+//     end to end with 1, 2 and 3 daemons (phase 1's workload: COMPLETED sessions tracked at once, READY → all
+//     captured, next to phase 1's single daemon on SQLite); then three daemons polling open sessions on one budget
+//     (the calls they make together, against the configured rate), and the time until one killed daemon's leases
+//     are all held by the others.
+if let urls = stringOption("--postgres-cluster-urls")?.split(separator: ",").map(String.init), urls.count >= 4 {
+    let logger = Logger(label: "bench.cluster")
+    func summary(_ store: PostgresStore) async throws -> Int { openWork(try await store.summary(now: Date())) }
+    for daemons in 1...3 {
+        let url = urls[daemons - 1]
+        let store = try await PostgresStore.open(try PostgresLocation(url: url), password: nil, logger: logger)
+        let benches = try (0..<daemons).map { _ in try Bench(sandboxURL: sandboxURL, extra: fast, store: "url: \(url)") }
+        for bench in benches { _ = try bench.start() }
+        let count = option("--sessions", 2_000)
+        let now = Date()
+        let change = try completedSessions(count, now: now)
+        let started = ContinuousClock.now
+        try await store.commit(change, at: now)  // every daemon hears of the new work at once
+        while try await summary(store) > 0 {
+            guard ContinuousClock.now - started < .seconds(600) else { throw BenchFailure("\(daemons) daemons did not finish") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let elapsed = (ContinuousClock.now - started).seconds
+        report("cluster_\(daemons)_payments_per_second", String(format: "%.0f", Double(count) / elapsed))
+        report("cluster_\(daemons)_cpu_seconds", String(format: "%.2f", benches.map { $0.usage().cpuSeconds }.reduce(0, +)))
+        for bench in benches { bench.stop() }
+        store.close()
+    }
+
+    let rate = option("--cluster-rate", 60)
+    let url = urls[3]
+    let store = try await PostgresStore.open(try PostgresLocation(url: url), password: nil, logger: logger)
+    let benches = try (0..<3).map { _ in
+        try Bench(sandboxURL: sandboxURL, extra: """
+            rate_limit:
+              requests_per_second: \(rate)
+              burst: 10
+            polling:
+              dense_interval_seconds: 1
+            log:
+              level: warning
+            """, store: "url: \(url)\n  lease_seconds: 3")
+    }
+    for bench in benches { _ = try bench.start() }
+    let open = option("--cluster-open-sessions", 600)
+    var change = Change()
+    for _ in 0..<open { change.sessions.append(session(try sandbox.createSession(SessionSpec(orderAmount: 10_000)), now: Date())) }
+    try await store.commit(change, at: Date())
+    // Every daemon holds its share and is past its first burst; then the calls of 10 s.
+    while try await store.daemons().filter({ $0.stoppedAt == nil }).map(\.leases).reduce(0, +) < open { try await Task.sleep(for: .milliseconds(50)) }
+    try await Task.sleep(for: .seconds(3))
+    let before = sandbox.requests().count
+    try await Task.sleep(for: .seconds(10))
+    let calls = Double(sandbox.requests().count - before) / 10
+    report("cluster_budget_rate", rate)
+    report("cluster_budget_calls_per_second", String(format: "%.1f", calls))
+    let held = try await store.daemons().filter { $0.stoppedAt == nil }
+    report("cluster_leases_per_daemon", held.map { "\($0.leases)" }.joined(separator: "/"))
+    // kill -9 of the daemon holding the most; the time until the other two hold every lease.
+    let most = held.max { $0.leases < $1.leases }!
+    let victim = benches.first { Int($0.process!.processIdentifier) == most.pid }!
+    let victimPid = most.pid
+    let victimLeases = most.leases
+    kill(victim.process!.processIdentifier, SIGKILL)
+    let killed = ContinuousClock.now
+    while try await store.daemons().filter({ $0.pid != victimPid && $0.stoppedAt == nil }).map(\.leases).reduce(0, +) < open {
+        guard ContinuousClock.now - killed < .seconds(60) else { throw BenchFailure("no takeover within 60 s") }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    report("cluster_takeover_seconds", String(format: "%.2f", (ContinuousClock.now - killed).seconds))
+    report("cluster_takeover_leases", victimLeases)
+    for bench in benches { bench.stop() }
+    store.close()
 }
 // 5. Webhooks: verified HPP COMPLETED callbacks at a steady rate into the socket, for payments nobody tracked before
 //    (each is tracked from its callback). Latency: callback sent → order placed at Klarna; and Klarna calls per payment.

@@ -50,6 +50,8 @@ public actor Scheduler {
     private var afterRun: [WorkKey: WorkPlan] = [:]
     /// Keys woken by a hint (a webhook, a capture request): the worker reads Klarna even if not due yet.
     private var hinted: Set<WorkKey> = []
+    /// Running keys another daemon holds now: dropped when their worker is done.
+    private var forgotten: Set<WorkKey> = []
     private var sequence: UInt64 = 0
     /// How long sessions take to end, learned from what the workers see; routine reads are valued by it.
     public private(set) var completionModel = CompletionModel()
@@ -64,6 +66,7 @@ public actor Scheduler {
 
     /// Sets when `key` is due and how urgent it is, replacing any earlier plan.
     public func schedule(_ key: WorkKey, _ plan: WorkPlan) {
+        forgotten.remove(key)
         if running[key] != nil {
             afterRun[key] = Self.merge(afterRun[key], plan)
         } else {
@@ -79,6 +82,7 @@ public actor Scheduler {
     /// Makes `key` due at `time` as a hinted read unless it is due earlier already (a webhook, a CLI request). The
     /// next run of the key is told it was hinted.
     public func wake(_ key: WorkKey, at time: Date) {
+        forgotten.remove(key)
         hinted.insert(key)
         let plan = WorkPlan(due: time, urgency: .hinted)
         if running[key] != nil {
@@ -132,9 +136,26 @@ public actor Scheduler {
         return earliest
     }
 
+    /// Drops `key` (another daemon holds it now): its plan, its hint, and what a running worker would do next.
+    public func forget(_ key: WorkKey) {
+        waiting.removeValue(forKey: key)
+        ready.remove(key)
+        hinted.remove(key)
+        afterRun.removeValue(forKey: key)
+        if running[key] != nil { forgotten.insert(key) }
+    }
+
+    /// Whether `key` is planned or running.
+    public func has(_ key: WorkKey) -> Bool { waiting[key] != nil || running[key] != nil }
+
     /// A worker is done with `key`; `next` is what it wants next (`nil`: finished).
     public func finished(_ key: WorkKey, next: WorkPlan?) {
         running.removeValue(forKey: key)
+        if forgotten.remove(key) != nil {
+            afterRun.removeValue(forKey: key)
+            doorbell.ring()
+            return
+        }
         if let plan = Self.merge(next, afterRun.removeValue(forKey: key)) { put(key, plan) }
         doorbell.ring()
     }

@@ -14,14 +14,18 @@ public struct WorkerService: Service {
     private let logger: Logger
     /// Beaten every time round the dispatch loop, for the watchdog.
     public let heartbeat: Heartbeat?
+    /// With several daemons on one store: the share of the work this daemon holds. `nil`: all of it is this one's.
+    public let leases: LeaseKeeper?
     /// Fault injection for the watchdog's system test (`testing.wedge_work_loop_file`): when this file appears, the
     /// dispatch loop removes it and hangs for good, as a deadlocked loop would.
     private let wedgeFile: String?
 
     public init(
-        reconciler: Reconciler, queue: any WorkQueue, scheduler: Scheduler, logger: Logger, heartbeat: Heartbeat? = nil, wedgeFile: String? = nil
+        reconciler: Reconciler, queue: any WorkQueue, scheduler: Scheduler, logger: Logger, heartbeat: Heartbeat? = nil, leases: LeaseKeeper? = nil,
+        wedgeFile: String? = nil
     ) {
         self.reconciler = reconciler
+        self.leases = leases
         self.queue = queue
         self.scheduler = scheduler
         self.logger = logger
@@ -30,8 +34,13 @@ public struct WorkerService: Service {
     }
 
     /// Loads every open session and order into the scheduler, and the wakeups a previous run left (a delivery
-    /// committed just before a crash). Call before `run`, ahead of READY.
+    /// committed just before a crash); with leases, registers and claims this daemon's first share instead. Call
+    /// before `run`, ahead of READY.
     public func loadOpenWork() async throws -> Int {
+        if let leases {
+            try await leases.start()
+            return await adoptClaims()
+        }
         let now = reconciler.clock.now
         let work = try await queue.openWork()
         for item in work { await scheduler.schedule(item.key, item.plan(now: now, deadlines: reconciler.settings.deadlines)) }
@@ -47,7 +56,8 @@ public struct WorkerService: Service {
         let wakeupBell = Doorbell()
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
-                group.addTask { await pollWakeups(until: stopping, bell: wakeupBell) }
+                // With leases, the keeper takes the wakeups of the keys this daemon holds.
+                if leases == nil { group.addTask { await pollWakeups(until: stopping, bell: wakeupBell) } }
                 await dispatch(group: &group, until: stopping)
             }
         } onGracefulShutdown: {
@@ -65,6 +75,7 @@ public struct WorkerService: Service {
                 logger.critical("fault injection: \(wedgeFile) found; the work loop hangs now")
                 await withCheckedContinuation { (_: CheckedContinuation<Void, Never>) in }
             }
+            await adoptClaims()
             let limit = reconciler.settings.maxConcurrency
             let capacity = limit - (await scheduler.runningCount)
             let jobs = capacity > 0 ? await scheduler.take(now: clock.now, capacity: capacity, budget: reconciler.rateLimiter) : []
@@ -78,29 +89,51 @@ public struct WorkerService: Service {
         }
     }
 
+    /// Plans the keys the lease keeper claimed: by their open state, or at once when they were woken (a hint, an
+    /// operator request) rather than open. Returns how many.
+    @discardableResult
+    private func adoptClaims() async -> Int {
+        guard let leases else { return 0 }
+        let claims = leases.takeClaims()
+        let now = reconciler.clock.now
+        for claim in claims {
+            if let work = claim.work { await scheduler.schedule(claim.key, work.plan(now: now, deadlines: reconciler.settings.deadlines)) }
+            if claim.work == nil || leases.wasHinted(claim.key) { await scheduler.wake(claim.key, at: now) }
+        }
+        return claims.count
+    }
+
     /// Runs one job to the end of its step and tells the scheduler what comes next. A routine read admitted with a
     /// spare token spends it on its first call; a job that made no call gives it back.
     public func perform(_ job: Scheduler.Job) async {
         let prepaid = job.prepaid ? RateLimiter.Prepaid() : nil
-        let result = await RateLimiter.$prepaid.withValue(prepaid) { await work(job) }
+        let (result, lost) = await RateLimiter.$prepaid.withValue(prepaid) { await work(job) }
         if let prepaid, prepaid.use() { reconciler.rateLimiter?.refund(1) }
         if let ending = result.ending { await scheduler.observe(ending) }
-        for other in result.wake { await scheduler.schedule(other, at: reconciler.clock.now, urgency: .inMotion) }
+        for other in result.wake {
+            if let leases { await leases.hint(other) } else { await scheduler.schedule(other, at: reconciler.clock.now, urgency: .inMotion) }
+        }
         await scheduler.finished(job.key, next: result.next)
+        if let leases {
+            if lost { await leases.lost(job.key) } else if result.next == nil { await leases.finished(job.key) }
+        }
     }
 
     /// Runs one key; a failure of the store or anything unexpected is logged and the key tried again later, never
-    /// dropped.
-    private func work(_ job: Scheduler.Job) async -> Reconciler.WorkResult {
+    /// dropped. `lost`: another daemon holds the key now.
+    private func work(_ job: Scheduler.Job) async -> (Reconciler.WorkResult, lost: Bool) {
         let key = job.key
         do {
-            return try await reconciler.process(key, hinted: job.hinted)
+            return (try await reconciler.process(key, hinted: job.hinted), false)
+        } catch let error as LeaseLost {
+            logger.notice("\(error)", metadata: ["work_key": .string(key.description)])
+            return (Reconciler.WorkResult(next: nil), true)
         } catch is CancellationError {
-            return Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now, urgency: job.urgency))
+            return (Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now, urgency: job.urgency)), false)
         } catch {
             let delay = reconciler.settings.readRetry.maxDelay / 10
             logger.error("work on \(key) failed: \(error); trying again in \(delay)", metadata: ["work_key": .string(key.description)])
-            return Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency))
+            return (Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency)), false)
         }
     }
 

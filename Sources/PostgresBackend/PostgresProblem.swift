@@ -6,7 +6,7 @@ import PostgresNIO
 /// (it may hold data), so the cases that need words are named here.
 public struct PostgresProblem: Error, CustomStringConvertible {
     public enum Kind: String, Sendable {
-        case unreachable, authenticationFailed, noSuchDatabase, schemaTooNew, schemaTooOld, heldByAnotherDaemon, other
+        case unreachable, authenticationFailed, noSuchDatabase, schemaTooNew, schemaTooOld, inUse, other
     }
 
     public let kind: Kind

@@ -87,9 +87,76 @@ enum PostgresSchema {
           singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton), epoch bigint NOT NULL, holder text NOT NULL);
         INSERT INTO daemon_epoch (epoch, holder) VALUES (0, '');
         """,
+        // 3: work shared by several daemons. Each unit of work that has something to do has a lease row; a daemon
+        // claims free or lapsed rows, renews the ones it holds, and fences each step's commit by its row (the
+        // database-wide epoch of step 2 goes). New units and wakeups make their row and tell every listening
+        // daemon at once. Outcomes are claimed by the daemon that delivers them.
+        """
+        DROP TABLE daemon_epoch;
+        CREATE TABLE daemons (
+          id text PRIMARY KEY, host text NOT NULL, pid integer NOT NULL, started_at timestamptz NOT NULL,
+          heartbeat_at timestamptz NOT NULL, stopped_at timestamptz);
+        CREATE TABLE work_leases (
+          work_key text PRIMARY KEY, holder text, locked_until timestamptz NOT NULL DEFAULT '-infinity',
+          since timestamptz NOT NULL DEFAULT clock_timestamp());
+        CREATE INDEX work_leases_holder ON work_leases(holder) WHERE holder IS NOT NULL;
+        CREATE INDEX work_leases_until ON work_leases(locked_until, since);
+        ALTER TABLE wakeups ADD COLUMN woken_by text;
+        CREATE INDEX wakeups_key ON wakeups(work_key);
+        ALTER TABLE outcomes ADD COLUMN delivery_holder text, ADD COLUMN delivery_until timestamptz;
+        CREATE FUNCTION klarna_work_arrived() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+          key text := TG_ARGV[0] || (to_jsonb(NEW) ->> TG_ARGV[1]);
+        BEGIN
+          INSERT INTO work_leases (work_key) VALUES (key) ON CONFLICT (work_key) DO NOTHING;
+          PERFORM pg_notify('klarna_reconciler_work', key);
+          RETURN NULL;
+        END $$;
+        CREATE TRIGGER sessions_work AFTER INSERT ON sessions FOR EACH ROW WHEN (NEW.next_due IS NOT NULL)
+          EXECUTE FUNCTION klarna_work_arrived('session:', 'hpp_session_id');
+        CREATE TRIGGER orders_work AFTER INSERT ON orders FOR EACH ROW WHEN (NEW.next_due IS NOT NULL)
+          EXECUTE FUNCTION klarna_work_arrived('order:', 'order_id');
+        CREATE TRIGGER payment_requests_work AFTER INSERT ON payment_requests FOR EACH ROW WHEN (NEW.next_due IS NOT NULL)
+          EXECUTE FUNCTION klarna_work_arrived('payment_request:', 'payment_request_id');
+        CREATE TRIGGER wakeups_work AFTER INSERT ON wakeups FOR EACH ROW EXECUTE FUNCTION klarna_work_arrived('', 'work_key');
+        INSERT INTO work_leases (work_key)
+          SELECT 'session:' || hpp_session_id FROM sessions WHERE next_due IS NOT NULL
+          UNION SELECT 'order:' || order_id FROM orders WHERE next_due IS NOT NULL
+          UNION SELECT 'payment_request:' || payment_request_id FROM payment_requests WHERE next_due IS NOT NULL
+          UNION SELECT work_key FROM wakeups
+          ON CONFLICT DO NOTHING;
+        """,
     ]
 
+    /// The channel new work is announced on.
+    static let workChannel = "klarna_reconciler_work"
+
     static var latest: Int { steps.count }
+
+    /// A step's statements: split at each `;` outside a `$$` function body.
+    static func statements(_ step: String) -> [String] {
+        var statements: [String] = []
+        var current = ""
+        var inBody = false
+        var rest = Substring(step)
+        while let first = rest.first {
+            if rest.hasPrefix("$$") {
+                inBody.toggle()
+                current += "$$"
+                rest = rest.dropFirst(2)
+                continue
+            }
+            if first == ";", !inBody {
+                statements.append(current)
+                current = ""
+            } else {
+                current.append(first)
+            }
+            rest = rest.dropFirst()
+        }
+        statements.append(current)
+        return statements.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
+    }
 
     /// The store's schema is newer than this binary knows: a newer daemon migrated it.
     public struct TooNew: Error, CustomStringConvertible {
@@ -119,8 +186,8 @@ enum PostgresSchema {
                     "CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())", logger: logger)
             }
             for index in found..<latest {
-                // One statement at a time: the extended protocol takes no more (no step has a `;` inside a statement).
-                for statement in steps[index].split(separator: ";").map({ $0.trimmingCharacters(in: .whitespacesAndNewlines) }) where !statement.isEmpty {
+                // One statement at a time: the extended protocol takes no more.
+                for statement in statements(steps[index]) {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
                 try await connection.query("INSERT INTO schema_migrations (version) VALUES (\(index + 1))", logger: logger)

@@ -18,7 +18,7 @@ extension PostgresStore {
     }
 
     public func submit(_ requests: [OperatorRequest], delivered: Bool, at: Date) async throws -> [Int64] {
-        try await transaction { db in
+        try await transaction { [self] db in
             var ids: [Int64] = []
             for request in requests {
                 let id = try await rows(
@@ -227,7 +227,7 @@ extension PostgresStore {
     public func prune(_ cutoffs: PruneCutoffs, limit: Int, dryRun: Bool) async throws -> PruneCounts {
         // A dry run counts everything; a batch deletes at most `limit` of each kind.
         let cap: Int? = dryRun || limit < 0 ? nil : limit
-        return try await transaction { db in
+        return try await transaction { [self] db in
             var counts = PruneCounts()
             let unsettled = RetentionPolicy.unsettledIntentStates.map(\.rawValue)
             if let before = cutoffs.closedPaymentsBefore {

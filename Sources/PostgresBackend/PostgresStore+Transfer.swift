@@ -13,7 +13,7 @@ extension PostgresStore: TransferTarget {
     public func importRows(_ table: TransferTable, _ batch: [[TransferValue]]) async throws {
         guard !batch.isEmpty else { return }
         let columns = table.columns
-        try await transaction { db in
+        try await transaction { [self] db in
             for row in batch {
                 var bindings = PostgresBindings(capacity: columns.count)
                 for value in row {

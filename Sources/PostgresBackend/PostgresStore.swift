@@ -14,16 +14,21 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     let client: PostgresClient
     let logger: Logger
     private let running: Task<Void, Never>
-    /// The daemon's exclusive lock on this database, once ``takeDaemonLock(holder:onLoss:)`` holds it.
-    let daemonLock = Mutex<DaemonLock?>(nil)
+    /// The daemon this handle writes as: its steps' commits are fenced by its leases, it claims outcomes to
+    /// deliver. `nil` for operator commands and tests, which write as nobody.
+    let owner: DaemonIdentity?
+    /// `store copy`'s hold on the database, while it fills it.
+    let copyLock = Mutex<CopyLock?>(nil)
     private let encoder: JSONEncoder
     private let decoder = JSONDecoder()
 
     /// Connects, applies migrations under the migration lock (several daemons starting together migrate once), and
     /// checks the schema is one this binary knows. `migrate: false` (operator commands) only checks.
     /// - Parameter connections: the most this handle opens at once (one per concurrent transaction).
+    /// - Parameter daemon: who the handle writes as (the daemon), else nobody.
     public static func open(
-        _ location: PostgresLocation, password: String?, migrate: Bool = true, connections: Int = 10, logger: Logger
+        _ location: PostgresLocation, password: String?, migrate: Bool = true, connections: Int = 10, daemon: DaemonIdentity? = nil,
+        logger: Logger
     ) async throws -> PostgresStore {
         let found = try await check(location, password: password, migrate: migrate, logger: logger)
         if !migrate, found < PostgresSchema.latest {
@@ -33,8 +38,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         }
         let client = PostgresClient(
             configuration: location.clientConfiguration(password: password, maximumConnections: connections), backgroundLogger: logger)
-        let store = PostgresStore(location: location, client: client, logger: logger)
-        return store
+        return PostgresStore(location: location, password: password, client: client, owner: daemon, logger: logger)
     }
 
     /// Connects once (no pool: its failure names the cause at once, where a pool would retry it for a minute),
@@ -68,9 +72,14 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         ).get()
     }
 
-    private init(location: PostgresLocation, client: PostgresClient, logger: Logger) {
+    /// For the connections that live outside the pool (the work listener, the copy lock).
+    let password: String?
+
+    private init(location: PostgresLocation, password: String?, client: PostgresClient, owner: DaemonIdentity?, logger: Logger) {
         self.location = location
+        self.password = password
         self.client = client
+        self.owner = owner
         self.logger = logger
         running = Task { await client.run() }
         encoder = JSONEncoder()
@@ -79,7 +88,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     /// Closes every connection; the store is unusable afterwards.
     public func close() {
-        daemonLock.withLock { $0?.release() }
+        copyLock.withLock { $0?.release() }
         running.cancel()
     }
 
@@ -87,19 +96,59 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     // MARK: Plumbing
 
+    /// How long a caller waits for a pooled connection. While the server is unreachable the pool keeps trying to
+    /// connect for a minute; a delivery waiting for its answer must hear "unavailable" (503, send again) instead.
+    static let connectionPatience: Duration = .seconds(5)
+
+    /// No pooled connection within ``connectionPatience``: nothing of the caller's work was sent to the server.
+    public struct Unavailable: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Whether a waiting caller got its connection or gave up first: exactly one of the two wins, so a body that
+    /// ran is never reported as not run.
+    private final class LeaseRace: Sendable {
+        private let state = Mutex<Bool?>(nil)  // true: leased, false: gave up
+        func lease() -> Bool { state.withLock { state in if state == nil { state = true }; return state == true } }
+        func giveUp() -> Bool { state.withLock { state in if state == nil { state = false }; return state == false } }
+    }
+
+    /// Runs `body` on a pooled connection, or throws ``Unavailable`` when none comes within ``connectionPatience``.
+    func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        let race = LeaseRace()
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                try await self.client.withConnection { connection in
+                    guard race.lease() else { throw CancellationError() }
+                    return try await body(connection)
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: Self.connectionPatience)
+                return nil
+            }
+            while let next = try await group.next() {
+                if let value = next {
+                    group.cancelAll()
+                    return value
+                }
+                if race.giveUp() {
+                    group.cancelAll()
+                    throw Unavailable(description: "\(location): no connection to PostgreSQL within \(Self.connectionPatience) (the server is unreachable or every connection is busy)")
+                }
+            }
+            throw CancellationError()
+        }
+    }
+
     /// Runs `body` in one transaction on one pooled connection; rolls back and rethrows its own error if it throws.
-    func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         let started = ContinuousClock.now
         defer { Telemetry.time(.storeCommitDuration, .now - started) }
-        return try await client.withConnection { connection in
+        return try await withConnection { [self] connection in
             try await connection.query("BEGIN", logger: logger)
             do {
                 let value = try await body(connection)
-                if let epoch = daemonLock.withLock({ $0?.epoch }) {
-                    // Fenced: only while the epoch is still this daemon's (see ``DaemonLock``).
-                    let current = try await connection.query("SELECT epoch FROM daemon_epoch FOR SHARE", logger: logger).collect()
-                    guard try current.first?.decode(Int64.self) == epoch else { throw DaemonLock.Lost() }
-                }
                 try await connection.query("COMMIT", logger: logger)
                 return value
             } catch {
@@ -111,7 +160,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     @discardableResult
     func rows(_ query: PostgresQuery) async throws -> [PostgresRow] {
-        try await client.query(query, logger: logger).collect()
+        try await withConnection { [logger] connection in try await connection.query(query, logger: logger).collect() }
     }
 
     func rows(_ connection: PostgresConnection, _ query: PostgresQuery) async throws -> [PostgresRow] {
@@ -160,7 +209,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             }
     }
 
-    public func commit(_ change: Change, at: Date) async throws {
+    public func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
         guard !change.isEmpty else { return }
         let sessions = try change.sessions.map { ($0, try json($0)) }
         let orders = try change.orders.map { ($0, try json($0)) }
@@ -169,7 +218,18 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         let intents = try change.intents.map { ($0, try json($0)) }
         let outcomes = try change.outcomes.map { ($0, try json($0)) }
         let events = try change.events.map { ($0, try $0.detail.isEmpty ? nil : json($0.detail)) }
-        try await transaction { db in
+        try await transaction { [self] db in
+            if let key, let owner {
+                // The fence, first: the lease row is share-locked until COMMIT, so a daemon claiming the work after
+                // the lease ran out waits for this commit (its claim skips the row) and then sees what it wrote.
+                let held = try await rows(
+                    db,
+                    """
+                    SELECT 1 FROM work_leases WHERE work_key = \(key.description) AND holder = \(owner.id) AND locked_until > clock_timestamp()
+                    FOR SHARE
+                    """)
+                guard !held.isEmpty else { throw LeaseLost(key: key) }
+            }
             for (session, data) in sessions { try await writeSession(db, session, data: data, at: at) }
             for (order, data) in newOrders { try await writeOrder(db, order, data: data, at: at, onlyIfNew: true) }
             for (order, data) in orders { try await writeOrder(db, order, data: data, at: at, onlyIfNew: false) }
@@ -262,13 +322,31 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             """, logger: logger)
     }
 
+    /// `delivered`: the ingesting daemon wakes the engine itself after the commit, which it does for a key it
+    /// holds; the row then names it (`woken_by`), and it skips the row when it takes its wakeups.
     func wake(_ db: PostgresConnection, _ key: WorkKey, delivered: Bool) async throws {
-        try await db.query("INSERT INTO wakeups (work_key, delivered) VALUES (\(key.description), \(delivered))", logger: logger)
+        try await db.query(
+            """
+            INSERT INTO wakeups (work_key, delivered, woken_by)
+            VALUES (\(key.description), \(delivered),
+              (SELECT holder FROM work_leases WHERE \(delivered) AND work_key = \(key.description) AND holder = \(owner?.id)))
+            """, logger: logger)
     }
 
     // MARK: Queue
 
-    public func openWork() async throws -> [OpenWork] {
+    public func openWork() async throws -> [OpenWork] { try await openWork(of: nil) }
+
+    /// The open work of `keys` (all of it for `nil`): what a claim plans its keys from.
+    func openWork(of keys: [WorkKey]?) async throws -> [OpenWork] {
+        var (sessions, orders, requests): ([String]?, [String]?, [String]?) = keys == nil ? (nil, nil, nil) : ([], [], [])
+        for key in keys ?? [] {
+            switch key {
+            case .session(let id): sessions?.append(id)
+            case .order(let id): orders?.append(id)
+            case .paymentRequest(let id): requests?.append(id)
+            }
+        }
         // Dates inside `data` are Foundation's default encoding: seconds since 2001-01-01.
         func encoded(_ seconds: Double?) -> Date? { seconds.map { Date(timeIntervalSinceReferenceDate: $0) } }
         var work: [OpenWork] = []
@@ -276,18 +354,25 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             """
             SELECT hpp_session_id, next_due, phase, deadline, tracked_at, (data::jsonb->>'lastReadAt')::float8,
               (data::jsonb->>'lastHintAt')::float8, (data::jsonb->>'expiresAt')::float8
-            FROM sessions WHERE next_due IS NOT NULL
+            FROM sessions WHERE next_due IS NOT NULL AND (\(sessions)::text[] IS NULL OR hpp_session_id = ANY(\(sessions)))
             """)
         {
             let (id, due, phase, deadline, trackedAt, lastRead, lastHint, expires) = try row.decode((String, Date, String, Date?, Date, Double?, Double?, Double?).self)
             let poll = PollProfile(trackedAt: trackedAt, lastReadAt: encoded(lastRead), lastHintAt: encoded(lastHint), expiresAt: encoded(expires))
             work.append(OpenWork(key: .session(id), due: due, kind: .session(TrackedSession.Phase(rawValue: phase) ?? .polling, poll), deadline: deadline))
         }
-        for row in try await rows("SELECT order_id, next_due, phase, deadline FROM orders WHERE next_due IS NOT NULL") {
+        for row in try await rows(
+            "SELECT order_id, next_due, phase, deadline FROM orders WHERE next_due IS NOT NULL AND (\(orders)::text[] IS NULL OR order_id = ANY(\(orders)))")
+        {
             let (id, due, phase, deadline) = try row.decode((String, Date, String, Date?).self)
             work.append(OpenWork(key: .order(id), due: due, kind: .order(TrackedOrder.Phase(rawValue: phase) ?? .checking), deadline: deadline))
         }
-        for row in try await rows("SELECT payment_request_id, next_due FROM payment_requests WHERE next_due IS NOT NULL") {
+        for row in try await rows(
+            """
+            SELECT payment_request_id, next_due FROM payment_requests
+            WHERE next_due IS NOT NULL AND (\(requests)::text[] IS NULL OR payment_request_id = ANY(\(requests)))
+            """)
+        {
             let (id, due) = try row.decode((String, Date).self)
             work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest))
         }
@@ -297,7 +382,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// Takes every wakeup row there is. Not by sequence: with concurrent writers, identity values commit out of
     /// order, and a row numbered below one already taken may still be on its way. `sequence` only grows.
     public func wakeups(after sequence: Int64, includingDelivered: Bool) async throws -> (keys: [WorkKey], last: Int64) {
-        let taken = try await transaction { db in
+        let taken = try await transaction { [self] db in
             try await rows(db, "DELETE FROM wakeups RETURNING id, work_key, delivered").map { try $0.decode((Int64, String, Bool).self) }
         }
         guard !taken.isEmpty else { return ([], sequence) }
@@ -313,7 +398,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult {
         let data = try json(session)
-        return try await transaction { db in
+        return try await transaction { [self] db in
             let inserted = try await rows(
                 db,
                 """
@@ -333,7 +418,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
-        try await transaction { db in
+        try await transaction { [self] db in
             try await insertCaptureRequest(db, orderID: orderID, amount: amount, source: "the command line", delivered: false, at: at)
         }
     }
@@ -371,7 +456,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         if let warning = record.warning { detail["warning"] = warning }
         let detailText = try json(detail)
         do {
-            return try await transaction { db in try await ingest(db, record, trackData: trackData, detail: detailText, at: at) }
+            return try await transaction { [self] db in try await ingest(db, record, trackData: trackData, detail: detailText, at: at) }
         } catch let refusal as Refusal {
             // Rolled back: a refused delivery leaves no trace but its rejection record.
             return refusal.result
@@ -466,31 +551,45 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     // MARK: Outcomes
 
+    /// How long a daemon has to deliver the outcomes it claimed before another daemon may take them over.
+    static let deliveryClaim = "60 seconds"
+
+    /// A daemon claims the outcomes it returns (several daemons deliver each outcome once, on the host that
+    /// claimed it); a claim runs out after ``deliveryClaim`` if its daemon stops.
     public func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] {
-        try await rows(
+        guard let owner else {
+            return try await rows(
+                """
+                SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes
+                WHERE NOT outbox_written OR (NOT notified AND (notify_next IS NULL OR notify_next <= \(now))) ORDER BY id LIMIT \(limit)
+                """
+            ).map(outcome)
+        }
+        return try await rows(
             """
-            SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes
-            WHERE NOT outbox_written OR (NOT notified AND (notify_next IS NULL OR notify_next <= \(now))) ORDER BY id LIMIT \(limit)
+            WITH picked AS (
+              SELECT id FROM outcomes
+              WHERE (NOT outbox_written OR (NOT notified AND (notify_next IS NULL OR notify_next <= \(now))))
+                AND (delivery_holder IS NULL OR delivery_holder = \(owner.id) OR delivery_until < clock_timestamp())
+              ORDER BY id LIMIT \(limit) FOR UPDATE SKIP LOCKED)
+            UPDATE outcomes o SET delivery_holder = \(owner.id), delivery_until = clock_timestamp() + interval '\(unescaped: Self.deliveryClaim)'
+            FROM picked WHERE o.id = picked.id
+            RETURNING o.id, o.at, o.data, o.outbox_written, o.notified, o.notify_attempts, o.notify_next
             """
-        ).map(outcome)
+        ).map(outcome).sorted { $0.id < $1.id }
     }
 
-    // The daemon's bookkeeping of deliveries goes through a transaction, so a daemon that lost the store is fenced
-    // here too.
     public func markOutboxWritten(_ id: Int64) async throws {
-        try await transaction { db in try await db.query("UPDATE outcomes SET outbox_written = true WHERE id = \(id)", logger: logger) }
+        try await rows("UPDATE outcomes SET outbox_written = true WHERE id = \(id)")
     }
 
     public func markNotified(_ id: Int64) async throws {
-        try await transaction { db in try await db.query("UPDATE outcomes SET notified = true WHERE id = \(id)", logger: logger) }
+        try await rows("UPDATE outcomes SET notified = true WHERE id = \(id)")
     }
 
     public func notifyFailed(_ id: Int64, nextAt: Date?) async throws {
-        try await transaction { db in
-            try await db.query(
-                "UPDATE outcomes SET notify_attempts = notify_attempts + 1, notify_next = \(nextAt), notified = \(nextAt == nil) WHERE id = \(id)",
-                logger: logger)
-        }
+        try await rows(
+            "UPDATE outcomes SET notify_attempts = notify_attempts + 1, notify_next = \(nextAt), notified = \(nextAt == nil) WHERE id = \(id)")
     }
 
     func outcome(_ row: PostgresRow) throws -> StoredOutcome {
@@ -540,6 +639,6 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     /// A transaction that takes a connection from the pool and commits: fails while the server is unreachable.
     public func probeWrites() async throws {
-        try await transaction { db in _ = try await db.query("SELECT 1", logger: logger) }
+        try await transaction { [self] db in _ = try await db.query("SELECT 1", logger: logger) }
     }
 }

@@ -16,8 +16,15 @@ public protocol WorkStore: Sendable {
     func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem?
     /// Whether `key` is held, and the operator requests waiting for it.
     func operatorControls(for key: WorkKey) async throws -> OperatorControls
-    /// Everything one step changed, in one transaction.
-    func commit(_ change: Change, at: Date) async throws
+    /// Everything one step changed, in one transaction. `fencedBy`: the key whose step this is; a store shared by
+    /// several daemons commits only while this daemon still holds that key's lease, and throws ``LeaseLost``
+    /// (writing nothing) once another daemon claimed it. A store of one daemon has nothing to check.
+    func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws
+}
+
+extension WorkStore {
+    /// An unfenced commit: tests and tools that write as nobody's step.
+    public func commit(_ change: Change, at: Date) async throws { try await commit(change, at: at, fencedBy: nil) }
 }
 
 /// What the scheduler needs: the open work to plan at start, and the keys other processes asked to be looked at.

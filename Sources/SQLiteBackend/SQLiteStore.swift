@@ -112,7 +112,8 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    public func commit(_ change: Change, at: Date) async throws {
+    /// One daemon per file (its lock): there is no lease to check.
+    public func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
         guard !change.isEmpty else { return }
         let sessions = try change.sessions.map { ($0, try json($0)) }
         let orders = try change.orders.map { ($0, try json($0)) }

@@ -23,6 +23,8 @@ public struct Settings: Sendable {
     /// The credential `store-password` (or `store.password_file`); nil when none is there (trust or peer auth).
     public var storePassword: String? = nil
     public var storePasswordSource = "none"
+    /// `store.lease_seconds`: with a PostgreSQL store, how long a daemon's lease on a unit of work lasts unrenewed.
+    public var leaseTime: Duration = .seconds(15)
     public var outboxDirectory: String
     public var notifyURL: String?
     public var notifyTimeout: Duration
@@ -83,7 +85,7 @@ public enum SettingsKeys {
     public static let all: [String] = [
         "klarna.base_url", "klarna.network_base_url", "klarna.region", "klarna.environment", "klarna.username",
         "klarna.password_file", "klarna.connect_timeout_seconds", "klarna.request_timeout_seconds",
-        "store.path", "store.busy_timeout_ms", "store.url", "store.password_file",
+        "store.path", "store.busy_timeout_ms", "store.url", "store.password_file", "store.lease_seconds",
         "outbox.dir",
         "notify.url", "notify.timeout_seconds", "notify.max_attempts",
         "polling.dense_interval_seconds", "polling.dense_window_seconds", "polling.max_interval_seconds",
@@ -127,6 +129,7 @@ extension Settings {
             ("store.busy_timeout_ms", "\(Int(storeBusyTimeout.timeInterval * 1_000))"),
             ("store.url", storeURL.map { "\($0)" } ?? "(none: the SQLite file store.path)"),
             ("store.password", storeURL == nil ? "(not used)" : storePassword == nil ? "(none: \(storePasswordSource))" : "<redacted> (\(storePasswordSource))"),
+            ("store.lease_seconds", storeURL == nil ? "(not used)" : "\(Int(leaseTime.timeInterval))"),
             ("outbox.dir", outboxDirectory),
             ("notify.url", notifyURL ?? "(none)"),
             ("notify.timeout_seconds", seconds(notifyTimeout)),

@@ -200,6 +200,10 @@ extension Settings {
             statusInterval: try values.seconds("engine.status_interval_seconds", default: 5),
             wedgeWorkLoopFile: try values.string("testing.wedge_work_loop_file").flatMap { $0.isEmpty ? nil : path($0) })
         settings.metricsListen = metricsListen
+        settings.leaseTime = try values.seconds("store.lease_seconds", default: 15)
+        guard settings.leaseTime >= .seconds(3), settings.leaseTime <= .seconds(600) else {
+            throw SettingsError("store.lease_seconds", "must be between 3 and 600 (a lease is renewed every third of it)")
+        }
         if let url = try values.string("store.url"), !url.isEmpty {
             guard try values.string("store.path") == nil else {
                 throw SettingsError("store.url", "names a PostgreSQL store, and store.path a SQLite file: set one of them")

@@ -52,13 +52,13 @@ extension Settings {
 
 extension PostgresProblem.Kind {
     /// What a command exits with: 78 (EX_CONFIG) for what the configuration or credentials got wrong, 69
-    /// (EX_UNAVAILABLE) for a server or schema this binary cannot use now, 75 (EX_TEMPFAIL) when another daemon
-    /// holds the store.
+    /// (EX_UNAVAILABLE) for a server or schema this binary cannot use now, 75 (EX_TEMPFAIL) while the store is in
+    /// use by what excludes the caller (a `store copy` fills it, or daemons run on it).
     var exitCode: Int32 {
         switch self {
         case .authenticationFailed, .noSuchDatabase: 78
         case .unreachable, .schemaTooNew, .schemaTooOld, .other: 69
-        case .heldByAnotherDaemon: 75
+        case .inUse: 75
         }
     }
 }

@@ -55,26 +55,21 @@ struct RunCommand: AsyncParsableCommand {
         level.value = settings.logLevel
 
         // The lock beside store.path is taken whichever store is used: one daemon per host and configuration, and
-        // the pid `reload` signals. With PostgreSQL the database's own daemon lock keeps other hosts out.
+        // the pid `reload` signals. With PostgreSQL, daemons on other hosts share the work by leases.
         let lock: StoreLock
         let store: any ReconcilerStore
+        var shared: (any LeaseStore)?
         let writer: OutboxWriter
         do {
             try FileManager.default.createDirectory(
                 atPath: (settings.storePath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
             lock = try StoreLock(storePath: settings.storePath)
             if let location = settings.storeURL {
-                let shared = try await PostgresStore.open(
-                    location, password: settings.storePassword, connections: settings.engine.maxConcurrency + 4, logger: logger)
-                try await shared.takeDaemonLock(password: settings.storePassword, holder: "klarna-reconciler \(ProcessInfo.processInfo.hostName) pid \(getpid())") {
-                    // Its writes are fenced already; stopping makes systemd start a daemon that takes the lock anew.
-                    logger.critical(
-                        "lost the store's daemon lock (the PostgreSQL session ended): stopping; nothing more is committed",
-                        metadata: [MessageID.metadataKey: .string(MessageID.stopped.rawValue)])
-                    notifier.failing(status: "lost the store's daemon lock", errno: EIO)
-                    Glibc.exit(75)
-                }
-                store = shared
+                let daemon = DaemonIdentity(host: ProcessInfo.processInfo.hostName, pid: Int(getpid()), started: Date())
+                let postgres = try await PostgresStore.open(
+                    location, password: settings.storePassword, connections: settings.engine.maxConcurrency + 4, daemon: daemon, logger: logger)
+                store = postgres
+                shared = postgres
             } else {
                 store = try SQLiteStore(path: settings.storePath, busyTimeout: settings.storeBusyTimeout)
             }
@@ -82,7 +77,7 @@ struct RunCommand: AsyncParsableCommand {
         } catch let error as StoreLock.Held {
             throw fail("cannot start: \(error)", errno: EBUSY)
         } catch let problem as PostgresProblem {
-            throw fail("cannot start: \(problem)", errno: problem.kind == .heldByAnotherDaemon ? EBUSY : EIO, exit: problem.kind.exitCode)
+            throw fail("cannot start: \(problem)", errno: problem.kind == .inUse ? EBUSY : EIO, exit: problem.kind.exitCode)
         } catch {
             throw fail("cannot start: \(error)", errno: EIO)
         }
@@ -97,13 +92,27 @@ struct RunCommand: AsyncParsableCommand {
         let client = KlarnaClient(configuration: settings.klarna, transport: transport, logger: logger)
         let outcomeBell = Doorbell()
         let rateLimiter = RateLimiter(ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst, clock: clock)
+        let budget = BudgetShare(limiter: rateLimiter, ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst)
+        let scheduler = Scheduler()
+        let leases = shared.map { shared in
+            LeaseKeeper(
+                store: shared,
+                settings: .init(ttl: settings.leaseTime, longestCall: settings.requestTimeout + .seconds(1), poll: settings.engine.wakeupInterval),
+                scheduler: scheduler, clock: clock, logger: logger, onLiveDaemons: budget.daemons)
+        }
         let reconciler = Reconciler(
             store: store, client: client, clock: clock, rateLimiter: rateLimiter,
-            settings: settings.engine, logger: logger, outcomeBell: outcomeBell)
-        let scheduler = Scheduler()
+            settings: settings.engine, logger: logger, outcomeBell: outcomeBell, ownership: leases)
         let workLoop = Heartbeat(name: "work loop", interval: beat)
         let workers = WorkerService(
-            reconciler: reconciler, queue: store, scheduler: scheduler, logger: logger, heartbeat: workLoop, wedgeFile: settings.wedgeWorkLoopFile)
+            reconciler: reconciler, queue: store, scheduler: scheduler, logger: logger, heartbeat: workLoop, leases: leases,
+            wedgeFile: settings.wedgeWorkLoopFile)
+        // Something for a key arrived here (a delivery, an operator request): with leases, its holder acts on it.
+        let wake: @Sendable ([WorkKey]) async -> Void = { keys in
+            for key in keys {
+                if let leases { await leases.hint(key) } else { await scheduler.wake(key, at: clock.now) }
+            }
+        }
         let notify = settings.notifyURL.map {
             OutcomeNotifier(
                 url: $0, transport: transport,
@@ -116,12 +125,14 @@ struct RunCommand: AsyncParsableCommand {
         let open: Int
         do {
             open = try await workers.loadOpenWork()
+        } catch let problem as PostgresProblem {
+            throw fail("cannot start: \(problem)", errno: problem.kind == .inUse ? EBUSY : EIO, exit: problem.kind.exitCode)
         } catch {
             throw fail("cannot read open work from \(settings.storeDescription): \(error)", errno: EIO)
         }
         let ingestor = Ingestor(
             rules: Self.ingestRules(settings), store: store, clock: clock, logger: logger,
-            wake: { keys in for key in keys { await scheduler.wake(key, at: clock.now) } })
+            wake: wake)
         var heartbeats = [workLoop]
         var spoolService: SpoolService?
         if let directory = settings.spoolDirectory {
@@ -156,7 +167,7 @@ struct RunCommand: AsyncParsableCommand {
                 await gauges.update(now: clock.now, backlog: await scheduler.backlog(now: clock.now), ready: readiness.report().ready)
                 return registry.emitToString()
             })
-        let desk = OperatorDesk(store: store) { keys in for key in keys { await scheduler.wake(key, at: clock.now) } }
+        let desk = OperatorDesk(store: store, wake: wake)
         let servers: [HTTPServer]
         do {
             servers = try await Self.listen(
@@ -198,7 +209,7 @@ struct RunCommand: AsyncParsableCommand {
             status: { await Self.status(store: store, scheduler: scheduler, clock: clock) }
         ) { new in
             reconciler.update(settings: new.engine)
-            rateLimiter.reconfigure(ratePerSecond: new.ratePerSecond, burst: new.rateBurst)
+            budget.configure(ratePerSecond: new.ratePerSecond, burst: new.rateBurst)
             ingestor.update(Self.ingestRules(new))
             level.value = new.logLevel
         }
@@ -213,6 +224,9 @@ struct RunCommand: AsyncParsableCommand {
         // delivery is still committed before its 202 (the next start acts on it).
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: supervisor), .init(service: delivery)]
         for server in servers + (monitoringServer.map { [$0] } ?? []) { services.append(.init(service: ServerService(server: server))) }
+        // The lease keeper stops after the workers (reverse order): it renews while they finish their steps, then
+        // hands the leases back.
+        if let leases { services.append(.init(service: leases)) }
         services.append(.init(service: workers))
         if let spoolService { services.append(.init(service: spoolService)) }
         let pruner = Pruner(

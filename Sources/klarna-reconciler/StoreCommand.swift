@@ -71,7 +71,7 @@ struct StoreCopyCommand: AsyncParsableCommand {
         let target: PostgresStore
         do {
             target = try await PostgresStore.open(location, password: password, connections: 2, logger: Logger(label: "klarna-reconciler"))
-            try await target.takeDaemonLock(password: password, holder: "klarna-reconciler store copy pid \(getpid())") {}
+            try await target.takeCopyLock()
         } catch let problem as PostgresProblem {
             printError("klarna-reconciler: --to: \(problem)")
             throw ExitCode(problem.kind.exitCode)

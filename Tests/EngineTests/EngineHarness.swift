@@ -172,7 +172,7 @@ final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
 
     struct DiskFull: Error {}
 
-    func commit(_ change: Change, at: Date) async throws {
+    func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
         if change.intents.contains(where: { $0.state == .confirmed }) {
             let fail = remaining.withLock { left -> Bool in
                 defer { left = max(0, left - 1) }
@@ -180,7 +180,7 @@ final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
             }
             if fail { throw DiskFull() }
         }
-        try await store.commit(change, at: at)
+        try await store.commit(change, at: at, fencedBy: key)
     }
 
     func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {

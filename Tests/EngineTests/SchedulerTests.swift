@@ -36,6 +36,28 @@ struct SchedulerTests {
         #expect(await scheduler.scheduledCount == 0)
     }
 
+    @Test("A key another daemon took is forgotten: its plan and hint go, and a running one is dropped when its worker is done")
+    func forget() async {
+        let scheduler = Scheduler()
+        await scheduler.schedule(.session("waiting"), at: t0)
+        await scheduler.wake(.session("waiting"), at: t0)
+        await scheduler.schedule(.session("running"), at: t0)
+        #expect(await scheduler.take(now: t0, capacity: 1).map(\.key) == [.session("waiting")])
+        await scheduler.finished(.session("waiting"), next: WorkPlan(due: t0, urgency: .routine))
+        await scheduler.forget(.session("waiting"))
+        #expect(await !scheduler.has(.session("waiting")))
+        #expect(await scheduler.take(now: t0, capacity: 1).map(\.key) == [.session("running")])
+        await scheduler.forget(.session("running"))
+        await scheduler.wake(.session("other"), at: t0)
+        await scheduler.finished(.session("running"), next: WorkPlan(due: t0, urgency: .inMotion))
+        #expect(await !scheduler.has(.session("running")), "what the worker wanted next is dropped")
+        #expect(await scheduler.take(now: t0, capacity: 10).map(\.key) == [.session("other")])
+        // Claimed again later: planned as any key.
+        await scheduler.forget(.session("again"))
+        await scheduler.schedule(.session("again"), at: t0)
+        #expect(await scheduler.take(now: t0, capacity: 10).map(\.key) == [.session("again")])
+    }
+
     @Test("A running key is never handed out twice; a wake during the run runs it again afterwards")
     func perKeySerialization() async {
         let scheduler = Scheduler()

@@ -106,34 +106,148 @@ struct PostgresStoreTests {
         }
     }
 
-    @Test("One daemon per database: a second is refused with the holder's name; once another takes the lock, the first commits nothing")
-    func daemonLockFences() async throws {
+    func session(_ id: String, at: Date) -> TrackedSession {
+        TrackedSession(hppSessionID: id, kpSessionID: "kp-\(id)", mode: .none, merchantReference: nil, capturePolicy: .onRequest, purpose: .buy, trackedAt: at)
+    }
+
+    func daemonStore(_ location: PostgresLocation, _ server: PostgresServer, _ host: String) async throws -> PostgresStore {
+        let store = try await PostgresStore.open(location, password: server.password, daemon: DaemonIdentity(host: host, pid: 1, started: Date()), logger: logger)
+        try await store.register(at: Date())
+        return store
+    }
+
+    @Test("Leases: one holder per unit; once another daemon claimed it after the lease ran out, the first commits nothing and is told the work is gone")
+    func leasesFence() async throws {
         let server = try await PostgresServer.shared()
         let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
-        let store = try await PostgresStore.open(location, password: server.password, logger: logger)
-        defer { store.close() }
-        let lost = Flag()
-        try await store.takeDaemonLock(password: server.password, holder: "klarna-reconciler host-a pid 1") { lost.set() }
-        let other = try await PostgresStore.open(location, password: server.password, logger: logger)
-        defer { other.close() }
-        await #expect {
-            try await other.takeDaemonLock(password: server.password, holder: "klarna-reconciler host-b pid 2") {}
-        } throws: { error in
-            (error as? PostgresProblem)?.kind == .heldByAnotherDaemon && "\(error)".contains("klarna-reconciler host-a pid 1 from local socket")
-        }
-        var change = Change()
-        change.health = [(name: "klarna_ok", detail: "")]
-        try await store.commit(change, at: Date())
+        let a = try await daemonStore(location, server, "host-a")
+        let b = try await daemonStore(location, server, "host-b")
+        defer { a.close(); b.close() }
+        let key = WorkKey.session("hpp-lease")
+        _ = try await a.track(session("hpp-lease", at: Date()), event: DomainEvent("tracked", "test"), at: Date())
 
-        // The lock's session ends (an administrator, a failover, a broken connection): the daemon is told, and once
-        // another daemon has taken the lock, the first one's transactions are refused whatever its pool still has.
-        try await server.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'klarna-reconciler host-a pid 1'")
-        try await waitUntil(timeout: .seconds(10)) { lost.isSet }
-        try await other.takeDaemonLock(password: server.password, holder: "klarna-reconciler host-b pid 2") {}
-        await #expect { try await store.commit(change, at: Date()) } throws: { "\($0)".contains("no longer holds the store's daemon lock") }
-        await #expect { try await store.markNotified(1) } throws: { "\($0)".contains("no longer holds the store's daemon lock") }
-        await #expect { _ = try await store.wakeups(after: 0, includingDelivered: true) } throws: { "\($0)".contains("no longer holds") }
-        try await other.commit(change, at: Date())
+        let first = try await a.claimWork(ttl: .seconds(4), limit: 10)
+        #expect(first.map(\.key) == [key])
+        #expect(first.first?.work?.key == key)
+        #expect(first.first?.takeover == nil)
+        #expect(try await b.claimWork(ttl: .seconds(4), limit: 10).isEmpty)
+
+        var change = Change()
+        change.intents = [Intent(key: "intent-a", kind: .placeOrder, subject: "hpp-lease", now: Date()).sending(now: Date())]
+        try await a.commit(change, at: Date(), fencedBy: key)
+        await #expect(throws: LeaseLost.self) { try await b.commit(change, at: Date(), fencedBy: key) }
+        #expect(try await b.renewLeases(ttl: .seconds(60)).liveDaemons == 2)
+
+        // a stops renewing: after its lease b claims the work, learning whose it was and when the lease ended.
+        var taken: [Claim] = []
+        try await waitUntil(timeout: .seconds(10)) {
+            taken = try await b.claimWork(ttl: .seconds(30), limit: 10)
+            return !taken.isEmpty
+        }
+        #expect(taken.map(\.key) == [key])
+        let takeover = try #require(taken.first?.takeover)
+        #expect(takeover.from == a.daemon.id)
+        #expect(abs(takeover.leaseEnded.timeIntervalSinceNow) < 5)
+
+        var late = Change()
+        late.intents = [Intent(key: "intent-late", kind: .capture, subject: "hpp-lease", now: Date()).sending(now: Date())]
+        await #expect(throws: LeaseLost.self) { try await a.commit(late, at: Date(), fencedBy: key) }
+        #expect(try await a.intent("intent-late") == nil)
+        #expect(try await a.renewLeases(ttl: .seconds(2)).held.isEmpty)
+        #expect(try await b.renewLeases(ttl: .seconds(30)).held == [key])
+        try await b.commit(late, at: Date(), fencedBy: key)
+
+        // A wakeup goes to the holder alone; an open unit's lease is not released; a graceful stop hands it back
+        // at once, and then nobody waits for the old holder's calls.
+        _ = try await a.submit([OperatorRequest(key: key, action: .retry, requestedBy: "test", requestedAt: Date())], delivered: false, at: Date())
+        #expect(try await a.takeWakeups().isEmpty)
+        #expect(try await b.takeWakeups() == [key])
+        #expect(try await b.releaseLease(key) == false)
+        try await b.deregister(at: Date())
+        let back = try await a.claimWork(ttl: .seconds(30), limit: 10)
+        #expect(back.map(\.key) == [key])
+        #expect(back.first?.takeover == nil)
+        let cluster = try await a.daemons()
+        #expect(cluster.map(\.id) == [a.daemon.id, b.daemon.id])
+        #expect(cluster.first?.leases == 1)
+        #expect(cluster.last?.stoppedAt != nil)
+    }
+
+    @Test("Work ends: a finished unit's lease is released, and a wakeup for it makes a new one any daemon can claim")
+    func leasesRelease() async throws {
+        let server = try await PostgresServer.shared()
+        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let a = try await daemonStore(location, server, "host-a")
+        defer { a.close() }
+        var tracked = session("hpp-done", at: Date())
+        _ = try await a.track(tracked, event: DomainEvent("tracked", "test"), at: Date())
+        let key = WorkKey.session("hpp-done")
+        #expect(try await a.claimWork(ttl: .seconds(30), limit: 10).map(\.key) == [key])
+        tracked.phase = .closed
+        tracked.outcome = .expired
+        var change = Change()
+        change.sessions = [tracked]
+        try await a.commit(change, at: Date(), fencedBy: key)
+        #expect(try await a.releaseLease(key) == false, "the wakeup track left waits")
+        #expect(try await a.takeWakeups() == [key])
+        #expect(try await a.releaseLease(key))
+        #expect(try await a.unclaimedWork() == 0)
+        _ = try await a.submit([OperatorRequest(key: key, action: .retry, requestedBy: "test", requestedAt: Date())], delivered: false, at: Date())
+        #expect(try await a.unclaimedWork() == 1)
+        let again = try await a.claimWork(ttl: .seconds(30), limit: 10)
+        #expect(again.map(\.key) == [key])
+        #expect(again.first?.work == nil)
+    }
+
+    @Test("New work is announced: a listening daemon hears a tracked session at once")
+    func workNotifications() async throws {
+        let server = try await PostgresServer.shared()
+        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let a = try await daemonStore(location, server, "host-a")
+        let writer = try await PostgresStore.open(location, password: server.password, logger: logger)
+        defer { a.close(); writer.close() }
+        let heard = Counter()
+        let listening = Task { await a.listenForWork { heard.add() } }
+        defer { listening.cancel() }
+        try await waitUntil { heard.value >= 1 }  // the first call is on connecting
+        _ = try await writer.track(session("hpp-heard", at: Date()), event: DomainEvent("tracked", "test"), at: Date())
+        try await waitUntil(timeout: .seconds(5)) { heard.value >= 2 }
+    }
+
+    @Test("Outcomes go out once: a daemon claims those it delivers, and another takes them only once that claim runs out")
+    func outcomeClaims() async throws {
+        let server = try await PostgresServer.shared()
+        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let a = try await daemonStore(location, server, "host-a")
+        let b = try await daemonStore(location, server, "host-b")
+        defer { a.close(); b.close() }
+        var change = Change()
+        change.outcomes = [Outcome(kind: .orderPlaced, reason: "r", hppSessionID: "hpp-o", orderID: "order-o")]
+        try await a.commit(change, at: Date())
+        #expect(try await a.undeliveredOutcomes(now: Date(), limit: 10).count == 1)
+        #expect(try await b.undeliveredOutcomes(now: Date(), limit: 10).isEmpty)
+        #expect(try await a.undeliveredOutcomes(now: Date(), limit: 10).count == 1)
+        try await server.psql("UPDATE outcomes SET delivery_until = now() - interval '1 second'", database: location.database)
+        #expect(try await b.undeliveredOutcomes(now: Date(), limit: 10).count == 1)
+    }
+
+    @Test("store copy and daemons exclude each other: a copy is refused while a daemon runs, a daemon while a copy fills the database")
+    func copyExcludesDaemons() async throws {
+        let server = try await PostgresServer.shared()
+        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let a = try await daemonStore(location, server, "host-a")
+        let copy = try await PostgresStore.open(location, password: server.password, logger: logger)
+        defer { a.close(); copy.close() }
+        await #expect { try await copy.takeCopyLock() } throws: { error in
+            (error as? PostgresProblem)?.kind == .inUse && "\(error)".contains("daemon \(a.daemon.id) runs on this database")
+        }
+        try await a.deregister(at: Date())
+        try await copy.takeCopyLock()
+        let late = try await PostgresStore.open(location, password: server.password, daemon: DaemonIdentity(host: "host-c", pid: 3, started: Date()), logger: logger)
+        defer { late.close() }
+        await #expect { try await late.register(at: Date()) } throws: { error in
+            (error as? PostgresProblem)?.kind == .inUse && "\(error)".contains("store copy")
+        }
     }
 
     @Test("sslmode as libpq: prefer and require encrypt without checking a self-signed certificate; verify-full refuses it")
@@ -146,9 +260,14 @@ struct PostgresStoreTests {
         }
         for mode in ["prefer", "require"] {
             let store = try await PostgresStore.open(try location(mode), password: server.password, logger: logger)
-            try await store.takeDaemonLock(password: server.password, holder: "tls-\(mode)") {}
-            #expect(try await server.psql("SELECT ssl FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE application_name = 'tls-\(mode)'") == "t", "\(mode)")
+            try await store.takeCopyLock()  // a connection that stays open
+            #expect(
+                try await server.psql("SELECT bool_and(ssl) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE datname = '\(database)' AND client_addr IS NOT NULL")
+                    == "t", "\(mode)")
             store.close()
+            try await waitUntil {
+                try await server.psql("SELECT count(*) FROM pg_stat_activity WHERE datname = '\(database)' AND client_addr IS NOT NULL") == "0"
+            }
         }
         await #expect { try await PostgresStore.open(try location("verify-full"), password: server.password, logger: logger) } throws: { error in
             (error as? PostgresProblem) != nil

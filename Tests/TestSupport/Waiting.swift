@@ -19,3 +19,11 @@ public final class Flag: Sendable {
     public var isSet: Bool { value.withLock { $0 } }
     public func set() { value.withLock { $0 = true } }
 }
+
+/// A count one task raises and another waits on.
+public final class Counter: Sendable {
+    private let count = Mutex(0)
+    public init() {}
+    public var value: Int { count.withLock { $0 } }
+    public func add() { count.withLock { $0 += 1 } }
+}

@@ -45,11 +45,16 @@ public struct Reconciler: Sendable {
     public let logger: Logger
     /// Rung after a commit that recorded outcomes, so the outbox writes them at once.
     public let outcomeBell: Doorbell?
+    /// With several daemons on one store: whether this daemon may still act on a key. `nil`: it always may.
+    public let ownership: (any WorkOwnership)?
+    /// The key `process` works on, for the fence of each commit and the lease check before each call.
+    @TaskLocal static var workKey: WorkKey?
 
     public init(
         store: any WorkStore, client: KlarnaClient, clock: any WallClock, random: any RandomSource = SystemRandomSource(),
-        rateLimiter: RateLimiter?, settings: EngineSettings, logger: Logger, outcomeBell: Doorbell? = nil
+        rateLimiter: RateLimiter?, settings: EngineSettings, logger: Logger, outcomeBell: Doorbell? = nil, ownership: (any WorkOwnership)? = nil
     ) {
+        self.ownership = ownership
         self.store = store
         self.client = client
         self.clock = clock
@@ -66,6 +71,31 @@ public struct Reconciler: Sendable {
     /// Works on `key` once. `hinted`: someone said something changed (a webhook, a capture request), so Klarna is
     /// read now even if the next read was planned for later.
     public func process(_ key: WorkKey, hinted: Bool = false) async throws -> WorkResult {
+        try await Self.$workKey.withValue(key) {
+            if let wait = try await takeoverWait(key) { return WorkResult(next: WorkPlan(due: wait, urgency: .inMotion)) }
+            return try await step(key, hinted: hinted)
+        }
+    }
+
+    /// Work taken over from a daemon whose lease ran out is left alone while that daemon may still have a call in
+    /// flight for a `sent` intent of it (``Takeover``).
+    private func takeoverWait(_ key: WorkKey) async throws -> Date? {
+        guard let ownership, let takeover = ownership.takeover(of: key) else { return nil }
+        let subject: String? = switch key {
+        case .session(let id): id
+        case .order(let id): id
+        case .paymentRequest: nil
+        }
+        guard let subject else { return nil }
+        let intents = try await store.intents(subject: subject)
+        guard let until = takeover.wait(intents: intents, longestCall: ownership.longestCall, now: clock.now) else { return nil }
+        logger.notice(
+            "\(key) was taken over from \(takeover.from) with a side effect sent: resolving it at \(until.formatted(.iso8601)), when any call of that daemon is over",
+            metadata: ["work_key": .string(key.description)])
+        return until
+    }
+
+    private func step(_ key: WorkKey, hinted: Bool) async throws -> WorkResult {
         var hinted = hinted
         var operatorWake: [WorkKey] = []
         if key.remediationTarget != nil {
@@ -107,6 +137,9 @@ public struct Reconciler: Sendable {
             try await rateLimiter.acquire(urgency)
             Telemetry.time(.budgetWait, .now - started, ("urgency", urgency.label))
         }
+        // Checked after the wait for the budget, right before the request leaves: a call starts only while this
+        // daemon's lease on the key is known to last, so it ends before the lease plus the longest call.
+        if let ownership, let key = Self.workKey, !ownership.mayCall(for: key) { throw LeaseUnconfirmed(key: key) }
         do {
             let value = try await call()
             change.health.append(("klarna_ok", ""))
@@ -155,8 +188,10 @@ public struct Reconciler: Sendable {
         var delay = Duration.milliseconds(100)
         while true {
             do {
-                try await store.commit(change, at: now)
+                try await store.commit(change, at: now, fencedBy: Self.workKey)
                 break
+            } catch let lost as LeaseLost {
+                throw lost
             } catch {
                 guard ContinuousClock.now - started < Self.commitPatience else { throw error }
                 logger.error("cannot record a step in the store (\(error)); trying again in \(delay)")
@@ -170,6 +205,13 @@ public struct Reconciler: Sendable {
             Telemetry.count(.intentsFinished, ("kind", intent.kind.rawValue), ("state", intent.state.rawValue))
         }
         if !change.outcomes.isEmpty { outcomeBell?.ring() }
+    }
+
+    /// This daemon's lease on the key is not known to last (the store has not answered a renewal in time): no call
+    /// starts; the key is tried again later, by this daemon if the lease is still its own, else by its new holder.
+    struct LeaseUnconfirmed: Error, CustomStringConvertible {
+        let key: WorkKey
+        var description: String { "the lease on \(key) is not confirmed (the store has not answered a renewal in time): no Klarna call starts" }
     }
 
     static func observation(_ order: KlarnaAPI.Order) -> OrderObservation {

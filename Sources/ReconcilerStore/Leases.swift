@@ -1,0 +1,111 @@
+import Foundation
+import ReconcilerCore
+
+// Work shared by several daemons on one store (PostgreSQL). Each unit of work (a session, an order, a payment
+// request) is leased to one daemon at a time; the lease is renewed while held and runs out when its holder stops
+// renewing it, and then another daemon claims the work. Every commit of a step is fenced by its key's lease (see
+// `WorkStore.commit(_:at:fencedBy:)`). The SQLite store has one daemon (its file lock) and no leases.
+
+/// One daemon as the store knows it.
+public struct DaemonIdentity: Sendable, Equatable {
+    /// Unique per start: host, pid and start time.
+    public var id: String
+    public var host: String
+    public var pid: Int
+
+    public init(host: String, pid: Int, started: Date) {
+        self.host = host
+        self.pid = pid
+        id = "\(host)/\(pid)/\(Int(started.timeIntervalSince1970 * 1_000) % 100_000_000)"
+    }
+}
+
+/// A unit of work a daemon just claimed.
+public struct Claim: Sendable, Equatable {
+    public var key: WorkKey
+    /// Its open state, to plan the next run from; `nil` when the key is not open (it was woken for an operator
+    /// request or a late webhook): it runs once, now.
+    public var work: OpenWork?
+    /// Taken from another daemon whose lease ran out (not one that let it go).
+    public var takeover: Takeover?
+
+    public init(key: WorkKey, work: OpenWork?, takeover: Takeover?) {
+        self.key = key
+        self.work = work
+        self.takeover = takeover
+    }
+}
+
+/// What a renewal learnt.
+public struct LeaseRenewal: Sendable, Equatable {
+    /// The keys this daemon still holds.
+    public var held: Set<WorkKey>
+    /// Daemons whose heartbeat is younger than a lease: this one included.
+    public var liveDaemons: Int
+
+    public init(held: Set<WorkKey>, liveDaemons: Int) {
+        self.held = held
+        self.liveDaemons = liveDaemons
+    }
+}
+
+/// A daemon sharing the store, as `klarna-reconciler cluster` shows it.
+public struct DaemonRecord: Sendable, Equatable, Codable {
+    public var id: String
+    public var host: String
+    public var pid: Int
+    public var startedAt: Date
+    public var heartbeatAt: Date
+    /// Stopped on purpose (its leases were handed back); `nil` while it runs or after it died.
+    public var stoppedAt: Date?
+    public var leases: Int
+    /// A few of the keys it holds, for a look.
+    public var sample: [String]
+
+    public init(id: String, host: String, pid: Int, startedAt: Date, heartbeatAt: Date, stoppedAt: Date?, leases: Int, sample: [String]) {
+        self.id = id
+        self.host = host
+        self.pid = pid
+        self.startedAt = startedAt
+        self.heartbeatAt = heartbeatAt
+        self.stoppedAt = stoppedAt
+        self.leases = leases
+        self.sample = sample
+    }
+}
+
+/// The commit's key is no longer this daemon's: its lease ran out and another daemon claimed the work. Nothing of
+/// the commit was written.
+public struct LeaseLost: Error, CustomStringConvertible {
+    public let key: WorkKey
+    public init(key: WorkKey) { self.key = key }
+    public var description: String { "the lease on \(key) is no longer this daemon's: another daemon holds the work; nothing was committed" }
+}
+
+/// What a daemon sharing the store needs to share the work: register, claim, renew, hand back, and hear of new work.
+public protocol LeaseStore: Sendable {
+    /// Who this handle writes as; every fenced commit checks the lease is this daemon's.
+    var daemon: DaemonIdentity { get }
+    /// Records the daemon as live. Refused while `store copy` fills the database.
+    func register(at: Date) async throws
+    /// Moves the heartbeat and every lease this daemon holds on by `ttl`.
+    func renewLeases(ttl: Duration) async throws -> LeaseRenewal
+    /// Claims up to `limit` keys nobody holds or whose holder's lease ran out, oldest first.
+    func claimWork(ttl: Duration, limit: Int) async throws -> [Claim]
+    /// Takes the wakeups of keys this daemon holds, except those its own ingest acted on already.
+    func takeWakeups() async throws -> [WorkKey]
+    /// Lets go of a key whose work is done; `false` when it is kept: the unit is still open (a held payment) or a
+    /// wakeup for it waits.
+    func releaseLease(_ key: WorkKey) async throws -> Bool
+    /// Hands every lease back at once (a graceful stop: no call is in flight), so others need not wait them out.
+    func deregister(at: Date) async throws
+    /// Calls `heard` whenever work arrives for anyone (a new unit, a wakeup), until cancelled; reconnects on its own.
+    func listenForWork(_ heard: @escaping @Sendable () -> Void) async
+}
+
+/// What `klarna-reconciler cluster` reads.
+public protocol ClusterView: Sendable {
+    func daemons() async throws -> [DaemonRecord]
+    /// Units of work nobody holds (waiting to be claimed, or their holder's lease ran out).
+    func unclaimedWork() async throws -> Int
+}

@@ -1,0 +1,234 @@
+import Foundation
+import Glibc
+import KlarnaSandbox
+import Logging
+import PostgresBackend
+import ReconcilerCore
+import ReconcilerStore
+import Testing
+import TestSupport
+
+/// Several daemons (real processes) sharing one PostgreSQL database and one Klarna account (the first fixture's
+/// sandbox), as hosts of a cluster would.
+final class Cluster: @unchecked Sendable {
+    let fixtures: [DaemonFixture]
+    let server: PostgresServer
+    let database: String
+    /// A handle of the test's own, writing as nobody: what `klarna-reconciler track` does.
+    let store: PostgresStore
+    var sandbox: KlarnaSandbox { fixtures[0].sandbox }
+
+    init(daemons count: Int, leaseSeconds: Int = 3, on dedicated: PostgresServer? = nil, extraConfig: String = "") async throws {
+        var chosen = dedicated
+        if chosen == nil { chosen = try await PostgresServer.shared() }
+        let server = chosen!
+        self.server = server
+        database = try await server.createDatabase()
+        var fixtures: [DaemonFixture] = []
+        for _ in 0..<count {
+            let fixture = try await DaemonFixture(
+                extraConfig: extraConfig, storeConfig: ["url: \(server.url(database))", "password_file: store-password", "lease_seconds: \(leaseSeconds)"])
+            try "\(server.password)\n".write(toFile: fixture.directory + "/store-password", atomically: true, encoding: .utf8)
+            fixtures.append(fixture)
+        }
+        self.fixtures = fixtures
+        store = try await PostgresStore.open(
+            try PostgresLocation(url: server.url(database)), password: server.password, logger: Logger(label: "test.cluster"))
+    }
+
+    deinit { store.close() }
+
+    /// Starts daemon `index` against the shared sandbox.
+    func start(_ index: Int) async throws {
+        try await fixtures[index].start(environment: ["KLARNA_RECONCILER_KLARNA_BASE_URL": fixtures[0].sandboxURL])
+    }
+
+    /// A session in the sandbox, tracked in the store.
+    @discardableResult
+    func payment(_ reference: String, amount: Int, completesAfter: Double = 0.3, mode: PlaceOrderMode = .none, capture: CapturePolicy = .immediate) async throws -> CreatedSession {
+        let created = try sandbox.createSession(SessionSpec(
+            orderAmount: amount, merchantReference: reference, placeOrderMode: mode == .none ? nil : mode.rawValue,
+            schedule: [ScheduleStep(afterSeconds: completesAfter, status: "COMPLETED")]))
+        let session = TrackedSession(
+            hppSessionID: created.hppSessionId, kpSessionID: created.kpSessionId, mode: mode, merchantReference: reference, capturePolicy: capture,
+            purpose: .buy, trackedAt: Date())
+        _ = try await store.track(session, event: DomainEvent("tracked", "tracked by the test"), at: Date())
+        return created
+    }
+
+    func count(_ sql: String) async throws -> Int { Int(try await server.psql(sql, database: database)) ?? -1 }
+
+    struct Member: Decodable {
+        let id: String
+        let state: String
+        let leases: Int
+        let pid: Int
+    }
+
+    /// `klarna-reconciler cluster --json` as daemon `index`'s host runs it.
+    func members(via index: Int = 0) async throws -> [Member] {
+        struct Report: Decodable { let daemons: [Member] }
+        let result = try await fixtures[index].cli(["cluster", "--json"])
+        #expect(result.status == 0, "\(result.errors)")
+        return try JSONDecoder().decode(Report.self, from: Data(result.output.utf8)).daemons
+    }
+
+    /// The fixture whose daemon process has `pid`.
+    func fixture(pid: Int) -> DaemonFixture? { fixtures.first { $0.daemon?.processIdentifier == Int32(pid) } }
+
+    /// Every sandbox effect of `kind` grouped by what it must be unique for.
+    func duplicates(_ kind: SandboxEffect.Kind, by key: (SandboxEffect) -> String?) -> [String: Int] {
+        Dictionary(grouping: sandbox.effects(kind: kind).compactMap(key), by: { $0 }).mapValues(\.count).filter { $0.value > 1 }
+    }
+}
+
+@Suite("Several daemons on one PostgreSQL", .serialized)
+struct ClusterTests {
+    @Test("Two daemons share the work; one killed, the other takes its leases over within the lease time and a poll, and every payment ends once")
+    func takeoverAfterKill() async throws {
+        let cluster = try await Cluster(daemons: 2)
+        try await cluster.start(0)
+        try await cluster.start(1)
+        for index in 0..<12 { try await cluster.payment("share-\(index)", amount: 1_000 + index, capture: .onRequest) }
+        try await waitUntil(timeout: .seconds(40)) { try await cluster.count("SELECT count(*) FROM orders WHERE phase = 'awaiting_capture'") == 12 }
+        let members = try await cluster.members()
+        #expect(members.filter { $0.state == "live" }.count == 2)
+        #expect(members.map(\.leases).reduce(0, +) == 12, "each open order is leased once: \(members)")
+
+        // The daemon with more leases dies; the other holds all twelve once the lease time has passed.
+        let victim = try #require(members.max { $0.leases < $1.leases })
+        let survivor = try #require(members.first { $0.id != victim.id })
+        let dying = try #require(cluster.fixture(pid: victim.pid))
+        let killed = ContinuousClock.now
+        try await dying.kill9()
+        try await waitUntil(timeout: .seconds(15)) { try await cluster.members().first { $0.id == survivor.id }?.leases == 12 }
+        let takeover = ContinuousClock.now - killed
+        #expect(takeover < .seconds(3 + 3), "taken over after \(takeover)")
+        let alive = try #require(cluster.fixture(pid: survivor.pid))
+        let orders = try await cluster.server.psql("SELECT string_agg(order_id, ' ') FROM orders", database: cluster.database).split(separator: " ")
+        for order in orders { #expect(try await alive.post("/v1/orders/\(order)/capture", "{}").status == 202) }
+        try await waitUntil(timeout: .seconds(40)) { try await cluster.count("SELECT count(*) FROM orders WHERE phase = 'closed'") == 12 }
+        #expect(cluster.sandbox.effects(kind: .orderPlaced).count == 12)
+        #expect(cluster.sandbox.effects(kind: .captured).count == 12)
+        #expect(cluster.duplicates(.captured) { $0.orderId }.isEmpty)
+        #expect(try await alive.stop() == 0)
+        #expect(try await cluster.count("SELECT count(*) FROM work_leases WHERE holder IS NOT NULL") == 0, "a graceful stop hands the leases back")
+    }
+
+    @Test("A daemon frozen (SIGSTOP) with create-order in flight: the other waits for the lease plus the longest call before it reads Klarna, places nothing twice, and the resumed daemon commits nothing")
+    func frozenWithCallInFlight() async throws {
+        let cluster = try await Cluster(daemons: 2)
+        try await cluster.start(0)
+        // The order is made at once, its answer takes 1.5 s (the request timeout is 2 s): the call is in flight.
+        _ = cluster.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .delay, delayMs: 1_500, afterEffect: true))
+        let payment = try await cluster.payment("frozen", amount: 4_200, completesAfter: 0.2)
+        try await waitUntil(timeout: .seconds(20)) { cluster.sandbox.effects(kind: .orderPlaced).count == 1 }
+        let frozen = try #require(cluster.fixtures[0].daemon)
+        kill(frozen.processIdentifier, SIGSTOP)
+        var resumed = false
+        defer { if !resumed { kill(frozen.processIdentifier, SIGCONT) } }
+        let stopped = Date()
+
+        try await cluster.start(1)
+        let other = cluster.fixtures[1]
+        try await waitUntil(timeout: .seconds(30)) { other.daemonLog.contains("was taken over from") }
+        // It reads the KP session only once any call of the frozen daemon is over: lease (3 s) + longest call (2 + 1 s).
+        try await waitUntil(timeout: .seconds(30)) {
+            try await cluster.count("SELECT count(*) FROM sessions WHERE phase = 'closed'") == 1
+        }
+        let reads = cluster.sandbox.requests(route: "kp.read_session").filter { $0.path.contains(payment.kpSessionId) && $0.at > stopped }
+        #expect(reads.allSatisfy { $0.at.timeIntervalSince(stopped) >= 3 }, "\(reads.map { $0.at.timeIntervalSince(stopped) })")
+        #expect(cluster.sandbox.requests(route: "kp.create_order").count == 1)
+
+        kill(frozen.processIdentifier, SIGCONT)
+        resumed = true
+        // Its call ends with Klarna's answer, and the commit of it is refused: the work is the other daemon's.
+        try await waitUntil(timeout: .seconds(20)) { cluster.fixtures[0].daemonLog.contains("is no longer this daemon's: another daemon holds the work; nothing was committed") }
+        #expect(try await cluster.count("SELECT count(*) FROM orders") == 0, "the frozen daemon's answer was not recorded over the other's decision")
+        #expect(try await cluster.count("SELECT count(*) FROM sessions WHERE outcome = 'needs_attention'") == 1)
+        #expect(cluster.sandbox.effects(kind: .orderPlaced).count == 1)
+        #expect(cluster.sandbox.requests(route: "kp.create_order").count == 1)
+        #expect(try await cluster.fixtures[0].stop() == 0)
+        #expect(try await other.stop() == 0)
+    }
+}
+
+/// The acceptance run of issue 11: crash chaos on three daemons sharing one PostgreSQL, judged by the sandbox's
+/// record of what Klarna did.
+@Suite("Crash chaos on three daemons", .serialized)
+struct ClusterChaosTests {
+    static let payments = 1_000
+
+    @Test("1,000 payments of every mode, 10 % Klarna faults, a random daemon kill -9'd every few seconds and started again: every payment final, nothing placed or captured twice, no acknowledged delivery lost")
+    func chaos() async throws {
+        let cluster = try await Cluster(daemons: 3)
+        for index in 0..<3 { try await cluster.start(index) }
+        // 10 % of every Klarna call: 5xx, 429, a reset before the effect and a reset after it (the answer lost).
+        for fault in [
+            SandboxFault(route: "*", kind: .status, status: 503, count: nil, probability: 0.03),
+            SandboxFault(route: "*", kind: .rateLimit, resetSeconds: 1, count: nil, probability: 0.01),
+            SandboxFault(route: "*", kind: .reset, count: nil, probability: 0.03),
+            SandboxFault(route: "*", kind: .reset, afterEffect: true, count: nil, probability: 0.03),
+        ] { _ = cluster.sandbox.addFault(fault) }
+
+        let kills = Counter()
+        let chaos = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(Int.random(in: 2_000...4_000)))
+                if Task.isCancelled { break }
+                let victim = cluster.fixtures.randomElement()!
+                try await victim.kill9()
+                kills.add()
+                try await cluster.start(cluster.fixtures.firstIndex { $0 === victim }!)
+            }
+        }
+
+        // Nine in ten tracked as `track` does; one in ten delivered over a daemon's ingest socket, sent again to
+        // another daemon until one acknowledges it, as a forwarder would.
+        let modes: [PlaceOrderMode] = [.none, .placeOrder, .captureOrder]
+        var acknowledged: [String] = []
+        for index in 0..<Self.payments {
+            let mode = modes[index % modes.count]
+            let reference = "chaos-\(index)"
+            if index % 10 == 9 {
+                let created = try cluster.sandbox.createSession(SessionSpec(
+                    orderAmount: 1_000 + index, merchantReference: reference, placeOrderMode: mode == .none ? nil : mode.rawValue,
+                    schedule: [ScheduleStep(afterSeconds: Double.random(in: 0.2...3), status: "COMPLETED")]))
+                let body = #"{"hpp_session_id":"\#(created.hppSessionId)","kp_session_id":"\#(created.kpSessionId)","merchant_reference":"\#(reference)","place_order_mode":"\#(mode.rawValue)","capture":"immediate"}"#
+                try await waitUntil(timeout: .seconds(60)) {
+                    guard let daemon = cluster.fixtures.randomElement(), daemon.daemon != nil else { return false }
+                    return try await daemon.post("/v1/sessions", body).status == 202
+                }
+                acknowledged.append(created.hppSessionId)
+            } else {
+                try await cluster.payment(reference, amount: 1_000 + index, completesAfter: Double.random(in: 0.2...3), mode: mode)
+            }
+        }
+        try await waitUntil(timeout: .seconds(240)) {
+            try await cluster.count("SELECT count(*) FROM sessions WHERE next_due IS NOT NULL")
+                + cluster.count("SELECT count(*) FROM orders WHERE next_due IS NOT NULL") == 0
+        }
+        chaos.cancel()
+        try await chaos.value
+        for fixture in cluster.fixtures where fixture.daemon != nil { _ = try await fixture.stop() }
+
+        #expect(try await cluster.count("SELECT count(*) FROM sessions") == Self.payments)
+        let lost = try await cluster.server.psql(
+            "SELECT count(*) FROM unnest(ARRAY['\(acknowledged.joined(separator: "','"))']) id WHERE id NOT IN (SELECT hpp_session_id FROM sessions)",
+            database: cluster.database)
+        #expect(lost == "0", "acknowledged deliveries lost: \(lost) of \(acknowledged.count)")
+        #expect(cluster.duplicates(.orderPlaced) { $0.kpSessionId }.isEmpty, "orders placed twice")
+        #expect(cluster.duplicates(.captured) { $0.orderId }.isEmpty, "orders captured twice")
+        let placed = cluster.sandbox.effects(kind: .orderPlaced).count
+        let captured = cluster.sandbox.effects(kind: .captured).count
+        let attention = try await cluster.count("SELECT count(*) FROM sessions WHERE outcome = 'needs_attention'")
+            + cluster.count("SELECT count(*) FROM orders WHERE outcome = 'needs_attention'")
+        print("chaos: \(Self.payments) payments, \(kills.value) kills, \(placed) orders placed, \(captured) captures, \(attention) need attention, \(cluster.sandbox.requests().count) Klarna calls")
+        #expect(kills.value >= 5)
+        // The daemon places the orders of mode NONE (a third); Klarna those of the others. Everything but the
+        // payments that need an operator (an answer lost after Klarna placed the order) is placed and captured.
+        let ownOrders = (Self.payments + 2) / 3
+        #expect(placed + attention >= ownOrders, "placed \(placed), needing attention \(attention)")
+        #expect(captured + attention >= ownOrders * 2 - 1, "captured \(captured), needing attention \(attention)")
+    }
+}
