@@ -82,7 +82,8 @@ final class Bench: @unchecked Sendable {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: daemonBinary)
         process.arguments = ["run", "--config", folder + "/config.yaml"]
-        process.environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notifyPath]) { $1 }
+        // STATE_DIRECTORY: with store.url the per-host lock goes there (several daemons of one bench on one host).
+        process.environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notifyPath, "STATE_DIRECTORY": folder]) { $1 }
         _ = FileManager.default.createFile(atPath: folder + "/daemon.log", contents: nil)
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: folder + "/daemon.log"))
         let started = ContinuousClock.now

@@ -20,9 +20,12 @@ public protocol WorkOwnership: Sendable {
 /// units of work, renews its leases every third of their time, takes the wakeups of what it holds, hears of new
 /// work at once (LISTEN/NOTIFY) and hands every lease back on a graceful stop.
 ///
-/// It runs one loop, so a claim and a renewal never overlap (a renewal's answer is the whole set of keys held).
-/// Claimed keys wait in an inbox the dispatcher plans from (``WorkerService``); keys another daemon took are
-/// dropped from the scheduler at once.
+/// Renewals run on their own, each bounded by a third of the lease (a query on a connection whose peer vanished
+/// hangs until TCP gives up, minutes later), so a claim stuck on such a connection never holds them up. A renewal's
+/// answer is every key the daemon holds; keys claimed or released while it ran are accounted for, and keys the
+/// database says are held here that this daemon never learnt of (a claim whose answer was lost after its commit)
+/// are adopted. Claimed keys wait in an inbox the dispatcher plans from (``WorkerService``); keys another daemon
+/// took are dropped from the scheduler at once.
 public final class LeaseKeeper: Service, WorkOwnership, Sendable {
     public struct Settings: Sendable {
         /// How long a lease lasts unrenewed: a dead daemon's work waits this long (plus one poll) for another.
@@ -56,6 +59,9 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         var liveDaemons = 1
         var renewalFailing = false
         var claimFailing = false
+        /// Claimed and released since the renewal under way started.
+        var claimedSince: Set<WorkKey> = []
+        var releasedSince: Set<WorkKey> = []
     }
 
     public let store: any LeaseStore
@@ -67,6 +73,7 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
     private let onLiveDaemons: @Sendable (Int) -> Void
     private let state = Mutex(State())
     private let bell = Doorbell()
+    private let renewalBell = Doorbell()
     /// A call must start this much before the lease is due to run out.
     static let callMargin: Duration = .milliseconds(500)
 
@@ -128,9 +135,10 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         guard await !scheduler.has(key) else { return }
         do {
             if try await store.releaseLease(key) {
-                _ = state.withLock { state in
+                state.withLock { state in
                     state.takeovers.removeValue(forKey: key)
-                    return state.held.remove(key)
+                    state.held.remove(key)
+                    state.releasedSince.insert(key)
                 }
             }
         } catch {
@@ -152,11 +160,13 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
                 group.addTask { [self] in await store.listenForWork { [bell] in bell.ring() } }
+                group.addTask { [self] in await renewals() }
                 await loop()
                 group.cancelAll()
             }
-        } onGracefulShutdown: { [bell] in
+        } onGracefulShutdown: { [bell, renewalBell] in
             bell.ring()
+            renewalBell.ring()
         }
         // The workers stopped first (services stop in reverse order): no call is in flight, so the leases go back
         // at once instead of making other daemons wait them out.
@@ -168,13 +178,16 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         }
     }
 
-    private func loop() async {
-        var nextRenewal = ContinuousClock.now + settings.ttl / 3
+    private func renewals() async {
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
-            if ContinuousClock.now >= nextRenewal {
-                nextRenewal = ContinuousClock.now + settings.ttl / 3
-                try? await renew()
-            }
+            await renewalBell.wait(timeout: settings.ttl / 3, clock: clock)
+            if Task.isShuttingDownGracefully { return }
+            try? await renew()
+        }
+    }
+
+    private func loop() async {
+        while !Task.isCancelled, !Task.isShuttingDownGracefully {
             do {
                 // A full batch means more may wait: claim again at once, as long as this daemon keeps up.
                 while try await claim() == settings.claimBatch {}
@@ -189,18 +202,23 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
                     logger.warning("cannot claim work or take wakeups: \(error)")
                 }
             }
-            let untilRenewal = max(.zero, nextRenewal - ContinuousClock.now)
-            await bell.wait(timeout: min(untilRenewal, settings.poll), clock: clock)
+            await bell.wait(timeout: settings.poll, clock: clock)
         }
     }
 
     private func renew() async throws {
         let started = ContinuousClock.now
+        state.withLock { state in
+            state.claimedSince = []
+            state.releasedSince = []
+        }
         do {
-            let renewal = try await store.renewLeases(ttl: settings.ttl)
-            let (lost, recovered) = state.withLock { state in
-                let lost = state.held.subtracting(renewal.held)
-                state.held = renewal.held
+            let renewal = try await Self.answer(within: settings.ttl / 3) { [store, settings] in try await store.renewLeases(ttl: settings.ttl) }
+            let (lost, unknown, recovered) = state.withLock { state in
+                let answered = renewal.held.subtracting(state.releasedSince)
+                let lost = state.held.subtracting(answered).subtracting(state.claimedSince)
+                let unknown = answered.subtracting(state.held)
+                state.held = answered.union(state.claimedSince)
                 for key in lost { state.takeovers.removeValue(forKey: key) }
                 state.validUntil = started + settings.ttl
                 state.liveDaemons = renewal.liveDaemons
@@ -208,9 +226,10 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
                 state.renewalFailing = false
                 let stale = ContinuousClock.now - .seconds(10)
                 state.hints = state.hints.filter { $0.value > stale }
-                return (lost, recovered)
+                return (lost, unknown, recovered)
             }
             if recovered { logger.notice("the store answers again: leases renewed (\(renewal.held.count) held)") }
+            if !unknown.isEmpty { try await adopt(unknown) }
             for key in lost {
                 logger.notice("another daemon holds \(key) now (this daemon's lease ran out): dropped here", metadata: ["work_key": .string(key.description)])
                 await scheduler.forget(key)
@@ -225,6 +244,44 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         }
     }
 
+    /// Keys the store says this daemon holds that it never learnt of: planned like claims.
+    private func adopt(_ keys: Set<WorkKey>) async throws {
+        var open: [WorkKey: OpenWork] = [:]
+        for work in try await store.openWork(of: Array(keys)) { open[work.key] = work }
+        logger.notice("holding \(keys.count) unit(s) of work whose claim was not answered: planning them")
+        state.withLock { state in state.inbox += keys.map { Claim(key: $0, work: open[$0], takeover: nil) } }
+        scheduler.doorbell.ring()
+    }
+
+    /// The store did not answer in time.
+    struct NoAnswer: Error, CustomStringConvertible {
+        let limit: Duration
+        var description: String { "the store did not answer within \(limit)" }
+    }
+
+    /// `operation`'s answer, or ``NoAnswer`` after `limit`; the operation goes on in the background and a late
+    /// answer is dropped (a renewal that late extends nothing this daemon relies on).
+    static func answer<T: Sendable>(within limit: Duration, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+        let once = Once()
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            let work = Task {
+                do {
+                    let value = try await operation()
+                    if once.first() { continuation.resume(returning: value) }
+                } catch {
+                    if once.first() { continuation.resume(throwing: error) }
+                }
+            }
+            Task {
+                try? await Task.sleep(for: limit)
+                if once.first() {
+                    continuation.resume(throwing: NoAnswer(limit: limit))
+                    work.cancel()
+                }
+            }
+        }
+    }
+
     /// Claims a batch unless this daemon is behind already; returns how many it claimed.
     @discardableResult
     private func claim() async throws -> Int {
@@ -235,6 +292,7 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         state.withLock { state in
             for claim in claims {
                 state.held.insert(claim.key)
+                state.claimedSince.insert(claim.key)
                 if let takeover = claim.takeover { state.takeovers[claim.key] = takeover }
             }
             state.inbox += claims
@@ -248,4 +306,10 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         scheduler.doorbell.ring()
         return claims.count
     }
+}
+
+/// True for the first caller only: which of two racing tasks answers.
+private final class Once: Sendable {
+    private let done = Mutex(false)
+    func first() -> Bool { done.withLock { done in defer { done = true }; return !done } }
 }

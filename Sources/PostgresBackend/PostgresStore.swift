@@ -335,10 +335,12 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     // MARK: Queue
 
-    public func openWork() async throws -> [OpenWork] { try await openWork(of: nil) }
+    public func openWork() async throws -> [OpenWork] { try await openWorkRows(of: nil) }
 
     /// The open work of `keys` (all of it for `nil`): what a claim plans its keys from.
-    func openWork(of keys: [WorkKey]?) async throws -> [OpenWork] {
+    public func openWork(of keys: [WorkKey]) async throws -> [OpenWork] { try await openWorkRows(of: keys) }
+
+    private func openWorkRows(of keys: [WorkKey]?) async throws -> [OpenWork] {
         var (sessions, orders, requests): ([String]?, [String]?, [String]?) = keys == nil ? (nil, nil, nil) : ([], [], [])
         for key in keys ?? [] {
             switch key {

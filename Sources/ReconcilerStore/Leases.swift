@@ -92,6 +92,8 @@ public protocol LeaseStore: Sendable {
     func renewLeases(ttl: Duration) async throws -> LeaseRenewal
     /// Claims up to `limit` keys nobody holds or whose holder's lease ran out, oldest first.
     func claimWork(ttl: Duration, limit: Int) async throws -> [Claim]
+    /// The open work of `keys` (those without an open unit are left out).
+    func openWork(of keys: [WorkKey]) async throws -> [OpenWork]
     /// Takes the wakeups of keys this daemon holds, except those its own ingest acted on already.
     func takeWakeups() async throws -> [WorkKey]
     /// Lets go of a key whose work is done; `false` when it is kept: the unit is still open (a held payment) or a

@@ -18,16 +18,21 @@ final class Cluster: @unchecked Sendable {
     let store: PostgresStore
     var sandbox: KlarnaSandbox { fixtures[0].sandbox }
 
-    init(daemons count: Int, leaseSeconds: Int = 3, on dedicated: PostgresServer? = nil, extraConfig: String = "") async throws {
+    /// - Parameter url: daemon `index`'s `store.url` for the database (default: the server's unix socket).
+    init(
+        daemons count: Int, leaseSeconds: Int = 3, on dedicated: PostgresServer? = nil, extraConfig: String = "",
+        url: ((_ database: String, _ index: Int) -> String)? = nil
+    ) async throws {
         var chosen = dedicated
         if chosen == nil { chosen = try await PostgresServer.shared() }
         let server = chosen!
         self.server = server
         database = try await server.createDatabase()
         var fixtures: [DaemonFixture] = []
-        for _ in 0..<count {
+        for index in 0..<count {
             let fixture = try await DaemonFixture(
-                extraConfig: extraConfig, storeConfig: ["url: \(server.url(database))", "password_file: store-password", "lease_seconds: \(leaseSeconds)"])
+                extraConfig: extraConfig,
+                storeConfig: ["url: \(url?(database, index) ?? server.url(database))", "password_file: store-password", "lease_seconds: \(leaseSeconds)"])
             try "\(server.password)\n".write(toFile: fixture.directory + "/store-password", atomically: true, encoding: .utf8)
             fixtures.append(fixture)
         }
@@ -230,5 +235,49 @@ struct ClusterChaosTests {
         let ownOrders = (Self.payments + 2) / 3
         #expect(placed + attention >= ownOrders, "placed \(placed), needing attention \(attention)")
         #expect(captured + attention >= ownOrders * 2 - 1, "captured \(captured), needing attention \(attention)")
+    }
+}
+
+/// Hosts as network namespaces: PostgreSQL on a host of its own, reached by each daemon over a link of its own, so
+/// that one daemon can lose the database while it still reaches Klarna (the sandbox on this host's loopback).
+@Suite("A daemon cut off from PostgreSQL", .serialized, .enabled(if: getuid() == 0, "network namespaces need root"))
+struct PartitionTests {
+    @Test("Cut off from PostgreSQL while it still reaches Klarna: the other daemon takes its work over within the lease and a poll, nothing happens twice, and healed, the cut-off daemon drops what it lost")
+    func cutOffFromTheDatabase() async throws {
+        let net = try await NetworkNamespace(links: 2)
+        let server = try await PostgresServer.dedicated(namespace: net.name)
+        try await server.allow(network: net.network)
+        let cluster = try await Cluster(daemons: 2, on: server) { database, index in server.url(database, host: net.links[index].remote) }
+        let (cutOff, other) = (cluster.fixtures[0], cluster.fixtures[1])
+        try await cluster.start(0)
+        for index in 0..<6 { try await cluster.payment("cut-\(index)", amount: 2_000 + index, completesAfter: 4) }
+        try await waitUntil(timeout: .seconds(20)) { try await cluster.members(via: 0).first?.leases == 6 }
+        try await cluster.start(1)
+
+        try await net.set(net.links[0], up: false)
+        let cut = ContinuousClock.now
+        func takenOver() -> Int { other.daemonLog.components(separatedBy: "took session:").count - 1 }
+        do {
+            try await waitUntil(timeout: .seconds(20)) { takenOver() == 6 }
+        } catch {
+            Issue.record("taken over: \(takenOver()) of 6")
+            throw error
+        }
+        let takeover = ContinuousClock.now - cut
+        // The lease (3 s) and one poll (0.1 s), with room for a loaded machine.
+        #expect(takeover < .seconds(3 + 3), "taken over after \(takeover)")
+        try await waitUntil(timeout: .seconds(40)) { cluster.sandbox.effects(kind: .captured).count == 6 }
+        #expect(cutOff.daemonLog.contains("cannot renew the leases"))
+
+        try await net.set(net.links[0], up: true)
+        try await waitUntil(timeout: .seconds(90)) { cutOff.daemonLog.contains("another daemon holds session:") }
+        #expect(cluster.sandbox.requests(route: "kp.create_order").count == 6)
+        #expect(cluster.sandbox.effects(kind: .orderPlaced).count == 6)
+        #expect(cluster.duplicates(.orderPlaced) { $0.kpSessionId }.isEmpty)
+        #expect(cluster.duplicates(.captured) { $0.orderId }.isEmpty)
+        #expect(try await cutOff.stop() == 0)
+        #expect(try await other.stop() == 0)
+        try await server.stop()
+        await net.remove()
     }
 }

@@ -40,9 +40,11 @@ public final class PostgresServer: Sendable {
 
     /// A server of its own, for a test that restarts or stops it (the shared one serves tests running alongside).
     /// Stopped at exit like the shared one, or earlier with ``stop(mode:)``.
-    public static func dedicated() async throws -> PostgresServer {
+    /// - Parameter namespace: a network namespace (``NetworkNamespace``) to run it in, as a database host of its own:
+    ///   it then listens on every address there, and the tests reach it on its unix socket or over the namespace's links.
+    public static func dedicated(namespace: String? = nil) async throws -> PostgresServer {
         _ = exitHandler
-        let server = try PostgresServer()
+        let server = try PostgresServer(namespace: namespace)
         directories.withLock { _ = $0.insert(server.directory) }
         try await server.initialize()
         return server
@@ -55,7 +57,10 @@ public final class PostgresServer: Sendable {
     private static let binaryDirectory = ["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"]
         .first(where: { FileManager.default.isExecutableFile(atPath: $0 + "/pg_ctl") })
 
-    private init() throws {
+    private let namespace: String?
+
+    private init(namespace: String? = nil) throws {
+        self.namespace = namespace
         guard let binaries = Self.binaryDirectory else {
             throw Failed(description: "PostgreSQL's server binaries are not installed (apt-get install postgresql; make check does)")
         }
@@ -79,9 +84,15 @@ public final class PostgresServer: Sendable {
     public func start() async throws {
         let process = Process()
         let arguments = [
-            "-D", directory + "/data", "-k", directory, "-c", "listen_addresses=127.0.0.1", "-p", "\(port)", "-c", "max_connections=400",
+            "-D", directory + "/data", "-k", directory, "-c", "listen_addresses=\(namespace == nil ? "127.0.0.1" : "*")", "-p", "\(port)",
+            "-c", "max_connections=400",
         ]
-        if getuid() == 0 {
+        if let namespace {
+            // ip netns exec and setpriv each exec the next, so the pid is still the postmaster's.
+            process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
+            process.arguments = ["netns", "exec", namespace, "/usr/bin/setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", binaries + "/postgres"]
+                + arguments
+        } else if getuid() == 0 {
             // setpriv execs the server itself, so the pid is the postmaster's and signals reach it.
             process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
             process.arguments = ["--reuid=postgres", "--regid=postgres", "--init-groups", binaries + "/postgres"] + arguments
@@ -133,6 +144,20 @@ public final class PostgresServer: Sendable {
         try await psql("ALTER SYSTEM SET ssl = on")
         try await psql("SELECT pg_reload_conf()")
         try await waitUntil(timeout: .seconds(10)) { try await psql("SHOW ssl") == "on" }
+    }
+
+    /// Lets clients from `network` (CIDR) in with the password, as a `pg_hba.conf` line for another host would.
+    public func allow(network: String) async throws {
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/data/pg_hba.conf"))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data("host all all \(network) scram-sha-256\n".utf8))
+        try handle.close()
+        try await psql("SELECT pg_reload_conf()")
+    }
+
+    /// `store.url` for `database` over TCP to `host` (an address of the server's namespace).
+    public func url(_ database: String, host: String) -> String {
+        "postgres://\(user)@\(host):\(port)/\(database)?sslmode=disable"
     }
 
     /// A new, empty database; its name.
