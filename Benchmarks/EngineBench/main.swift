@@ -434,7 +434,11 @@ if let urls = stringOption("--postgres-cluster-urls")?.split(separator: ",").map
     for _ in 0..<open { change.sessions.append(session(try sandbox.createSession(SessionSpec(orderAmount: 10_000)), now: Date())) }
     try await store.commit(change, at: Date())
     // Every daemon holds its share and is past its first burst; then the calls of 10 s.
-    while try await store.daemons().filter({ $0.stoppedAt == nil }).map(\.leases).reduce(0, +) < open { try await Task.sleep(for: .milliseconds(50)) }
+    let claiming = ContinuousClock.now
+    while try await store.daemons().filter({ $0.stoppedAt == nil }).map(\.leases).reduce(0, +) < open {
+        guard ContinuousClock.now - claiming < .seconds(60) else { throw BenchFailure("the daemons did not claim all \(open) sessions") }
+        try await Task.sleep(for: .milliseconds(50))
+    }
     try await Task.sleep(for: .seconds(3))
     let before = sandbox.requests().count
     try await Task.sleep(for: .seconds(10))

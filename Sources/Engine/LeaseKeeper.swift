@@ -33,15 +33,17 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         public var longestCall: Duration
         /// How often the table is looked at without a notification: lapsed leases make none.
         public var poll: Duration
-        /// Most keys claimed in one go; also the backlog (keys due here that no worker has taken yet) from which
-        /// this daemon stops claiming, leaving free work to daemons with room.
+        /// Most keys claimed in one go.
         public var claimBatch: Int
+        /// Beyond its share of the work, a daemon takes only keys no other daemon took within this time.
+        public var patience: Duration
 
-        public init(ttl: Duration, longestCall: Duration, poll: Duration, claimBatch: Int = 64) {
+        public init(ttl: Duration, longestCall: Duration, poll: Duration, claimBatch: Int = 64, patience: Duration = .seconds(1)) {
             self.ttl = ttl
             self.longestCall = longestCall
             self.poll = poll
             self.claimBatch = claimBatch
+            self.patience = patience
         }
     }
 
@@ -282,12 +284,11 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         }
     }
 
-    /// Claims a batch unless this daemon is behind already; returns how many it claimed.
+    /// Claims a batch (within this daemon's share); returns how many it claimed.
     @discardableResult
     private func claim() async throws -> Int {
-        let unplanned = state.withLock { $0.inbox.count }
-        guard await scheduler.backlog(now: clock.now) + unplanned < settings.claimBatch else { return 0 }
-        let claims = try await store.claimWork(ttl: settings.ttl, limit: settings.claimBatch)
+        let live = state.withLock { $0.liveDaemons }
+        let claims = try await store.claimWork(ttl: settings.ttl, limit: settings.claimBatch, liveDaemons: live, patience: settings.patience)
         guard !claims.isEmpty else { return 0 }
         state.withLock { state in
             for claim in claims {

@@ -50,17 +50,24 @@ extension PostgresStore: LeaseStore, ClusterView {
         }
     }
 
-    public func claimWork(ttl: Duration, limit: Int) async throws -> [Claim] {
+    public func claimWork(ttl: Duration, limit: Int, liveDaemons: Int, patience: Duration) async throws -> [Claim] {
         let id = daemon.id
         let now = Date()
-        // The old holder's lease end comes back relative to the server's clock, so that this host's clock (which
-        // may differ from the server's) never shortens the wait for the old holder's calls.
+        // `room`: how far this daemon is below its share of all leased work; with none, only keys no daemon with
+        // room took within `patience`. The old holder's lease end comes back relative to the server's clock, so
+        // that this host's clock (which may differ from the server's) never shortens the wait for its calls.
         let claimed = try await rows(
             """
-            WITH picked AS (
+            WITH counts AS (
+              SELECT count(*) AS total, count(*) FILTER (WHERE holder = \(id) AND locked_until > clock_timestamp()) AS mine FROM work_leases),
+            room AS (SELECT greatest(0, least(\(limit), ceil(total::numeric / \(max(1, liveDaemons)))::bigint - mine)) AS eager FROM counts),
+            picked AS (
               SELECT work_key, holder, locked_until FROM work_leases
-              WHERE holder IS NULL OR locked_until < clock_timestamp()
-              ORDER BY locked_until, since LIMIT \(limit) FOR UPDATE SKIP LOCKED)
+              WHERE (holder IS NULL OR locked_until < clock_timestamp())
+                AND ((SELECT eager FROM room) > 0 OR since < clock_timestamp() - make_interval(secs => \(patience.timeInterval)))
+              ORDER BY locked_until, since
+              LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE \(limit) END FROM room)
+              FOR UPDATE SKIP LOCKED)
             UPDATE work_leases l SET holder = \(id), locked_until = clock_timestamp() + make_interval(secs => \(ttl.timeInterval)),
               since = clock_timestamp()
             FROM picked WHERE l.work_key = picked.work_key

@@ -90,8 +90,11 @@ public protocol LeaseStore: Sendable {
     func register(at: Date) async throws
     /// Moves the heartbeat and every lease this daemon holds on by `ttl`.
     func renewLeases(ttl: Duration) async throws -> LeaseRenewal
-    /// Claims up to `limit` keys nobody holds or whose holder's lease ran out, oldest first.
-    func claimWork(ttl: Duration, limit: Int) async throws -> [Claim]
+    /// Claims up to `limit` keys nobody holds or whose holder's lease ran out, oldest first: while this daemon
+    /// holds less than its share of all leased work (the whole divided by `liveDaemons`), any of them; beyond its
+    /// share, only keys left unclaimed for `patience` (no daemon with room took them). So the work spreads over
+    /// the daemons, and none waits for long.
+    func claimWork(ttl: Duration, limit: Int, liveDaemons: Int, patience: Duration) async throws -> [Claim]
     /// The open work of `keys` (those without an open unit are left out).
     func openWork(of keys: [WorkKey]) async throws -> [OpenWork]
     /// Takes the wakeups of keys this daemon holds, except those its own ingest acted on already.

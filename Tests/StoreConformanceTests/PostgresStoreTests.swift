@@ -126,11 +126,11 @@ struct PostgresStoreTests {
         let key = WorkKey.session("hpp-lease")
         _ = try await a.track(session("hpp-lease", at: Date()), event: DomainEvent("tracked", "test"), at: Date())
 
-        let first = try await a.claimWork(ttl: .seconds(4), limit: 10)
+        let first = try await a.claimWork(ttl: .seconds(4), limit: 10, liveDaemons: 1, patience: .zero)
         #expect(first.map(\.key) == [key])
         #expect(first.first?.work?.key == key)
         #expect(first.first?.takeover == nil)
-        #expect(try await b.claimWork(ttl: .seconds(4), limit: 10).isEmpty)
+        #expect(try await b.claimWork(ttl: .seconds(4), limit: 10, liveDaemons: 1, patience: .zero).isEmpty)
 
         var change = Change()
         change.intents = [Intent(key: "intent-a", kind: .placeOrder, subject: "hpp-lease", now: Date()).sending(now: Date())]
@@ -141,7 +141,7 @@ struct PostgresStoreTests {
         // a stops renewing: after its lease b claims the work, learning whose it was and when the lease ended.
         var taken: [Claim] = []
         try await waitUntil(timeout: .seconds(10)) {
-            taken = try await b.claimWork(ttl: .seconds(30), limit: 10)
+            taken = try await b.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero)
             return !taken.isEmpty
         }
         #expect(taken.map(\.key) == [key])
@@ -164,13 +164,29 @@ struct PostgresStoreTests {
         #expect(try await b.takeWakeups() == [key])
         #expect(try await b.releaseLease(key) == false)
         try await b.deregister(at: Date())
-        let back = try await a.claimWork(ttl: .seconds(30), limit: 10)
+        let back = try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero)
         #expect(back.map(\.key) == [key])
         #expect(back.first?.takeover == nil)
         let cluster = try await a.daemons()
         #expect(cluster.map(\.id) == [a.daemon.id, b.daemon.id])
         #expect(cluster.first?.leases == 1)
         #expect(cluster.last?.stoppedAt != nil)
+    }
+
+    @Test("Claims spread: a daemon takes eagerly only up to its share of the work; beyond it, only what nobody took within the patience")
+    func claimsSpread() async throws {
+        let server = try await PostgresServer.shared()
+        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let a = try await daemonStore(location, server, "host-a")
+        let b = try await daemonStore(location, server, "host-b")
+        defer { a.close(); b.close() }
+        for index in 0..<10 { _ = try await a.track(session("hpp-spread-\(index)", at: Date()), event: DomainEvent("tracked", "test"), at: Date()) }
+        #expect(try await a.claimWork(ttl: .seconds(30), limit: 64, liveDaemons: 2, patience: .seconds(60)).count == 5)
+        #expect(try await a.claimWork(ttl: .seconds(30), limit: 64, liveDaemons: 2, patience: .seconds(60)).isEmpty, "its share is taken")
+        #expect(try await b.claimWork(ttl: .seconds(30), limit: 3, liveDaemons: 2, patience: .seconds(60)).count == 3)
+        // Two left over; once they have waited longer than the patience, a daemon beyond its share takes them.
+        #expect(try await a.claimWork(ttl: .seconds(30), limit: 64, liveDaemons: 2, patience: .zero).count == 2)
+        #expect(try await a.unclaimedWork() == 0)
     }
 
     @Test("Work ends: a finished unit's lease is released, and a wakeup for it makes a new one any daemon can claim")
@@ -182,7 +198,7 @@ struct PostgresStoreTests {
         var tracked = session("hpp-done", at: Date())
         _ = try await a.track(tracked, event: DomainEvent("tracked", "test"), at: Date())
         let key = WorkKey.session("hpp-done")
-        #expect(try await a.claimWork(ttl: .seconds(30), limit: 10).map(\.key) == [key])
+        #expect(try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero).map(\.key) == [key])
         tracked.phase = .closed
         tracked.outcome = .expired
         var change = Change()
@@ -194,7 +210,7 @@ struct PostgresStoreTests {
         #expect(try await a.unclaimedWork() == 0)
         _ = try await a.submit([OperatorRequest(key: key, action: .retry, requestedBy: "test", requestedAt: Date())], delivered: false, at: Date())
         #expect(try await a.unclaimedWork() == 1)
-        let again = try await a.claimWork(ttl: .seconds(30), limit: 10)
+        let again = try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero)
         #expect(again.map(\.key) == [key])
         #expect(again.first?.work == nil)
     }
