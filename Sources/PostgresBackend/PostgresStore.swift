@@ -19,6 +19,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     let owner: DaemonIdentity?
     /// `store copy`'s hold on the database, while it fills it.
     let copyLock = Mutex<CopyLock?>(nil)
+    /// When this handle last recorded a Klarna success (``freshHealth(_:)``).
+    private let lastSuccessWritten = Mutex<ContinuousClock.Instant?>(nil)
     private let encoder: JSONEncoder
     private let decoder = JSONDecoder()
 
@@ -218,6 +220,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         let intents = try change.intents.map { ($0, try json($0)) }
         let outcomes = try change.outcomes.map { ($0, try json($0)) }
         let events = try change.events.map { ($0, try $0.detail.isEmpty ? nil : json($0.detail)) }
+        let health = freshHealth(change.health)
         try await transaction { [self] db in
             if let key, let owner {
                 // The fence, first: the lease row is share-locked until COMMIT, so a daemon claiming the work after
@@ -264,12 +267,26 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                     "UPDATE operator_requests SET state = \(answer.state.rawValue), note = \(answer.note), answered_at = \(at) WHERE id = \(answer.id)",
                     logger: logger)
             }
-            for entry in change.health {
+            for entry in health {
                 try await db.query(
                     """
                     INSERT INTO health (name, at, detail) VALUES (\(entry.name), \(at), \(entry.detail))
                     ON CONFLICT (name) DO UPDATE SET at = excluded.at, detail = excluded.detail
                     """, logger: logger)
+            }
+        }
+    }
+
+    /// The `health` entries worth writing: a success at most once a second per handle (every daemon's steps
+    /// would otherwise queue on the one `klarna_ok` row, each holding its lock until its commit); errors always.
+    private func freshHealth(_ entries: [(name: String, detail: String)]) -> [(name: String, detail: String)] {
+        let now = ContinuousClock.now
+        return entries.filter { entry in
+            guard entry.name == "klarna_ok" else { return true }
+            return lastSuccessWritten.withLock { last in
+                if let last, now - last < .seconds(1) { return false }
+                last = now
+                return true
             }
         }
     }
