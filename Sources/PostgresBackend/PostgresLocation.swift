@@ -127,8 +127,9 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         return configuration
     }
 
-    /// The client's configuration with `password`.
-    func clientConfiguration(password: String?, maximumConnections: Int) -> PostgresClient.Configuration {
+    /// The client's configuration with `password`; `idleInTransaction`: the server ends a session whose open
+    /// transaction waits that long for its next statement.
+    func clientConfiguration(password: String?, maximumConnections: Int, idleInTransaction: Duration? = nil) -> PostgresClient.Configuration {
         var configuration: PostgresClient.Configuration
         switch endpoint {
         case .tcp(let host, let port):
@@ -143,6 +144,10 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         }
         configuration.options.connectTimeout = .seconds(5)
         configuration.options.maximumConnections = maximumConnections
+        if let idleInTransaction {
+            let milliseconds = Int(idleInTransaction.timeInterval * 1_000)
+            configuration.options.additionalStartupParameters = [("idle_in_transaction_session_timeout", "\(milliseconds)")]
+        }
         return configuration
     }
 }

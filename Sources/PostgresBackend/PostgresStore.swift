@@ -28,9 +28,12 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// checks the schema is one this binary knows. `migrate: false` (operator commands) only checks.
     /// - Parameter connections: the most this handle opens at once (one per concurrent transaction).
     /// - Parameter daemon: who the handle writes as (the daemon), else nobody.
+    /// - Parameter transactionIdleLimit: the server ends a session whose transaction waits this long for its next
+    ///   statement. A daemon cut off from the server mid-transaction would otherwise hold its row locks (a lease
+    ///   row's share lock among them, which keeps the work from being claimed) until TCP notices, hours later.
     public static func open(
         _ location: PostgresLocation, password: String?, migrate: Bool = true, connections: Int = 10, daemon: DaemonIdentity? = nil,
-        logger: Logger
+        transactionIdleLimit: Duration? = nil, logger: Logger
     ) async throws -> PostgresStore {
         let found = try await check(location, password: password, migrate: migrate, logger: logger)
         if !migrate, found < PostgresSchema.latest {
@@ -39,7 +42,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 description: "\(location): the store's schema is version \(found), this binary expects \(PostgresSchema.latest): start the daemon once to migrate it")
         }
         let client = PostgresClient(
-            configuration: location.clientConfiguration(password: password, maximumConnections: connections), backgroundLogger: logger)
+            configuration: location.clientConfiguration(password: password, maximumConnections: connections, idleInTransaction: transactionIdleLimit),
+            backgroundLogger: logger)
         return PostgresStore(location: location, password: password, client: client, owner: daemon, logger: logger)
     }
 

@@ -67,7 +67,8 @@ struct RunCommand: AsyncParsableCommand {
             if let location = settings.storeURL {
                 let daemon = DaemonIdentity(host: ProcessInfo.processInfo.hostName, pid: Int(getpid()), started: Date())
                 let postgres = try await PostgresStore.open(
-                    location, password: settings.storePassword, connections: settings.engine.maxConcurrency + 4, daemon: daemon, logger: logger)
+                    location, password: settings.storePassword, connections: settings.engine.maxConcurrency + 4, daemon: daemon,
+                    transactionIdleLimit: settings.leaseTime, logger: logger)
                 store = postgres
                 shared = postgres
             } else {

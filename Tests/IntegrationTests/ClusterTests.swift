@@ -250,19 +250,22 @@ struct PartitionTests {
         let cluster = try await Cluster(daemons: 2, on: server) { database, index in server.url(database, host: net.links[index].remote) }
         let (cutOff, other) = (cluster.fixtures[0], cluster.fixtures[1])
         try await cluster.start(0)
-        for index in 0..<6 { try await cluster.payment("cut-\(index)", amount: 2_000 + index, completesAfter: 4) }
+        for index in 0..<6 { try await cluster.payment("cut-\(index)", amount: 2_000 + index, completesAfter: 6) }
         try await waitUntil(timeout: .seconds(20)) { try await cluster.members(via: 0).first?.leases == 6 }
         try await cluster.start(1)
 
         try await net.set(net.links[0], up: false)
         let cut = ContinuousClock.now
-        func takenOver() -> Int { other.daemonLog.components(separatedBy: "took session:").count - 1 }
+        // Taken over: no lease row names the cut-off daemon any more (the other claimed them all).
+        let cutOffPid = try #require(cutOff.daemon?.processIdentifier)
+        func stillHeld() async throws -> Int { try await cluster.count("SELECT count(*) FROM work_leases WHERE holder LIKE '%/\(cutOffPid)/%'") }
         do {
-            try await waitUntil(timeout: .seconds(20)) { takenOver() == 6 }
+            try await waitUntil(timeout: .seconds(20)) { try await stillHeld() == 0 }
         } catch {
-            Issue.record("taken over: \(takenOver()) of 6")
+            Issue.record("still held by the cut-off daemon: \(try await stillHeld())")
             throw error
         }
+        #expect(other.daemonLog.contains("took session:"))
         let takeover = ContinuousClock.now - cut
         // The lease (3 s) and one poll (0.1 s), with room for a loaded machine.
         #expect(takeover < .seconds(3 + 3), "taken over after \(takeover)")
