@@ -168,34 +168,34 @@ enum PostgresSchema {
     }
 
     static func version(_ connection: PostgresConnection, logger: Logger) async throws -> Int {
-        let exists = try await connection.query("SELECT to_regclass('schema_migrations') IS NOT NULL", logger: logger).collect()
+        let exists = try await connection.rows("SELECT to_regclass('schema_migrations') IS NOT NULL", logger: logger)
         guard try exists.first?.decode(Bool.self) == true else { return 0 }
-        return try await connection.query("SELECT count(*) FROM schema_migrations", logger: logger).collect().first?.decode(Int.self) ?? 0
+        return try await connection.rows("SELECT count(*) FROM schema_migrations", logger: logger).first?.decode(Int.self) ?? 0
     }
 
     /// Applies what is missing, all in one transaction under the migration lock; returns the version found first.
     @discardableResult
     static func migrate(_ connection: PostgresConnection, logger: Logger) async throws -> Int {
-        try await connection.query("BEGIN", logger: logger)
+        try await connection.rows("BEGIN", logger: logger)
         do {
-            try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
+            try await connection.rows("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
             let found = try await version(connection, logger: logger)
             guard found <= latest else { throw TooNew(found: found, known: latest) }
             if found == 0 {
-                try await connection.query(
+                try await connection.rows(
                     "CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())", logger: logger)
             }
             for index in found..<latest {
                 // One statement at a time: the extended protocol takes no more.
                 for statement in statements(steps[index]) {
-                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                    try await connection.rows(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
-                try await connection.query("INSERT INTO schema_migrations (version) VALUES (\(index + 1))", logger: logger)
+                try await connection.rows("INSERT INTO schema_migrations (version) VALUES (\(index + 1))", logger: logger)
             }
-            try await connection.query("COMMIT", logger: logger)
+            try await connection.rows("COMMIT", logger: logger)
             return found
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
+            _ = try? await connection.rows("ROLLBACK", logger: logger)
             throw error
         }
     }

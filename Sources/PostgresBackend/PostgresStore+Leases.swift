@@ -23,13 +23,13 @@ extension PostgresStore: LeaseStore, ClusterView {
             guard try await rows(db, "SELECT pg_try_advisory_xact_lock_shared(\(Self.occupancyLock))")[0].decode(Bool.self) else {
                 throw PostgresProblem(kind: .inUse, description: "\(location): `klarna-reconciler store copy` is filling this database; start the daemon once it is done")
             }
-            try await db.query(
+            try await db.rows(
                 """
                 INSERT INTO daemons (id, host, pid, started_at, heartbeat_at) VALUES (\(daemon.id), \(daemon.host), \(daemon.pid), \(at), clock_timestamp())
                 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, stopped_at = NULL
                 """, logger: logger)
             // Rows of daemons long gone only clutter `cluster`.
-            try await db.query("DELETE FROM daemons WHERE heartbeat_at < clock_timestamp() - interval '7 days'", logger: logger)
+            try await db.rows("DELETE FROM daemons WHERE heartbeat_at < clock_timestamp() - interval '7 days'", logger: logger)
         }
     }
 
@@ -37,7 +37,7 @@ extension PostgresStore: LeaseStore, ClusterView {
         let id = daemon.id
         let seconds = ttl.timeInterval
         return try await transaction { [self] db in
-            try await db.query("UPDATE daemons SET heartbeat_at = clock_timestamp() WHERE id = \(id)", logger: logger)
+            try await db.rows("UPDATE daemons SET heartbeat_at = clock_timestamp() WHERE id = \(id)", logger: logger)
             // A lapsed lease nobody claimed yet is still this daemon's: nobody else can have acted on it.
             let held = try await rows(
                 db, "UPDATE work_leases SET locked_until = clock_timestamp() + make_interval(secs => \(seconds)) WHERE holder = \(id) RETURNING work_key"
@@ -128,9 +128,9 @@ extension PostgresStore: LeaseStore, ClusterView {
     public func deregister(at: Date) async throws {
         let id = daemon.id
         try await transaction { [self] db in
-            try await db.query("UPDATE work_leases SET holder = NULL, locked_until = '-infinity' WHERE holder = \(id)", logger: logger)
-            try await db.query("UPDATE daemons SET stopped_at = \(at) WHERE id = \(id)", logger: logger)
-            try await db.query("SELECT pg_notify(\(PostgresSchema.workChannel), 'released')", logger: logger)
+            try await db.rows("UPDATE work_leases SET holder = NULL, locked_until = '-infinity' WHERE holder = \(id)", logger: logger)
+            try await db.rows("UPDATE daemons SET stopped_at = \(at) WHERE id = \(id)", logger: logger)
+            try await db.rows("SELECT pg_notify(\(PostgresSchema.workChannel), 'released')", logger: logger)
         }
     }
 
@@ -200,14 +200,14 @@ extension PostgresStore {
     public func takeCopyLock() async throws {
         let connection = try await Self.connect(location, password: password, logger: logger)
         do {
-            let taken = try await connection.query("SELECT pg_try_advisory_lock(\(Self.occupancyLock))", logger: logger).collect()[0].decode(Bool.self)
+            let taken = try await connection.rows("SELECT pg_try_advisory_lock(\(Self.occupancyLock))", logger: logger)[0].decode(Bool.self)
             guard taken else { throw PostgresProblem(kind: .inUse, description: "\(location): another `store copy` or a starting daemon holds this database") }
-            let running = try await connection.query(
+            let running = try await connection.rows(
                 """
                 SELECT id, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 FROM daemons
                 WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - interval '2 minutes' ORDER BY heartbeat_at DESC LIMIT 1
                 """, logger: logger
-            ).collect().first.map { try $0.decode((String, Double).self) }
+            ).first.map { try $0.decode((String, Double).self) }
             if let (id, ago) = running {
                 throw PostgresProblem(
                     kind: .inUse, description: "\(location): daemon \(id) runs on this database (heartbeat \(Int(ago)) s ago); stop every daemon first")

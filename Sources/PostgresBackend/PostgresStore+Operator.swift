@@ -250,12 +250,12 @@ extension PostgresStore {
                 counts.payments = payments.count
                 if !dryRun {
                     for (session, order) in payments {
-                        try await db.query("DELETE FROM events WHERE hpp_session_id = \(session) OR order_id = \(order)", logger: logger)
-                        try await db.query("DELETE FROM outcomes WHERE hpp_session_id = \(session) OR order_id = \(order)", logger: logger)
-                        try await db.query("DELETE FROM intents WHERE subject IN (\(session), \(order))", logger: logger)
-                        try await db.query("DELETE FROM capture_requests WHERE order_id = \(order)", logger: logger)
-                        try await db.query("DELETE FROM orders WHERE order_id = \(order) OR hpp_session_id = \(session)", logger: logger)
-                        try await db.query("DELETE FROM sessions WHERE hpp_session_id = \(session)", logger: logger)
+                        try await db.rows("DELETE FROM events WHERE hpp_session_id = \(session) OR order_id = \(order)", logger: logger)
+                        try await db.rows("DELETE FROM outcomes WHERE hpp_session_id = \(session) OR order_id = \(order)", logger: logger)
+                        try await db.rows("DELETE FROM intents WHERE subject IN (\(session), \(order))", logger: logger)
+                        try await db.rows("DELETE FROM capture_requests WHERE order_id = \(order)", logger: logger)
+                        try await db.rows("DELETE FROM orders WHERE order_id = \(order) OR hpp_session_id = \(session)", logger: logger)
+                        try await db.rows("DELETE FROM sessions WHERE hpp_session_id = \(session)", logger: logger)
                     }
                 }
                 counts.paymentRequests = try await batch(

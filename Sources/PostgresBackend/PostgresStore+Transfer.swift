@@ -28,7 +28,7 @@ extension PostgresStore: TransferTarget {
                 let placeholders = (1...columns.count).map { "$\($0)" }.joined(separator: ", ")
                 let sql = "INSERT INTO \(table.rawValue) (\(columns.map(\.name).joined(separator: ", "))) "
                     + (table.numbered ? "OVERRIDING SYSTEM VALUE " : "") + "VALUES (\(placeholders))"
-                try await db.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger)
+                try await db.rows(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger)
             }
         }
     }

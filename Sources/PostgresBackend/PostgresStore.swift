@@ -152,13 +152,13 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         let started = ContinuousClock.now
         defer { Telemetry.time(.storeCommitDuration, .now - started) }
         return try await withConnection { [self] connection in
-            try await connection.query("BEGIN", logger: logger)
+            try await connection.rows("BEGIN", logger: logger)
             do {
                 let value = try await body(connection)
-                try await connection.query("COMMIT", logger: logger)
+                try await connection.rows("COMMIT", logger: logger)
                 return value
             } catch {
-                _ = try? await connection.query("ROLLBACK", logger: logger)
+                _ = try? await connection.rows("ROLLBACK", logger: logger)
                 throw error
             }
         }
@@ -166,11 +166,11 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     @discardableResult
     func rows(_ query: PostgresQuery) async throws -> [PostgresRow] {
-        try await withConnection { [logger] connection in try await connection.query(query, logger: logger).collect() }
+        try await withConnection { [logger] connection in try await connection.rows(query, logger: logger) }
     }
 
     func rows(_ connection: PostgresConnection, _ query: PostgresQuery) async throws -> [PostgresRow] {
-        try await connection.query(query, logger: logger).collect()
+        try await connection.rows(query, logger: logger)
     }
 
     func json<T: Encodable>(_ value: T) throws -> String {
@@ -242,7 +242,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             for (order, data) in orders { try await writeOrder(db, order, data: data, at: at, onlyIfNew: false) }
             for (request, data) in paymentRequests { try await writePaymentRequest(db, request, data: data, at: at) }
             for (intent, data) in intents {
-                try await db.query(
+                try await db.rows(
                     """
                     INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
                     VALUES (\(intent.key), \(intent.kind.rawValue), \(intent.subject), \(intent.state.rawValue), \(intent.attempts),
@@ -253,26 +253,26 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             }
             for (event, detail) in events { try await insertEvent(db, event, detail: detail, at: at) }
             for (outcome, data) in outcomes {
-                try await db.query(
+                try await db.rows(
                     "INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data) VALUES (\(at), \(outcome.kind.rawValue), \(outcome.hppSessionID), \(outcome.orderID), \(data))",
                     logger: logger)
             }
             for request in change.finishedCaptureRequests {
-                try await db.query("UPDATE capture_requests SET state = \(request.state), note = \(request.note) WHERE id = \(request.id)", logger: logger)
+                try await db.rows("UPDATE capture_requests SET state = \(request.state), note = \(request.note) WHERE id = \(request.id)", logger: logger)
             }
             for hold in change.holds {
-                try await db.query(
+                try await db.rows(
                     "INSERT INTO holds (work_key, held_at, held_by) VALUES (\(hold.key.description), \(at), \(hold.by)) ON CONFLICT (work_key) DO NOTHING",
                     logger: logger)
             }
-            for key in change.releases { try await db.query("DELETE FROM holds WHERE work_key = \(key.description)", logger: logger) }
+            for key in change.releases { try await db.rows("DELETE FROM holds WHERE work_key = \(key.description)", logger: logger) }
             for answer in change.answeredRequests {
-                try await db.query(
+                try await db.rows(
                     "UPDATE operator_requests SET state = \(answer.state.rawValue), note = \(answer.note), answered_at = \(at) WHERE id = \(answer.id)",
                     logger: logger)
             }
             for entry in health {
-                try await db.query(
+                try await db.rows(
                     """
                     INSERT INTO health (name, at, detail) VALUES (\(entry.name), \(at), \(entry.detail))
                     ON CONFLICT (name) DO UPDATE SET at = excluded.at, detail = excluded.detail
@@ -302,7 +302,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
               DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due,
                 deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data
               """
-        try await db.query(
+        try await db.rows(
             """
             INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
             VALUES (\(session.hppSessionID), \(session.kpSessionID), \(session.orderID), \(session.merchantReference), \(session.phase.rawValue),
@@ -315,7 +315,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         let conflict = onlyIfNew
             ? "DO NOTHING"
             : "DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data"
-        try await db.query(
+        try await db.rows(
             """
             INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
             VALUES (\(order.orderID), \(order.hppSessionID), \(order.merchantReference), \(order.phase.rawValue), \(order.outcome?.rawValue),
@@ -325,7 +325,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     }
 
     func writePaymentRequest(_ db: PostgresConnection, _ request: TrackedPaymentRequest, data: String, at: Date) async throws {
-        try await db.query(
+        try await db.rows(
             """
             INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data)
             VALUES (\(request.paymentRequestID), \(request.state), \(request.outcome?.rawValue), \(request.isOpen ? request.nextDueAt : nil),
@@ -336,7 +336,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     }
 
     func insertEvent(_ db: PostgresConnection, _ event: NewEvent, detail: String?, at: Date) async throws {
-        try await db.query(
+        try await db.rows(
             """
             INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail)
             VALUES (\(at), \(event.hppSessionID), \(event.orderID), \(event.event.kind), \(event.event.message), \(detail))
@@ -346,7 +346,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// `delivered`: the ingesting daemon wakes the engine itself after the commit, which it does for a key it
     /// holds; the row then names it (`woken_by`), and it skips the row when it takes its wakeups.
     func wake(_ db: PostgresConnection, _ key: WorkKey, delivered: Bool) async throws {
-        try await db.query(
+        try await db.rows(
             """
             INSERT INTO wakeups (work_key, delivered, woken_by)
             VALUES (\(key.description), \(delivered),
@@ -662,6 +662,6 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     /// A transaction that takes a connection from the pool and commits: fails while the server is unreachable.
     public func probeWrites() async throws {
-        try await transaction { [self] db in _ = try await db.query("SELECT 1", logger: logger) }
+        try await transaction { [self] db in _ = try await db.rows("SELECT 1", logger: logger) }
     }
 }

@@ -177,10 +177,12 @@ struct ClusterChaosTests {
         ] { _ = cluster.sandbox.addFault(fault) }
 
         let kills = Counter()
+        // Stopped by a flag, not by cancelling the task: a cancelled task would abandon a restart half done.
+        let calm = Flag()
         let chaos = Task {
-            while !Task.isCancelled {
+            while !calm.isSet {
                 try? await Task.sleep(for: .milliseconds(Int.random(in: 2_000...4_000)))
-                if Task.isCancelled { break }
+                if calm.isSet { break }
                 let victim = cluster.fixtures.randomElement()!
                 try await victim.kill9()
                 kills.add()
@@ -213,7 +215,7 @@ struct ClusterChaosTests {
             try await cluster.count("SELECT count(*) FROM sessions WHERE next_due IS NOT NULL")
                 + cluster.count("SELECT count(*) FROM orders WHERE next_due IS NOT NULL") == 0
         }
-        chaos.cancel()
+        calm.set()
         try await chaos.value
         for fixture in cluster.fixtures where fixture.daemon != nil { _ = try await fixture.stop() }
 
