@@ -53,6 +53,10 @@ extension PostgresStore: LeaseStore, ClusterView {
     public func claimWork(ttl: Duration, limit: Int, liveDaemons: Int, patience: Duration) async throws -> [Claim] {
         let id = daemon.id
         let now = Date()
+        // A lapsed lease is taken over when it ran out while the server was up (its holder could have renewed it and
+        // did not). One that ran out while the server was down waits until the server has been up a lease time:
+        // after a restart every daemon's leases have run out at once, and each renews its own first instead of the
+        // daemons taking each other's work (and leaving the Klarna answers they hold unrecorded).
         // `room`: how far this daemon is below its share of all leased work; with none, only keys no daemon with
         // room took within `patience`. The old holder's lease end comes back relative to the server's clock, so
         // that this host's clock (which may differ from the server's) never shortens the wait for its calls.
@@ -63,7 +67,8 @@ extension PostgresStore: LeaseStore, ClusterView {
             room AS (SELECT greatest(0, least(\(limit), ceil(total::numeric / \(max(1, liveDaemons)))::bigint - mine)) AS eager FROM counts),
             picked AS (
               SELECT work_key, holder, locked_until FROM work_leases
-              WHERE (holder IS NULL OR locked_until < clock_timestamp())
+              WHERE (holder IS NULL OR locked_until < clock_timestamp() AND (
+                  locked_until > pg_postmaster_start_time() OR pg_postmaster_start_time() < clock_timestamp() - make_interval(secs => \(ttl.timeInterval))))
                 AND ((SELECT eager FROM room) > 0 OR since < clock_timestamp() - make_interval(secs => \(patience.timeInterval)))
               ORDER BY locked_until, since
               LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE \(limit) END FROM room)

@@ -229,13 +229,15 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             if let key, let owner {
                 // The fence, first: the lease row is share-locked until COMMIT, so a daemon claiming the work after
                 // the lease ran out waits for this commit (its claim skips the row) and then sees what it wrote.
-                let held = try await rows(
+                let lease = try await rows(
                     db,
                     """
-                    SELECT 1 FROM work_leases WHERE work_key = \(key.description) AND holder = \(owner.id) AND locked_until > clock_timestamp()
+                    SELECT holder IS NOT DISTINCT FROM \(owner.id), locked_until > clock_timestamp() FROM work_leases WHERE work_key = \(key.description)
                     FOR SHARE
-                    """)
-                guard !held.isEmpty else { throw LeaseLost(key: key) }
+                    """
+                ).first.map { try $0.decode((Bool, Bool).self) }
+                guard let (mine, current) = lease, mine else { throw LeaseLost(key: key) }
+                guard current else { throw LeaseLapsed(key: key) }
             }
             for (session, data) in sessions { try await writeSession(db, session, data: data, at: at) }
             for (order, data) in newOrders { try await writeOrder(db, order, data: data, at: at, onlyIfNew: true) }

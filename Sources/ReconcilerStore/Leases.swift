@@ -82,6 +82,15 @@ public struct LeaseLost: Error, CustomStringConvertible {
     public var description: String { "the lease on \(key) is no longer this daemon's: another daemon holds the work; nothing was committed" }
 }
 
+/// The commit's key is still this daemon's, but its lease ran out unrenewed (the store was unreachable for a
+/// while) and no other daemon has claimed it yet. Nothing was written; the same commit goes through once a renewal
+/// has extended the lease, and a Klarna answer it carries is kept rather than left for a takeover to guess at.
+public struct LeaseLapsed: Error, CustomStringConvertible {
+    public let key: WorkKey
+    public init(key: WorkKey) { self.key = key }
+    public var description: String { "the lease on \(key) ran out unrenewed and nobody has taken it: nothing was committed yet; committed once a renewal extends it" }
+}
+
 /// What a daemon sharing the store needs to share the work: register, claim, renew, hand back, and hear of new work.
 public protocol LeaseStore: Sendable {
     /// Who this handle writes as; every fenced commit checks the lease is this daemon's.

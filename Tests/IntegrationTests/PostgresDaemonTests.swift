@@ -123,42 +123,6 @@ struct PostgresRestartTests {
         #expect(try await fixture.stop() == 0)
         try await server.stop()
     }
-
-    @Test("PostgreSQL restarted while steps are in flight: every step the restart cut off is tried again, every delivery acknowledged is worked, each payment placed and captured once")
-    func restartUnderLoad() async throws {
-        let server = try await PostgresServer.dedicated()
-        let database = try await server.createDatabase()
-        let fixture = try await DaemonFixture(storeConfig: ["url: \(server.url(database))", "password_file: store-password", "lease_seconds: 3"])
-        try "\(server.password)\n".write(toFile: fixture.directory + "/store-password", atomically: true, encoding: .utf8)
-        try await fixture.start()
-        let count = 60
-        let restarted = Task {
-            try await waitUntil(timeout: .seconds(60)) { fixture.sandbox.effects(kind: .captured).count >= 10 }
-            try await server.stop(mode: "fast")
-            try await server.start()
-        }
-        for index in 0..<count {
-            let payment = try fixture.sandbox.createSession(SessionSpec(
-                orderAmount: 1_000 + index, merchantReference: "load-\(index)", schedule: [ScheduleStep(afterSeconds: Double.random(in: 0.1...1), status: "COMPLETED")]))
-            let body = #"{"hpp_session_id":"\#(payment.hppSessionId)","kp_session_id":"\#(payment.kpSessionId)","merchant_reference":"load-\#(index)"}"#
-            // A forwarder sends again after a 503.
-            try await waitUntil(timeout: .seconds(60)) { try await fixture.post("/v1/sessions", body).status == 202 }
-        }
-        try await restarted.value
-        do {
-            try await waitUntil(timeout: .seconds(60)) { fixture.sandbox.effects(kind: .captured).count == count }
-        } catch {
-            let kept = NSTemporaryDirectory() + "klarna-reconciler-restart-\(UUID().uuidString.prefix(6)).log"
-            let open = try? await server.psql("SELECT merchant_reference, phase, next_due FROM sessions WHERE next_due IS NOT NULL", database: database)
-            try? "open: \(open ?? "?")\n\(fixture.daemonLog)".write(toFile: kept, atomically: true, encoding: .utf8)
-            Issue.record("captured \(fixture.sandbox.effects(kind: .captured).count) of \(count); the daemon's log is kept in \(kept)")
-            throw error
-        }
-        #expect(fixture.sandbox.effects(kind: .orderPlaced).count == count)
-        #expect(Set(fixture.sandbox.effects(kind: .captured).compactMap(\.orderId)).count == count)
-        #expect(try await fixture.stop() == 0)
-        try await server.stop()
-    }
 }
 
 /// Moving an existing SQLite store to PostgreSQL with `store copy`.

@@ -116,10 +116,11 @@ struct PostgresStoreTests {
         return store
     }
 
-    @Test("Leases: one holder per unit; once another daemon claimed it after the lease ran out, the first commits nothing and is told the work is gone")
+    @Test("Leases: one holder per unit; a lease that ran out while the server was down stays its holder's to renew; once another daemon claimed it, the first commits nothing and is told the work is gone")
     func leasesFence() async throws {
         let server = try await PostgresServer.shared()
-        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let database = try await server.createDatabase()
+        let location = try PostgresLocation(url: server.url(database))
         let a = try await daemonStore(location, server, "host-a")
         let b = try await daemonStore(location, server, "host-b")
         defer { a.close(); b.close() }
@@ -137,6 +138,14 @@ struct PostgresStoreTests {
         try await a.commit(change, at: Date(), fencedBy: key)
         await #expect(throws: LeaseLost.self) { try await b.commit(change, at: Date(), fencedBy: key) }
         #expect(try await b.renewLeases(ttl: .seconds(60)).liveDaemons == 2)
+
+        // The lease ran out while the server was down (as after a restart): nobody takes it before the server has
+        // been up a lease time, and a's commit is put off, not lost, until a's renewal extends the lease.
+        _ = try await server.psql("UPDATE work_leases SET locked_until = pg_postmaster_start_time() - interval '1 second'", database: database)
+        #expect(try await b.claimWork(ttl: .seconds(86_400), limit: 10, liveDaemons: 1, patience: .zero).isEmpty)
+        await #expect(throws: LeaseLapsed.self) { try await a.commit(change, at: Date(), fencedBy: key) }
+        #expect(try await a.renewLeases(ttl: .seconds(4)).held == [key])
+        try await a.commit(change, at: Date(), fencedBy: key)
 
         // a stops renewing: after its lease b claims the work, learning whose it was and when the lease ended.
         var taken: [Claim] = []
