@@ -229,13 +229,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             if let key, let owner {
                 // The fence, first: the lease row is share-locked until COMMIT, so a daemon claiming the work after
                 // the lease ran out waits for this commit (its claim skips the row) and then sees what it wrote.
-                let lease = try await rows(
-                    db,
-                    """
-                    SELECT holder IS NOT DISTINCT FROM \(owner.id), locked_until > clock_timestamp() FROM work_leases WHERE work_key = \(key.description)
-                    FOR SHARE
-                    """
-                ).first.map { try $0.decode((Bool, Bool).self) }
+                let lease = try await db.rows(Statements.LeaseFence.self, Statements.values(key.description, owner.id), logger: logger)
+                    .first.map { try $0.decode((Bool, Bool).self) }
                 guard let (mine, current) = lease, mine else { throw LeaseLost(key: key) }
                 guard current else { throw LeaseLapsed(key: key) }
             }
@@ -244,20 +239,11 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             for (order, data) in orders { try await writeOrder(db, order, data: data, at: at, onlyIfNew: false) }
             for (request, data) in paymentRequests { try await writePaymentRequest(db, request, data: data, at: at) }
             for (intent, data) in intents {
-                try await db.rows(
-                    """
-                    INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
-                    VALUES (\(intent.key), \(intent.kind.rawValue), \(intent.subject), \(intent.state.rawValue), \(intent.attempts),
-                      \(intent.nextAttemptAt), \(intent.createdAt), \(at), \(data))
-                    ON CONFLICT (key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
-                      next_attempt = excluded.next_attempt, updated_at = excluded.updated_at, data = excluded.data
-                    """, logger: logger)
+                try await db.rows(Statements.UpsertIntent.self, Statements.intent(intent, data: data, at: at), logger: logger)
             }
             for (event, detail) in events { try await insertEvent(db, event, detail: detail, at: at) }
             for (outcome, data) in outcomes {
-                try await db.rows(
-                    "INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data) VALUES (\(at), \(outcome.kind.rawValue), \(outcome.hppSessionID), \(outcome.orderID), \(data))",
-                    logger: logger)
+                try await db.rows(Statements.InsertOutcome.self, Statements.outcome(outcome, data: data, at: at), logger: logger)
             }
             for request in change.finishedCaptureRequests {
                 try await db.rows("UPDATE capture_requests SET state = \(request.state), note = \(request.note) WHERE id = \(request.id)", logger: logger)
@@ -274,11 +260,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                     logger: logger)
             }
             for entry in health {
-                try await db.rows(
-                    """
-                    INSERT INTO health (name, at, detail) VALUES (\(entry.name), \(at), \(entry.detail))
-                    ON CONFLICT (name) DO UPDATE SET at = excluded.at, detail = excluded.detail
-                    """, logger: logger)
+                try await db.rows(Statements.UpsertHealth.self, Statements.values(entry.name, at, entry.detail), logger: logger)
             }
         }
     }
@@ -297,33 +279,25 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    func writeSession(_ db: PostgresConnection, _ session: TrackedSession, data: String, at: Date, onlyIfNew: Bool = false) async throws {
-        let conflict = onlyIfNew
-            ? "DO NOTHING"
-            : """
-              DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due,
-                deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data
-              """
-        try await db.rows(
-            """
-            INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
-            VALUES (\(session.hppSessionID), \(session.kpSessionID), \(session.orderID), \(session.merchantReference), \(session.phase.rawValue),
-              \(session.outcome?.rawValue), \(session.isOpen ? session.nextDueAt : nil), \(session.deadline), \(session.trackedAt), \(at), \(data))
-            ON CONFLICT (hpp_session_id) \(unescaped: conflict)
-            """, logger: logger)
+    /// `onlyIfNew`: a session tracked for the first time, never overwriting one known already; returns whether it
+    /// was new. Otherwise inserts or updates, and returns true.
+    @discardableResult
+    func writeSession(_ db: PostgresConnection, _ session: TrackedSession, data: String, at: Date, onlyIfNew: Bool = false) async throws -> Bool {
+        let bindings = try Statements.session(session, data: data, at: at)
+        guard onlyIfNew else {
+            try await db.rows(Statements.UpsertSession.self, bindings, logger: logger)
+            return true
+        }
+        return try await !db.rows(Statements.InsertSession.self, bindings, logger: logger).isEmpty
     }
 
     private func writeOrder(_ db: PostgresConnection, _ order: TrackedOrder, data: String, at: Date, onlyIfNew: Bool) async throws {
-        let conflict = onlyIfNew
-            ? "DO NOTHING"
-            : "DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data"
-        try await db.rows(
-            """
-            INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
-            VALUES (\(order.orderID), \(order.hppSessionID), \(order.merchantReference), \(order.phase.rawValue), \(order.outcome?.rawValue),
-              \(order.isOpen ? order.nextDueAt : nil), \(order.deadline), \(order.createdAt), \(at), \(data))
-            ON CONFLICT (order_id) \(unescaped: conflict)
-            """, logger: logger)
+        let bindings = try Statements.order(order, data: data, at: at)
+        if onlyIfNew {
+            try await db.rows(Statements.InsertOrder.self, bindings, logger: logger)
+        } else {
+            try await db.rows(Statements.UpsertOrder.self, bindings, logger: logger)
+        }
     }
 
     func writePaymentRequest(_ db: PostgresConnection, _ request: TrackedPaymentRequest, data: String, at: Date) async throws {
@@ -338,22 +312,13 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     }
 
     func insertEvent(_ db: PostgresConnection, _ event: NewEvent, detail: String?, at: Date) async throws {
-        try await db.rows(
-            """
-            INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail)
-            VALUES (\(at), \(event.hppSessionID), \(event.orderID), \(event.event.kind), \(event.event.message), \(detail))
-            """, logger: logger)
+        try await db.rows(Statements.InsertEvent.self, Statements.event(event, detail: detail, at: at), logger: logger)
     }
 
     /// `delivered`: the ingesting daemon wakes the engine itself after the commit, which it does for a key it
     /// holds; the row then names it (`woken_by`), and it skips the row when it takes its wakeups.
     func wake(_ db: PostgresConnection, _ key: WorkKey, delivered: Bool) async throws {
-        try await db.rows(
-            """
-            INSERT INTO wakeups (work_key, delivered, woken_by)
-            VALUES (\(key.description), \(delivered),
-              (SELECT holder FROM work_leases WHERE \(delivered) AND work_key = \(key.description) AND holder = \(owner?.id)))
-            """, logger: logger)
+        try await db.rows(Statements.Wake.self, Statements.values(key.description, delivered, owner?.id), logger: logger)
     }
 
     // MARK: Queue
@@ -424,15 +389,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult {
         let data = try json(session)
         return try await transaction { [self] db in
-            let inserted = try await rows(
-                db,
-                """
-                INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
-                VALUES (\(session.hppSessionID), \(session.kpSessionID), \(session.orderID), \(session.merchantReference), \(session.phase.rawValue),
-                  \(session.outcome?.rawValue), \(session.isOpen ? session.nextDueAt : nil), \(session.deadline), \(session.trackedAt), \(at), \(data))
-                ON CONFLICT (hpp_session_id) DO NOTHING RETURNING 1
-                """)
-            guard !inserted.isEmpty else {
+            guard try await writeSession(db, session, data: data, at: at, onlyIfNew: true) else {
                 let existing = try await rows(db, "SELECT data FROM sessions WHERE hpp_session_id = \(session.hppSessionID)")
                 return .existing(try decode(TrackedSession.self, existing[0]))
             }
@@ -491,12 +448,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     private func ingest(_ db: PostgresConnection, _ record: IngestRecord, trackData: String?, detail: String, at: Date) async throws -> IngestResult {
         if let key = record.dedupeKey {
             // Two deliveries of one key at once: the second waits for the first's commit, then finds the conflict.
-            let fresh = try await rows(
-                db,
-                """
-                INSERT INTO deliveries (dedupe_key, kind, source, received_at, summary)
-                VALUES (\(key), \(record.kind), \(record.source), \(at), \(record.summary)) ON CONFLICT (dedupe_key) DO NOTHING RETURNING 1
-                """)
+            let fresh = try await db.rows(
+                Statements.InsertDelivery.self, Statements.values(key, record.kind, record.source, at, record.summary), logger: logger)
             if fresh.isEmpty {
                 let seen = try await rows(db, "UPDATE deliveries SET repeats = repeats + 1 WHERE dedupe_key = \(key) RETURNING received_at")
                 return .repeated(firstSeen: try seen.first?.decode(Date.self) ?? at)
@@ -535,16 +488,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             return .accepted(wake: [.order(orderID)])
         case .track(let session):
             guard let trackData else { return .repeated(firstSeen: at) }
-            let inserted = try await rows(
-                db,
-                """
-                INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
-                VALUES (\(session.hppSessionID), \(session.kpSessionID), \(session.orderID), \(session.merchantReference), \(session.phase.rawValue),
-                  \(session.outcome?.rawValue), \(session.isOpen ? session.nextDueAt : nil), \(session.deadline), \(session.trackedAt), \(at), \(trackData))
-                ON CONFLICT (hpp_session_id) DO NOTHING RETURNING 1
-                """)
             // Tracked already: a repeat (its dedupe row stays, as a delivery seen).
-            guard !inserted.isEmpty else { return .repeated(firstSeen: at) }
+            guard try await writeSession(db, session, data: trackData, at: at, onlyIfNew: true) else { return .repeated(firstSeen: at) }
             try await note(session.hppSessionID, nil, record.summary)
             try await wake(.session(session.hppSessionID))
             return .accepted(wake: [.session(session.hppSessionID)])

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import PostgresBackend
+@testable import PostgresBackend
 import ReconcilerCore
 import ReconcilerStore
 @testable import SQLiteBackend
@@ -114,6 +114,21 @@ struct PostgresStoreTests {
         let store = try await PostgresStore.open(location, password: server.password, daemon: DaemonIdentity(host: host, pid: 1, started: Date()), logger: logger)
         try await store.register(at: Date())
         return store
+    }
+
+    @Test("The hot statements are prepared on a connection at their first use and afterwards only executed")
+    func preparedStatements() async throws {
+        let server = try await PostgresServer.shared()
+        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        // One connection: the statements and the look at them share it (a session's prepared statements are its own).
+        let store = try await PostgresStore.open(location, password: server.password, connections: 1, logger: logger)
+        defer { store.close() }
+        for index in 0..<3 { _ = try await store.track(session("hpp-prepared-\(index)", at: Date()), event: DomainEvent("tracked", "test"), at: Date()) }
+        let prepared = try await store.rows(
+            "SELECT name, generic_plans + custom_plans FROM pg_prepared_statements WHERE name LIKE 'klarna_reconciler.%' ORDER BY name"
+        ).map { try $0.decode((String, Int).self) }
+        #expect(prepared.map(\.0) == ["klarna_reconciler.InsertEvent", "klarna_reconciler.InsertSession", "klarna_reconciler.Wake"])
+        #expect(prepared.allSatisfy { $0.1 == 3 }, "prepared once, executed three times: \(prepared)")
     }
 
     @Test("Leases: one holder per unit; a lease that ran out while the server was down stays its holder's to renew; once another daemon claimed it, the first commits nothing and is told the work is gone")

@@ -1,0 +1,208 @@
+import Foundation
+import Logging
+import PostgresNIO
+import ReconcilerCore
+import ReconcilerStore
+import Synchronization
+
+/// The text of a statement on a hot path: a step's commit and a delivery's ingest.
+protocol StatementText: Sendable {
+    static var sql: String { get }
+}
+
+/// A hot statement as postgres-nio prepares it: parsed and planned once per pooled connection (named by its
+/// text's type), afterwards only bound and executed.
+struct Prepared<Text: StatementText>: PostgresPreparedStatement {
+    static var name: String { "klarna_reconciler.\(Text.self)" }
+    static var sql: String { Text.sql }
+    let bindings: PostgresBindings
+
+    func makeBindings() -> PostgresBindings { bindings }
+    func decodeRow(_ row: PostgresRow) -> PostgresRow { row }
+}
+
+/// The hot statements, each with the values it binds in the order of its parameters.
+enum Statements {
+    /// The commit fence: whether the lease is this daemon's, and whether it is current; share-locks the row.
+    enum LeaseFence: StatementText {
+        static let sql = "SELECT holder IS NOT DISTINCT FROM $2, locked_until > clock_timestamp() FROM work_leases WHERE work_key = $1 FOR SHARE"
+    }
+
+    private static let sessionInsert = """
+        INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+        """
+
+    /// A session tracked for the first time; a row back when it was new.
+    enum InsertSession: StatementText {
+        static let sql = sessionInsert + " ON CONFLICT (hpp_session_id) DO NOTHING RETURNING 1"
+    }
+
+    enum UpsertSession: StatementText {
+        static let sql = sessionInsert + """
+             ON CONFLICT (hpp_session_id) DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome,
+              next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data
+            """
+    }
+
+    static func session(_ session: TrackedSession, data: String, at: Date) throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 11)
+        try bindings.append(session.hppSessionID)
+        try bindings.append(session.kpSessionID)
+        try bindings.append(session.orderID)
+        try bindings.append(session.merchantReference)
+        try bindings.append(session.phase.rawValue)
+        try bindings.append(session.outcome?.rawValue)
+        try bindings.append(session.isOpen ? session.nextDueAt : nil)
+        try bindings.append(session.deadline)
+        try bindings.append(session.trackedAt)
+        try bindings.append(at)
+        try bindings.append(data)
+        return bindings
+    }
+
+    private static let orderInsert = """
+        INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+        """
+
+    /// An order Klarna just created: never overwrites one already known.
+    enum InsertOrder: StatementText {
+        static let sql = orderInsert + " ON CONFLICT (order_id) DO NOTHING"
+    }
+
+    enum UpsertOrder: StatementText {
+        static let sql = orderInsert + """
+             ON CONFLICT (order_id) DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due,
+              deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data
+            """
+    }
+
+    static func order(_ order: TrackedOrder, data: String, at: Date) throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 10)
+        try bindings.append(order.orderID)
+        try bindings.append(order.hppSessionID)
+        try bindings.append(order.merchantReference)
+        try bindings.append(order.phase.rawValue)
+        try bindings.append(order.outcome?.rawValue)
+        try bindings.append(order.isOpen ? order.nextDueAt : nil)
+        try bindings.append(order.deadline)
+        try bindings.append(order.createdAt)
+        try bindings.append(at)
+        try bindings.append(data)
+        return bindings
+    }
+
+    enum UpsertIntent: StatementText {
+        static let sql = """
+            INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+            ON CONFLICT (key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+              next_attempt = excluded.next_attempt, updated_at = excluded.updated_at, data = excluded.data
+            """
+    }
+
+    static func intent(_ intent: Intent, data: String, at: Date) throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 9)
+        try bindings.append(intent.key)
+        try bindings.append(intent.kind.rawValue)
+        try bindings.append(intent.subject)
+        try bindings.append(intent.state.rawValue)
+        try bindings.append(intent.attempts)
+        try bindings.append(intent.nextAttemptAt)
+        try bindings.append(intent.createdAt)
+        try bindings.append(at)
+        try bindings.append(data)
+        return bindings
+    }
+
+    enum InsertEvent: StatementText {
+        static let sql = "INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail) VALUES ($1, $2, $3, $4, $5, $6)"
+    }
+
+    static func event(_ event: NewEvent, detail: String?, at: Date) throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 6)
+        try bindings.append(at)
+        try bindings.append(event.hppSessionID)
+        try bindings.append(event.orderID)
+        try bindings.append(event.event.kind)
+        try bindings.append(event.event.message)
+        try bindings.append(detail)
+        return bindings
+    }
+
+    enum InsertOutcome: StatementText {
+        static let sql = "INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data) VALUES ($1, $2, $3, $4, $5)"
+    }
+
+    static func outcome(_ outcome: Outcome, data: String, at: Date) throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 5)
+        try bindings.append(at)
+        try bindings.append(outcome.kind.rawValue)
+        try bindings.append(outcome.hppSessionID)
+        try bindings.append(outcome.orderID)
+        try bindings.append(data)
+        return bindings
+    }
+
+    /// A wakeup for `$1`; `$2` delivered: names this daemon (`$3`) when it holds the key and wakes it itself.
+    enum Wake: StatementText {
+        static let sql = """
+            INSERT INTO wakeups (work_key, delivered, woken_by)
+            VALUES ($1, $2, (SELECT holder FROM work_leases WHERE $2 AND work_key = $1 AND holder = $3))
+            """
+    }
+
+    /// A delivery by its dedupe key; a row back when it is the first.
+    enum InsertDelivery: StatementText {
+        static let sql = """
+            INSERT INTO deliveries (dedupe_key, kind, source, received_at, summary) VALUES ($1, $2, $3, $4, $5)
+            ON CONFLICT (dedupe_key) DO NOTHING RETURNING 1
+            """
+    }
+
+    enum UpsertHealth: StatementText {
+        static let sql = "INSERT INTO health (name, at, detail) VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE SET at = excluded.at, detail = excluded.detail"
+    }
+
+    static func values(_ first: some PostgresThrowingDynamicTypeEncodable, _ rest: (any PostgresThrowingDynamicTypeEncodable)?...) throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 1 + rest.count)
+        try bindings.append(first)
+        for value in rest {
+            if let value { try bindings.append(value) } else { bindings.appendNull() }
+        }
+        return bindings
+    }
+}
+
+extension PostgresConnection {
+    /// Runs a hot statement (prepared on this connection at its first use) and collects its rows; fails when the
+    /// connection closes first (see ``rows(_:logger:)``).
+    @discardableResult
+    func rows<Text: StatementText>(_ text: Text.Type, _ bindings: PostgresBindings, logger: Logger) async throws -> [PostgresRow] {
+        let statement = Prepared<Text>(bindings: bindings)
+        return try await untilClosed { [self] in
+            var rows: [PostgresRow] = []
+            for try await row in try await execute(statement, logger: logger) { rows.append(row) }
+            return rows
+        }
+    }
+
+    /// `operation`'s answer, or ``ClosedUnderQuery`` as soon as the connection closes. postgres-nio never answers a
+    /// prepared statement written after the close, so the operation is left behind then, waiting for nothing.
+    private func untilClosed<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+        let answered = Mutex(false)
+        let first: @Sendable () -> Bool = { answered.withLock { done in defer { done = true }; return !done } }
+        return try await withCheckedThrowingContinuation { continuation in
+            closeFuture.whenComplete { _ in if first() { continuation.resume(throwing: ClosedUnderQuery()) } }
+            Task {
+                do {
+                    let value = try await operation()
+                    if first() { continuation.resume(returning: value) }
+                } catch {
+                    if first() { continuation.resume(throwing: error) }
+                }
+            }
+        }
+    }
+}
