@@ -61,13 +61,13 @@ public struct CreatedPayout: Codable, Sendable, Equatable {
     public var paymentReference: String
     public var payoutDate: Date
     public var currencyCode: String
-    public var totals: SettlementTotals
-    public var transactions: [SettlementTransaction]
+    public var totals: SandboxSettlementTotals
+    public var transactions: [SandboxSettlementTransaction]
 }
 
 /// A payout's `totals`, minor units. Amounts are magnitudes; `settlementAmount` follows Klarna's formula
 /// (SETTLEMENTS.md §3) unless ``KlarnaSandbox/breakTotals(by:)`` made it disagree.
-public struct SettlementTotals: Codable, Sendable, Equatable {
+public struct SandboxSettlementTotals: Codable, Sendable, Equatable {
     public var saleAmount = 0
     public var returnAmount = 0
     public var reversalAmount = 0
@@ -90,7 +90,7 @@ public struct SettlementTotals: Codable, Sendable, Equatable {
 
 /// One row of a payout. `amount` is a positive magnitude whose sign comes from `type` (SETTLEMENTS.md §6), except
 /// CORRECTION, which is signed. Klarna's transactions have no id of their own.
-public struct SettlementTransaction: Codable, Sendable, Equatable {
+public struct SandboxSettlementTransaction: Codable, Sendable, Equatable {
     /// SALE, FEE, RETURN, REVERSAL, CORRECTION, HOLDBACK or RELEASE here; Klarna has more.
     public var type: String
     public var detailedType: String

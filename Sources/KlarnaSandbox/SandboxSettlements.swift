@@ -112,7 +112,7 @@ extension SandboxState {
                 payout.holdback(spec.holdback)
                 settlements.heldBack[currency, default: 0] += spec.holdback
             }
-            var totals = SettlementTotals(payout.transactions)
+            var totals = SandboxSettlementTotals(payout.transactions)
             totals.settlementAmount += settlements.totalsError
             settlements.totalsError = 0
             let made = CreatedPayout(
@@ -197,7 +197,7 @@ struct PayoutBuilder {
     let currency: String
     let date: Date
     let spec: PayoutSpec
-    var transactions: [SettlementTransaction] = []
+    var transactions: [SandboxSettlementTransaction] = []
 
     mutating func sale(_ order: SettledOrder, captureID: String, amount: Int, capturedAt: Date, captureReference: String?) {
         var sale = row("SALE", "PURCHASE", amount: amount, order: order, at: capturedAt)
@@ -239,7 +239,7 @@ struct PayoutBuilder {
     }
 
     /// A Klarna fee on `sale`, repeating its order and capture, with VAT on the fee; none when it comes to nothing.
-    private mutating func fee(_ detailedType: String, _ amount: Int, on sale: SettlementTransaction) {
+    private mutating func fee(_ detailedType: String, _ amount: Int, on sale: SandboxSettlementTransaction) {
         guard amount > 0 else { return }
         var fee = sale
         fee.type = "FEE"
@@ -250,8 +250,8 @@ struct PayoutBuilder {
         transactions.append(fee)
     }
 
-    private func row(_ type: String, _ detailedType: String, amount: Int, order: SettledOrder?, at: Date) -> SettlementTransaction {
-        SettlementTransaction(
+    private func row(_ type: String, _ detailedType: String, amount: Int, order: SettledOrder?, at: Date) -> SandboxSettlementTransaction {
+        SandboxSettlementTransaction(
             type: type, detailedType: detailedType, amount: amount, currencyCode: currency, paymentReference: reference,
             saleDate: order?.createdAt ?? at, captureDate: at, orderId: order?.id, shortOrderId: order?.shortID,
             merchantReference1: order?.merchantReference, purchaseCountry: order?.purchaseCountry)
@@ -263,10 +263,10 @@ struct PayoutBuilder {
     }
 }
 
-extension SettlementTotals {
+extension SandboxSettlementTotals {
     /// Klarna's totals of `transactions`, `settlementAmount` by the payout formula (SETTLEMENTS.md §3). CORRECTION
     /// rows count in no total; `tax` is the VAT on fees.
-    init(_ transactions: [SettlementTransaction]) {
+    init(_ transactions: [SandboxSettlementTransaction]) {
         self.init()
         for item in transactions {
             switch item.type {

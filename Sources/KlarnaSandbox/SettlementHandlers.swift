@@ -16,7 +16,7 @@ enum SettlementHandlers {
     }
 
     struct PayoutBody: Encodable {
-        let totals: SettlementTotals
+        let totals: SandboxSettlementTotals
         let paymentReference: String
         let payoutDate: Date
         let currencyCode: String
@@ -114,7 +114,7 @@ enum SettlementHandlers {
         let byCurrency = Dictionary(grouping: matching, by: \.currencyCode)
         let summaries = byCurrency.keys.sorted().map { code -> SummaryBody in
             let group = byCurrency[code] ?? []
-            func sum(_ total: KeyPath<SettlementTotals, Int>) -> Int { group.reduce(0) { $0 + $1.totals[keyPath: total] } }
+            func sum(_ total: KeyPath<SandboxSettlementTotals, Int>) -> Int { group.reduce(0) { $0 + $1.totals[keyPath: total] } }
             return SummaryBody(
                 summaryPayoutDateStart: start, summaryPayoutDateEnd: end, summarySettlementCurrency: code,
                 summaryTotalSaleAmount: sum(\.saleAmount), summaryTotalReturnAmount: sum(\.returnAmount),
@@ -138,7 +138,7 @@ enum SettlementHandlers {
             .filter { order == nil || $0.orderId == order }
         let shown = page.slice(matching)
         struct Body: Encodable {
-            let transactions: [SettlementTransaction]
+            let transactions: [SandboxSettlementTransaction]
             let pagination: Pagination
         }
         return .json(200, Body(
