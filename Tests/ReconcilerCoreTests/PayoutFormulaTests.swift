@@ -7,7 +7,7 @@ import Testing
 struct PayoutFormulaTests {
     let t0 = Date(timeIntervalSince1970: 1_800_000_000)
 
-    func payout(_ totals: PayoutTotals) -> SettledPayout {
+    func payout(_ totals: SettledTotals) -> SettledPayout {
         SettledPayout(paymentReference: "P1", payoutDate: t0, currency: "EUR", settlementType: "NET", totals: totals)
     }
 
@@ -17,8 +17,8 @@ struct PayoutFormulaTests {
 
     /// Every term of the formula non-zero, plus what lies outside it (tax_refund, deposit, debt balances,
     /// CORRECTION).
-    var everyTerm: PayoutTotals {
-        PayoutTotals(
+    var everyTerm: SettledTotals {
+        SettledTotals(
             saleAmount: 1_000, returnAmount: 100, reversalAmount: 50, feeAmount: 30, taxAmount: 7, feeCorrectionAmount: 5,
             feeRefundAmount: 19, taxRefundAmount: 900, commissionAmount: 20, chargeAmount: 3, creditAmount: 2,
             holdbackAmount: 13, releaseAmount: 17, repayAmount: 11, depositAmount: 800, openingDebtBalanceAmount: 700,
@@ -127,7 +127,7 @@ struct PayoutFormulaTests {
 
     @Test("An absent tax_amount counts as 0: VAT on the lines then shows as the tax figure differing")
     func absentTax() {
-        let totals = PayoutTotals(saleAmount: 500_000, feeAmount: 12_000, settlementAmount: 488_000)
+        let totals = SettledTotals(saleAmount: 500_000, feeAmount: 12_000, settlementAmount: 488_000)
         let lines = [line(0, .sale, 500_000), line(1, .fee, 12_000, vat: 3_000)]
         #expect(PayoutFormula.check(payout(totals), lines: lines) == [SettlementFinding(
             kind: .totalsMismatch, paymentReference: "P1", figure: .tax, expected: 3_000, actual: 0,
@@ -136,7 +136,7 @@ struct PayoutFormulaTests {
 
     @Test("A payout of nothing adds up")
     func empty() {
-        #expect(PayoutFormula.check(payout(PayoutTotals(settlementAmount: 0)), lines: []) == [])
-        #expect(PayoutFigures(totals: PayoutTotals(settlementAmount: 0)).formulaText == "0")
+        #expect(PayoutFormula.check(payout(SettledTotals(settlementAmount: 0)), lines: []) == [])
+        #expect(PayoutFigures(totals: SettledTotals(settlementAmount: 0)).formulaText == "0")
     }
 }

@@ -8,7 +8,7 @@ struct SettlementMatcherTests {
     let t0 = Date(timeIntervalSince1970: 1_800_000_000)
     let ref = "XISA93DJ"
 
-    func payout(_ totals: PayoutTotals) -> SettledPayout {
+    func payout(_ totals: SettledTotals) -> SettledPayout {
         SettledPayout(paymentReference: ref, payoutDate: t0, currency: "EUR", settlementType: "NET", totals: totals)
     }
 
@@ -56,8 +56,8 @@ struct SettlementMatcherTests {
         ]
     }
 
-    var exampleTotals: PayoutTotals {
-        PayoutTotals(saleAmount: 500_000, returnAmount: 20_000, feeAmount: 12_000, taxAmount: 3_000, settlementAmount: 465_000)
+    var exampleTotals: SettledTotals {
+        SettledTotals(saleAmount: 500_000, returnAmount: 20_000, feeAmount: 12_000, taxAmount: 3_000, settlementAmount: 465_000)
     }
 
     var exampleOrder: LedgerOrder { ledger(captures: [capture("c-1", 500_000)], refunds: [refund("r-1", 20_000)]) }
@@ -92,7 +92,7 @@ struct SettlementMatcherTests {
             line(1, .fee, -12_000, capture: "c-1", vat: -3_000),
             line(2, .return, -20_000, refund: "r-1"),
         ]
-        let totals = PayoutTotals(saleAmount: 500_000, returnAmount: -20_000, feeAmount: -12_000, taxAmount: -3_000, settlementAmount: 465_000)
+        let totals = SettledTotals(saleAmount: 500_000, returnAmount: -20_000, feeAmount: -12_000, taxAmount: -3_000, settlementAmount: 465_000)
         let result = reconcile(payout(totals), negative, [exampleOrder])
         #expect(result.findings == [])
         #expect(result.lines.map(\.signedAmount) == [500_000, -12_000, -20_000])
@@ -126,7 +126,7 @@ struct SettlementMatcherTests {
             line(0, .sale, 50_000, order: "o-9", capture: "c-9", merchantReference: "1009"),
             line(1, .fee, 1_500, order: "o-9", capture: "c-9"),
         ]
-        let totals = PayoutTotals(saleAmount: 50_000, feeAmount: 1_500, settlementAmount: 48_500)
+        let totals = SettledTotals(saleAmount: 50_000, feeAmount: 1_500, settlementAmount: 48_500)
         let result = reconcile(payout(totals), lines, [exampleOrder])
         #expect(result.findings == [SettlementFinding(
             kind: .orphan, paymentReference: ref, lineOrdinals: [0, 1], orderID: "o-9", captureID: "c-9",
@@ -143,7 +143,7 @@ struct SettlementMatcherTests {
 
     @Test("A SALE without an order id is an orphan of its own")
     func saleWithoutOrderID() {
-        let result = reconcile(payout(PayoutTotals(saleAmount: 1_000, settlementAmount: 1_000)), [line(0, .sale, 1_000, order: "")], [])
+        let result = reconcile(payout(SettledTotals(saleAmount: 1_000, settlementAmount: 1_000)), [line(0, .sale, 1_000, order: "")], [])
         #expect(result.lines.map(\.match) == [.unmatched(.noOrderID)])
         #expect(result.findings == [SettlementFinding(
             kind: .orphan, paymentReference: ref, lineOrdinals: [0], actual: 1_000, actualCurrency: "EUR",
@@ -159,7 +159,7 @@ struct SettlementMatcherTests {
             line(3, .credit, 200, order: "o-1"),
             line(4, .commission, 300, order: nil),
         ]
-        let totals = PayoutTotals(
+        let totals = SettledTotals(
             commissionAmount: 300, chargeAmount: 500, creditAmount: 200, holdbackAmount: 10_000, releaseAmount: 4_000,
             settlementAmount: -6_000)
         let result = reconcile(payout(totals), lines, [exampleOrder])
@@ -176,7 +176,7 @@ struct SettlementMatcherTests {
 
     @Test("A SALE of another amount than its capture is an amount mismatch naming both; the line is still matched")
     func saleAmountMismatch() {
-        let totals = PayoutTotals(saleAmount: 500_001, settlementAmount: 500_001)
+        let totals = SettledTotals(saleAmount: 500_001, settlementAmount: 500_001)
         let result = reconcile(payout(totals), [line(0, .sale, 500_001, capture: "c-1")], [exampleOrder])
         #expect(result.lines.map(\.match) == [.capture(key("c-1"), byAmount: false)])
         #expect(result.findings == [SettlementFinding(
@@ -189,7 +189,7 @@ struct SettlementMatcherTests {
     @Test("A RETURN of another amount than its refund is an amount mismatch")
     func returnAmountMismatch() {
         let order = ledger(captures: [capture("c-1", 500_000)], refunds: [refund("r-1", 15_000)])
-        let totals = PayoutTotals(returnAmount: 20_000, settlementAmount: -20_000)
+        let totals = SettledTotals(returnAmount: 20_000, settlementAmount: -20_000)
         let result = reconcile(payout(totals), [line(0, .return, 20_000, refund: "r-1")], [order])
         #expect(result.findings == [SettlementFinding(
             kind: .amountMismatch, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", refundID: "r-1",
@@ -201,7 +201,7 @@ struct SettlementMatcherTests {
     @Test("A SALE in another currency than its capture is an amount mismatch naming both currencies")
     func currencyMismatch() {
         let order = ledger(captures: [capture("c-1", 500_000, currency: "eur")])
-        let totals = PayoutTotals(saleAmount: 500_000, settlementAmount: 500_000)
+        let totals = SettledTotals(saleAmount: 500_000, settlementAmount: 500_000)
         let same = reconcile(payout(totals), [line(0, .sale, 500_000, capture: "c-1", currency: "EUR")], [order])
         #expect(same.findings == [])
         let result = reconcile(payout(totals), [line(0, .sale, 500_000, capture: "c-1", currency: "SEK")], [order])
@@ -215,7 +215,7 @@ struct SettlementMatcherTests {
 
     @Test("A SALE for a capture the ledger does not know, on a known order, is an unknown capture (drift): recorded, not matched")
     func unknownCapture() {
-        let totals = PayoutTotals(saleAmount: 30_000, settlementAmount: 30_000)
+        let totals = SettledTotals(saleAmount: 30_000, settlementAmount: 30_000)
         let result = reconcile(payout(totals), [line(0, .sale, 30_000, capture: "c-portal")], [exampleOrder])
         #expect(result.lines.map(\.match) == [.unmatched(.captureUnknown)])
         #expect(result.lines[0].note == "capture c-portal is not in the ledger")
@@ -228,7 +228,7 @@ struct SettlementMatcherTests {
 
     @Test("A RETURN for a refund the ledger does not know, on a known order, is an unknown refund (drift)")
     func unknownRefund() {
-        let totals = PayoutTotals(returnAmount: 7_000, settlementAmount: -7_000)
+        let totals = SettledTotals(returnAmount: 7_000, settlementAmount: -7_000)
         let result = reconcile(payout(totals), [line(0, .return, 7_000, capture: "", refund: "r-portal")], [exampleOrder])
         #expect(result.lines.map(\.match) == [.unmatched(.refundUnknown)])
         #expect(result.findings == [SettlementFinding(
@@ -240,7 +240,7 @@ struct SettlementMatcherTests {
     @Test("A capture a read of the order noticed (done outside the daemon) matches like any other, and says so")
     func observedCaptureMatches() {
         let order = ledger(captures: [capture("c-1", 500_000, source: .observed)])
-        let totals = PayoutTotals(saleAmount: 500_000, settlementAmount: 500_000)
+        let totals = SettledTotals(saleAmount: 500_000, settlementAmount: 500_000)
         let result = reconcile(payout(totals), [line(0, .sale, 500_000, capture: "c-1")], [order])
         #expect(result.findings == [])
         #expect(result.lines[0].source == .observed)
@@ -255,7 +255,7 @@ struct SettlementMatcherTests {
             line(0, .reversal, 5_000, detailed: "REVERSAL", reversal: "krn:klarna:eu1:dispute:fraud:12"),
             line(1, .reversalMerchantProtection, 2_000, detailed: "FRAUD_POLICY_CREDIT_NET"),
         ]
-        let totals = PayoutTotals(reversalAmount: 3_000, settlementAmount: -3_000)
+        let totals = SettledTotals(reversalAmount: 3_000, settlementAmount: -3_000)
         let result = reconcile(payout(totals), lines, [exampleOrder])
         #expect(result.findings == [SettlementFinding(
             kind: .reversal, paymentReference: ref, lineOrdinals: [0], orderID: "o-1",
@@ -269,7 +269,7 @@ struct SettlementMatcherTests {
 
     @Test("A REVERSAL on an order the ledger does not know is both a reversal and an orphan")
     func reversalOnUnknownOrder() {
-        let totals = PayoutTotals(reversalAmount: 5_000, settlementAmount: -5_000)
+        let totals = SettledTotals(reversalAmount: 5_000, settlementAmount: -5_000)
         let result = reconcile(payout(totals), [line(0, .reversal, 5_000, order: "o-9")], [])
         #expect(result.findings.map(\.kind) == [.reversal, .orphan])
         #expect(result.findings[0].reason == "REVERSAL of 5000 EUR on order o-9: Klarna refunded the customer on a dispute the merchant lost")
@@ -277,7 +277,7 @@ struct SettlementMatcherTests {
 
     @Test("A RETURN registered by Klarna as a payment default goes to its order: there is no refund of the shop's to settle")
     func paymentDefault() {
-        let totals = PayoutTotals(returnAmount: 9_000, settlementAmount: -9_000)
+        let totals = SettledTotals(returnAmount: 9_000, settlementAmount: -9_000)
         let result = reconcile(payout(totals), [line(0, .return, 9_000, detailed: "PAYMENT_DEFAULT")], [exampleOrder])
         #expect(result.findings == [])
         #expect(result.lines.map(\.match) == [.order("o-1", capture: nil)])
@@ -289,7 +289,7 @@ struct SettlementMatcherTests {
     @Test("A SALE without a capture id takes the order's only unsettled capture of its amount, and says so")
     func fallbackByAmount() {
         let order = ledger(captures: [capture("c-1", 50_000), capture("c-2", 30_000)])
-        let totals = PayoutTotals(saleAmount: 30_000, settlementAmount: 30_000)
+        let totals = SettledTotals(saleAmount: 30_000, settlementAmount: 30_000)
         let result = reconcile(payout(totals), [line(0, .sale, 30_000, capture: "")], [order])
         #expect(result.findings == [])
         #expect(result.lines.map(\.match) == [.capture(key("c-2"), byAmount: true)])
@@ -301,7 +301,7 @@ struct SettlementMatcherTests {
     func idsBeforeAmounts() {
         let order = ledger(captures: [capture("c-1", 30_000), capture("c-2", 30_000)])
         let lines = [line(0, .sale, 30_000, capture: nil), line(1, .sale, 30_000, capture: "c-1")]
-        let totals = PayoutTotals(saleAmount: 60_000, settlementAmount: 60_000)
+        let totals = SettledTotals(saleAmount: 60_000, settlementAmount: 60_000)
         let result = reconcile(payout(totals), lines, [order])
         #expect(result.findings == [])
         #expect(result.lines.map(\.match) == [.capture(key("c-2"), byAmount: true), .capture(key("c-1"), byAmount: false)])
@@ -312,7 +312,7 @@ struct SettlementMatcherTests {
         let order = ledger(captures: [
             capture("c-1", 30_000, settledBy: SettledLineKey(paymentReference: "EARLIER", ordinal: 3)), capture("c-2", 30_000),
         ])
-        let totals = PayoutTotals(saleAmount: 30_000, settlementAmount: 30_000)
+        let totals = SettledTotals(saleAmount: 30_000, settlementAmount: 30_000)
         let result = reconcile(payout(totals), [line(0, .sale, 30_000)], [order])
         #expect(result.findings == [])
         #expect(result.lines.map(\.match) == [.capture(key("c-2"), byAmount: true)])
@@ -321,7 +321,7 @@ struct SettlementMatcherTests {
     @Test("An id-less SALE that two unsettled captures of its amount could be is left unmatched for an operator")
     func fallbackAmbiguous() {
         let order = ledger(captures: [capture("c-1", 30_000), capture("c-2", 30_000)])
-        let totals = PayoutTotals(saleAmount: 30_000, settlementAmount: 30_000)
+        let totals = SettledTotals(saleAmount: 30_000, settlementAmount: 30_000)
         let result = reconcile(payout(totals), [line(0, .sale, 30_000)], [order])
         #expect(result.lines.map(\.match) == [.unmatched(.ambiguous)])
         #expect(result.findings == [SettlementFinding(
@@ -332,7 +332,7 @@ struct SettlementMatcherTests {
 
     @Test("An id-less SALE with no unsettled capture of its amount on the order is an unknown capture")
     func fallbackNone() {
-        let totals = PayoutTotals(saleAmount: 30_000, settlementAmount: 30_000)
+        let totals = SettledTotals(saleAmount: 30_000, settlementAmount: 30_000)
         let result = reconcile(payout(totals), [line(0, .sale, 30_000)], [exampleOrder])
         #expect(result.lines.map(\.match) == [.unmatched(.captureUnknown)])
         #expect(result.findings == [SettlementFinding(
@@ -344,7 +344,7 @@ struct SettlementMatcherTests {
     @Test("A RETURN without a refund id takes the order's only unsettled refund of its amount")
     func refundFallback() {
         let order = ledger(captures: [capture("c-1", 500_000)], refunds: [refund("r-1", 20_000), refund("r-2", 5_000)])
-        let totals = PayoutTotals(returnAmount: 5_000, settlementAmount: -5_000)
+        let totals = SettledTotals(returnAmount: 5_000, settlementAmount: -5_000)
         let result = reconcile(payout(totals), [line(0, .return, 5_000, capture: "", refund: "")], [order])
         #expect(result.findings == [])
         #expect(result.lines.map(\.match) == [.refund(RefundKey(orderID: "o-1", refundID: "r-2"), byAmount: true)])
@@ -355,7 +355,7 @@ struct SettlementMatcherTests {
     @Test("Two SALEs for one capture in a payout: both name the capture, and the second is a duplicate settlement")
     func duplicateInPayout() {
         let order = ledger(captures: [capture("c-1", 50_000)])
-        let totals = PayoutTotals(saleAmount: 100_000, settlementAmount: 100_000)
+        let totals = SettledTotals(saleAmount: 100_000, settlementAmount: 100_000)
         let result = reconcile(payout(totals), [line(0, .sale, 50_000, capture: "c-1"), line(1, .sale, 50_000, capture: "c-1")], [order])
         #expect(result.lines.map(\.match) == [.capture(key("c-1"), byAmount: false), .capture(key("c-1"), byAmount: false)])
         #expect(result.findings == [SettlementFinding(
@@ -367,7 +367,7 @@ struct SettlementMatcherTests {
 
     @Test("A SALE for a capture another payout settled is a duplicate settlement; matching the same payout again is not")
     func duplicateAcrossPayouts() {
-        let totals = PayoutTotals(saleAmount: 50_000, settlementAmount: 50_000)
+        let totals = SettledTotals(saleAmount: 50_000, settlementAmount: 50_000)
         let earlier = ledger(captures: [capture("c-1", 50_000, settledBy: SettledLineKey(paymentReference: "EARLIER", ordinal: 4))])
         let result = reconcile(payout(totals), [line(0, .sale, 50_000, capture: "c-1")], [earlier])
         #expect(result.findings == [SettlementFinding(
@@ -381,7 +381,7 @@ struct SettlementMatcherTests {
 
     @Test("Two RETURNs for one refund in a payout are a duplicate settlement")
     func duplicateRefund() {
-        let totals = PayoutTotals(returnAmount: 40_000, settlementAmount: -40_000)
+        let totals = SettledTotals(returnAmount: 40_000, settlementAmount: -40_000)
         let result = reconcile(payout(totals), [line(0, .return, 20_000, refund: "r-1"), line(1, .return, 20_000, refund: "r-1")], [exampleOrder])
         #expect(result.findings.map(\.kind) == [.duplicateSettlement])
         #expect(result.findings.first?.lineOrdinals == [0, 1])
@@ -393,7 +393,7 @@ struct SettlementMatcherTests {
     @Test("A type Klarna adds later is kept as itself, signed as sent, matched to its order and outside the formula")
     func unknownType() throws {
         let odd = line(0, SettlementKind("INTEREST_ADJUSTMENT"), -250)
-        let result = reconcile(payout(PayoutTotals(settlementAmount: 0)), [odd], [exampleOrder])
+        let result = reconcile(payout(SettledTotals(settlementAmount: 0)), [odd], [exampleOrder])
         #expect(result.findings == [])
         #expect(result.lines[0].signedAmount == -250)
         #expect(result.lines[0].match == .order("o-1", capture: nil))
@@ -407,7 +407,7 @@ struct SettlementMatcherTests {
     @Test("A type not known on an order the ledger does not know is an orphan; without an order id it is payout-level")
     func unknownTypeOrders() {
         let lines = [line(0, SettlementKind("NEW_THING"), 10, order: "o-9"), line(1, SettlementKind("NEW_THING"), 10, order: nil)]
-        let result = reconcile(payout(PayoutTotals(settlementAmount: 0)), lines, [])
+        let result = reconcile(payout(SettledTotals(settlementAmount: 0)), lines, [])
         #expect(result.lines.map(\.match) == [.unmatched(.orderUnknown), .payoutLevel])
         #expect(result.findings.map(\.kind) == [.orphan])
     }
@@ -445,7 +445,7 @@ struct SettlementMatcherTests {
             line(3, .sale, 2_000, capture: "c-portal"),
             line(4, .fee, 10, order: "o-9"),
         ]
-        let totals = PayoutTotals(saleAmount: 503_000, reversalAmount: 700, feeAmount: 10, settlementAmount: 502_291)
+        let totals = SettledTotals(saleAmount: 503_000, reversalAmount: 700, feeAmount: 10, settlementAmount: 502_291)
         let result = reconcile(payout(totals), lines, [exampleOrder])
         #expect(result.findings.map(\.kind) == [.orphan, .reversal, .unknownCapture, .totalsMismatch])
         #expect(result.findings[0].lineOrdinals == [1, 4])
@@ -458,7 +458,7 @@ struct SettlementMatcherTests {
     @Test("The report gives per payout the counts, the fees with their VAT, and the net, as plain values")
     func report() {
         let lines = exampleLines + [line(3, .sale, 1_000, order: "o-9"), line(4, .holdback, 2_000, order: nil)]
-        let totals = PayoutTotals(
+        let totals = SettledTotals(
             saleAmount: 501_000, returnAmount: 20_000, feeAmount: 12_000, taxAmount: 3_000, holdbackAmount: 2_000,
             settlementAmount: 464_000)
         let result = reconcile(payout(totals), lines, [exampleOrder])

@@ -44,7 +44,7 @@ public struct PayoutFigures: Codable, Sendable, Equatable {
     }
 
     /// The payout's totals as the formula reads them; an absent `tax_amount` or `fee_correction_amount` is 0.
-    public init(totals: PayoutTotals) {
+    public init(totals: SettledTotals) {
         self.init(
             sale: Minor.magnitude(totals.saleAmount), returns: Minor.magnitude(totals.returnAmount),
             reversal: totals.reversalAmount, fee: Minor.magnitude(totals.feeAmount),
@@ -58,7 +58,7 @@ public struct PayoutFigures: Codable, Sendable, Equatable {
     /// What the lines give, summed by type: tax is every line's `vat_amount` (and any TAX line, unverified);
     /// CORRECTION and types not known are outside the formula. `fee_correction` and `repay` exist only as totals
     /// and are taken from `totals`; `settlement` is the formula over the rest (the payout the lines account for).
-    public init(lines: [SettledLine], totals: PayoutTotals) {
+    public init(lines: [SettledLine], totals: SettledTotals) {
         var figures = PayoutFigures()
         for line in lines {
             let amount = Minor.magnitude(line.amount)

@@ -75,7 +75,7 @@ public struct SettledLine: Codable, Sendable, Equatable {
 
 /// A payout's `totals` (SETTLEMENTS.md §2), minor units as Klarna sent them. Klarna requires all but `tax_amount`
 /// and `fee_correction_amount`; `commission_reversal_amount` appears only in third-party schemas.
-public struct PayoutTotals: Codable, Sendable, Equatable {
+public struct SettledTotals: Codable, Sendable, Equatable {
     public var saleAmount: Int
     public var returnAmount: Int
     public var reversalAmount: Int
@@ -135,9 +135,9 @@ public struct SettledPayout: Codable, Sendable, Equatable {
     /// `merchant_settlement_type`: `NET` (fees deducted), `GROSS` (fees invoiced), `GROSS_FEE` (fee invoice), or a
     /// value Klarna adds later.
     public var settlementType: String
-    public var totals: PayoutTotals
+    public var totals: SettledTotals
 
-    public init(paymentReference: String, payoutDate: Date, currency: String, settlementType: String, totals: PayoutTotals) {
+    public init(paymentReference: String, payoutDate: Date, currency: String, settlementType: String, totals: SettledTotals) {
         self.paymentReference = paymentReference
         self.payoutDate = payoutDate
         self.currency = currency
