@@ -8,19 +8,24 @@ struct KlarnaCallContext {
     let now: Date
 
     func effect(_ kind: SandboxEffect.Kind, in state: inout SandboxState, order: String? = nil, kp: String? = nil,
-                hpp: String? = nil, amount: Int? = nil, capture: String? = nil, token: String? = nil) {
+                hpp: String? = nil, amount: Int? = nil, capture: String? = nil, refund: String? = nil, token: String? = nil) {
         state.effects.append(SandboxEffect(
             seq: state.effects.count + 1, at: now, kind: kind, requestSeq: seq, orderId: order, kpSessionId: kp,
-            hppSessionId: hpp, amount: amount, captureId: capture, tokenId: token, idempotencyKey: idempotencyKey))
+            hppSessionId: hpp, amount: amount, captureId: capture, refundId: refund, tokenId: token,
+            idempotencyKey: idempotencyKey))
     }
 }
 
 /// Klarna refusing a call; handlers throw it so each check is one line and the answer is Klarna's error.
 struct Rejection: Error {
     let response: SandboxResponse
+    let code: String
+    let message: String
 
     init(_ status: Int, _ code: String, _ message: String) {
         response = .klarnaError(status, code, message)
+        self.code = code
+        self.message = message
     }
 }
 
@@ -46,11 +51,13 @@ enum KlarnaAPIHandlers {
         case "kp.cancel_authorization": return try cancelAuthorization(token: id, context, &state)
         case "kp.create_customer_token": return try createCustomerToken(token: id, context, &state)
         case "om.read_order": return readOrder(id, context, &state)
-        case "om.create_capture": return createCapture(order: id, context, &state)
+        case "om.create_capture": return try createCapture(order: id, context, &state)
+        case "om.create_refund": return try createRefund(order: id, context, &state)
         case "om.extend_authorization_time": return extendAuthorization(order: id, context, &state)
         case "om.cancel_order": return cancelOrder(order: id, context, &state)
         case "om.release_remaining_authorization": return releaseRemaining(order: id, context, &state)
         case "kn.read_payment_request": return readPaymentRequest(id, context, &state)
+        case let name where name.hasPrefix("settlements."): return try SettlementHandlers.handle(route, context, &state)
         default: return .klarnaError(404, "NOT_FOUND", "No such resource")
         }
     }
@@ -235,6 +242,14 @@ enum KlarnaAPIHandlers {
             let captureId: String
             let capturedAmount: Int
             let capturedAt: Date
+            let reference: String?
+        }
+
+        struct RefundBody: Encodable {
+            let refundId: String
+            let refundedAmount: Int
+            let refundedAt: Date
+            let reference: String?
         }
 
         let orderId: String
@@ -251,6 +266,7 @@ enum KlarnaAPIHandlers {
         let klarnaReference: String
         let merchantReference1: String?
         let captures: [CaptureBody]
+        let refunds: [RefundBody]
     }
 
     static let noSuchOrder = SandboxResponse.klarnaError(404, "NO_SUCH_ORDER", "The order does not exist")
@@ -260,36 +276,54 @@ enum KlarnaAPIHandlers {
         guard let order = state.orders[id] else { return noSuchOrder }
         return .json(200, OrderBody(
             orderId: order.id, status: order.status, fraudStatus: order.fraudStatus, orderAmount: order.orderAmount,
-            originalOrderAmount: order.orderAmount, capturedAmount: order.capturedAmount, refundedAmount: 0,
+            originalOrderAmount: order.orderAmount, capturedAmount: order.capturedAmount, refundedAmount: order.refundedAmount,
             remainingAuthorizedAmount: order.remainingAuthorizedAmount, purchaseCurrency: order.currency,
             expiresAt: order.expiresAt, createdAt: order.createdAt, klarnaReference: order.klarnaReference,
             merchantReference1: order.merchantReference,
-            captures: order.captures.map { .init(captureId: $0.id, capturedAmount: $0.amount, capturedAt: $0.at) }))
+            captures: order.captures.map {
+                .init(captureId: $0.id, capturedAmount: $0.amount, capturedAt: $0.at, reference: $0.reference)
+            },
+            refunds: order.refunds.map {
+                .init(refundId: $0.id, refundedAmount: $0.amount, refundedAt: $0.at, reference: $0.reference)
+            }))
     }
 
     struct CaptureRequestBody: Decodable {
         let capturedAmount: Int?
+        let reference: String?
     }
 
-    static func createCapture(order id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+    static func createCapture(order id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) throws(Rejection) -> SandboxResponse {
         state.catchUp(order: id, now: context.now)
-        guard var order = state.orders[id] else { return noSuchOrder }
+        guard state.orders[id] != nil else { return noSuchOrder }
         guard let body = try? SandboxResponse.decoder.decode(CaptureRequestBody.self, from: Data(context.request.body)),
             let amount = body.capturedAmount
         else { return .klarnaError(400, "BAD_VALUE", "captured_amount is required") }
-        guard amount > 0 else { return .klarnaError(400, "BAD_VALUE", "captured_amount must be positive") }
-        guard order.fraudStatus == "ACCEPTED", order.status == "AUTHORIZED" || order.status == "PART_CAPTURED",
-            amount <= order.remainingAuthorizedAmount
-        else { return .klarnaError(403, "CAPTURE_NOT_ALLOWED", "Capture not allowed.") }
-        let capture = SandboxState.Capture(id: UUID().uuidString.lowercased(), amount: amount, at: context.now)
-        order.captures.append(capture)
-        order.capturedAmount += amount
-        order.status = order.capturedAmount == order.orderAmount ? "CAPTURED" : "PART_CAPTURED"
-        state.orders[id] = order
+        let capture = try state.capture(order: id, amount: amount, reference: body.reference, at: context.now)
         context.effect(.captured, in: &state, order: id, amount: amount, capture: capture.id)
         let host = context.request.header("Host") ?? "localhost"
         return SandboxResponse(status: 201, headers: [
             ("Capture-Id", capture.id), ("Location", "http://\(host)/ordermanagement/v1/orders/\(id)/captures/\(capture.id)"),
+        ])
+    }
+
+    struct RefundRequestBody: Decodable {
+        let refundedAmount: Int?
+        let reference: String?
+    }
+
+    /// Refunds captured money; what the order shows as `refunded_amount` and `refunds`, and settlements as a RETURN.
+    static func createRefund(order id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) throws(Rejection) -> SandboxResponse {
+        state.catchUp(order: id, now: context.now)
+        guard state.orders[id] != nil else { return noSuchOrder }
+        guard let body = try? SandboxResponse.decoder.decode(RefundRequestBody.self, from: Data(context.request.body)),
+            let amount = body.refundedAmount
+        else { return .klarnaError(400, "BAD_VALUE", "refunded_amount is required") }
+        let refund = try state.refund(order: id, amount: amount, reference: body.reference, at: context.now)
+        context.effect(.refunded, in: &state, order: id, amount: amount, refund: refund.id)
+        let host = context.request.header("Host") ?? "localhost"
+        return SandboxResponse(status: 201, headers: [
+            ("Refund-Id", refund.id), ("Location", "http://\(host)/ordermanagement/v1/orders/\(id)/refunds/\(refund.id)"),
         ])
     }
 

@@ -13,10 +13,16 @@ struct KlarnaRoute {
         ("POST", ["payments", "v1", "authorizations", "*", "customer-token"], "kp.create_customer_token"),
         ("GET", ["ordermanagement", "v1", "orders", "*"], "om.read_order"),
         ("POST", ["ordermanagement", "v1", "orders", "*", "captures"], "om.create_capture"),
+        ("POST", ["ordermanagement", "v1", "orders", "*", "refunds"], "om.create_refund"),
         ("POST", ["ordermanagement", "v1", "orders", "*", "extend-authorization-time"], "om.extend_authorization_time"),
         ("POST", ["ordermanagement", "v1", "orders", "*", "cancel"], "om.cancel_order"),
         ("POST", ["ordermanagement", "v1", "orders", "*", "release-remaining-authorization"], "om.release_remaining_authorization"),
         ("GET", ["v2", "payment", "requests", "*"], "kn.read_payment_request"),
+        // Before `read_payout`: the first match wins, and "summary" is no payment reference.
+        ("GET", ["settlements", "v1", "payouts", "summary"], "settlements.payout_summary"),
+        ("GET", ["settlements", "v1", "payouts", "*"], "settlements.read_payout"),
+        ("GET", ["settlements", "v1", "payouts"], "settlements.list_payouts"),
+        ("GET", ["settlements", "v1", "transactions"], "settlements.list_transactions"),
     ]
 
     init?(method: String, path: String) {

@@ -3,9 +3,9 @@ import HTTPServer
 import ReconcilerCore
 import Synchronization
 
-/// A Klarna API simulator: HPP, KP, OM and Klarna Network endpoints with Klarna's shapes, status codes and error
-/// bodies, Basic auth, `Klarna-Idempotency-Key` semantics where Klarna documents them, a control API under
-/// `/_sandbox/` for tests (scenarios, clock, faults), and a log of every request and every side effect.
+/// A Klarna API simulator: HPP, KP, OM, Settlements and Klarna Network endpoints with Klarna's shapes, status codes
+/// and error bodies, Basic auth, `Klarna-Idempotency-Key` semantics where Klarna documents them, a control API under
+/// `/_sandbox/` for tests (scenarios, clock, faults, payouts), and a log of every request and every side effect.
 public final class KlarnaSandbox: Sendable {
     public struct Configuration: Sendable {
         public var username: String
@@ -25,7 +25,10 @@ public final class KlarnaSandbox: Sendable {
     }
 
     /// Operations whose `Klarna-Idempotency-Key` Klarna honours (the OM spec declares it; KP and HPP do not).
-    static let idempotentRoutes: Set<String> = ["om.create_capture", "om.extend_authorization_time", "om.cancel_order", "om.release_remaining_authorization"]
+    static let idempotentRoutes: Set<String> = [
+        "om.create_capture", "om.create_refund", "om.extend_authorization_time", "om.cancel_order",
+        "om.release_remaining_authorization",
+    ]
     static let idempotencyWindow: TimeInterval = 24 * 3_600
 
     let configuration: Configuration
@@ -111,7 +114,7 @@ public final class KlarnaSandbox: Sendable {
     }
 
     private func takeFault(for route: String, in state: inout SandboxState) -> SandboxFault? {
-        for (index, entry) in state.faults.enumerated() where entry.fault.route == route || entry.fault.route == "*" {
+        for (index, entry) in state.faults.enumerated() where Self.fault(entry.fault, covers: route) {
             if let probability = entry.fault.probability, configuration.random.nextUnit() >= probability { continue }
             var fault = entry.fault
             if let count = fault.count {
@@ -123,6 +126,12 @@ public final class KlarnaSandbox: Sendable {
             return entry.fault
         }
         return nil
+    }
+
+    /// `*` covers every Klarna route, `settlements.*` every route of one API (an outage), any other name that route.
+    private static func fault(_ fault: SandboxFault, covers route: String) -> Bool {
+        if fault.route == "*" || fault.route == route { return true }
+        return fault.route.hasSuffix(".*") && route.hasPrefix(String(fault.route.dropLast()))
     }
 
     private func faultReply(_ fault: SandboxFault, response: SandboxResponse?) -> ServerReply {

@@ -102,6 +102,42 @@ extension KlarnaSandbox {
         }
     }
 
+    /// Captures on the order by hand in the Merchant Portal: the order changes as through the API, the capture has no
+    /// reference, and the effect is `portal_captured` (with request seq 0) rather than `captured`. Returns the capture id.
+    @discardableResult
+    public func portalCapture(order id: String, amount: Int) throws -> String {
+        let now = self.now
+        return try state.withLock { state in
+            state.catchUp(order: id, now: now)
+            let capture: SandboxState.Capture
+            do {
+                capture = try state.capture(order: id, amount: amount, reference: nil, at: now)
+            } catch {
+                throw ControlError(error)
+            }
+            state.recordPortalEffect(.portalCaptured, at: now, order: id, amount: amount, capture: capture.id)
+            return capture.id
+        }
+    }
+
+    /// Refunds on the order by hand in the Merchant Portal, like ``portalCapture(order:amount:)``: no reference, effect
+    /// `portal_refunded`. Returns the refund id.
+    @discardableResult
+    public func portalRefund(order id: String, amount: Int) throws -> String {
+        let now = self.now
+        return try state.withLock { state in
+            state.catchUp(order: id, now: now)
+            let refund: SandboxState.Refund
+            do {
+                refund = try state.refund(order: id, amount: amount, reference: nil, at: now)
+            } catch {
+                throw ControlError(error)
+            }
+            state.recordPortalEffect(.portalRefunded, at: now, order: id, amount: amount, refund: refund.id)
+            return refund.id
+        }
+    }
+
     /// Creates a Klarna Network payment request in `state` (default `SUBMITTED`).
     public func createPaymentRequest(state initial: String = "SUBMITTED") -> String {
         let now = self.now
@@ -197,6 +233,14 @@ extension KlarnaSandbox {
                 struct Body: Decodable { let fraudStatus: String }
                 try setFraudStatus(orderID: ids[0], try decode(Body.self, request).fraudStatus)
                 return .noContent()
+            } else if let ids = match("POST", "orders/*/portal-capture") {
+                struct Body: Decodable { let amount: Int }
+                struct Created: Encodable { let captureId: String }
+                return .json(201, Created(captureId: try portalCapture(order: ids[0], amount: try decode(Body.self, request).amount)))
+            } else if let ids = match("POST", "orders/*/portal-refund") {
+                struct Body: Decodable { let amount: Int }
+                struct Created: Encodable { let refundId: String }
+                return .json(201, Created(refundId: try portalRefund(order: ids[0], amount: try decode(Body.self, request).amount)))
             } else if match("POST", "payment-requests") != nil {
                 struct Body: Decodable { let state: String? }
                 struct Created: Encodable { let paymentRequestId: String }
@@ -236,6 +280,8 @@ extension KlarnaSandbox {
             } else if match("POST", "reset") != nil {
                 reset()
                 return .noContent()
+            } else if let response = try settlementControl(request, match: match) {
+                return response
             }
             return .klarnaError(404, "NOT_FOUND", "No sandbox control at \(request.method) \(request.path)")
         } catch let error as ControlError {
@@ -245,12 +291,30 @@ extension KlarnaSandbox {
         }
     }
 
-    private func decode<T: Decodable>(_ type: T.Type, _ request: ServerRequest, empty: T? = nil) throws -> T {
+    func decode<T: Decodable>(_ type: T.Type, _ request: ServerRequest, empty: T? = nil) throws -> T {
         if request.body.isEmpty, let empty { return empty }
         do {
             return try SandboxResponse.decoder.decode(type, from: Data(request.body))
         } catch {
             throw ControlError(status: 400, description: "bad control request body for \(request.path): \(error)")
         }
+    }
+}
+
+extension KlarnaSandbox.ControlError {
+    /// Klarna's refusal of a change made through a control (a portal capture beyond the authorization).
+    init(_ rejection: Rejection) {
+        self.init(status: rejection.response.status, description: "\(rejection.code): \(rejection.message)")
+    }
+}
+
+extension SandboxState {
+    /// Records a Merchant Portal action, which no request made (request seq 0).
+    mutating func recordPortalEffect(
+        _ kind: SandboxEffect.Kind, at: Date, order: String, amount: Int, capture: String? = nil, refund: String? = nil
+    ) {
+        effects.append(SandboxEffect(
+            seq: effects.count + 1, at: at, kind: kind, requestSeq: 0, orderId: order, amount: amount, captureId: capture,
+            refundId: refund))
     }
 }

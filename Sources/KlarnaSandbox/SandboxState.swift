@@ -42,6 +42,16 @@ struct SandboxState {
         let id: String
         let amount: Int
         let at: Date
+        /// The capture body's `reference`, which Klarna repeats in settlements as `merchant_capture_reference`.
+        var reference: String?
+    }
+
+    struct Refund {
+        let id: String
+        let amount: Int
+        let at: Date
+        /// The refund body's `reference`, which Klarna repeats in settlements as `merchant_refund_reference`.
+        let reference: String?
     }
 
     struct Order {
@@ -59,8 +69,11 @@ struct SandboxState {
         let createdAt: Date
         var expiresAt: Date
         var captures: [Capture] = []
+        var refunds: [Refund] = []
         /// The rest of a partial capture was released.
         var released = false
+
+        var refundedAmount: Int { refunds.reduce(0) { $0 + $1.amount } }
 
         var remainingAuthorizedAmount: Int {
             status == "CANCELLED" || status == "EXPIRED" || released ? 0 : orderAmount - capturedAmount
@@ -94,6 +107,7 @@ struct SandboxState {
     var nextFaultID = 1
     var requests: [SandboxRequestRecord] = []
     var effects: [SandboxEffect] = []
+    var settlements = SettlementLedger()
 
     // MARK: Time moves lazily: each entity catches up when it is next looked at.
 
@@ -161,6 +175,36 @@ struct SandboxState {
         payment.orderID = order.id
         orders[order.id] = order
         return order
+    }
+
+    // MARK: Order changes, the same whether the API or the Merchant Portal makes them
+
+    /// Captures `amount` of the order's remaining authorization.
+    mutating func capture(order id: String, amount: Int, reference: String?, at: Date) throws(Rejection) -> Capture {
+        guard var order = orders[id] else { throw Rejection(404, "NO_SUCH_ORDER", "The order does not exist") }
+        guard amount > 0 else { throw Rejection(400, "BAD_VALUE", "captured_amount must be positive") }
+        guard order.fraudStatus == "ACCEPTED", order.status == "AUTHORIZED" || order.status == "PART_CAPTURED",
+            amount <= order.remainingAuthorizedAmount
+        else { throw Rejection(403, "CAPTURE_NOT_ALLOWED", "Capture not allowed.") }
+        let capture = Capture(id: UUID().uuidString.lowercased(), amount: amount, at: at, reference: reference)
+        order.captures.append(capture)
+        order.capturedAmount += amount
+        order.status = order.capturedAmount == order.orderAmount ? "CAPTURED" : "PART_CAPTURED"
+        orders[id] = order
+        return capture
+    }
+
+    /// Refunds `amount` of what was captured and not refunded yet (Klarna refunds captured money only).
+    mutating func refund(order id: String, amount: Int, reference: String?, at: Date) throws(Rejection) -> Refund {
+        guard var order = orders[id] else { throw Rejection(404, "NO_SUCH_ORDER", "The order does not exist") }
+        guard amount > 0 else { throw Rejection(400, "BAD_VALUE", "refunded_amount must be positive") }
+        guard amount <= order.capturedAmount - order.refundedAmount else {
+            throw Rejection(403, "REFUND_NOT_ALLOWED", "Refund not allowed.")
+        }
+        let refund = Refund(id: UUID().uuidString.lowercased(), amount: amount, at: at, reference: reference)
+        order.refunds.append(refund)
+        orders[id] = order
+        return refund
     }
 
     static func klarnaReference() -> String {

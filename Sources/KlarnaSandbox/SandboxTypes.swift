@@ -86,7 +86,8 @@ public struct CreatedSession: Codable, Sendable {
     public var expiresAt: Date
 }
 
-/// A fault to inject on one route (an operation name such as `om.create_capture`, or `*` for every Klarna route).
+/// A fault to inject on one route (an operation name such as `om.create_capture`), on one API's routes (`settlements.*`)
+/// or on every Klarna route (`*`).
 public struct SandboxFault: Codable, Sendable {
     public enum Kind: String, Codable, Sendable {
         /// An error status with a Klarna error body (default 503 `TEMPORARILY_UNAVAILABLE`).
@@ -149,10 +150,15 @@ public struct SandboxRequestRecord: Codable, Sendable {
 }
 
 /// One merchant-side side effect the sandbox actually performed. Tests count these: "exactly one capture".
+/// Captures and refunds made by hand in the Merchant Portal (``KlarnaSandbox/portalCapture(order:amount:)``) are kinds
+/// of their own, so that `captured` and `refunded` count only what came through the API.
 public struct SandboxEffect: Codable, Sendable, Equatable {
     public enum Kind: String, Codable, Sendable {
         case orderPlaced = "order_placed"
         case captured
+        case refunded
+        case portalCaptured = "portal_captured"
+        case portalRefunded = "portal_refunded"
         case authorizationCancelled = "authorization_cancelled"
         case customerTokenCreated = "customer_token_created"
         case authorizationExtended = "authorization_extended"
@@ -164,12 +170,14 @@ public struct SandboxEffect: Codable, Sendable, Equatable {
     public var seq: Int
     public var at: Date
     public var kind: Kind
+    /// The request that caused it; 0 for a Merchant Portal action, which no request made.
     public var requestSeq: Int
     public var orderId: String?
     public var kpSessionId: String?
     public var hppSessionId: String?
     public var amount: Int?
     public var captureId: String?
+    public var refundId: String?
     public var tokenId: String?
     public var idempotencyKey: String?
 }

@@ -3,7 +3,7 @@ import Logging
 import ReconcilerCore
 import Telemetry
 
-/// Typed calls to Klarna's HPP, KP, OM and Klarna Network APIs over an ``HTTPTransport``.
+/// Typed calls to Klarna's HPP, KP, OM, Settlements and Klarna Network APIs over an ``HTTPTransport``.
 ///
 /// Every call logs one line with a local request id, the operation, the HTTP status, the duration and Klarna's
 /// correlation id, and fails with a ``KlarnaAPIError`` that says whether retrying is safe. Retrying itself is the
@@ -117,13 +117,15 @@ public struct KlarnaClient: Sendable {
         let operation: KlarnaOperation
     }
 
-    private func send(
-        _ operation: KlarnaOperation, _ method: String, _ path: String, resource: String,
+    /// `query` goes percent-encoded after `path` (``queryString(_:)``), so a URL in a value cannot trip the "//" check.
+    func send(
+        _ operation: KlarnaOperation, _ method: String, _ path: String, resource: String, query: [(String, String)] = [],
         body: [UInt8]? = nil, idempotencyKey: String? = nil, base: String? = nil
     ) async throws -> Answer {
         let requestID = Self.newRequestID()
-        // Paths are constant templates with one id each: an empty id shows as "//" or a trailing "/".
-        guard !path.contains("//"), !path.hasSuffix("/") else {
+        // Paths are constant templates with one id each: an empty id shows as "//" or a trailing "/". Query values
+        // are ids or filters too: an empty one would at best be ignored, widening the answer (every transaction).
+        guard !path.contains("//"), !path.hasSuffix("/"), !query.contains(where: { $0.1.isEmpty }) else {
             throw KlarnaAPIError(
                 operation: operation,
                 failure: .transport(TransportError(kind: .invalidRequest, requestMayHaveBeenSent: false, detail: "empty resource id")),
@@ -141,8 +143,8 @@ public struct KlarnaClient: Sendable {
             log[metadataKey: "klarna.idempotency_key"] = .string(idempotencyKey)
         }
         let request = HTTPRequest(
-            method: method, url: (base ?? configuration.baseURL) + path, headers: headers, body: body,
-            credentials: configuration.credentials, freshConnection: operation.safety != .read)
+            method: method, url: (base ?? configuration.baseURL) + path + Self.queryString(query), headers: headers,
+            body: body, credentials: configuration.credentials, freshConnection: operation.safety != .read)
 
         let started = ContinuousClock.now
         let response: HTTPResponse
@@ -181,7 +183,7 @@ public struct KlarnaClient: Sendable {
         Telemetry.time(.klarnaCallDuration, took, ("operation", operation.name))
     }
 
-    private func decode<T: Decodable>(_ type: T.Type, _ answer: Answer) throws -> T {
+    func decode<T: Decodable>(_ type: T.Type, _ answer: Answer) throws -> T {
         do {
             return try KlarnaJSON.decoder().decode(type, from: Data(answer.http.body))
         } catch {
@@ -197,10 +199,20 @@ public struct KlarnaClient: Sendable {
     }
 
     /// Percent-encodes one path segment so an id can never add path components or a query.
-    private func segment(_ id: String) -> String {
+    func segment(_ id: String) -> String {
         var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
         allowed.insert(charactersIn: "-._~:")
         return id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id
+    }
+
+    /// `?name=value&…`, or "" for no items. Names and values keep only RFC 3986's unreserved characters, so a value
+    /// can never add a parameter (`&`, `=`), end the query (`#`) or read as a space (`+`).
+    static func queryString(_ items: [(String, String)]) -> String {
+        guard !items.isEmpty else { return "" }
+        var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
+        allowed.insert(charactersIn: "-._~")
+        let encoded = { (text: String) -> String in text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text }
+        return "?" + items.map { item in encoded(item.0) + "=" + encoded(item.1) }.joined(separator: "&")
     }
 
     /// Authorization tokens let anyone holding merchant credentials place an order: logs show only their tail.

@@ -27,4 +27,8 @@ public struct KlarnaOperation: Sendable, Hashable, CustomStringConvertible {
     public static let cancelOrder = Self(name: "om.cancel_order", safety: .idempotent)
     public static let releaseRemainingAuthorization = Self(name: "om.release_remaining_authorization", safety: .idempotent)
     public static let readPaymentRequest = Self(name: "kn.read_payment_request", safety: .read)
+    public static let listPayouts = Self(name: "settlements.list_payouts", safety: .read)
+    public static let readPayout = Self(name: "settlements.read_payout", safety: .read)
+    public static let payoutSummary = Self(name: "settlements.payout_summary", safety: .read)
+    public static let listTransactions = Self(name: "settlements.list_transactions", safety: .read)
 }
