@@ -117,6 +117,10 @@ public final class KlarnaSandbox: Sendable {
         for (index, entry) in state.faults.enumerated() where Self.fault(entry.fault, covers: route) {
             if let probability = entry.fault.probability, configuration.random.nextUnit() >= probability { continue }
             var fault = entry.fault
+            if let skip = fault.skip, skip > 0 {
+                state.faults[index].fault.skip = skip - 1
+                continue
+            }
             if let count = fault.count {
                 if count <= 1 { state.faults.remove(at: index) } else {
                     fault.count = count - 1

@@ -110,7 +110,7 @@ extension KlarnaSandbox {
         return try state.withLock { state in
             state.catchUp(order: id, now: now)
             let capture: SandboxState.Capture
-            do {
+            do throws(Rejection) {
                 capture = try state.capture(order: id, amount: amount, reference: nil, at: now)
             } catch {
                 throw ControlError(error)
@@ -128,7 +128,7 @@ extension KlarnaSandbox {
         return try state.withLock { state in
             state.catchUp(order: id, now: now)
             let refund: SandboxState.Refund
-            do {
+            do throws(Rejection) {
                 refund = try state.refund(order: id, amount: amount, reference: nil, at: now)
             } catch {
                 throw ControlError(error)

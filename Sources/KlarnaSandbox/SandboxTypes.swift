@@ -113,12 +113,14 @@ public struct SandboxFault: Codable, Sendable {
     public var afterEffect: Bool?
     /// How many times it fires; `nil` for every matching request.
     public var count: Int?
+    /// How many matching requests pass before it fires (default 0): a fault in the middle of a walk through pages.
+    public var skip: Int?
     /// Chance that a matching request is hit (default 1).
     public var probability: Double?
 
     public init(
         route: String, kind: Kind, status: Int? = nil, errorCode: String? = nil, delayMs: Int? = nil,
-        resetSeconds: Int? = nil, retryAfterSeconds: Int? = nil, afterEffect: Bool? = nil, count: Int? = 1,
+        resetSeconds: Int? = nil, retryAfterSeconds: Int? = nil, afterEffect: Bool? = nil, count: Int? = 1, skip: Int? = nil,
         probability: Double? = nil
     ) {
         self.route = route
@@ -130,6 +132,7 @@ public struct SandboxFault: Codable, Sendable {
         self.retryAfterSeconds = retryAfterSeconds
         self.afterEffect = afterEffect
         self.count = count
+        self.skip = skip
         self.probability = probability
     }
 }

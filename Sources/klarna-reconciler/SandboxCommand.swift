@@ -9,7 +9,7 @@ import SystemdSupport
 struct SandboxCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sandbox",
-        abstract: "Runs a Klarna API simulator (HPP, KP, OM, Klarna Network) with scenario and fault controls under /_sandbox/."
+        abstract: "Runs a Klarna API simulator (HPP, KP, OM, Settlements, Klarna Network) with scenario, payout and fault controls under /_sandbox/."
     )
 
     @Option(name: .long, help: "Where to listen: HOST:PORT, or unix:/path.")

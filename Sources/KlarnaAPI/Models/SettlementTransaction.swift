@@ -34,7 +34,9 @@ public struct SettlementTransaction: Codable, Hashable, Sendable {
     /// The `reference` given to the OM refund.
     public var merchantRefundReference: String?
     public var currencyCode: String
-    public var purchaseCountry: String
+    /// Required by the spec; optional here because rows without an order (HOLDBACK, RELEASE…) may not carry one, and
+    /// one such row must not make a whole page unreadable.
+    public var purchaseCountry: String?
     public var shippingCountry: String?
     /// VAT on Klarna's fee, minor units.
     public var vatAmount: Int?
@@ -59,7 +61,7 @@ public struct SettlementTransaction: Codable, Hashable, Sendable {
         orderID: String? = nil, shortOrderID: String? = nil, captureID: String? = nil, refundID: String? = nil,
         paymentReference: String? = nil, payoutLink: String? = nil, saleDate: Date, captureDate: Date,
         merchantReference1: String? = nil, merchantReference2: String? = nil, merchantCaptureReference: String? = nil,
-        merchantRefundReference: String? = nil, currencyCode: String, purchaseCountry: String,
+        merchantRefundReference: String? = nil, currencyCode: String, purchaseCountry: String? = nil,
         shippingCountry: String? = nil, vatAmount: Int? = nil, vatRate: Int? = nil,
         taxInCurrencyOfRegistrationCountry: Int? = nil, currencyCodeOfRegistrationCountry: String? = nil,
         initialPaymentMethodType: String? = nil, initialNumberOfInstallments: Int? = nil,
@@ -136,7 +138,7 @@ public struct SettlementTransaction: Codable, Hashable, Sendable {
         merchantCaptureReference = try c.decodeIfPresent(String.self, forKey: .merchantCaptureReference)
         merchantRefundReference = try c.decodeIfPresent(String.self, forKey: .merchantRefundReference)
         currencyCode = try c.decode(String.self, forKey: .currencyCode)
-        purchaseCountry = try c.decode(String.self, forKey: .purchaseCountry)
+        purchaseCountry = try c.decodeIfPresent(String.self, forKey: .purchaseCountry)
         shippingCountry = try c.decodeIfPresent(String.self, forKey: .shippingCountry)
         vatAmount = try c.decodeIfPresent(Int.self, forKey: .vatAmount)
         vatRate = try c.decodeIfPresent(Int.self, forKey: .vatRate)

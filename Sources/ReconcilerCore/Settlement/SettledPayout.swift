@@ -61,6 +61,10 @@ public struct SettledLine: Codable, Sendable, Equatable {
     /// The amount as it moves the payout (magnitude with the type's sign).
     public var signedAmount: Int { kind.signed(amount) }
 
+    /// What the line adds to or takes from the payout: its signed amount less the VAT on it (`vat_amount` is VAT on
+    /// Klarna's fee, which Klarna's formula takes off as tax).
+    public var payoutEffect: Int { Minor.subtract(signedAmount, Minor.magnitude(vatAmount ?? 0)) }
+
     /// The ids with empty strings taken as absent.
     public var orderIDGiven: String? { Self.given(orderID) }
     public var captureIDGiven: String? { Self.given(captureID) }

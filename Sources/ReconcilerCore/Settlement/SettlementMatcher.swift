@@ -311,7 +311,7 @@ private struct Matching {
     mutating func flagOrphan(_ orderID: String, _ orderLines: [SettledLine]) {
         guard let first = orderLines.first else { return }
         let ordinals = orderLines.map { $0.ordinal }
-        let net = Minor.sum(orderLines.map { $0.signedAmount })
+        let net = Minor.sum(orderLines.map { $0.payoutEffect })
         let kinds = orderLines.map { $0.kind.rawValue }.joined(separator: ", ")
         let numbers = ordinals.map { "\($0)" }.joined(separator: ", ")
         let what = orderLines.count == 1 ? "line \(numbers): \(kinds)" : "lines \(numbers): \(kinds)"
