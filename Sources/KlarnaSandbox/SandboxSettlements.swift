@@ -149,7 +149,10 @@ extension SandboxState {
     /// The first moment a payout under `spec` would have something to pay; `nil` when nothing is waiting.
     private func earliestDue(_ spec: PayoutSpec) -> Date? {
         let ledger = settlements
-        if !ledger.invented.isEmpty || (spec.releaseHoldbacks && ledger.heldBack.values.contains(where: { $0 != 0 })) {
+        // Held-back money makes a payout due only when the spec holds nothing back again (else every run would
+        // release and hold the same amount, a payout of nothing each time).
+        let releasable = spec.releaseHoldbacks && spec.holdback == 0 && ledger.heldBack.values.contains(where: { $0 != 0 })
+        if !ledger.invented.isEmpty || releasable {
             return .distantPast
         }
         var earliest: Date?

@@ -188,6 +188,18 @@ struct SettlementTests {
         }
     }
 
+    @Test("A schedule that holds back and releases pays out when something is due, not on every run")
+    func scheduleWithHoldback() async throws {
+        try await Settling.with { s in
+            try s.sandbox.setSettlementSchedule(everySeconds: 60, spec: PayoutSpec(holdback: 500, releaseHoldbacks: true))
+            _ = try await s.capturedOrder(10_000)
+            s.clock.advance(by: .seconds(86_400))
+            let payouts = try await s.client.allPayouts()
+            #expect(payouts.count == 1)
+            #expect(payouts.first?.totals.holdbackAmount == 500)
+        }
+    }
+
     @Test("The payout summary sums each currency's payouts between two dates")
     func summary() async throws {
         try await Settling.with { s in
@@ -209,6 +221,47 @@ struct SettlementTests {
             #expect(sek.totalSettlementAmount == payouts.map(\.totals.settlementAmount).reduce(0, +))
             await #expect(throws: KlarnaAPIError.self) { _ = try await s.client.payout(reference: "NOSUCHPY") }
         }
+    }
+}
+
+/// A Settlements API that pages wrongly, on a real socket: each walk through it must fail, never return a short or
+/// doubled list (settled money would look missing, or settled twice).
+@Suite("Settlements: a server that pages wrongly")
+struct SettlementPagingTests {
+    static let row = #"{"type":"SALE","amount":100,"order_id":"o-1","capture_id":"c-1","sale_date":"2027-01-01T00:00:00Z","capture_date":"2027-01-01T00:00:00Z","currency_code":"SEK"}"#
+
+    @Test("It ignores offset and echoes none: the same page again fails the walk")
+    func ignoredOffset() async throws {
+        try await Self.walk(answer: { _ in #"{"transactions":[\#(Self.row),\#(Self.row)],"pagination":{"count":2,"total":4}}"# }) { error in
+            #expect(error.description.contains("repeats the one before it"), "\(error)")
+        }
+    }
+
+    @Test("It sends an empty page before its total: the walk fails")
+    func emptyBeforeTotal() async throws {
+        try await Self.walk(answer: { offset in
+            offset == 0 ? #"{"transactions":[\#(Self.row),\#(Self.row)],"pagination":{"count":2,"total":4,"offset":0}}"#
+                : #"{"transactions":[],"pagination":{"count":0,"total":4,"offset":\#(offset)}}"#
+        }) { error in
+            #expect(error.description.contains("an empty page at offset 2 of 4"), "\(error)")
+        }
+    }
+
+    /// Serves `answer(offset)` for every transactions page and expects `allTransactions` to fail with a paging error.
+    static func walk(answer: @escaping @Sendable (Int) -> String, _ check: (KlarnaAPIError) -> Void) async throws {
+        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "test.pages")) { request in
+            let offset = request.query["offset"].flatMap { Int($0) } ?? 0
+            return .response(ServerResponse(status: 200, headers: [("Content-Type", "application/json")], body: Array(answer(offset).utf8)))
+        }
+        let serving = Task { try await server.run() }
+        defer { serving.cancel() }
+        let transport = CurlTransport(configuration: .init(connectTimeout: .seconds(2), requestTimeout: .seconds(10)))
+        defer { transport.shutdown() }
+        let client = KlarnaClient(
+            configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "m", password: "s")),
+            transport: transport, logger: Logger(label: "test.client"))
+        let error = try await #require(throws: KlarnaAPIError.self) { try await client.allTransactions(pageSize: 2) }
+        check(error)
     }
 }
 

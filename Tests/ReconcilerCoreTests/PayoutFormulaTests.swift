@@ -80,9 +80,10 @@ struct PayoutFormulaTests {
         }
     }
 
-    @Test("Totals sent negative for the debits read the same: a directional total is taken by its magnitude")
+    @Test("Totals sent negative for the debits read the same: a directional total is taken by its magnitude, the reversal (a net) by the debits' sign")
     func negativeTotals() {
         var totals = everyTerm
+        totals.reversalAmount = -50
         totals.returnAmount = -100
         totals.feeAmount = -30
         totals.taxAmount = -7
@@ -91,6 +92,19 @@ struct PayoutFormulaTests {
         totals.repayAmount = -11
         #expect(PayoutFigures(totals: totals).formulaSettlement == 849)
         #expect(PayoutFormula.check(payout(totals), lines: everyLine) == [])
+    }
+
+    @Test("A reversal that nets to a credit (merchant protection above the reversals) keeps its sign in either convention")
+    func creditReversal() {
+        var totals = everyTerm
+        totals.reversalAmount = -20
+        totals.settlementAmount = 919
+        #expect(PayoutFigures(totals: totals).formulaSettlement == 919)
+        totals.reversalAmount = 20
+        totals.returnAmount = -100
+        totals.feeAmount = -30
+        #expect(PayoutFigures(totals: totals).reversal == -20)
+        #expect(PayoutFigures(totals: totals).formulaSettlement == 919)
     }
 
     @Test("A settlement amount one unit short: one finding, the settlement, −1")

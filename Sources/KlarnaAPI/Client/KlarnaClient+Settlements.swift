@@ -68,7 +68,8 @@ extension KlarnaClient {
     ///
     /// A server that ignores `offset` would serve its first page forever, so the walk fails (``KlarnaAPIError`` with
     /// ``KlarnaAPIError/Failure/undecodableResponse(status:detail:)``) when a page's `pagination.offset` is not the
-    /// offset asked for, or when it has taken ``settlementsMaxPages`` pages. It fails rather than returning what it
+    /// offset asked for, when a page without one repeats the page before, when a page is empty before `total` rows
+    /// have come, or when it has taken ``settlementsMaxPages`` pages. It fails rather than returning what it
     /// has: a silently short list would show settled money as missing.
     ///
     /// Offsets count into a collection that can change between pages (a new payout); rows that move meanwhile are
@@ -89,6 +90,7 @@ extension KlarnaClient {
         var items: [Page.Item] = []
         var offset = 0
         var pages = 0
+        var previous: [Page.Item] = []
         while true {
             let answer = try await send(
                 operation, "GET", path, resource: resource, query: filters + Self.pageQuery(size: pageSize, offset: offset))
@@ -97,9 +99,19 @@ extension KlarnaClient {
             if let echoed = page.pagination.offset, echoed != offset {
                 throw Self.pagingError(answer, "asked for offset \(offset), got the page at offset \(echoed)")
             }
+            if page.items.isEmpty {
+                if let total = page.pagination.total, offset < total {
+                    throw Self.pagingError(answer, "an empty page at offset \(offset) of \(total)")
+                }
+                return items
+            }
+            // Without an echoed offset, a server that ignores it shows itself by sending the same rows again.
+            if page.pagination.offset == nil, page.items == previous {
+                throw Self.pagingError(answer, "the page at offset \(offset) repeats the one before it")
+            }
+            previous = page.items
             items += page.items
             offset += page.items.count
-            if page.items.isEmpty { return items }
             if let total = page.pagination.total {
                 if offset >= total { return items }
             } else if page.pagination.next == nil {
@@ -151,7 +163,7 @@ extension KlarnaClient {
 
 /// A page of a Settlements collection, for ``KlarnaClient``'s walk through all of them.
 protocol SettlementsPage: Decodable {
-    associatedtype Item
+    associatedtype Item: Equatable
     var items: [Item] { get }
     var pagination: SettlementPagination { get }
 }

@@ -45,9 +45,14 @@ public struct PayoutFigures: Codable, Sendable, Equatable {
 
     /// The payout's totals as the formula reads them; an absent `tax_amount` or `fee_correction_amount` is 0.
     public init(totals: SettledTotals) {
+        // reversal_amount is a net (REVERSAL less merchant-protection credits), so its magnitude would lose its sign:
+        // it is read in the convention the payout's other debits show (Klarna documents neither).
+        let debitsNegative = [totals.returnAmount, totals.feeAmount, totals.chargeAmount, totals.holdbackAmount, totals.repayAmount]
+            .contains { $0 < 0 }
         self.init(
             sale: Minor.magnitude(totals.saleAmount), returns: Minor.magnitude(totals.returnAmount),
-            reversal: totals.reversalAmount, fee: Minor.magnitude(totals.feeAmount),
+            reversal: debitsNegative ? Minor.subtract(0, totals.reversalAmount) : totals.reversalAmount,
+            fee: Minor.magnitude(totals.feeAmount),
             tax: Minor.magnitude(totals.taxAmount ?? 0), feeCorrection: totals.feeCorrectionAmount ?? 0,
             commission: Minor.magnitude(totals.commissionAmount), charge: Minor.magnitude(totals.chargeAmount),
             credit: Minor.magnitude(totals.creditAmount), repay: Minor.magnitude(totals.repayAmount),
