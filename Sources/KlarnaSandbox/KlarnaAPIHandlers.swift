@@ -301,10 +301,13 @@ enum KlarnaAPIHandlers {
         else { return .klarnaError(400, "BAD_VALUE", "captured_amount is required") }
         let capture = try state.capture(order: id, amount: amount, reference: body.reference, at: context.now)
         context.effect(.captured, in: &state, order: id, amount: amount, capture: capture.id)
+        return created("Capture-Id", capture.id, at: "orders/\(id)/captures", context)
+    }
+
+    /// OM's answer to a capture or refund: `201`, the new id in its own header, and where it can be read.
+    private static func created(_ header: String, _ id: String, at collection: String, _ context: KlarnaCallContext) -> SandboxResponse {
         let host = context.request.header("Host") ?? "localhost"
-        return SandboxResponse(status: 201, headers: [
-            ("Capture-Id", capture.id), ("Location", "http://\(host)/ordermanagement/v1/orders/\(id)/captures/\(capture.id)"),
-        ])
+        return SandboxResponse(status: 201, headers: [(header, id), ("Location", "http://\(host)/ordermanagement/v1/\(collection)/\(id)")])
     }
 
     struct RefundRequestBody: Decodable {
@@ -321,10 +324,7 @@ enum KlarnaAPIHandlers {
         else { return .klarnaError(400, "BAD_VALUE", "refunded_amount is required") }
         let refund = try state.refund(order: id, amount: amount, reference: body.reference, at: context.now)
         context.effect(.refunded, in: &state, order: id, amount: amount, refund: refund.id)
-        let host = context.request.header("Host") ?? "localhost"
-        return SandboxResponse(status: 201, headers: [
-            ("Refund-Id", refund.id), ("Location", "http://\(host)/ordermanagement/v1/orders/\(id)/refunds/\(refund.id)"),
-        ])
+        return created("Refund-Id", refund.id, at: "orders/\(id)/refunds", context)
     }
 
     static func extendAuthorization(order id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {

@@ -106,15 +106,8 @@ extension KlarnaSandbox {
     /// reference, and the effect is `portal_captured` (with request seq 0) rather than `captured`. Returns the capture id.
     @discardableResult
     public func portalCapture(order id: String, amount: Int) throws -> String {
-        let now = self.now
-        return try state.withLock { state in
-            state.catchUp(order: id, now: now)
-            let capture: SandboxState.Capture
-            do throws(Rejection) {
-                capture = try state.capture(order: id, amount: amount, reference: nil, at: now)
-            } catch {
-                throw ControlError(error)
-            }
+        try byHand(order: id) { state, now throws(Rejection) in
+            let capture = try state.capture(order: id, amount: amount, reference: nil, at: now)
             state.recordPortalEffect(.portalCaptured, at: now, order: id, amount: amount, capture: capture.id)
             return capture.id
         }
@@ -124,17 +117,23 @@ extension KlarnaSandbox {
     /// `portal_refunded`. Returns the refund id.
     @discardableResult
     public func portalRefund(order id: String, amount: Int) throws -> String {
+        try byHand(order: id) { state, now throws(Rejection) in
+            let refund = try state.refund(order: id, amount: amount, reference: nil, at: now)
+            state.recordPortalEffect(.portalRefunded, at: now, order: id, amount: amount, refund: refund.id)
+            return refund.id
+        }
+    }
+
+    /// One change made by hand: the order caught up to now first, Klarna's refusal answered as a control error.
+    private func byHand(order id: String, _ change: (inout SandboxState, Date) throws(Rejection) -> String) throws -> String {
         let now = self.now
         return try state.withLock { state in
             state.catchUp(order: id, now: now)
-            let refund: SandboxState.Refund
             do throws(Rejection) {
-                refund = try state.refund(order: id, amount: amount, reference: nil, at: now)
+                return try change(&state, now)
             } catch {
                 throw ControlError(error)
             }
-            state.recordPortalEffect(.portalRefunded, at: now, order: id, amount: amount, refund: refund.id)
-            return refund.id
         }
     }
 

@@ -17,11 +17,30 @@ extension PostgresConnection {
         try await answer(query, logger: logger).get()
     }
 
+    /// Runs a hot statement (prepared on this connection at its first use, afterwards only executed) and collects
+    /// its rows; fails when the connection closes first, as ``rows(_:logger:)`` does. A prepared statement written
+    /// after the close is never answered: its task is left behind, waiting for nothing.
+    @discardableResult
+    func rows<Text: StatementText>(_ text: Text.Type, _ bindings: PostgresBindings, logger: Logger) async throws -> [PostgresRow] {
+        let statement = Prepared<Text>(bindings: bindings)
+        let answer = eventLoop.makePromise(of: [PostgresRow].self)
+        answer.completeWithTask { [self] in
+            var rows: [PostgresRow] = []
+            for try await row in try await execute(statement, logger: logger) { rows.append(row) }
+            return rows
+        }
+        return try await failingOnClose(answer).get()
+    }
+
     /// Synchronous, so that the future-returning `query` is the one chosen, and the answer races the closing.
     private func answer(_ query: PostgresQuery, logger: Logger) -> EventLoopFuture<[PostgresRow]> {
         let answer = eventLoop.makePromise(of: [PostgresRow].self)
         self.query(query, logger: logger).map(\.rows).cascade(to: answer)
-        // The first completion wins: after the answer, the closing is ignored.
+        return failingOnClose(answer)
+    }
+
+    /// The first completion wins: a closing after the answer is ignored, an answer after the closing too.
+    private func failingOnClose(_ answer: EventLoopPromise<[PostgresRow]>) -> EventLoopFuture<[PostgresRow]> {
         closeFuture.whenComplete { _ in answer.fail(ClosedUnderQuery()) }
         return answer.futureResult
     }

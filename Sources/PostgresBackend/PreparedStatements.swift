@@ -3,7 +3,6 @@ import Logging
 import PostgresNIO
 import ReconcilerCore
 import ReconcilerStore
-import Synchronization
 
 /// The text of a statement on a hot path: a step's commit and a delivery's ingest.
 protocol StatementText: Sendable {
@@ -172,37 +171,5 @@ enum Statements {
             if let value { try bindings.append(value) } else { bindings.appendNull() }
         }
         return bindings
-    }
-}
-
-extension PostgresConnection {
-    /// Runs a hot statement (prepared on this connection at its first use) and collects its rows; fails when the
-    /// connection closes first (see ``rows(_:logger:)``).
-    @discardableResult
-    func rows<Text: StatementText>(_ text: Text.Type, _ bindings: PostgresBindings, logger: Logger) async throws -> [PostgresRow] {
-        let statement = Prepared<Text>(bindings: bindings)
-        return try await untilClosed { [self] in
-            var rows: [PostgresRow] = []
-            for try await row in try await execute(statement, logger: logger) { rows.append(row) }
-            return rows
-        }
-    }
-
-    /// `operation`'s answer, or ``ClosedUnderQuery`` as soon as the connection closes. postgres-nio never answers a
-    /// prepared statement written after the close, so the operation is left behind then, waiting for nothing.
-    private func untilClosed<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
-        let answered = Mutex(false)
-        let first: @Sendable () -> Bool = { answered.withLock { done in defer { done = true }; return !done } }
-        return try await withCheckedThrowingContinuation { continuation in
-            closeFuture.whenComplete { _ in if first() { continuation.resume(throwing: ClosedUnderQuery()) } }
-            Task {
-                do {
-                    let value = try await operation()
-                    if first() { continuation.resume(returning: value) }
-                } catch {
-                    if first() { continuation.resume(throwing: error) }
-                }
-            }
-        }
     }
 }

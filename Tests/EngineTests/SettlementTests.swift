@@ -188,6 +188,31 @@ struct SettlementTests {
         }
     }
 
+    @Test("A settlements read that answers garbage or nothing in time fails retryably; an id that carries a query or a path of its own stays one value")
+    func garbageTimeoutAndHostileIDs() async throws {
+        try await Settling.with(requestTimeout: .seconds(1)) { s in
+            let order = try await s.capturedOrder(10_000)
+            let payout = try #require(try s.sandbox.settle().first)
+
+            s.sandbox.addFault(SandboxFault(route: "settlements.list_payouts", kind: .malformed, count: 1))
+            let garbage = try await #require(throws: KlarnaAPIError.self) { try await s.client.allPayouts() }
+            if case .undecodableResponse = garbage.failure {} else { Issue.record("not an unreadable answer: \(garbage)") }
+            #expect(garbage.retryDisposition == .retry(notBefore: nil))
+
+            s.sandbox.addFault(SandboxFault(route: "settlements.read_payout", kind: .delay, delayMs: 3_000, count: 1))
+            let late = try await #require(throws: KlarnaAPIError.self) { try await s.client.payout(reference: payout.paymentReference) }
+            #expect(late.status == nil)
+            if case .retry = late.retryDisposition {} else { Issue.record("a timed-out read is retryable: \(late)") }
+
+            // A reference smuggling a second filter in is one (unknown) reference: nothing comes back, not the order's lines.
+            let smuggled = try await s.client.allTransactions(paymentReference: "\(payout.paymentReference)&order_id=\(order.orderID)")
+            #expect(smuggled.isEmpty)
+            let escaped = try await #require(throws: KlarnaAPIError.self) { try await s.client.payout(reference: "../transactions") }
+            #expect(escaped.status == 404)
+            #expect(try await s.client.allTransactions(paymentReference: payout.paymentReference).count == 2)
+        }
+    }
+
     @Test("A schedule that holds back and releases pays out when something is due, not on every run")
     func scheduleWithHoldback() async throws {
         try await Settling.with { s in
@@ -271,13 +296,13 @@ private struct Settling {
     let client: KlarnaClient
     let clock: ManualClock
 
-    static func with<T: Sendable>(_ body: (Settling) async throws -> T) async throws -> T {
+    static func with<T: Sendable>(requestTimeout: Duration = .seconds(10), _ body: (Settling) async throws -> T) async throws -> T {
         let clock = ManualClock(now: Date(timeIntervalSince1970: 1_800_000_000))
         let sandbox = KlarnaSandbox(configuration: .init(username: "merchant", password: "secret", clock: clock, random: SeededRandomSource(seed: 7)))
         let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "test.sandbox")) { await sandbox.handle($0) }
         let serving = Task { try await server.run() }
         defer { serving.cancel() }
-        let transport = CurlTransport(configuration: .init(connectTimeout: .seconds(2), requestTimeout: .seconds(10)))
+        let transport = CurlTransport(configuration: .init(connectTimeout: .seconds(2), requestTimeout: requestTimeout))
         defer { transport.shutdown() }
         let client = KlarnaClient(
             configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "merchant", password: "secret")),

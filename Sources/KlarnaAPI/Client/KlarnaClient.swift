@@ -200,22 +200,20 @@ public struct KlarnaClient: Sendable {
 
     /// Percent-encodes one path segment so an id can never add path components or a query.
     func segment(_ id: String) -> String {
-        var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
-        allowed.insert(charactersIn: "-._~:")
-        return id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id
+        id.addingPercentEncoding(withAllowedCharacters: Self.unreserved.union(CharacterSet(charactersIn: ":"))) ?? id
     }
+
+    /// RFC 3986's unreserved characters: ASCII letters and digits and `-._~`.
+    private static let unreserved = CharacterSet.alphanumerics
+        .intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128))).union(CharacterSet(charactersIn: "-._~"))
 
     /// `?name=value&…`, or "" for no items. Names and values keep only RFC 3986's unreserved characters, so a value
     /// can never add a parameter (`&`, `=`), end the query (`#`) or read as a space (`+`).
     static func queryString(_ items: [(String, String)]) -> String {
         guard !items.isEmpty else { return "" }
-        var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
-        allowed.insert(charactersIn: "-._~")
-        let encoded = { (text: String) -> String in text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text }
+        let encoded = { (text: String) -> String in text.addingPercentEncoding(withAllowedCharacters: unreserved) ?? text }
         return "?" + items.map { item in encoded(item.0) + "=" + encoded(item.1) }.joined(separator: "&")
     }
-
-    /// Authorization tokens let anyone holding merchant credentials place an order: logs show only their tail.
 
     private static func newRequestID() -> String {
         var generator = SystemRandomNumberGenerator()

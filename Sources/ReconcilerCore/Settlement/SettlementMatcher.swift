@@ -165,52 +165,38 @@ private struct Matching {
 
     // MARK: - Pass 2: by amount
 
+    /// An id-less SALE takes the order's only unclaimed capture of its amount, an id-less RETURN its only refund;
+    /// none or several leave it unmatched, with the same words for either.
     mutating func matchByAmount(_ index: Int) {
         let line = lines[index]
         guard let orderID = line.orderIDGiven, let order = orders[orderID] else { return }
         let amount = magnitude(line)
-        if line.kind == .sale {
-            let candidates = order.captures.filter { capture in
-                capture.amount == amount && captureClaims[capture.key] == nil && !settledElsewhere(capture.settledBy)
-            }
-            if candidates.count == 1 {
-                settle(index, capture: candidates[0], of: order, byAmount: true)
-            } else if candidates.isEmpty {
-                set(index, .unmatched(.captureUnknown), note: "no capture id, and no unsettled capture of \(amount) on the order")
-                flag(line.ordinal, SettlementFinding(
-                    kind: .unknownCapture, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                    orderID: orderID, merchantReference: order.merchantReference, actual: amount,
-                    actualCurrency: line.currency,
-                    reason: "SALE of \(amount) \(line.currency) on order \(orderID) has no capture id, and the ledger has no unsettled capture of that amount on the order: captured outside the daemon (Merchant Portal?)"))
-            } else {
-                set(index, .unmatched(.ambiguous), note: "no capture id, and \(candidates.count) unsettled captures of \(amount) on the order")
-                flag(line.ordinal, SettlementFinding(
-                    kind: .ambiguousMatch, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                    orderID: orderID, merchantReference: order.merchantReference, actual: amount,
-                    actualCurrency: line.currency,
-                    reason: "SALE of \(amount) \(line.currency) on order \(orderID) has no capture id, and \(candidates.count) unsettled captures of that amount could be it: left for an operator"))
-            }
+        let isSale = line.kind == .sale
+        let captures = isSale ? order.captures.filter { capture in
+            capture.amount == amount && captureClaims[capture.key] == nil && !settledElsewhere(capture.settledBy)
+        } : []
+        let refunds = isSale ? [] : order.refunds.filter { refund in
+            refund.amount == amount && refundClaims[refund.key] == nil && !settledElsewhere(refund.settledBy)
+        }
+        if captures.count == 1 { return settle(index, capture: captures[0], of: order, byAmount: true) }
+        if refunds.count == 1 { return settle(index, refund: refunds[0], of: order, byAmount: true) }
+
+        let candidates = isSale ? captures.count : refunds.count
+        let (noun, done) = isSale ? ("capture", "captured") : ("refund", "refunded")
+        let start = "\(line.kind) of \(amount) \(line.currency) on order \(orderID) has no \(noun) id, and"
+        if candidates == 0 {
+            set(index, .unmatched(isSale ? .captureUnknown : .refundUnknown), note: "no \(noun) id, and no unsettled \(noun) of \(amount) on the order")
+            flag(line.ordinal, SettlementFinding(
+                kind: isSale ? .unknownCapture : .unknownRefund, paymentReference: payout.paymentReference,
+                lineOrdinals: [line.ordinal], orderID: orderID, merchantReference: order.merchantReference, actual: amount,
+                actualCurrency: line.currency,
+                reason: "\(start) the ledger has no unsettled \(noun) of that amount on the order: \(done) outside the daemon (Merchant Portal?)"))
         } else {
-            let candidates = order.refunds.filter { refund in
-                refund.amount == amount && refundClaims[refund.key] == nil && !settledElsewhere(refund.settledBy)
-            }
-            if candidates.count == 1 {
-                settle(index, refund: candidates[0], of: order, byAmount: true)
-            } else if candidates.isEmpty {
-                set(index, .unmatched(.refundUnknown), note: "no refund id, and no unsettled refund of \(amount) on the order")
-                flag(line.ordinal, SettlementFinding(
-                    kind: .unknownRefund, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                    orderID: orderID, merchantReference: order.merchantReference, actual: amount,
-                    actualCurrency: line.currency,
-                    reason: "RETURN of \(amount) \(line.currency) on order \(orderID) has no refund id, and the ledger has no unsettled refund of that amount on the order: refunded outside the daemon (Merchant Portal?)"))
-            } else {
-                set(index, .unmatched(.ambiguous), note: "no refund id, and \(candidates.count) unsettled refunds of \(amount) on the order")
-                flag(line.ordinal, SettlementFinding(
-                    kind: .ambiguousMatch, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                    orderID: orderID, merchantReference: order.merchantReference, actual: amount,
-                    actualCurrency: line.currency,
-                    reason: "RETURN of \(amount) \(line.currency) on order \(orderID) has no refund id, and \(candidates.count) unsettled refunds of that amount could be it: left for an operator"))
-            }
+            set(index, .unmatched(.ambiguous), note: "no \(noun) id, and \(candidates) unsettled \(noun)s of \(amount) on the order")
+            flag(line.ordinal, SettlementFinding(
+                kind: .ambiguousMatch, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
+                orderID: orderID, merchantReference: order.merchantReference, actual: amount, actualCurrency: line.currency,
+                reason: "\(start) \(candidates) unsettled \(noun)s of that amount could be it: left for an operator"))
         }
     }
 
