@@ -37,7 +37,7 @@ demo: build
 check: deps
 	@scripts/install-deps.sh $(CHECK_PACKAGES)
 	swift build --build-tests
-	swift test --skip-build
+	scripts/swift-test.sh --skip-build
 	scripts/check-units.sh .build/debug/klarna-reconciler
 	Tests/System/run.sh .build/debug/klarna-reconciler
 	$(MAKE) deb

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs the Swift tests (arguments go to `swift test`) and, when any fails, repeats what failed at the very end of the
+# output: a CI log is often read from its tail, and the failure itself may be thousands of lines further up.
+set -uo pipefail
+log=$(mktemp "${TMPDIR:-/tmp}/swift-test.XXXXXX")
+trap 'rm -f "$log"' EXIT
+swift test "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+if [ "$status" -ne 0 ]; then
+    echo
+    echo "==== what failed (repeated from above) ===="
+    # Swift Testing marks failures with ✘ (and the details on the lines indented after it); XCTest says error:.
+    grep -E -A6 '✘|: error: |Fatal error|Test Case .* failed' "$log" | head -200
+fi
+exit "$status"
