@@ -176,6 +176,7 @@ public struct Reconciler: Sendable {
             change.events.append(NewEvent(hppSessionID: step.order.hppSessionID, orderID: step.order.orderID, event, detail: detail))
         }
         change.outcomes += step.outcomes
+        change.ledgerCaptures += step.ledgerCaptures
     }
 
     /// How long a step keeps trying to commit before it gives up (and the worker retries the key later).

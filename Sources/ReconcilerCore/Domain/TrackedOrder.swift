@@ -143,12 +143,18 @@ public struct OrderStep: Sendable, Equatable {
     public var events: [DomainEvent] = []
     public var outcomes: [Outcome] = []
     public var action: OrderAction?
+    /// Captures this step confirmed, for the settlement ledger.
+    public var ledgerCaptures: [LedgerCapture] = []
 
-    public init(order: TrackedOrder, events: [DomainEvent] = [], outcomes: [Outcome] = [], action: OrderAction? = nil) {
+    public init(
+        order: TrackedOrder, events: [DomainEvent] = [], outcomes: [Outcome] = [], action: OrderAction? = nil,
+        ledgerCaptures: [LedgerCapture] = []
+    ) {
         self.order = order
         self.events = events
         self.outcomes = outcomes
         self.action = action
+        self.ledgerCaptures = ledgerCaptures
     }
 }
 
@@ -297,6 +303,8 @@ extension TrackedOrder {
         let reason = "captured \(amount)" + (captureID.map { " (capture \($0))" } ?? "")
         step.events.append(DomainEvent("captured", reason))
         step.outcomes.append(order.outcome(.captured, reason, amount: amount, captureID: captureID))
+        step.ledgerCaptures.append(LedgerCapture(
+            orderID: orderID, captureID: captureID, amount: amount, currency: currency, capturedAt: now, source: .daemon))
         if (order.remainingAuthorizedAmount ?? 0) <= 0 {
             order.status = "CAPTURED"
             order.phase = .closed

@@ -41,6 +41,31 @@ public enum OutcomeKind: String, Codable, Sendable, CaseIterable {
     case needsAttention = "needs_attention"
     /// A Klarna Network payment request reached `COMPLETED`: the outcome carries `klarna_network_session_token`.
     case paymentRequestCompleted = "payment_request_completed"
+
+    // Settlements (`settlements.enabled`): what matching Klarna's payouts against the ledger found. Findings, not
+    // ends of a payment: the payment's own outcome stands, and nothing is "fixed" by the daemon.
+    /// Settled lines for an order the daemon never saw: paid at Klarna, unknown to the shop.
+    case settlementOrphan = "settlement_orphan"
+    /// A settled amount that differs from the capture's or refund's, a capture or refund settled twice, or an
+    /// id-less line several captures could be.
+    case settlementMismatch = "settlement_mismatch"
+    /// An order changed outside the daemon (a capture or refund by hand in the Merchant Portal), seen on a read of
+    /// the order or on a settlement line. Recorded, never fixed.
+    case settlementDrift = "settlement_drift"
+    /// A REVERSAL: Klarna refunded the customer on a dispute the merchant lost.
+    case settlementReversal = "settlement_reversal"
+    /// A payout whose transactions do not add up to its totals by Klarna's formula.
+    case payoutMismatch = "payout_mismatch"
+    /// A capture no payout settled within `settlements.settle_within_days`.
+    case captureUnsettled = "capture_unsettled"
+
+    /// A settlement finding rather than a payment's end.
+    public var isSettlement: Bool {
+        switch self {
+        case .settlementOrphan, .settlementMismatch, .settlementDrift, .settlementReversal, .payoutMismatch, .captureUnsettled: true
+        default: false
+        }
+    }
 }
 
 /// An outcome as the domain decides it; the engine stores it and writes it to the outbox.
@@ -61,12 +86,19 @@ public struct Outcome: Codable, Sendable, Equatable {
     public var paymentRequestID: String?
     /// For the merchant's acquiring partner; valid 60 minutes. Written to the outbox, never logged.
     public var klarnaNetworkSessionToken: String?
+    /// Settlement outcomes: the payout (`payment_reference`) and the finding's stable word.
+    public var paymentReference: String?
+    public var finding: SettlementFindingKind?
+    public var refundID: String?
+    /// Settlement outcomes that compare amounts: the ledger's (or the formula's) figure; `amount` is Klarna's.
+    public var expectedAmount: Int?
 
     public init(
         kind: OutcomeKind, reason: String, hppSessionID: String? = nil, kpSessionID: String? = nil, orderID: String? = nil,
         merchantReference: String? = nil, amount: Int? = nil, currency: String? = nil, fraudStatus: String? = nil,
         captureID: String? = nil, customerTokenID: String? = nil, klarnaReference: String? = nil,
-        paymentRequestID: String? = nil, klarnaNetworkSessionToken: String? = nil
+        paymentRequestID: String? = nil, klarnaNetworkSessionToken: String? = nil, paymentReference: String? = nil,
+        finding: SettlementFindingKind? = nil, refundID: String? = nil, expectedAmount: Int? = nil
     ) {
         self.kind = kind
         self.reason = reason
@@ -82,6 +114,10 @@ public struct Outcome: Codable, Sendable, Equatable {
         self.klarnaReference = klarnaReference
         self.paymentRequestID = paymentRequestID
         self.klarnaNetworkSessionToken = klarnaNetworkSessionToken
+        self.paymentReference = paymentReference
+        self.finding = finding
+        self.refundID = refundID
+        self.expectedAmount = expectedAmount
     }
 }
 

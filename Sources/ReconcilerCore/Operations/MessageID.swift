@@ -20,6 +20,18 @@ public enum MessageID: String, CaseIterable, Sendable {
     case expired = "fa33e710d7a243b1ae7eeb4f4b70d707"
     case needsAttention = "59cc60d117ae4d989ca0a18d4c2c0a69"
     case paymentRequestCompleted = "f77ad6fa34df41e2b1cc4ee6b5a796c6"
+    case settlementOrphan = "dc06efe0539a40be95b5b7a7f9bb5714"
+    case settlementMismatch = "29b0c382ac764f879cf6db339ef5c458"
+    case settlementDrift = "78a9e002cc9248488baef0e786b1be6b"
+    case settlementReversal = "f694b539e3e2457784ec92f2cbb04edb"
+    case payoutMismatch = "b5cf199007474dcdb31dadb156c74b0a"
+    case captureUnsettled = "9fc0941f0bea431f8123b7b2308e9032"
+
+    // Settlements
+    /// A payout was fetched, matched against the ledger and recorded.
+    case payoutReconciled = "6619ca06a13043258a7fdec9c2bf2223"
+    /// A sync with the Settlements API failed; it is tried again (nothing recorded is lost).
+    case settlementSyncFailed = "4a0e44d2646c476d809a25c1745b1e51"
 
     // Side effects and the reads around them
     case sideEffectSent = "3d40b9d33395479291e6d1de71267291"
@@ -50,6 +62,12 @@ public enum MessageID: String, CaseIterable, Sendable {
         case .expired: .expired
         case .needsAttention: .needsAttention
         case .paymentRequestCompleted: .paymentRequestCompleted
+        case .settlementOrphan: .settlementOrphan
+        case .settlementMismatch: .settlementMismatch
+        case .settlementDrift: .settlementDrift
+        case .settlementReversal: .settlementReversal
+        case .payoutMismatch: .payoutMismatch
+        case .captureUnsettled: .captureUnsettled
         }
     }
 
