@@ -176,6 +176,13 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        .executableTarget(
+            name: "klarna-settlement-bench",
+            dependencies: ["ReconcilerCore", "ReconcilerStore", "SQLiteBackend"],
+            path: "Benchmarks/SettlementBench",
+            swiftSettings: strict
+        ),
+
         // Helpers every test target shares (waiting on a condition with a deadline).
         .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
 
