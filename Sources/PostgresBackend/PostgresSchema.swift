@@ -126,6 +126,36 @@ enum PostgresSchema {
           UNION SELECT work_key FROM wakeups
           ON CONFLICT DO NOTHING;
         """,
+        // 4: settlements, as SQLite's migration 9: the ledger (one row per order, kind and core key, with the line that
+        // settled it and when it was flagged), the payouts recorded and their lines. The daemon's captures confirmed
+        // before it are backfilled from their intents (`amount` and `result`, the capture id, in the intent's JSON;
+        // the currency in the order's; captured when the intent last changed; an id-less one keyed
+        // `~<amount>@<unix seconds>` as the core keys it).
+        """
+        CREATE TABLE ledger (
+          order_id text NOT NULL, entry text NOT NULL, entry_key text NOT NULL, klarna_id text, amount bigint NOT NULL,
+          currency text, at timestamptz NOT NULL, source text NOT NULL, settled_reference text, settled_ordinal integer,
+          flagged_at timestamptz, PRIMARY KEY (order_id, entry, entry_key));
+        CREATE INDEX ledger_unsettled ON ledger(at, order_id, entry_key)
+          WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL;
+        CREATE INDEX ledger_flagged ON ledger(order_id) WHERE flagged_at IS NOT NULL AND settled_reference IS NULL;
+        CREATE TABLE payouts (
+          payment_reference text PRIMARY KEY, payout_date timestamptz NOT NULL, currency text NOT NULL,
+          recorded_at timestamptz NOT NULL, finding_count integer NOT NULL, data text NOT NULL);
+        CREATE INDEX payouts_date ON payouts(payout_date);
+        CREATE TABLE settlement_lines (
+          payment_reference text NOT NULL, ordinal integer NOT NULL, order_id text, data text NOT NULL,
+          PRIMARY KEY (payment_reference, ordinal));
+        CREATE INDEX settlement_lines_order ON settlement_lines(order_id);
+        INSERT INTO ledger (order_id, entry, entry_key, klarna_id, amount, currency, at, source)
+          SELECT i.subject, 'capture',
+            coalesce(nullif(btrim(i.data::jsonb ->> 'result'), ''),
+              '~' || (i.data::jsonb ->> 'amount') || '@' || floor(extract(epoch FROM i.updated_at))::bigint),
+            i.data::jsonb ->> 'result', (i.data::jsonb ->> 'amount')::bigint, o.data::jsonb ->> 'currency', i.updated_at, 'daemon'
+          FROM intents i LEFT JOIN orders o ON o.order_id = i.subject
+          WHERE i.kind = 'capture' AND i.state = 'confirmed' AND i.data::jsonb ->> 'amount' IS NOT NULL
+          ON CONFLICT DO NOTHING;
+        """,
     ]
 
     /// The channel new work is announced on.

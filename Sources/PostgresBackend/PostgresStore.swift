@@ -242,9 +242,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 try await db.rows(Statements.UpsertIntent.self, Statements.intent(intent, data: data, at: at), logger: logger)
             }
             for (event, detail) in events { try await insertEvent(db, event, detail: detail, at: at) }
-            for (outcome, data) in outcomes {
-                try await db.rows(Statements.InsertOutcome.self, Statements.outcome(outcome, data: data, at: at), logger: logger)
-            }
+            for (outcome, data) in outcomes { try await insertOutcome(db, outcome, data: data, at: at) }
+            for capture in change.ledgerCaptures { try await insertLedger(db, LedgerRow(capture)) }
             for request in change.finishedCaptureRequests {
                 try await db.rows("UPDATE capture_requests SET state = \(request.state), note = \(request.note) WHERE id = \(request.id)", logger: logger)
             }
@@ -313,6 +312,11 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     func insertEvent(_ db: PostgresConnection, _ event: NewEvent, detail: String?, at: Date) async throws {
         try await db.rows(Statements.InsertEvent.self, Statements.event(event, detail: detail, at: at), logger: logger)
+    }
+
+    /// An outcome for the outbox writer and the notifier (the daemons claim it from there); `data` is its JSON.
+    func insertOutcome(_ db: PostgresConnection, _ outcome: Outcome, data: String, at: Date) async throws {
+        try await db.rows(Statements.InsertOutcome.self, Statements.outcome(outcome, data: data, at: at), logger: logger)
     }
 
     /// `delivered`: the ingesting daemon wakes the engine itself after the commit, which it does for a key it

@@ -97,6 +97,10 @@ public protocol ReloadMailbox: Sendable {
 }
 
 /// What retention needs: one batch of pruning at a time, so no single transaction grows large.
+///
+/// Settlement records (the ledger, payouts and their lines) are never pruned: they are the books every later payout
+/// is matched against, and a payout may settle a capture of a payment pruned before it (``SettlementStore/ledger(orderIDs:)``
+/// answers such an order from its ledger rows). A pruned payment leaves its ledger rows as they were.
 public protocol PruningStore: Sendable {
     /// Removes up to `limit` rows of each kind older than `cutoffs` (a payment counts as one, with everything of
     /// it), or with `dryRun` counts all of them without removing anything.
@@ -117,4 +121,4 @@ public protocol StoreHealth: Sendable {
 
 /// Every role at once: what the daemon opens and hands out, one narrow protocol to each client.
 public typealias ReconcilerStore = WorkStore & WorkQueue & IngestStore & OutcomeQueue & OperatorStore & ReloadMailbox
-    & PruningStore & StoreHealth
+    & PruningStore & StoreHealth & SettlementStore & SettlementReports

@@ -43,7 +43,8 @@ public protocol SettlementStore: Sendable {
     /// Which of `references` are recorded already.
     func recordedPayouts(among references: [String]) async throws -> Set<String>
     /// What the shop knows of these orders: captures (the daemon's and observed ones), observed refunds, each with
-    /// the line that settled it. An order id the store never tracked is absent from the answer (an orphan's).
+    /// the line that settled it. An order id the store never tracked is absent from the answer (an orphan's); one
+    /// whose payment retention pruned since is answered from its ledger rows alone (no merchant reference or currency).
     func ledger(orderIDs: [String]) async throws -> [String: LedgerOrder]
     /// Records one payout's reconciliation in one transaction: the payout, its lines, `settledBy` on the captures
     /// and refunds it settled (only where none is recorded: a later SALE for a settled capture is a duplicate, not

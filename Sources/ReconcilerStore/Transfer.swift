@@ -8,6 +8,8 @@ public enum TransferTable: String, CaseIterable, Sendable {
     case paymentRequests = "payment_requests"
     case captureRequests = "capture_requests"
     case operatorRequests = "operator_requests"
+    case ledger, payouts
+    case settlementLines = "settlement_lines"
 
     public enum Kind: Sendable {
         case text, integer, date, bool
@@ -50,6 +52,14 @@ public enum TransferTable: String, CaseIterable, Sendable {
              ("state", .text), ("note", .text), ("answered_at", .date)]
         case .holds:
             [("work_key", .text), ("held_at", .date), ("held_by", .text)]
+        case .ledger:
+            [("order_id", .text), ("entry", .text), ("entry_key", .text), ("klarna_id", .text), ("amount", .integer), ("currency", .text),
+             ("at", .date), ("source", .text), ("settled_reference", .text), ("settled_ordinal", .integer), ("flagged_at", .date)]
+        case .payouts:
+            [("payment_reference", .text), ("payout_date", .date), ("currency", .text), ("recorded_at", .date), ("finding_count", .integer),
+             ("data", .text)]
+        case .settlementLines:
+            [("payment_reference", .text), ("ordinal", .integer), ("order_id", .text), ("data", .text)]
         }
     }
 

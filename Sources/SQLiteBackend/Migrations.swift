@@ -93,6 +93,37 @@ enum Migrations {
         CREATE INDEX sessions_open ON sessions(phase, tracked_at, deadline) WHERE next_due IS NOT NULL;
         CREATE INDEX orders_open ON orders(phase, created_at, deadline) WHERE next_due IS NOT NULL;
         """,
+        // 9: settlements. The ledger: every capture and refund the shop knows of, one row per order, kind and core key
+        // (an id-less entry's key is `~<amount>@<unix seconds>`), with the settlement line that settled it and when it
+        // was flagged as not settled in time; the payouts recorded and their lines, each the core's JSON.
+        // The daemon's captures confirmed before this migration are backfilled from their intents (`amount` and
+        // `result`, the capture id, in the intent's JSON; the currency in the order's; captured when the intent last
+        // changed). `trim` takes spaces only where the core also takes tabs: capture ids have neither.
+        """
+        CREATE TABLE ledger (
+          order_id TEXT NOT NULL, entry TEXT NOT NULL, entry_key TEXT NOT NULL, klarna_id TEXT, amount INTEGER NOT NULL,
+          currency TEXT, at REAL NOT NULL, source TEXT NOT NULL, settled_reference TEXT, settled_ordinal INTEGER, flagged_at REAL,
+          PRIMARY KEY (order_id, entry, entry_key));
+        CREATE INDEX ledger_unsettled ON ledger(at, order_id, entry_key)
+          WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL;
+        CREATE INDEX ledger_flagged ON ledger(order_id) WHERE flagged_at IS NOT NULL AND settled_reference IS NULL;
+        CREATE TABLE payouts (
+          payment_reference TEXT PRIMARY KEY, payout_date REAL NOT NULL, currency TEXT NOT NULL, recorded_at REAL NOT NULL,
+          finding_count INTEGER NOT NULL, data TEXT NOT NULL);
+        CREATE INDEX payouts_date ON payouts(payout_date);
+        CREATE TABLE settlement_lines (
+          payment_reference TEXT NOT NULL, ordinal INTEGER NOT NULL, order_id TEXT, data TEXT NOT NULL,
+          PRIMARY KEY (payment_reference, ordinal));
+        CREATE INDEX settlement_lines_order ON settlement_lines(order_id);
+        INSERT INTO ledger (order_id, entry, entry_key, klarna_id, amount, currency, at, source)
+          SELECT i.subject, 'capture',
+            CASE WHEN trim(coalesce(json_extract(i.data, '$.result'), '')) <> '' THEN trim(json_extract(i.data, '$.result'))
+                 ELSE '~' || json_extract(i.data, '$.amount') || '@' || CAST(i.updated_at AS INTEGER) END,
+            json_extract(i.data, '$.result'), json_extract(i.data, '$.amount'), json_extract(o.data, '$.currency'), i.updated_at, 'daemon'
+          FROM intents i LEFT JOIN orders o ON o.order_id = i.subject
+          WHERE i.kind = 'capture' AND i.state = 'confirmed' AND json_extract(i.data, '$.amount') IS NOT NULL
+          ON CONFLICT DO NOTHING;
+        """,
     ]
 
     static var latest: Int { steps.count }

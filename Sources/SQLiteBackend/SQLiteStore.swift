@@ -138,11 +138,8 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                      SQLValue(intent.attempts), SQLValue(intent.nextAttemptAt), SQLValue(intent.createdAt), SQLValue(at), .text(data)])
             }
             for event in change.events { try self.insertEvent(db, event, at: at) }
-            for (outcome, data) in outcomes {
-                try db.query(
-                    "INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data) VALUES (?, ?, ?, ?, ?)",
-                    [SQLValue(at), .text(outcome.kind.rawValue), SQLValue(outcome.hppSessionID), SQLValue(outcome.orderID), .text(data)])
-            }
+            for (outcome, data) in outcomes { try self.insertOutcome(db, outcome, data: data, at: at) }
+            for capture in change.ledgerCaptures { try self.insertLedger(db, LedgerRow(capture)) }
             for request in change.finishedCaptureRequests {
                 try db.query("UPDATE capture_requests SET state = ?, note = ? WHERE id = ?", [.text(request.state), .text(request.note), .integer(request.id)])
             }
@@ -208,6 +205,13 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             "INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail) VALUES (?, ?, ?, ?, ?, ?)",
             [SQLValue(at), SQLValue(event.hppSessionID), SQLValue(event.orderID), .text(event.event.kind), .text(event.event.message),
              event.detail.isEmpty ? .null : .text(try json(event.detail))])
+    }
+
+    /// An outcome for the outbox writer and the notifier; `data` is its JSON.
+    func insertOutcome(_ db: SQLiteConnection, _ outcome: Outcome, data: String, at: Date) throws {
+        try db.query(
+            "INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data) VALUES (?, ?, ?, ?, ?)",
+            [SQLValue(at), .text(outcome.kind.rawValue), SQLValue(outcome.hppSessionID), SQLValue(outcome.orderID), .text(data)])
     }
 
     // MARK: Scheduling

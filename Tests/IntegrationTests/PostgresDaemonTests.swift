@@ -165,6 +165,12 @@ struct StoreCopyTests {
             #expect(after.outcomes.map(\.id) == before.outcomes.map(\.id))
             #expect(after.outcomes.allSatisfy { $0.outboxWritten })
         }
+        // The settlement ledger goes along: the capture the daemon confirmed on the file.
+        let doneOrders = try await sqlite.timeline(for: "copy-done").orders.map(\.orderID)
+        let fromFile = try await sqlite.ledger(orderIDs: doneOrders).values.flatMap(\.captures)
+        let copiedLedger = try await postgres.ledger(orderIDs: doneOrders).values.flatMap(\.captures)
+        #expect(fromFile.map(\.amount) == [1_000])
+        #expect(copiedLedger.map(\.captureID) == fromFile.map(\.captureID) && copiedLedger.map(\.amount) == fromFile.map(\.amount))
 
         // The same folder's daemon, now on PostgreSQL: it captures the open order, and its new outcome takes the next id.
         let moved = try await DaemonFixture(storeConfig: ["url: \(server.url(database))", "password_file: store-password"])

@@ -21,6 +21,10 @@ struct StoreUnderTest: Sendable {
     let openAnother: @Sendable () async throws -> any ReconcilerStore
     /// Drops `table` behind the store's back, so that the next statement touching it fails.
     let dropTable: @Sendable (String) async throws -> Void
+    /// Takes the schema back to before its newest migration behind the store's back: runs `undo` (SQL that removes
+    /// what that migration made) and lowers the recorded version, so that the next handle opened (``openAnother``)
+    /// applies the migration again, to the rows written meanwhile: a migration's backfill, tested.
+    let rewindNewestMigration: @Sendable (_ undo: String) async throws -> Void
 
     /// Runs `body` with a new store; closes every handle afterwards.
     static func with<T>(_ backend: Backend, _ body: (StoreUnderTest) async throws -> T) async throws -> T {
@@ -33,7 +37,11 @@ struct StoreUnderTest: Sendable {
             let store = try SQLiteStore(path: path)
             return try await body(StoreUnderTest(
                 backend: backend, store: store, openAnother: { try SQLiteStore(path: path) },
-                dropTable: { table in try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5)).execute("DROP TABLE \(table)") }))
+                dropTable: { table in try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5)).execute("DROP TABLE \(table)") },
+                rewindNewestMigration: { undo in
+                    try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5))
+                        .execute("\(undo); PRAGMA user_version = \(Migrations.latest - 1)")
+                }))
         case .postgres:
             let server = try await PostgresServer.shared()
             let database = try await server.createDatabase()
@@ -49,7 +57,10 @@ struct StoreUnderTest: Sendable {
             let store = try await open()
             return try await body(StoreUnderTest(
                 backend: backend, store: store, openAnother: { try await open() },
-                dropTable: { table in try await server.psql("DROP TABLE \(table)", database: database) }))
+                dropTable: { table in try await server.psql("DROP TABLE \(table)", database: database) },
+                rewindNewestMigration: { undo in
+                    try await server.psql("\(undo); DELETE FROM schema_migrations WHERE version = \(PostgresStore.schemaVersion)", database: database)
+                }))
         }
     }
 }

@@ -1,0 +1,292 @@
+import Foundation
+import Testing
+@testable import ReconcilerCore
+import ReconcilerStore
+
+/// What every store promises of settlements, checked on SQLite and on PostgreSQL, test for test: the ledger from the
+/// steps' commits and from drift, payouts recorded once with their lines and outcomes, settlements and flags written
+/// only where none is, and the reports. The store only writes and filters what it is given: the payouts here are
+/// matched by hand, not by the matcher.
+@Suite("Store conformance: settlements")
+struct SettlementConformanceTests {
+    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+
+    func order(_ id: String, currency: String? = "EUR", reference: String? = nil, session: String? = nil) -> TrackedOrder {
+        var order = TrackedOrder(
+            orderID: id, hppSessionID: session, kpSessionID: nil, merchantReference: reference, capturePolicy: .immediate,
+            placedBy: .placeOrder, createdAt: t0)
+        order.currency = currency
+        return order
+    }
+
+    func capture(_ order: String, _ id: String?, _ amount: Int, at seconds: TimeInterval = 0, source: LedgerSource = .daemon) -> LedgerCapture {
+        LedgerCapture(orderID: order, captureID: id, amount: amount, currency: "EUR", capturedAt: t0.addingTimeInterval(seconds), source: source)
+    }
+
+    func day(_ count: Int) -> Date { t0.addingTimeInterval(TimeInterval(count) * 86_400) }
+
+    /// Orders placed and captures confirmed, as the engine's steps commit them.
+    func place(_ store: any ReconcilerStore, _ orders: [TrackedOrder], captures: [LedgerCapture] = []) async throws {
+        var change = Change()
+        change.newOrders = orders
+        change.ledgerCaptures = captures
+        try await store.commit(change, at: t0)
+    }
+
+    func sale(_ reference: String, _ ordinal: Int, order: String?, capture: String?, amount: Int) -> SettledLine {
+        SettledLine(paymentReference: reference, ordinal: ordinal, kind: .sale, amount: amount, orderID: order, captureID: capture, currency: "EUR")
+    }
+
+    /// A payout of `lines` paid on `day`, each line with the match given.
+    func payout(
+        _ reference: String, day payoutDay: Int, _ lines: [(SettledLine, LineMatch)], findings: [SettlementFinding] = []
+    ) -> PayoutReconciliation {
+        let totals = SettledTotals(saleAmount: lines.reduce(0) { $0 + $1.0.amount }, settlementAmount: lines.reduce(0) { $0 + $1.0.amount })
+        let settled = SettledPayout(paymentReference: reference, payoutDate: day(payoutDay), currency: "EUR", settlementType: "NET", totals: totals)
+        return PayoutReconciliation(
+            payout: settled, lines: lines.map { LineReconciliation(line: $0.0, signedAmount: $0.0.signedAmount, match: $0.1, note: "matched by hand") },
+            findings: findings, fromLines: PayoutFigures(lines: lines.map { $0.0 }, totals: totals), totals: PayoutFigures(totals: totals))
+    }
+
+    func settles(_ capture: LedgerCapture) -> LineMatch { .capture(capture.key, byAmount: false) }
+
+    func finding(_ text: String, order: String? = nil) -> Outcome {
+        Outcome(kind: .settlementMismatch, reason: text, orderID: order)
+    }
+
+    func undelivered(_ store: any ReconcilerStore) async throws -> [Outcome] {
+        try await store.undeliveredOutcomes(now: day(100), limit: 1_000).map(\.outcome)
+    }
+
+    @Test("The ledger keeps each capture a step confirmed once, and answers the orders the store knows", arguments: Backend.allCases)
+    func ledgerFromCommits(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            let first = capture("o-1", "cap-1", 1_000)
+            let idless = capture("o-1", nil, 500, at: 10.25)
+            try await place(s.store, [order("o-1", reference: "shop-1"), order("o-2", currency: "SEK")], captures: [first])
+            // A commit retried after a lost answer carries the same capture again.
+            var again = Change()
+            again.ledgerCaptures = [first, idless, idless]
+            try await s.store.commit(again, at: t0)
+            let ledger = try await s.store.ledger(orderIDs: ["o-1", "o-2", "o-unknown", "o-1"])
+            #expect(ledger == [
+                "o-1": LedgerOrder(orderID: "o-1", merchantReference: "shop-1", currency: "EUR", captures: [first, idless]),
+                "o-2": LedgerOrder(orderID: "o-2", currency: "SEK"),
+            ])
+            #expect(try await s.store.ledger(orderIDs: []).isEmpty)
+        }
+    }
+
+    @Test("A payout is recorded once: its lines, settledBy on what it settled, its outcomes; a second record writes nothing", arguments: Backend.allCases)
+    func recordOnce(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            let cap1 = capture("o-1", "cap-1", 1_000), cap2 = capture("o-2", "cap-2", 2_000, at: 1)
+            try await place(s.store, [order("o-1"), order("o-2")], captures: [cap1, cap2])
+            let refund = LedgerRefund(orderID: "o-1", refundID: "ref-1", amount: 300, at: t0.addingTimeInterval(2), source: .observed)
+            #expect(try await s.store.recordDrift([DriftEntry(.refund(refund), outcome: finding("refund outside", order: "o-1"))], at: t0) == 1)
+            let returned = SettledLine(paymentReference: "PAY-1", ordinal: 1, kind: .return, amount: 300, orderID: "o-1", refundID: "ref-1", currency: "EUR")
+            let orphan = sale("PAY-1", 2, order: "o-9", capture: nil, amount: 900)
+            let first = payout("PAY-1", day: 3, [
+                (sale("PAY-1", 0, order: "o-1", capture: "cap-1", amount: 1_000), settles(cap1)),
+                (returned, .refund(refund.key, byAmount: false)),
+                (orphan, .unmatched(.orderUnknown)),
+            ], findings: [SettlementFinding(kind: .orphan, paymentReference: "PAY-1", lineOrdinals: [2], orderID: "o-9", reason: "o-9 is unknown")])
+            let outcomes = [Outcome(kind: .settlementOrphan, reason: "o-9 is unknown", orderID: "o-9", paymentReference: "PAY-1", finding: .orphan)]
+            let before = try await undelivered(s.store)
+
+            #expect(try await s.store.record(first, outcomes: outcomes, at: day(3)))
+            #expect(try await s.store.record(first, outcomes: outcomes, at: day(4)) == false)
+            #expect(try await undelivered(s.store) == before + outcomes)
+            #expect(try await s.store.payouts(since: nil, paymentReference: nil) == [first])
+            #expect(try await s.store.settlementLines(orderIDs: ["o-9"]).map(\.line) == [orphan])
+            let ledger = try await s.store.ledger(orderIDs: ["o-1", "o-2"])
+            #expect(ledger["o-1"]?.captures.map(\.settledBy) == [SettledLineKey(paymentReference: "PAY-1", ordinal: 0)])
+            #expect(ledger["o-1"]?.refunds.map(\.settledBy) == [SettledLineKey(paymentReference: "PAY-1", ordinal: 1)])
+            #expect(ledger["o-2"]?.captures.map(\.settledBy) == [nil])
+
+            // A later payout that settles cap-1 again (a duplicate) leaves its first settlement as it was.
+            let second = payout("PAY-2", day: 5, [
+                (sale("PAY-2", 0, order: "o-2", capture: "cap-2", amount: 2_000), settles(cap2)),
+                (sale("PAY-2", 1, order: "o-1", capture: "cap-1", amount: 1_000), settles(cap1)),
+            ])
+            #expect(try await s.store.record(second, outcomes: [], at: day(5)))
+            let after = try await s.store.ledger(orderIDs: ["o-1", "o-2"])
+            #expect(after["o-1"]?.captures.map(\.settledBy) == [SettledLineKey(paymentReference: "PAY-1", ordinal: 0)])
+            #expect(after["o-2"]?.captures.map(\.settledBy) == [SettledLineKey(paymentReference: "PAY-2", ordinal: 0)])
+        }
+    }
+
+    @Test("Drift is recorded once, with its outcome only when the entry is new", arguments: Backend.allCases)
+    func driftOnce(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            let own = capture("o-1", "cap-1", 1_000)
+            try await place(s.store, [order("o-1")], captures: [own])
+            let outside = capture("o-1", "cap-x", 300, at: 5, source: .observed)
+            let refund = LedgerRefund(orderID: "o-1", refundID: nil, amount: 100, at: t0.addingTimeInterval(6), source: .observed)
+            let entries = [
+                DriftEntry(.capture(outside), outcome: finding("cap-x outside", order: "o-1")),
+                DriftEntry(.refund(refund), outcome: finding("refund outside", order: "o-1")),
+                // The daemon's own capture, seen on the read: the ledger has it.
+                DriftEntry(.capture(capture("o-1", "cap-1", 1_000, source: .observed)), outcome: finding("not drift", order: "o-1")),
+            ]
+            #expect(try await s.store.recordDrift(entries, at: t0) == 2)
+            #expect(try await s.store.recordDrift(entries, at: t0) == 0)
+            #expect(try await undelivered(s.store).map(\.reason) == ["cap-x outside", "refund outside"])
+            #expect(try await s.store.ledger(orderIDs: ["o-1"])["o-1"] == LedgerOrder(orderID: "o-1", currency: "EUR", captures: [own, outside], refunds: [refund]))
+            #expect(try await s.store.recordDrift([], at: t0) == 0)
+        }
+    }
+
+    @Test("A capture is flagged unsettled once, never once settled; a flagged capture a payout settles later stops counting", arguments: Backend.allCases)
+    func flagOnce(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            let late = capture("o-1", "cap-1", 1_000), settled = capture("o-1", "cap-2", 2_000, at: 1)
+            try await place(s.store, [order("o-1")], captures: [late, settled])
+            #expect(try await s.store.record(payout("PAY-1", day: 2, [(sale("PAY-1", 0, order: "o-1", capture: "cap-2", amount: 2_000), settles(settled))]), outcomes: [], at: day(2)))
+            let flags = [UnsettledFlag(key: late.key, outcome: finding("cap-1 unsettled")), UnsettledFlag(key: settled.key, outcome: finding("cap-2 unsettled"))]
+            #expect(try await s.store.flagUnsettled(flags, at: day(10)) == 1)
+            #expect(try await s.store.flagUnsettled(flags, at: day(11)) == 0)
+            #expect(try await undelivered(s.store).map(\.reason) == ["cap-1 unsettled"])
+            #expect(try await s.store.unsettledCaptures(capturedBefore: day(20), limit: 10).isEmpty)
+            #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 1, payouts: 1, newestPayoutDate: day(2)))
+
+            #expect(try await s.store.record(payout("PAY-2", day: 12, [(sale("PAY-2", 0, order: "o-1", capture: "cap-1", amount: 1_000), settles(late))]), outcomes: [], at: day(12)))
+            #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 0, payouts: 2, newestPayoutDate: day(12)))
+            #expect(try await s.store.ledger(orderIDs: ["o-1"])["o-1"]?.captures.map(\.settledBy) == [
+                SettledLineKey(paymentReference: "PAY-2", ordinal: 0), SettledLineKey(paymentReference: "PAY-1", ordinal: 0),
+            ])
+        }
+    }
+
+    @Test("Unsettled captures: captured at or before the cutoff, oldest first, at most the limit", arguments: Backend.allCases)
+    func unsettledCaptures(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            let c = capture("o-3", "cap-c", 300, at: 30), a = capture("o-1", "cap-a", 100, at: 10), b = capture("o-2", "cap-b", 200, at: 20)
+            let idless = capture("o-1", nil, 400, at: 40)
+            try await place(s.store, [order("o-1"), order("o-2"), order("o-3")], captures: [c, a, b, idless])
+            #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 0, payouts: 0, newestPayoutDate: nil))
+            #expect(try await s.store.unsettledCaptures(capturedBefore: t0.addingTimeInterval(100), limit: 10) == [a, b, c, idless])
+            #expect(try await s.store.unsettledCaptures(capturedBefore: t0.addingTimeInterval(100), limit: 2) == [a, b])
+            #expect(try await s.store.unsettledCaptures(capturedBefore: t0.addingTimeInterval(20), limit: 10) == [a, b])
+            #expect(try await s.store.unsettledCaptures(capturedBefore: t0.addingTimeInterval(5), limit: 10).isEmpty)
+            #expect(try await s.store.flagUnsettled([UnsettledFlag(key: idless.key, outcome: finding("unsettled"))], at: day(9)) == 1)
+            #expect(try await s.store.unsettledCaptures(capturedBefore: t0.addingTimeInterval(100), limit: 10) == [a, b, c])
+        }
+    }
+
+    @Test("Reports: payouts since a date or by reference, oldest first; an order's lines by payout date then ordinal", arguments: Backend.allCases)
+    func reports(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            try await place(s.store, [order("o-1"), order("o-2")])
+            let fee = SettledLine(paymentReference: "PAY-3", ordinal: 0, kind: .fee, amount: 25, orderID: "o-1", currency: "EUR")
+            let holdback = SettledLine(paymentReference: "PAY-3", ordinal: 2, kind: .holdback, amount: 50, currency: "EUR")
+            let third = payout("PAY-3", day: 5, [(fee, .order("o-1", capture: nil)), (sale("PAY-3", 1, order: "o-1", capture: nil, amount: 700), .unmatched(.captureUnknown)), (holdback, .payoutLevel)])
+            let first = payout("PAY-1", day: 1, [(sale("PAY-1", 0, order: "o-2", capture: nil, amount: 100), .unmatched(.captureUnknown)), (sale("PAY-1", 1, order: "o-1", capture: nil, amount: 200), .unmatched(.captureUnknown))])
+            let second = payout("PAY-2", day: 3, [(sale("PAY-2", 0, order: "o-2", capture: nil, amount: 300), .unmatched(.captureUnknown))])
+            // Recorded out of date order.
+            for reconciliation in [third, first, second] { #expect(try await s.store.record(reconciliation, outcomes: [], at: day(6))) }
+
+            #expect(try await s.store.payouts(since: nil, paymentReference: nil) == [first, second, third])
+            #expect(try await s.store.payouts(since: day(3), paymentReference: nil) == [second, third])
+            #expect(try await s.store.payouts(since: nil, paymentReference: "PAY-2") == [second])
+            #expect(try await s.store.payouts(since: day(4), paymentReference: "PAY-2").isEmpty)
+            #expect(try await s.store.payouts(since: nil, paymentReference: "PAY-9").isEmpty)
+            #expect(try await s.store.newestPayoutDate() == day(5))
+            #expect(try await s.store.recordedPayouts(among: ["PAY-1", "PAY-3", "PAY-9"]) == ["PAY-1", "PAY-3"])
+            #expect(try await s.store.recordedPayouts(among: []).isEmpty)
+
+            func keys(_ orderIDs: [String]) async throws -> [String] {
+                try await s.store.settlementLines(orderIDs: orderIDs).map(\.line.key.description)
+            }
+            #expect(try await keys(["o-1"]) == ["PAY-1#1", "PAY-3#0", "PAY-3#1"])
+            #expect(try await keys(["o-2", "o-1"]) == ["PAY-1#0", "PAY-1#1", "PAY-2#0", "PAY-3#0", "PAY-3#1"])
+            #expect(try await keys(["o-unknown"]).isEmpty)
+            #expect(try await s.store.settlementLines(orderIDs: ["o-1"]).first == first.lines[1])
+        }
+    }
+
+    @Test("Several handles record the same payout at once: exactly one records it, with one set of outcomes", arguments: Backend.allCases)
+    func concurrentRecords(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            let cap1 = capture("o-1", "cap-1", 1_000), cap2 = capture("o-2", "cap-2", 2_000)
+            try await place(s.store, [order("o-1"), order("o-2")], captures: [cap1, cap2])
+            let other = try await s.openAnother()
+            let reconciliation = payout("PAY-1", day: 3, [
+                (sale("PAY-1", 0, order: "o-1", capture: "cap-1", amount: 1_000), settles(cap1)),
+                (sale("PAY-1", 1, order: "o-2", capture: "cap-2", amount: 2_000), settles(cap2)),
+            ])
+            let outcomes = [finding("first", order: "o-1"), finding("second", order: "o-2")]
+            let at = day(3)
+            let results = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for attempt in 0..<8 {
+                    let store = attempt.isMultiple(of: 2) ? s.store : other
+                    group.addTask { try await store.record(reconciliation, outcomes: outcomes, at: at) }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(results.filter { $0 }.count == 1)
+            #expect(try await undelivered(s.store) == outcomes)
+            #expect(try await s.store.settlementLines(orderIDs: ["o-1", "o-2"]) == reconciliation.lines)
+            #expect(try await s.store.settlementHealth().payouts == 1)
+        }
+    }
+
+    @Test("The settlement migration backfills the ledger from the captures confirmed before it", arguments: Backend.allCases)
+    func migrationBackfill(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            try await place(s.store, [order("o-1", reference: "shop-1"), order("o-2", currency: "SEK")])
+            // Committed as the engine commits a confirmed capture, before the ledger existed (no ledgerCaptures).
+            func confirm(_ intent: Intent, at: Date) async throws {
+                var change = Change()
+                change.intents = [intent]
+                try await s.store.commit(change, at: at)
+            }
+            let started = Intent(key: "capture-o-1", kind: .capture, subject: "o-1", amount: 1_000, now: t0).sending(now: t0)
+            try await confirm(started.confirmed(result: "cap-1", now: t0.addingTimeInterval(5)), at: t0.addingTimeInterval(5))
+            let idless = Intent(key: "capture-o-2", kind: .capture, subject: "o-2", amount: 2_000, now: t0).sending(now: t0)
+            try await confirm(idless.confirmed(result: nil, now: t0.addingTimeInterval(7.5)), at: t0.addingTimeInterval(7.5))
+            try await confirm(Intent(key: "capture-o-1-b", kind: .capture, subject: "o-1", amount: 500, now: t0).failed("refused", now: t0), at: t0)
+            try await confirm(Intent(key: "place-hpp", kind: .placeOrder, subject: "hpp", now: t0).confirmed(result: "o-1", now: t0), at: t0)
+
+            // The settlement migration is the newest: undone, it runs again when the next handle opens the store.
+            try await s.rewindNewestMigration("DROP TABLE settlement_lines; DROP TABLE payouts; DROP TABLE ledger")
+            let migrated = try await s.openAnother()
+            let capture1 = LedgerCapture(orderID: "o-1", captureID: "cap-1", amount: 1_000, currency: "EUR", capturedAt: t0.addingTimeInterval(5), source: .daemon)
+            let capture2 = LedgerCapture(orderID: "o-2", captureID: nil, amount: 2_000, currency: "SEK", capturedAt: t0.addingTimeInterval(7.5), source: .daemon)
+            #expect(try await migrated.ledger(orderIDs: ["o-1", "o-2"]) == [
+                "o-1": LedgerOrder(orderID: "o-1", merchantReference: "shop-1", currency: "EUR", captures: [capture1]),
+                "o-2": LedgerOrder(orderID: "o-2", currency: "SEK", captures: [capture2]),
+            ])
+            // Keyed as the core keys them: the same captures committed again are not new.
+            var again = Change()
+            again.ledgerCaptures = [capture1, capture2]
+            try await migrated.commit(again, at: t0)
+            #expect(try await migrated.unsettledCaptures(capturedBefore: day(1), limit: 10) == [capture1, capture2])
+            #expect(capture2.key.captureID == "~2000@1800000007")
+        }
+    }
+
+    @Test("Retention prunes a payment and leaves its ledger rows: the order is answered from them", arguments: Backend.allCases)
+    func pruneKeepsLedger(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            var session = TrackedSession(
+                hppSessionID: "hpp-p", kpSessionID: "kp-p", mode: PlaceOrderMode.none, merchantReference: nil, capturePolicy: .immediate,
+                purpose: .buy, trackedAt: t0)
+            session.phase = .closed
+            session.orderID = "o-p"
+            var closed = order("o-p", session: "hpp-p")
+            closed.phase = .closed
+            let captured = capture("o-p", "cap-p", 1_000)
+            var change = Change()
+            change.sessions = [session]
+            change.newOrders = [closed]
+            change.ledgerCaptures = [captured]
+            try await s.store.commit(change, at: t0)
+            let cutoffs = PruneCutoffs(
+                closedPaymentsBefore: t0.addingTimeInterval(1), eventsBefore: nil, rejectionsBefore: nil, spoolDoneBefore: nil, outboxAcknowledgedBefore: nil)
+            #expect(try await s.store.prune(cutoffs, limit: 10, dryRun: false).payments == 1)
+            #expect(try await s.store.order("o-p") == nil)
+            #expect(try await s.store.ledger(orderIDs: ["o-p"]) == ["o-p": LedgerOrder(orderID: "o-p", captures: [captured])])
+        }
+    }
+}
