@@ -10,7 +10,7 @@ SETTLE=$($BIN/klarna-settlement-bench --captures "$CAPTURES" --payout-orders "${
     --payouts "${BENCH_PAYOUTS:-20}" --folder "$(mktemp -d /tmp/klarna-settlement-bench.XXXXXX)")
 settle() { echo "$SETTLE" | awk -v k="$1" '$1 == k { print $2 }'; }
 echo
-echo "== klarna-reconciler settlements: $(settle settlement_lines) transactions ($(settle settlement_lines) lines in ${BENCH_PAYOUTS:-20} payouts: a SALE per capture, a FEE per order)"
+echo "== klarna-reconciler settlements: $(settle settlement_lines) transactions in ${BENCH_PAYOUTS:-20} payouts (a SALE per capture, a FEE per order)"
 echo "   matched against a ledger of $(settle ledger_captures) captures"
 printf "%-58s %s\n" "matcher, ledger in memory" "$(settle memory_lines_per_second) transactions/s"
 printf "%-58s %s\n" "  SALEs matched/s, next to the bare hash join of their captures" "$(settle memory_sales_per_second)/s vs $(settle memory_join_sales_per_second)/s (ratio $(awk -v a="$(settle memory_sales_per_second)" -v b="$(settle memory_join_sales_per_second)" 'BEGIN { printf "%.2f", a/b }'))"
