@@ -4,8 +4,9 @@ import HTTPServer
 import ReconcilerCore
 import ReconcilerStore
 
-/// The operators' socket (`control.socket`, group `klarna-operators`): what `status`, `list`, `show`, `hold`,
-/// `release`, `retry`, `cancel` and `release-remaining` do, as HTTP routes for the command line and a shop backend.
+/// The operators' socket (`control.socket`, group `klarna-operators`): what `status`, `list`, `show`, `settlements`,
+/// `hold`, `release`, `retry`, `cancel` and `release-remaining` do, as HTTP routes for the command line and a shop
+/// backend.
 /// Who asked is the connecting process's uid (`SO_PEERCRED`), never something the request claims. The monitoring
 /// routes (`/v1/health`, `/v1/ready`, `/metrics`) answer here too.
 public enum ControlHTTP {
@@ -13,7 +14,10 @@ public enum ControlHTTP {
     /// socket"; the uid comes from the socket either way.
     public static let clientHeader = "Klarna-Reconciler-Client"
 
-    public static func handler(desk: OperatorDesk, control: ControlEndpoints, wait: Duration = .seconds(5)) -> @Sendable (ServerRequest) async -> ServerReply {
+    /// - Parameter reports: what the settlement routes read (the daemon's store); without it they answer 404.
+    public static func handler(
+        desk: OperatorDesk, control: ControlEndpoints, reports: (any SettlementReports)? = nil, wait: Duration = .seconds(5)
+    ) -> @Sendable (ServerRequest) async -> ServerReply {
         { request in
             if let answer = await IngestHTTP.monitoring(control, request) { return answer }
             let parts = request.path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
@@ -30,6 +34,16 @@ public enum ControlHTTP {
                         return IngestHTTP.json(404, ["error": "unknown_payment", "detail": "nothing tracked matches \(id)"])
                     }
                     return reply(story)
+                case ("GET", ["v1", "settlements"]):
+                    guard let reports else { return noSettlements }
+                    return try await payouts(reports, request)
+                case ("GET", let path) where path.count == 4 && path[0] == "v1" && path[1] == "payments" && path[3] == "settlements":
+                    guard let reports else { return noSettlements }
+                    guard let id = paymentID(path[2]) else { return badID }
+                    guard let story = try await desk.story(id) else {
+                        return IngestHTTP.json(404, ["error": "unknown_payment", "detail": "nothing tracked matches \(id)"])
+                    }
+                    return reply(try await reports.settlementLines(orderIDs: story.orders.map(\.orderID)))
                 case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "payments":
                     return try await operate(desk, request, id: path[2], action: path[3], wait: wait)
                 default:
@@ -80,6 +94,22 @@ public enum ControlHTTP {
             return reply(OperatorReply(status: refused ? "refused" : "done", requests: requests.map(OperatorReply.Part.init), payment: orders), status: refused ? 409 : 200)
         }
     }
+
+    /// `GET /v1/settlements?since=DATE&payout=REF`: the recorded payouts as `settlements` prints them (``PayoutReport``),
+    /// oldest first; `since` as `settlements --since` takes it.
+    static func payouts(_ reports: any SettlementReports, _ request: ServerRequest) async throws -> ServerReply {
+        var since: Date?
+        if let text = request.query["since"], !text.isEmpty {
+            guard let date = PayoutSince.parse(text) else {
+                return IngestHTTP.json(400, ["error": "malformed", "detail": "since must be \(PayoutSince.expected), not \(text.prefix(60))"])
+            }
+            since = date
+        }
+        let payout = request.query["payout"].flatMap { $0.isEmpty ? nil : $0 }
+        return reply(try await reports.payouts(since: since, paymentReference: payout).map(\.report))
+    }
+
+    static let noSettlements = IngestHTTP.json(404, ["error": "not_found", "detail": "this daemon serves no settlement reports"])
 
     /// What an operator route answers: each request with the daemon's note, and how the orders it touched stand.
     public struct OperatorReply: Codable, Sendable {

@@ -156,9 +156,39 @@ final class Demo: @unchecked Sendable {
         guard orders.values.allSatisfy({ $0.count == 1 }), captures.values.allSatisfy({ $0.count == 1 }) else {
             throw DemoFailure(description: "a side effect happened twice")
         }
+
+        step(11, "Klarna pays out what was captured, less its fees, and a sale for an order nobody placed")
+        let orphan = sandbox.inventTransaction(amount: 4_200, currency: "EUR", purchaseCountry: "DE")
+        detail("order \(orphan): paid by a customer at Klarna, never seen by the shop (POST /_sandbox/settlements/invent)")
+        let payouts = try sandbox.settle()
+        for payout in payouts {
+            let fees = payout.transactions.filter { $0.type == "FEE" }.count
+            detail("payout \(payout.paymentReference): \(payout.transactions.count) transactions (\(fees) FEE), net \(payout.totals.settlementAmount) \(payout.currencyCode) (POST /_sandbox/settlements/payouts)")
+        }
+        // The daemon syncs settlements when it starts, then every settlements.sync_interval_minutes (at least one).
+        try await restartDaemon()
+        detail("daemon restarted (pid \(daemon!.processIdentifier)): it syncs settlements at start, then every settlements.sync_interval_minutes")
+        let recorded = try await waitFor("the daemon to fetch and match the payout") { () -> [PayoutReconciliation]? in
+            var found: [PayoutReconciliation] = []
+            for payout in payouts {
+                guard let one = try await store.payouts(since: nil, paymentReference: payout.paymentReference).first else { return nil }
+                found.append(one)
+            }
+            return found
+        }
+        guard recorded.contains(where: { $0.findings(.orphan).contains { $0.orderID == orphan } }),
+            recorded.contains(where: { $0.lines.contains { $0.line.kind == .fee } })
+        else {
+            throw DemoFailure(description: "the daemon recorded the payout without the orphan or a FEE line:\n\(SettlementReportRenderer.text(recorded.map(\.report)))")
+        }
+        detail("the daemon fetched the payout and its transactions and matched every line against the ledger")
+
+        step(12, "klarna-reconciler settlements")
+        print(try await cli(["settlements"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
+
         let stopped = stopDaemon()
-        detail("daemon stopped with SIGTERM: exit \(stopped)")
-        print("\nDone: every payment ended; no order was placed or captured twice.")
+        print("\nDaemon stopped with SIGTERM: exit \(stopped).")
+        print("Done: every payment ended; no order was placed or captured twice; Klarna's payout was matched against the ledger.")
     }
 
     /// The shop's reference of each payment, by HPP session id.
@@ -194,23 +224,41 @@ final class Demo: @unchecked Sendable {
               max_delay_seconds: 2
             engine:
               wakeup_interval_ms: 200
+            settlements:
+              enabled: true
+              sync_interval_minutes: 60
+              settle_within_days: 7
             """.write(toFile: "\(folder)/config.yaml", atomically: true, encoding: .utf8)
     }
 
+    /// Starts the daemon, its output appended to daemon.log, and waits for its ready line.
     private func startDaemon() async throws {
         let process = Process()
         process.executableURL = Self.executable
         process.arguments = ["run", "--config", "\(folder)/config.yaml"]
-        _ = FileManager.default.createFile(atPath: "\(folder)/daemon.log", contents: nil)
+        if !FileManager.default.fileExists(atPath: "\(folder)/daemon.log") {
+            _ = FileManager.default.createFile(atPath: "\(folder)/daemon.log", contents: nil)
+        }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(folder)/daemon.log"))
+        log.seekToEndOfFile()
+        let readyLines = daemonLog.components(separatedBy: " ready: ").count
         process.standardOutput = log
         process.standardError = log
         try process.run()
         daemon = process
         _ = try await waitFor("the daemon to be ready") { () -> Bool? in
             guard process.isRunning else { throw DemoFailure(description: "the daemon exited: \(self.daemonLog)") }
-            return self.daemonLog.contains(" ready: ") ? true : nil
+            return self.daemonLog.components(separatedBy: " ready: ").count > readyLines ? true : nil
         }
+    }
+
+    /// SIGTERM, then a new start. Waits by polling, never by blocking a thread: the draining daemon may still call
+    /// the sandbox, which runs on this process's task pool.
+    private func restartDaemon() async throws {
+        guard let running = daemon else { return try await startDaemon() }
+        running.terminate()
+        _ = try await waitFor("the daemon to stop") { running.isRunning ? nil : true }
+        try await startDaemon()
     }
 
     private var daemonLog: String { (try? String(contentsOfFile: "\(folder)/daemon.log", encoding: .utf8)) ?? "" }

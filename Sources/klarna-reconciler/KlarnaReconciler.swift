@@ -9,7 +9,7 @@ struct KlarnaReconciler: AsyncParsableCommand {
         version: "\(ProductInfo.version) (commit \(ProductInfo.commit); \(CurlTransport.libcurlVersion))",
         subcommands: [
             RunCommand.self, ReloadCommand.self, CheckConfigCommand.self, TrackCommand.self, CaptureCommand.self, StatusCommand.self,
-            ListCommand.self, ShowCommand.self, HoldCommand.self, ReleaseCommand.self, RetryCommand.self, CancelCommand.self,
+            ListCommand.self, ShowCommand.self, SettlementsCommand.self, HoldCommand.self, ReleaseCommand.self, RetryCommand.self, CancelCommand.self,
             ReleaseRemainingCommand.self, CallbackURLCommand.self, QuarantineCommand.self, BackupCommand.self, PruneCommand.self, StoreCommand.self,
             ClusterCommand.self, SandboxCommand.self, DemoCommand.self,
         ]

@@ -167,16 +167,26 @@ struct ShowCommand: AsyncParsableCommand {
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
         let story: PaymentStory?
+        // nil: the daemon asked serves no settlement lines (one older than this command).
+        let settled: [LineReconciliation]?
         if let client = try await ControlClient.find(settings) {
             story = try await client.get(PaymentStory.self, "/v1/payments/\(ControlClient.escape(id))")
+            settled = try await client.get([LineReconciliation].self, "/v1/payments/\(ControlClient.escape(id))/settlements")
         } else {
-            story = try await OperatorDesk(store: try await options.openStore(settings, readOnly: true)).story(id)
+            let store = try await options.openStore(settings, readOnly: true)
+            story = try await OperatorDesk(store: store).story(id)
+            if let orders = story?.orders, !orders.isEmpty {
+                settled = try await store.settlementLines(orderIDs: orders.map(\.orderID))
+            } else {
+                settled = []
+            }
         }
         guard let found = story else {
             printError("klarna-reconciler: nothing tracked matches \(id)")
             throw ExitCode.failure
         }
-        if json { return try printJSON(found) }
+        let lines = settled?.map(SettlementLineView.init)
+        if json { return try printJSON(ShownPayment(story: found, settlementLines: lines)) }
         for (key, hold) in found.holds.sorted(by: { $0.key < $1.key }) {
             print("HELD \(key) since \(hold.since.formatted(.iso8601)) by \(hold.by): no Klarna call until `klarna-reconciler release \(id)`")
         }
@@ -202,6 +212,25 @@ struct ShowCommand: AsyncParsableCommand {
         for stored in found.outcomes {
             print("  \(stored.at.formatted(.iso8601))  \(stored.outcome.kind.rawValue): \(stored.outcome.reason)\(stored.outboxWritten ? "" : " (not yet in the outbox)")")
         }
+        guard !found.orders.isEmpty else { return }
+        guard let settlementLines = lines else { return print("Settlement lines: the daemon does not serve them (restart it after an upgrade)") }
+        print(settlementLines.isEmpty ? "Settlement lines: none (no recorded payout names this payment's orders)" : "Settlement lines")
+        for line in settlementLines { print("  " + SettlementReportRenderer.line(line)) }
+    }
+}
+
+/// `show --json`: the payment's story with its settlement lines beside its other keys (`settlement_lines`; null when
+/// the daemon asked does not serve them).
+struct ShownPayment: Encodable {
+    let story: PaymentStory
+    let settlementLines: [SettlementLineView]?
+
+    private enum Keys: String, CodingKey { case settlementLines }
+
+    func encode(to encoder: any Encoder) throws {
+        try story.encode(to: encoder)
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encode(settlementLines, forKey: .settlementLines)
     }
 }
 

@@ -1,0 +1,74 @@
+import Foundation
+import ReconcilerCore
+
+/// How payouts matched against the ledger are printed: the text and CSV of `klarna-reconciler settlements` (its
+/// JSON is ``PayoutReport`` itself), and one settlement line as `show` prints it. Amounts are minor units, signed
+/// where a line's effect on the payout is meant, as magnitudes where Klarna's formula names a figure.
+enum SettlementReportRenderer {
+    /// Every payout with its counts, figures, unmatched lines and findings, then one total line.
+    static func text(_ reports: [PayoutReport]) -> String {
+        var lines: [String] = []
+        for report in reports {
+            let agrees = report.net == report.netFromLines ? "" : " (differs: see the findings)"
+            lines.append("Payout \(report.paymentReference)  \(report.payoutDate.formatted(.iso8601))  \(report.currency)  \(report.settlementType)  net \(report.net)  net from lines \(report.netFromLines)\(agrees)")
+            lines.append("  \(counted(report.lineCount, "line")): \(report.matchedCount) matched, \(report.payoutLevelCount) payout-level, \(report.unmatchedCount) unmatched")
+            lines.append("  sales \(report.sales)  returns \(report.returns)  reversals \(report.reversals)  fees \(report.fees) (\(report.feeAmount) + VAT \(report.feeTax))  fee refunds \(report.feeRefunds)")
+            lines.append("  commission \(report.commission)  charges \(report.charges)  credits \(report.credits)  holdback \(report.holdback)  release \(report.release)  corrections \(report.corrections)  other types \(report.otherTypes)")
+            if !report.unmatched.isEmpty { lines.append("  Unmatched lines") }
+            for line in report.unmatched {
+                let ids = [line.orderID.map { "order \($0)" }, line.captureID.map { "capture \($0)" }, line.refundID.map { "refund \($0)" }]
+                    .compactMap { $0 }.joined(separator: ", ")
+                lines.append("    line \(line.ordinal)  \(line.kind) \(signed(line.amount))\(ids.isEmpty ? "" : "  \(ids)")  \(line.reason.rawValue): \(line.explanation)")
+            }
+            if !report.findings.isEmpty { lines.append("  Findings") }
+            for finding in report.findings {
+                lines.append("    \(finding.kind.rawValue): \(finding.reason)")
+            }
+        }
+        lines.append(total(reports))
+        return lines.joined(separator: "\n")
+    }
+
+    /// `Total: 2 payouts, net 465000 EUR, 1200 SEK; 9 lines: 7 matched, 1 payout-level, 1 unmatched; 3 findings`.
+    static func total(_ reports: [PayoutReport]) -> String {
+        // Saturating: an absurd amount from Klarna is shown as it is reported, it must not stop the command.
+        func add(_ a: Int, _ b: Int) -> Int {
+            let (total, overflow) = a.addingReportingOverflow(b)
+            return overflow ? (b > 0 ? .max : .min) : total
+        }
+        var net: [String: Int] = [:]
+        for report in reports { net[report.currency] = add(net[report.currency] ?? 0, report.net) }
+        let nets = net.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+        func sum(_ count: (PayoutReport) -> Int) -> Int { reports.reduce(0) { add($0, count($1)) } }
+        return "Total: \(counted(reports.count, "payout"))\(nets.isEmpty ? "" : ", net \(nets)"); \(counted(sum(\.lineCount), "line")): "
+            + "\(sum(\.matchedCount)) matched, \(sum(\.payoutLevelCount)) payout-level, \(sum(\.unmatchedCount)) unmatched; "
+            + counted(sum(\.findingCount), "finding")
+    }
+
+    /// `1 line`, `2 lines`.
+    static func counted(_ count: Int, _ noun: String) -> String { "\(count) \(noun)\(count == 1 ? "" : "s")" }
+
+    /// RFC 4180: a header of ``PayoutReport/columns`` and one row per payout, CRLF after each record.
+    static func csv(_ reports: [PayoutReport]) -> String {
+        ([PayoutReport.columns] + reports.map(\.columnValues))
+            .map { row in row.map(csvField).joined(separator: ",") + "\r\n" }
+            .joined()
+    }
+
+    /// A field quoted when it holds a comma, a quote or a line break, its quotes doubled.
+    static func csvField(_ value: String) -> String {
+        // By scalar: "\r\n" is one Character, equal neither to "\r" nor to "\n".
+        guard value.unicodeScalars.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return value }
+        return "\"" + value.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    /// `payout XISA93DJ line 1  FEE -498 EUR (VAT 125)  order: fee on order …`: where the line is, what it moved,
+    /// and what it matched or why not.
+    static func line(_ line: SettlementLineView) -> String {
+        let vat = line.vatAmount.map { " (VAT \($0))" } ?? ""
+        let what = line.unmatchedReason.map { "unmatched (\($0.rawValue))" } ?? line.matched
+        return "payout \(line.paymentReference) line \(line.ordinal)  \(line.type) \(signed(line.amount)) \(line.currency)\(vat)  \(what): \(line.note)"
+    }
+
+    static func signed(_ amount: Int) -> String { amount > 0 ? "+\(amount)" : "\(amount)" }
+}
