@@ -15,20 +15,27 @@ enum EventLog {
             for (key, value) in event.detail { metadata[key] = .string(value) }
             log(event.event, metadata: metadata, logger: logger)
         }
-        for outcome in change.outcomes {
-            var metadata: Logger.Metadata = [
-                "outcome": .string(outcome.kind.rawValue),
-                MessageID.metadataKey: .string(MessageID(outcome: outcome.kind).rawValue),
-            ]
-            if let id = outcome.hppSessionID { metadata["hpp_session_id"] = .string(id) }
-            if let id = outcome.kpSessionID { metadata["kp_session_id"] = .string(id) }
-            if let id = outcome.orderID { metadata["order_id"] = .string(id) }
-            if let reference = outcome.merchantReference { metadata["merchant_reference"] = .string(reference) }
-            if let request = outcome.paymentRequestID { metadata["payment_request_id"] = .string(request) }
-            if let amount = outcome.amount { metadata["amount"] = .stringConvertible(amount) }
-            let level: Logger.Level = outcome.kind == .needsAttention ? .error : .notice
-            logger.log(level: level, "outcome \(outcome.kind.rawValue): \(outcome.reason)", metadata: metadata)
-        }
+        for outcome in change.outcomes { log(outcome, logger: logger) }
+    }
+
+    /// An outcome's line: its ``MessageID``, the payment's (or the payout's) identifiers, and the reason.
+    static func log(_ outcome: Outcome, logger: Logger) {
+        var metadata: Logger.Metadata = [
+            "outcome": .string(outcome.kind.rawValue),
+            MessageID.metadataKey: .string(MessageID(outcome: outcome.kind).rawValue),
+        ]
+        if let id = outcome.hppSessionID { metadata["hpp_session_id"] = .string(id) }
+        if let id = outcome.kpSessionID { metadata["kp_session_id"] = .string(id) }
+        if let id = outcome.orderID { metadata["order_id"] = .string(id) }
+        if let reference = outcome.merchantReference { metadata["merchant_reference"] = .string(reference) }
+        if let request = outcome.paymentRequestID { metadata["payment_request_id"] = .string(request) }
+        if let amount = outcome.amount { metadata["amount"] = .stringConvertible(amount) }
+        if let reference = outcome.paymentReference { metadata["payment_reference"] = .string(reference) }
+        if let finding = outcome.finding { metadata["finding"] = .string(finding.rawValue) }
+        if let id = outcome.captureID { metadata["capture_id"] = .string(id) }
+        if let id = outcome.refundID { metadata["refund_id"] = .string(id) }
+        let level: Logger.Level = outcome.kind == .needsAttention ? .error : .notice
+        logger.log(level: level, "outcome \(outcome.kind.rawValue): \(outcome.reason)", metadata: metadata)
     }
 
     static func log(_ event: DomainEvent, metadata: Logger.Metadata, logger: Logger) {

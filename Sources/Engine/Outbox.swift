@@ -25,6 +25,11 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
     public var klarnaReference: String?
     public var paymentRequestId: String?
     public var klarnaNetworkSessionToken: String?
+    /// Settlement outcomes: the payout, the finding's word, the refund, and the ledger's amount beside Klarna's.
+    public var paymentReference: String?
+    public var finding: String?
+    public var refundId: String?
+    public var expectedAmount: Int?
 
     public init(_ stored: StoredOutcome) {
         let outcome = stored.outcome
@@ -48,6 +53,10 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
         klarnaReference = outcome.klarnaReference
         paymentRequestId = outcome.paymentRequestID
         klarnaNetworkSessionToken = outcome.klarnaNetworkSessionToken
+        paymentReference = outcome.paymentReference
+        finding = outcome.finding?.rawValue
+        refundId = outcome.refundID
+        expectedAmount = outcome.expectedAmount
     }
 
     /// Klarna's date format and snake_case keys, like the documents it is built from.

@@ -99,7 +99,7 @@ public actor Scheduler {
     /// as many routine reads as `budget` has spare tokens (all of them when there is no budget).
     public func take(now: Date, capacity: Int, budget: RateLimiter? = nil) -> [Job] {
         var jobs: [Job] = []
-        for level in Urgency.allCases.reversed() where level != .routine {
+        for level in Urgency.allCases.reversed() where level > .routine {
             while jobs.count < capacity, let top = validTop(level), top.due <= now {
                 queues[level]!.pop()
                 jobs.append(hand(top.key, urgency: level, prepaid: false))

@@ -65,6 +65,8 @@ public struct Settings: Sendable {
     public var statusInterval: Duration
     /// Fault injection for the watchdog test: when this file appears the work loop hangs. Never set in production.
     public var wedgeWorkLoopFile: String?
+    /// `settlements.*`: fetching Klarna's payouts and matching them against the ledger (off by default).
+    public var settlements = SettlementSettings()
 }
 
 /// A configuration problem, said in one line: which key, what is wrong, and where it came from.
@@ -105,6 +107,8 @@ public enum SettingsKeys {
         "retention.outbox_days", "retention.interval_minutes",
         "metrics.listen",
         "control.socket", "control.socket_group",
+        "settlements.enabled", "settlements.sync_interval_minutes", "settlements.settle_within_days",
+        "settlements.first_sync_lookback_days",
     ]
 }
 
@@ -172,6 +176,10 @@ extension Settings {
             ("metrics.listen", metricsListen ?? "(none: /metrics on the ingest socket only)"),
             ("control.socket", controlSocket ?? "(disabled)"),
             ("control.socket_group", controlSocketGroup ?? "(the daemon's group)"),
+            ("settlements.enabled", "\(settlements.enabled)"),
+            ("settlements.sync_interval_minutes", "\(Int(settlements.syncInterval.timeInterval / 60))"),
+            ("settlements.settle_within_days", "\(settlements.settleWithinDays)"),
+            ("settlements.first_sync_lookback_days", "\(Int(settlements.firstSyncLookback.timeInterval / 86_400))"),
             ("callback_token.policy", callbackPolicy),
             ("callback_token.key", callbackKey == nil ? "(none: HPP and KP callbacks are refused under policy require; \(callbackKeySource))" : "<redacted> (\(callbackKeySource))"),
             ("testing.wedge_work_loop_file", wedgeWorkLoopFile ?? "(none)"),
@@ -185,6 +193,12 @@ extension Settings {
     /// Sections a reload applies to the running daemon; everything else is read once at start.
     public static let liveSections: Set<String> = [
         "polling", "retry", "rate_limit", "capture", "authorization_expiry", "engine", "log", "callback_token", "webhook_signing",
+        "settlements",
+    ]
+
+    /// Keys of live sections that are read once at start all the same.
+    public static let restartKeys: Set<String> = [
+        "engine.drain_timeout_seconds", "engine.status_interval_seconds", "settlements.enabled",
     ]
 
     /// The keys whose value differs from `old`, split into those a reload applies now and those that wait for a
@@ -204,7 +218,7 @@ extension Settings {
         if signingKeys != old.signingKeys { changed.insert("webhook_signing.keys") }
         if klarna.credentials != old.klarna.credentials { changed.insert("klarna.password") }
         let sorted = changed.sorted()
-        let live = sorted.filter { Self.liveSections.contains(String($0.prefix { $0 != "." })) && $0 != "engine.drain_timeout_seconds" && $0 != "engine.status_interval_seconds" }
+        let live = sorted.filter { Self.liveSections.contains(String($0.prefix { $0 != "." })) && !Self.restartKeys.contains($0) }
         return (live, sorted.filter { !live.contains($0) })
     }
 }

@@ -225,6 +225,11 @@ extension Settings {
         settings.controlSocket = try values.string("control.socket").flatMap { $0.isEmpty ? nil : path($0) }
         settings.controlSocketGroup = try values.string("control.socket_group").flatMap { $0.isEmpty ? nil : $0 }
         if let group = settings.controlSocketGroup, getgrnam(group) == nil { throw SettingsError("control.socket_group", "no group named \(group)") }
+        settings.settlements = SettlementSettings(
+            enabled: try values.bool("settlements.enabled", default: false),
+            syncInterval: .seconds(60 * (try values.int("settlements.sync_interval_minutes", default: 60, range: 1...1_440))),
+            settleWithinDays: try values.int("settlements.settle_within_days", default: 14, range: 1...365),
+            firstSyncLookback: .seconds(86_400 * (try values.int("settlements.first_sync_lookback_days", default: 30, range: 1...365))))
         return settings
     }
 

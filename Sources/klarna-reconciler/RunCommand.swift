@@ -122,6 +122,12 @@ struct RunCommand: AsyncParsableCommand {
         }
         let delivery = OutcomeDeliveryService(
             store: store, writer: writer, notifier: notify, clock: clock, bell: outcomeBell, logger: logger)
+        // Payouts matched against the ledger, behind all payment work in the rate budget (`settlements.enabled`).
+        let settlements = settings.settlements.enabled
+            ? SettlementService(
+                store: store, client: client, clock: clock, rateLimiter: rateLimiter, settings: settings.settlements,
+                logger: logger, outcomeBell: outcomeBell)
+            : nil
 
         let open: Int
         do {
@@ -211,6 +217,7 @@ struct RunCommand: AsyncParsableCommand {
         ) { new in
             reconciler.update(settings: new.engine)
             budget.configure(ratePerSecond: new.ratePerSecond, burst: new.rateBurst)
+            settlements?.update(settings: new.settlements)
             ingestor.update(Self.ingestRules(new))
             level.value = new.logLevel
         }
@@ -233,6 +240,7 @@ struct RunCommand: AsyncParsableCommand {
         let pruner = Pruner(
             store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" },
             acknowledgedDirectory: settings.outboxDirectory + "/cur", clock: clock)
+        if let settlements { services.append(.init(service: settlements)) }
         services += [
             .init(service: reload),
             .init(service: RetentionService(pruner: pruner, interval: settings.retentionInterval, logger: logger)),

@@ -55,6 +55,29 @@ struct OutboxTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 5)
     }
 
+    @Test("A settlement outcome's document carries its payout, finding, refund and the ledger's amount beside Klarna's")
+    func settlementDocument() throws {
+        let outcome = Outcome(
+            kind: .settlementMismatch, reason: "r", orderID: "o-1", amount: 12_100, currency: "SEK", captureID: "c-1",
+            paymentReference: "XISA93DJ", finding: .amountMismatch, refundID: "r-1", expectedAmount: 12_000)
+        let stored = StoredOutcome(id: 7, at: t0, outcome: outcome, outboxWritten: false, notified: false, notifyAttempts: 0, notifyNextAt: nil)
+        let data = try OutcomeDocument.encoder.encode(OutcomeDocument(stored))
+        let json = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        #expect(json["outcome"] as? String == "settlement_mismatch")
+        #expect(json["payment_reference"] as? String == "XISA93DJ")
+        #expect(json["finding"] as? String == "amount_mismatch")
+        #expect(json["refund_id"] as? String == "r-1")
+        #expect(json["capture_id"] as? String == "c-1")
+        #expect(json["amount"] as? Int == 12_100)
+        #expect(json["expected_amount"] as? Int == 12_000)
+        // A payment's outcome has none of them.
+        let captured = StoredOutcome(
+            id: 8, at: t0, outcome: Outcome(kind: .captured, reason: "r", orderID: "o-1"), outboxWritten: false, notified: false,
+            notifyAttempts: 0, notifyNextAt: nil)
+        let plain = try #require(try JSONSerialization.jsonObject(with: try OutcomeDocument.encoder.encode(OutcomeDocument(captured))) as? [String: Any])
+        #expect(plain["payment_reference"] == nil && plain["finding"] == nil && plain["expected_amount"] == nil)
+    }
+
     @Test("A crash between rename and bookkeeping rewrites the same file: still one file per outcome")
     func rewriteIsIdempotent() async throws {
         let directory = TemporaryDirectory()

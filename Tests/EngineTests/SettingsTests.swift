@@ -1,3 +1,4 @@
+import Engine
 import Foundation
 import Testing
 @testable import Settings
@@ -118,6 +119,33 @@ struct SettingsTests {
         #expect(error?.description.contains(expected) == true, "\(error?.description ?? "no error") should say \(expected)")
         #expect(error?.description.contains("\n") == false)
         #expect(error?.description.contains("hunter2") == false)
+    }
+
+    @Test("settlements: off by default, hourly, 14 days to settle, 30 days back on the first sync; bounds are checked; all but enabled reload live")
+    func settlements() async throws {
+        let defaults = try await load(minimal)
+        #expect(defaults.settlements == SettlementSettings(
+            enabled: false, syncInterval: .seconds(3_600), settleWithinDays: 14, firstSyncLookback: .seconds(30 * 86_400)))
+        let set = try await load(minimal + "\nsettlements:\n  enabled: true\n  sync_interval_minutes: 15\n  settle_within_days: 10\n  first_sync_lookback_days: 90")
+        #expect(set.settlements == SettlementSettings(
+            enabled: true, syncInterval: .seconds(900), settleWithinDays: 10, firstSyncLookback: .seconds(90 * 86_400)))
+        #expect(set.effectiveDescription.contains("settlements.enabled: true"))
+        #expect(set.effectiveDescription.contains("settlements.sync_interval_minutes: 15"))
+        let (live, restart) = set.changes(from: defaults)
+        #expect(live == ["settlements.first_sync_lookback_days", "settlements.settle_within_days", "settlements.sync_interval_minutes"])
+        #expect(restart.contains("settlements.enabled"))
+        for (yaml, expected) in [
+            ("enabled: sometimes", "settlements.enabled: must be true or false"),
+            ("sync_interval_minutes: 0", "settlements.sync_interval_minutes: must be between 1 and 1440, not 0"),
+            ("sync_interval_minutes: 1441", "settlements.sync_interval_minutes: must be between 1 and 1440"),
+            ("settle_within_days: 0", "settlements.settle_within_days: must be between 1 and 365, not 0"),
+            ("settle_within_days: two weeks", "settlements.settle_within_days: must be a whole number"),
+            ("first_sync_lookback_days: 400", "settlements.first_sync_lookback_days: must be between 1 and 365"),
+            ("sync_interval: 60", "settlements.sync_interval: unknown key"),
+        ] {
+            let error = await error(minimal + "\nsettlements:\n  " + yaml)
+            #expect(error?.description.contains(expected) == true, "\(error?.description ?? "no error") should say \(expected)")
+        }
     }
 
     @Test("Outside the unit, secrets come from the unit's credential files; $CREDENTIALS_DIRECTORY, then *_file, then the credstore")

@@ -6,6 +6,7 @@ import KlarnaSandbox
 import Logging
 import ReconcilerCore
 import Testing
+import TestSupport
 
 /// Klarna's Settlements API as the sandbox serves it, read by the real client over real sockets, and each payout
 /// matched against a ledger of what the shop did: every match and mismatch class, pagination, and an outage.
@@ -149,6 +150,27 @@ struct SettlementTests {
             #expect(late.overdue.map(\.key) == neverPaid.captures.map(\.key))
         }
     }
+
+    @Test("A walk asks its caller before every page (each page is a call of the rate budget); what the caller throws ends the walk before the request goes out")
+    func pacedWalk() async throws {
+        try await Settling.with { s in
+            for amount in [10_000, 11_000, 12_000] { _ = try await s.capturedOrder(amount) }
+            let payout = try #require(try s.sandbox.settle().first)
+            let asked = Counter()
+            let pages = s.sandbox.requests(route: "settlements.list_transactions").count
+            let transactions = try await s.client.allTransactions(
+                paymentReference: payout.paymentReference, pageSize: 2, beforeEachPage: { asked.add() })
+            #expect(transactions.count == 6)
+            #expect(asked.value == 3)
+            #expect(s.sandbox.requests(route: "settlements.list_transactions").count - pages == 3)
+
+            let listed = s.sandbox.requests(route: "settlements.list_payouts").count
+            await #expect(throws: NoBudget.self) { _ = try await s.client.allPayouts(beforeEachPage: { throw NoBudget() }) }
+            #expect(s.sandbox.requests(route: "settlements.list_payouts").count == listed)
+        }
+    }
+
+    struct NoBudget: Error {}
 
     @Test("A Settlements API outage: 503 and 429 fail the read with a retryable error (the 429 with Klarna's reset), a reset fails the whole walk instead of a short list; afterwards the same reads return everything")
     func outage() async throws {

@@ -47,6 +47,20 @@ import Testing
         }
     }
 
+    @Test("An order's captures and refunds are read with their ids, amounts and times; absent refunds are none, a refund's fields each optional")
+    func orderCapturesAndRefunds() throws {
+        let order = try decode(Order.self, #"{"order_id":"o","status":"CAPTURED","fraud_status":"ACCEPTED","order_amount":20000,"captured_amount":20000,"refunded_amount":3000,"remaining_authorized_amount":0,"captures":[{"capture_id":"c-1","captured_amount":20000,"captured_at":"2026-01-01T10:00:00Z","reference":"ship-1"}],"refunds":[{"refund_id":"r-1","refunded_amount":2500,"refunded_at":"2026-01-02T09:30:00Z","reference":"rma-7","description":"returned","order_lines":[]},{"refunded_amount":500}]}"#)
+        #expect(order.captures == [Capture(captureID: "c-1", capturedAmount: 20_000, capturedAt: KlarnaJSON.parseDate("2026-01-01T10:00:00Z"), reference: "ship-1")])
+        #expect(order.refunds == [
+            Refund(refundID: "r-1", refundedAmount: 2_500, refundedAt: KlarnaJSON.parseDate("2026-01-02T09:30:00Z"), reference: "rma-7"),
+            Refund(refundID: nil, refundedAmount: 500),
+        ])
+        #expect(order.refundedAmount == 3_000)
+        let none = try decode(Order.self, #"{"order_id":"o","status":"AUTHORIZED","fraud_status":"ACCEPTED","order_amount":1,"remaining_authorized_amount":1}"#)
+        #expect(none.refunds.isEmpty)
+        #expect(none.captures.isEmpty)
+    }
+
     @Test func createOrderRequestCopiesTheAuthorizedSessionAndPassesAddressesThrough() throws {
         let session = try decode(PaymentSession.self, #"""
             {"status":"incomplete","purchase_country":"DE","purchase_currency":"EUR","locale":"de-DE","order_amount":10995,

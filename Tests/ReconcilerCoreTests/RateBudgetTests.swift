@@ -81,6 +81,39 @@ struct RateBudgetTests {
         #expect(grantsBeforePoll == RateBudget.fairEvery - 1)
     }
 
+    @Test("Background work waits while anyone more urgent does, past every fairness turn; it is served once nobody else waits")
+    func backgroundWaitsForEveryoneElse() {
+        var budget = RateBudget(ratePerSecond: 50, burst: 1, now: start)
+        _ = budget.takeSpare(limit: 1, now: start)
+        let sync = budget.request(.background)
+        var others = (0..<(3 * RateBudget.fairEvery)).map { _ in budget.request(.routine) }
+        others.append(budget.request(.hinted))
+        let served = drain(&budget, from: start).map(\.0)
+        #expect(served.count == others.count + 1)
+        #expect(served.last == sync)
+        #expect(Set(served.dropLast()) == Set(others))
+    }
+
+    @Test("Under endless routine demand background work is never served; the first token nobody else wants is its")
+    func backgroundNeverTakesFromPayments() {
+        var budget = RateBudget(ratePerSecond: 50, burst: 1, now: start)
+        var now = start
+        _ = budget.takeSpare(limit: 1, now: now)
+        let sync = budget.request(.background)
+        for _ in 0..<(20 * RateBudget.fairEvery) {
+            let poll = budget.request(.routine)
+            now = budget.nextGrant(now: now)!
+            let served = budget.grant(now: now)
+            guard served == [poll] else {
+                Issue.record("served \(served) instead of the routine read")
+                return
+            }
+        }
+        now = budget.nextGrant(now: now)!
+        let result = budget.grant(now: now)
+        #expect(result == [sync])
+    }
+
     @Test("The budget is never exceeded over any window, whatever the mix of callers and spare takes")
     func neverExceeded() {
         let rate = 50.0, burst = 10.0
@@ -91,7 +124,7 @@ struct RateBudgetTests {
         for _ in 0..<20_000 {
             now = now.addingTimeInterval(random.nextUnit() * 0.01)
             switch Int(random.nextUnit() * 4) {
-            case 0: _ = budget.request(Urgency.allCases[Int(random.nextUnit() * 4)])
+            case 0: _ = budget.request(Urgency.allCases[Int(random.nextUnit() * Double(Urgency.allCases.count))])
             case 1: sent += Array(repeating: now.timeIntervalSince(start), count: budget.takeSpare(limit: 3, now: now))
             default: break
             }
@@ -183,6 +216,25 @@ struct RateLimiterTests {
         clock.advance(by: .milliseconds(100))
         try await routine.value
         #expect(order.entries == ["capture", "routine"])
+    }
+
+    @Test("A background caller that came first waits for a routine read that came after it")
+    func backgroundYieldsToRoutine() async throws {
+        let clock = ManualClock()
+        let limiter = RateLimiter(ratePerSecond: 10, burst: 1, clock: clock)
+        try await limiter.acquire(.routine)
+        let order = OrderLog()
+        let sync = Task { try await limiter.acquire(.background); order.append("settlements") }
+        try await waitUntil { limiter.waiting == 1 }
+        let poll = Task { try await limiter.acquire(.routine); order.append("poll") }
+        try await waitUntil { limiter.waiting == 2 && clock.sleeperCount == 1 }
+        clock.advance(by: .milliseconds(100))
+        try await poll.value
+        #expect(order.entries == ["poll"])
+        try await waitUntil { clock.sleeperCount == 1 }
+        clock.advance(by: .milliseconds(100))
+        try await sync.value
+        #expect(order.entries == ["poll", "settlements"])
     }
 
     @Test("The pump sleeps until the token's time: a clock moved after it computed that time still wakes it then")

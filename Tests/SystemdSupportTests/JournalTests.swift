@@ -62,6 +62,8 @@ struct JournalTests {
         let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../README.md").standardized.path
         let text = try String(contentsOfFile: path, encoding: .utf8)
         for name in MetricName.allCases { #expect(text.contains("| `\(name.rawValue)`"), "README does not document \(name.rawValue)") }
+        let labels = Urgency.allCases.map(\.label) + SettlementLineResult.allCases.map(\.rawValue) + SettlementFindingKind.allCases.map(\.rawValue)
+        for label in labels { #expect(text.contains("`\(label)`"), "README does not name the label \(label)") }
     }
 
     @Test("Every MESSAGE_ID is in the shipped catalog with a subject, and the catalog has no other")

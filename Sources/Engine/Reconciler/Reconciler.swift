@@ -132,11 +132,7 @@ public struct Reconciler: Sendable {
     /// One Klarna call under the shared rate budget, served by `urgency`; a 429's hint pauses everyone. Records
     /// health for `status`.
     func klarna<T: Sendable>(_ change: inout Change, _ urgency: Urgency, _ call: () async throws -> T) async throws -> Result<T, KlarnaAPIError> {
-        if let rateLimiter {
-            let started = ContinuousClock.now
-            try await rateLimiter.acquire(urgency)
-            Telemetry.time(.budgetWait, .now - started, ("urgency", urgency.label))
-        }
+        try await rateLimiter?.spend(urgency)
         // Checked after the wait for the budget, right before the request leaves: a call starts only while this
         // daemon's lease on the key is known to last, so it ends before the lease plus the longest call.
         if let ownership, let key = Self.workKey, !ownership.mayCall(for: key) { throw LeaseUnconfirmed(key: key) }
@@ -145,7 +141,7 @@ public struct Reconciler: Sendable {
             change.health.append(("klarna_ok", ""))
             return .success(value)
         } catch let error as KlarnaAPIError {
-            if error.status == 429, let hint = error.rateLimit.hint, let rateLimiter { rateLimiter.pause(for: hint) }
+            rateLimiter?.heed(error)
             if error.status != 404 { change.health.append(("klarna_error", Self.short(error))) }
             return .failure(error)
         }

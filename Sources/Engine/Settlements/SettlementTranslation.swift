@@ -44,3 +44,15 @@ extension SettledLine {
         transactions.enumerated().map { SettledLine($0.element, paymentReference: paymentReference, ordinal: $0.offset + 1) }
     }
 }
+
+extension OrderMovements {
+    /// What an OM order read shows was captured and refunded on the order.
+    public init(_ order: KlarnaAPI.Order) {
+        self.init(
+            orderID: order.orderID, currency: order.purchaseCurrency,
+            captures: order.captures.map { Movement(id: $0.captureID, amount: $0.capturedAmount, at: $0.capturedAt) },
+            refunds: order.refunds.compactMap { refund in
+                refund.refundedAmount.map { Movement(id: refund.refundID, amount: $0, at: refund.refundedAt) }
+            })
+    }
+}

@@ -7,7 +7,7 @@ extension KlarnaClient {
     public static let settlementsMaxPageSize = 500
 
     /// A walk through a collection that takes more pages than this fails instead of going on
-    /// (``allTransactions(paymentReference:orderID:pageSize:)``): at the largest page, 5 million rows.
+    /// (``allTransactions(paymentReference:orderID:pageSize:beforeEachPage:)``): at the largest page, 5 million rows.
     static let settlementsMaxPages = 10_000
 
     /// One page of payouts, filtered on the payout date. Whether the bounds are inclusive, and the order of the
@@ -52,19 +52,22 @@ extension KlarnaClient {
                 query: filters + Self.pageQuery(size: size, offset: offset)))
     }
 
-    /// Every payout the filters match, page after page (see ``allTransactions(paymentReference:orderID:pageSize:)``
-    /// for how the walk ends).
+    /// Every payout the filters match, page after page (see
+    /// ``allTransactions(paymentReference:orderID:pageSize:beforeEachPage:)`` for how the walk ends).
     public func allPayouts(
-        from: Date? = nil, to: Date? = nil, currency: String? = nil, pageSize: Int = KlarnaClient.settlementsMaxPageSize
+        from: Date? = nil, to: Date? = nil, currency: String? = nil, pageSize: Int = KlarnaClient.settlementsMaxPageSize,
+        beforeEachPage: () async throws -> Void = {}
     ) async throws -> [Payout] {
         try await everyPage(
             PayoutPage.self, .listPayouts, "/settlements/v1/payouts",
-            filters: Self.payoutFilters(from: from, to: to, currency: currency), pageSize: pageSize)
+            filters: Self.payoutFilters(from: from, to: to, currency: currency), pageSize: pageSize,
+            beforeEachPage: beforeEachPage)
     }
 
     /// Every transaction the filters match, page after page, each page asked for at the offset where the last one
     /// ended. The walk ends at an empty page, once `pagination.total` rows have come, or, when Klarna sends no
-    /// total, at the first page without `next`.
+    /// total, at the first page without `next`. `beforeEachPage` runs before each request (a caller's rate budget:
+    /// every page is a call); what it throws ends the walk.
     ///
     /// A server that ignores `offset` would serve its first page forever, so the walk fails (``KlarnaAPIError`` with
     /// ``KlarnaAPIError/Failure/undecodableResponse(status:detail:)``) when a page's `pagination.offset` is not the
@@ -76,15 +79,18 @@ extension KlarnaClient {
     /// missed or repeated. One payout's transactions (`paymentReference`) should stay put, though Klarna does not say
     /// whether a published payout ever changes.
     public func allTransactions(
-        paymentReference: String? = nil, orderID: String? = nil, pageSize: Int = KlarnaClient.settlementsMaxPageSize
+        paymentReference: String? = nil, orderID: String? = nil, pageSize: Int = KlarnaClient.settlementsMaxPageSize,
+        beforeEachPage: () async throws -> Void = {}
     ) async throws -> [SettlementTransaction] {
         try await everyPage(
             TransactionPage.self, .listTransactions, "/settlements/v1/transactions",
-            filters: Self.transactionFilters(paymentReference: paymentReference, orderID: orderID), pageSize: pageSize)
+            filters: Self.transactionFilters(paymentReference: paymentReference, orderID: orderID), pageSize: pageSize,
+            beforeEachPage: beforeEachPage)
     }
 
     private func everyPage<Page: SettlementsPage>(
-        _ type: Page.Type, _ operation: KlarnaOperation, _ path: String, filters: [(String, String)], pageSize: Int
+        _ type: Page.Type, _ operation: KlarnaOperation, _ path: String, filters: [(String, String)], pageSize: Int,
+        beforeEachPage: () async throws -> Void
     ) async throws -> [Page.Item] {
         let resource = Self.resourceLabel(filters)
         var items: [Page.Item] = []
@@ -92,6 +98,7 @@ extension KlarnaClient {
         var pages = 0
         var previous: [Page.Item] = []
         while true {
+            try await beforeEachPage()
             let answer = try await send(
                 operation, "GET", path, resource: resource, query: filters + Self.pageQuery(size: pageSize, offset: offset))
             let page = try decode(Page.self, answer)

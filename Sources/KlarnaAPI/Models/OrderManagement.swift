@@ -17,13 +17,15 @@ public struct Order: Codable, Hashable, Sendable {
     public var klarnaReference: String?
     public var merchantReference1: String?
     public var captures: [Capture]
+    /// Refunds on the order, by the daemon or by anyone else (the Merchant Portal); absent reads as none.
+    public var refunds: [Refund]
 
     public init(
         orderID: String, status: OrderStatus, fraudStatus: FraudStatus, orderAmount: Int,
         originalOrderAmount: Int? = nil, capturedAmount: Int, refundedAmount: Int? = nil,
         remainingAuthorizedAmount: Int, purchaseCurrency: String? = nil, expiresAt: Date? = nil,
         createdAt: Date? = nil, klarnaReference: String? = nil, merchantReference1: String? = nil,
-        captures: [Capture] = []
+        captures: [Capture] = [], refunds: [Refund] = []
     ) {
         self.orderID = orderID
         self.status = status
@@ -39,6 +41,7 @@ public struct Order: Codable, Hashable, Sendable {
         self.klarnaReference = klarnaReference
         self.merchantReference1 = merchantReference1
         self.captures = captures
+        self.refunds = refunds
     }
 
     enum CodingKeys: String, CodingKey {
@@ -46,7 +49,7 @@ public struct Order: Codable, Hashable, Sendable {
         case originalOrderAmount = "original_order_amount", capturedAmount = "captured_amount"
         case refundedAmount = "refunded_amount", remainingAuthorizedAmount = "remaining_authorized_amount"
         case purchaseCurrency = "purchase_currency", expiresAt = "expires_at", createdAt = "created_at"
-        case klarnaReference = "klarna_reference", merchantReference1 = "merchant_reference1", captures
+        case klarnaReference = "klarna_reference", merchantReference1 = "merchant_reference1", captures, refunds
     }
 
     public init(from decoder: any Decoder) throws {
@@ -65,6 +68,7 @@ public struct Order: Codable, Hashable, Sendable {
         klarnaReference = try c.decodeIfPresent(String.self, forKey: .klarnaReference)
         merchantReference1 = try c.decodeIfPresent(String.self, forKey: .merchantReference1)
         captures = try c.decodeIfPresent([Capture].self, forKey: .captures) ?? []
+        refunds = try c.decodeIfPresent([Refund].self, forKey: .refunds) ?? []
     }
 }
 
@@ -83,6 +87,26 @@ public struct Capture: Codable, Hashable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case captureID = "capture_id", capturedAmount = "captured_amount", capturedAt = "captured_at", reference
+    }
+}
+
+/// One of an order's `refunds[]`. Klarna's schema requires none of its fields, so each may be absent; a refund
+/// without an amount tells nothing.
+public struct Refund: Codable, Hashable, Sendable {
+    public var refundID: String?
+    public var refundedAmount: Int?
+    public var refundedAt: Date?
+    public var reference: String?
+
+    public init(refundID: String?, refundedAmount: Int?, refundedAt: Date? = nil, reference: String? = nil) {
+        self.refundID = refundID
+        self.refundedAmount = refundedAmount
+        self.refundedAt = refundedAt
+        self.reference = reference
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case refundID = "refund_id", refundedAmount = "refunded_amount", refundedAt = "refunded_at", reference
     }
 }
 

@@ -7,7 +7,8 @@ import Foundation
 /// arrives behind any number of waiting reads takes the next token. Two rules keep the order from starving anyone:
 /// after ``fairEvery`` − 1 grants in a row that passed over an older, less urgent waiter, the next token goes to the
 /// oldest waiter (so the less urgent get at least one token in ``fairEvery`` however busy the rest is, and delay the
-/// more urgent by one token interval at most); and a pause (a 429) holds everyone.
+/// more urgent by one token interval at most); and a pause (a 429) holds everyone. ``Urgency/background`` work is
+/// outside the fairness rule: it gets a token only while nobody more urgent waits, however long it has waited.
 public struct RateBudget: Sendable, Equatable {
     public struct Ticket: Hashable, Sendable {
         public let id: UInt64
@@ -118,10 +119,12 @@ public struct RateBudget: Sendable, Equatable {
 
     private func isOpen(now: Date) -> Bool { pausedUntil.map { now >= $0 } ?? true }
 
-    /// The ticket the next token goes to: the most urgent, unless the fairness turn of the oldest has come.
+    /// The ticket the next token goes to: the most urgent, unless the fairness turn of the oldest (background work
+    /// aside) has come.
     private mutating func next() -> Ticket? {
         guard let level = queues.lastIndex(where: { !$0.isEmpty }) else { return nil }
-        let oldest = queues.indices.filter { !queues[$0].isEmpty }.min { queues[$0][0].id < queues[$1][0].id }!
+        let oldest = queues.indices.filter { $0 != Urgency.background.rawValue && !queues[$0].isEmpty }
+            .min { queues[$0][0].id < queues[$1][0].id } ?? level
         if oldest != level {
             passedOver += 1
             if passedOver >= Self.fairEvery {

@@ -3,6 +3,9 @@ import Foundation
 /// How much it costs to be late with a Klarna call, which decides who gets the rate budget first. One budget per
 /// merchant account is spent in this order; within a level, first come first served.
 public enum Urgency: Int, Sendable, Comparable, CaseIterable {
+    /// Work no payment waits for (the settlement sync's reads): served only with the tokens nobody else waits for,
+    /// and never given the fairness turn (``RateBudget``), so it never delays payment work.
+    case background
     /// A scheduled read of a session nobody said anything about: chosen by how likely it is to find a change.
     case routine
     /// A read someone asked for: a webhook, a capture request, an operator; also the read that confirms an expiry.
@@ -18,6 +21,7 @@ public enum Urgency: Int, Sendable, Comparable, CaseIterable {
     /// Its name as a metric label.
     public var label: String {
         switch self {
+        case .background: "background"
         case .routine: "routine"
         case .hinted: "hinted"
         case .inMotion: "in_motion"

@@ -18,6 +18,14 @@ public enum MetricName: String, CaseIterable, Sendable {
     case refusals = "klarna_reconciler_refusals_total"
     /// Store transactions' duration, fsync included (histogram).
     case storeCommitDuration = "klarna_reconciler_store_commit_duration_seconds"
+    /// Settlement lines of the payouts reconciled, by `result` (``SettlementLineResult``).
+    case settlementLines = "klarna_reconciler_settlement_lines_total"
+    /// Settlement findings recorded, by `kind` (``SettlementFindingKind``: `orphan`, `amount_mismatch`, …).
+    case settlementFindings = "klarna_reconciler_settlement_findings_total"
+    /// Payouts fetched, matched and recorded.
+    case payoutsReconciled = "klarna_reconciler_payouts_reconciled_total"
+    /// Settlement syncs that failed (each is tried again).
+    case settlementSyncFailures = "klarna_reconciler_settlement_sync_failures_total"
 
     // Read from the state when scraped (the store's part at most every few seconds).
     /// Open HPP sessions by `phase` (`polling`, `authorized`).
@@ -43,6 +51,29 @@ public enum MetricName: String, CaseIterable, Sendable {
     case backlog = "klarna_reconciler_backlog"
     /// 1 while `/v1/ready` would answer 200.
     case ready = "klarna_reconciler_ready"
+
+    // Read from the store after each settlement sync (`settlements.enabled`).
+    /// Captures flagged as not settled in time that no payout has settled since.
+    case unsettledCaptures = "klarna_reconciler_unsettled_captures"
+    /// The newest payout recorded, as a Unix time (0 when none).
+    case newestPayout = "klarna_reconciler_newest_payout_timestamp_seconds"
+}
+
+/// The `result` label of ``MetricName/settlementLines``: what a settlement line matched.
+public enum SettlementLineResult: String, Sendable, CaseIterable {
+    /// A capture, a refund or an order of the ledger.
+    case matched
+    /// About the payout rather than an order (HOLDBACK, RELEASE, CHARGE, CREDIT, …).
+    case payoutLevel = "payout_level"
+    case unmatched
+
+    public init(_ match: LineMatch) {
+        if match.isMatched {
+            self = .matched
+        } else {
+            self = match == .payoutLevel ? .payoutLevel : .unmatched
+        }
+    }
 }
 
 /// The `result` label of ``MetricName/klarnaCalls``.

@@ -1,0 +1,276 @@
+import Foundation
+import KlarnaAPI
+import KlarnaSandbox
+import Logging
+import SQLiteBackend
+import ServiceLifecycle
+import Synchronization
+import Testing
+import TestSupport
+@testable import Engine
+@testable import ReconcilerCore
+import ReconcilerStore
+
+/// The settlement service against the sandbox over real sockets, with a real SQLite store whose ledger the engine
+/// filled by capturing, on one manual clock: each sync driven directly. Every match and mismatch class ends as its
+/// outcome exactly once, across pages, outages and a restart in the middle of a sync.
+@Suite("Settlement service")
+struct SettlementServiceTests {
+    static let settings = SettlementSettings(
+        enabled: true, syncInterval: .seconds(3_600), settleWithinDays: 7, firstSyncLookback: .seconds(30 * 86_400))
+
+    @Test("A payout that pays what the daemon captured is recorded without a finding, every call at background urgency; the next sync skips it, and its captures never become overdue")
+    func matchedPayout() async throws {
+        try await EngineHarness.with { h in
+            _ = try await h.paidOrders([20_000, 12_000])
+            let reference = try #require(try h.sandbox.settle().first?.paymentReference)
+            let served = ServedUrgencies()
+            let limiter = RateLimiter(ratePerSecond: 1_000, burst: 1_000, clock: h.clock) { urgency, _ in served.add(urgency) }
+            let service = h.settlementService(rateLimiter: limiter)
+            let requests = h.sandbox.requests().count
+
+            let first = try await service.sync()
+            #expect(first.listed == 1 && first.reconciled == 1 && first.findingOutcomes == 0 && first.drift == 0)
+            #expect(try await h.settlementOutcomes().isEmpty)
+            #expect(served.urgencies.count == h.sandbox.requests().count - requests)
+            #expect(served.urgencies.allSatisfy { $0 == .background })
+            let reconciled = h.logs.all.filter { $0.contains("message_id=\(MessageID.payoutReconciled.rawValue)") }
+            #expect(reconciled.count == 1)
+            #expect(reconciled.first?.contains("payment_reference=\(reference)") == true)
+            #expect(reconciled.first?.contains("lines=4 matched=4") == true)
+
+            let again = try await service.sync()
+            #expect(again.listed == 1 && again.reconciled == 0)
+            h.clock.advance(by: .seconds(30 * 86_400))
+            #expect(try await service.sync().unsettledFlagged == 0)
+            #expect(try await h.settlementOutcomes().isEmpty)
+            let health = try await h.store.settlementHealth()
+            #expect(health.payouts == 1 && health.unsettledFlagged == 0)
+        }
+    }
+
+    @Test("Every class in one payout, each outcome once: an amount that differs, an orphan, a capture and a refund made in the Merchant Portal (drift, from one order read each, then matched), a reversal, totals off by one; a capture never paid becomes capture_unsettled after settle_within_days, once")
+    func everyClassOnce() async throws {
+        try await EngineHarness.with { h in
+            let captured = try await h.paidOrders([20_000, 12_000, 9_000, 6_000])
+            let (fine, altered, neverPaid, portalRefunded) = (captured[0], captured[1], captured[2], captured[3])
+            let portalCaptured = try #require(try await h.paidOrders([10_000], capture: .never).first)
+
+            try h.sandbox.alterSettledAmount(captureID: try h.captureID(of: altered), by: 100)
+            try h.sandbox.omitFromSettlement(captureID: try h.captureID(of: neverPaid))
+            let orphan = h.sandbox.inventTransaction(amount: 4_200, currency: "SEK")
+            let portalCapture = try h.sandbox.portalCapture(order: portalCaptured, amount: 10_000)
+            let portalRefund = try h.sandbox.portalRefund(order: portalRefunded, amount: 1_500)
+            h.sandbox.breakTotals(by: 1)
+            let reference = try #require(try h.sandbox.settle(PayoutSpec(reversals: [fine: 2_000])).first?.paymentReference)
+
+            let service = h.settlementService()
+            let reads = h.sandbox.requests(route: "om.read_order").count
+            let first = try await service.sync()
+            #expect(first.reconciled == 1 && first.drift == 2 && first.findingOutcomes == 4)
+            #expect(h.sandbox.requests(route: "om.read_order").count - reads == 2, "one read per order with drift")
+
+            let outcomes = try await h.settlementOutcomes()
+            #expect(outcomes.count == 6, "\(outcomes.map(\.reason))")
+            #expect(Set(outcomes.map(\.paymentReference)) == [reference])
+            func only(_ finding: SettlementFindingKind) throws -> Outcome {
+                let found = outcomes.filter { $0.finding == finding }
+                #expect(found.count == 1, "\(finding): \(found.map(\.reason))")
+                return try #require(found.first)
+            }
+            let mismatch = try only(.amountMismatch)
+            #expect(mismatch.kind == .settlementMismatch && mismatch.orderID == altered)
+            #expect(mismatch.amount == 12_100 && mismatch.expectedAmount == 12_000)
+            #expect(try only(.orphan).kind == .settlementOrphan)
+            #expect(try only(.orphan).orderID == orphan)
+            let capturedOutside = try only(.unknownCapture)
+            #expect(capturedOutside.kind == .settlementDrift)
+            #expect(capturedOutside.orderID == portalCaptured && capturedOutside.captureID == portalCapture && capturedOutside.amount == 10_000)
+            let refundedOutside = try only(.unknownRefund)
+            #expect(refundedOutside.kind == .settlementDrift)
+            #expect(refundedOutside.orderID == portalRefunded && refundedOutside.refundID == portalRefund && refundedOutside.amount == 1_500)
+            let reversal = try only(.reversal)
+            #expect(reversal.kind == .settlementReversal && reversal.orderID == fine && reversal.amount == 2_000)
+            #expect(try only(.totalsMismatch).kind == .payoutMismatch)
+            // The drift was recorded before the payout, so the portal's SALE and RETURN matched what it observed: only
+            // the orphan's SALE and FEE are left unmatched.
+            let reconciled = try #require(h.logs.all.first { $0.contains("message_id=\(MessageID.payoutReconciled.rawValue)") })
+            #expect(reconciled.contains("lines=12 matched=10") && reconciled.contains("unmatched=2"), "\(reconciled)")
+            #expect(h.logs.all.filter { $0.contains("message_id=\(MessageID.settlementDrift.rawValue)") }.count == 2)
+            #expect(h.logs.all.filter { $0.contains("message_id=\(MessageID.settlementOrphan.rawValue)") }.count == 1)
+
+            let again = try await service.sync()
+            #expect(again.reconciled == 0 && again.drift == 0 && again.unsettledFlagged == 0)
+            #expect(h.sandbox.requests(route: "om.read_order").count - reads == 2)
+
+            h.clock.advance(by: .seconds(8 * 86_400))
+            #expect(try await service.sync().unsettledFlagged == 1)
+            #expect(try await service.sync().unsettledFlagged == 0)
+            let unsettled = try await h.settlementOutcomes().filter { $0.kind == .captureUnsettled }
+            #expect(unsettled.count == 1)
+            let neverPaidCapture = try h.captureID(of: neverPaid)
+            #expect(unsettled.first?.orderID == neverPaid)
+            #expect(unsettled.first?.captureID == neverPaidCapture)
+            #expect(try await h.settlementOutcomes().count == 7)
+            #expect(try await h.store.settlementHealth().unsettledFlagged == 1)
+        }
+    }
+
+    @Test("Payouts and transactions read two at a time come whole: three payouts of 6, 4 and 8 lines in 2 + 9 pages, every line matched")
+    func pagination() async throws {
+        try await EngineHarness.with { h in
+            for amounts in [[10_000, 11_000, 12_000], [13_000, 14_000], [15_000, 16_000, 17_000, 18_000]] {
+                _ = try await h.paidOrders(amounts)
+                _ = try h.sandbox.settle()
+            }
+            let service = h.settlementService(pageSize: 2)
+            let payoutPages = h.sandbox.requests(route: "settlements.list_payouts").count
+            let transactionPages = h.sandbox.requests(route: "settlements.list_transactions").count
+            let report = try await service.sync()
+            #expect(report.listed == 3 && report.reconciled == 3 && report.findingOutcomes == 0)
+            #expect(h.sandbox.requests(route: "settlements.list_payouts").count - payoutPages == 2)
+            #expect(h.sandbox.requests(route: "settlements.list_transactions").count - transactionPages == 9)
+            let reconciled = h.logs.all.filter { $0.contains("message_id=\(MessageID.payoutReconciled.rawValue)") }
+            #expect(reconciled.count == 3)
+            for lines in [6, 4, 8] {
+                #expect(reconciled.filter { $0.contains("lines=\(lines) matched=\(lines)") && $0.contains("unmatched=0") }.count == 1)
+            }
+            #expect(try await h.settlementOutcomes().isEmpty)
+        }
+    }
+
+    @Test("An outage of the Settlements API (503, a reset in the middle of a walk, a 429 whose reset every caller waits for) fails each sync with nothing recorded; the sync after records everything, each outcome once")
+    func outage() async throws {
+        try await EngineHarness.with { h in
+            _ = try await h.paidOrders([10_000, 11_000, 12_000])
+            let orphan = h.sandbox.inventTransaction(amount: 4_200, currency: "SEK")
+            _ = try h.sandbox.settle()
+            let limiter = RateLimiter(ratePerSecond: 100, burst: 100, clock: h.clock)
+            let service = h.settlementService(rateLimiter: limiter, pageSize: 2)
+
+            h.sandbox.addFault(SandboxFault(route: "settlements.list_payouts", kind: .status, status: 503, count: 1))
+            let unavailable = try await #require(throws: KlarnaAPIError.self) { _ = try await service.sync() }
+            #expect(unavailable.status == 503)
+            #expect(SettlementService.disposition(of: unavailable) == .retry(notBefore: nil))
+
+            // Every page after the first is reset (libcurl sends a read again by itself once): the walk fails whole.
+            h.sandbox.addFault(SandboxFault(route: "settlements.list_transactions", kind: .reset, count: nil, skip: 1))
+            let reset = try await #require(throws: KlarnaAPIError.self) { _ = try await service.sync() }
+            #expect(reset.status == nil)
+            h.sandbox.clearFaults()
+
+            h.sandbox.addFault(SandboxFault(route: "settlements.list_transactions", kind: .rateLimit, resetSeconds: 2, count: 1))
+            let limited = try await #require(throws: KlarnaAPIError.self) { _ = try await service.sync() }
+            #expect(limited.status == 429)
+            #expect(SettlementService.disposition(of: limited) == .retry(notBefore: .seconds(2)))
+            #expect(try await h.store.settlementHealth().payouts == 0)
+            #expect(try await h.settlementOutcomes().isEmpty)
+
+            // The 429 paused the budget until Klarna's reset: the next sync waits for it before any call.
+            let listed = h.sandbox.requests(route: "settlements.list_payouts").count
+            let retried = Task { try await service.sync() }
+            try await waitUntil { limiter.waiting == 1 && h.clock.sleeperCount >= 1 }
+            #expect(h.sandbox.requests(route: "settlements.list_payouts").count == listed)
+            h.clock.advance(by: .seconds(3))
+            let report = try await retried.value
+            #expect(report.reconciled == 1 && report.findingOutcomes == 1)
+            #expect(try await h.settlementOutcomes().map(\.orderID) == [orphan])
+            #expect(try await service.sync().reconciled == 0)
+            #expect(try await h.settlementOutcomes().count == 1)
+        }
+    }
+
+    @Test("A restart in the middle of a sync: the first payout is recorded, the second fails; a new service on the same store file records the second, each outcome once")
+    func restartMidSync() async throws {
+        try await EngineHarness.with { h in
+            _ = try await h.paidOrders([10_000])
+            let firstOrphan = h.sandbox.inventTransaction(amount: 4_200, currency: "SEK")
+            _ = try h.sandbox.settle()
+            _ = try await h.paidOrders([11_000])
+            let secondOrphan = h.sandbox.inventTransaction(amount: 5_300, currency: "SEK")
+            _ = try h.sandbox.settle()
+
+            // The first payout's transactions come; every read after them fails.
+            h.sandbox.addFault(SandboxFault(route: "settlements.list_transactions", kind: .status, status: 503, count: nil, skip: 1))
+            await #expect(throws: KlarnaAPIError.self) { _ = try await h.settlementService().sync() }
+            #expect(try await h.settlementOutcomes().map(\.orderID) == [firstOrphan])
+            h.sandbox.clearFaults()
+
+            let reopened = try SQLiteStore(path: h.store.path)
+            let restarted = h.settlementService(store: reopened)
+            let report = try await restarted.sync()
+            #expect(report.listed == 2 && report.reconciled == 1 && report.findingOutcomes == 1)
+            #expect(try await h.settlementOutcomes(in: reopened).map(\.orderID) == [firstOrphan, secondOrphan])
+            #expect(try await restarted.sync().reconciled == 0)
+            #expect(try await h.settlementOutcomes(in: reopened).count == 2)
+            #expect(try await reopened.settlementHealth().payouts == 2)
+        }
+    }
+
+    @Test("Run: a sync at start that fails is tried again after a backoff no longer than the interval; graceful shutdown stops the service at once")
+    func runRetriesAndStops() async throws {
+        try await EngineHarness.with { h in
+            _ = try await h.paidOrders([10_000])
+            _ = try h.sandbox.settle()
+            h.sandbox.addFault(SandboxFault(route: "settlements.list_payouts", kind: .status, status: 503, count: 1))
+            let service = h.settlementService()
+            let group = ServiceGroup(configuration: .init(services: [.init(service: service)], logger: Logger(label: "test")))
+            let running = Task { try await group.run() }
+
+            let failed = "message_id=\(MessageID.settlementSyncFailed.rawValue)"
+            try await waitUntil { h.logs.all.contains { $0.contains(failed) } && h.clock.sleeperCount >= 1 }
+            #expect(try await h.store.settlementHealth().payouts == 0)
+            h.clock.advance(by: Self.settings.syncInterval)
+            try await waitUntil { try await h.store.settlementHealth().payouts == 1 && h.clock.sleeperCount >= 1 }
+
+            await group.triggerGracefulShutdown()
+            try await running.value
+            #expect(h.logs.all.filter { $0.contains(failed) }.count == 1)
+            #expect(h.sandbox.requests(route: "settlements.list_payouts").count == 2)
+        }
+    }
+}
+
+extension EngineHarness {
+    static let completesSoon = [ScheduleStep(afterSeconds: 5, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: 30, status: "COMPLETED")]
+
+    /// One payment per amount that the daemon tracks, places and, by `capture`, captures in full, run to its end
+    /// (an hour of the clock): their order ids, in the order of `amounts`.
+    func paidOrders(_ amounts: [Int], capture: CapturePolicy = .immediate) async throws -> [String] {
+        var created: [CreatedSession] = []
+        for amount in amounts {
+            created.append(try await track(SessionSpec(orderAmount: amount, merchantReference: "shop-\(amount)", schedule: Self.completesSoon), capture: capture))
+        }
+        try await run()
+        var orderIDs: [String] = []
+        for session in created { orderIDs.append(try await order(of: session).orderID) }
+        return orderIDs
+    }
+
+    /// The capture the daemon made on `orderID`.
+    func captureID(of orderID: String) throws -> String {
+        try #require(effects(.captured, order: orderID).first?.captureId)
+    }
+
+    /// A settlement service on this harness's sandbox, clock and logs, over `store` (the harness's by default).
+    func settlementService(
+        store: SQLiteStore? = nil, rateLimiter: RateLimiter? = nil, pageSize: Int = KlarnaClient.settlementsMaxPageSize
+    ) -> SettlementService {
+        SettlementService(
+            store: store ?? self.store, client: reconciler.client, clock: clock, rateLimiter: rateLimiter,
+            settings: SettlementServiceTests.settings, logger: logs.logger(), random: SeededRandomSource(seed: 5),
+            pageSize: pageSize)
+    }
+
+    /// Every settlement outcome recorded in `store` (the harness's by default), oldest first.
+    func settlementOutcomes(in store: SQLiteStore? = nil) async throws -> [Outcome] {
+        try await (store ?? self.store).undeliveredOutcomes(now: clock.now, limit: 10_000).map(\.outcome).filter(\.kind.isSettlement)
+    }
+}
+
+/// The urgencies a rate limiter served, in order.
+final class ServedUrgencies: Sendable {
+    private let served = Mutex<[Urgency]>([])
+    var urgencies: [Urgency] { served.withLock { $0 } }
+    func add(_ urgency: Urgency) { served.withLock { $0.append(urgency) } }
+}
