@@ -14,9 +14,9 @@ public enum ControlHTTP {
     /// socket"; the uid comes from the socket either way.
     public static let clientHeader = "Klarna-Reconciler-Client"
 
-    /// - Parameter reports: what the settlement routes read (the daemon's store); without it they answer 404.
+    /// - Parameter reports: what the settlement routes read (the daemon's store).
     public static func handler(
-        desk: OperatorDesk, control: ControlEndpoints, reports: (any SettlementReports)? = nil, wait: Duration = .seconds(5)
+        desk: OperatorDesk, control: ControlEndpoints, reports: any SettlementReports, wait: Duration = .seconds(5)
     ) -> @Sendable (ServerRequest) async -> ServerReply {
         { request in
             if let answer = await IngestHTTP.monitoring(control, request) { return answer }
@@ -35,10 +35,8 @@ public enum ControlHTTP {
                     }
                     return reply(story)
                 case ("GET", ["v1", "settlements"]):
-                    guard let reports else { return noSettlements }
                     return try await payouts(reports, request)
                 case ("GET", let path) where path.count == 4 && path[0] == "v1" && path[1] == "payments" && path[3] == "settlements":
-                    guard let reports else { return noSettlements }
                     guard let id = paymentID(path[2]) else { return badID }
                     guard let story = try await desk.story(id) else {
                         return IngestHTTP.json(404, ["error": "unknown_payment", "detail": "nothing tracked matches \(id)"])
@@ -109,7 +107,6 @@ public enum ControlHTTP {
         return reply(try await reports.payouts(since: since, paymentReference: payout).map(\.report))
     }
 
-    static let noSettlements = IngestHTTP.json(404, ["error": "not_found", "detail": "this daemon serves no settlement reports"])
 
     /// What an operator route answers: each request with the daemon's note, and how the orders it touched stand.
     public struct OperatorReply: Codable, Sendable {

@@ -128,11 +128,12 @@ extension PostgresStore {
     }
 
     /// From the partial index of captures neither settled nor flagged, in its order.
-    public func unsettledCaptures(capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
+    public func unsettledCaptures(capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
         try await rows(
             """
             SELECT \(unescaped: Self.ledgerColumns) FROM ledger
-            WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL AND at <= \(capturedBefore)
+            WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL AND at >= \(capturedFrom)
+              AND at <= \(capturedBefore)
             ORDER BY at, order_id, entry_key LIMIT \(limit)
             """
         ).compactMap { try Self.ledgerRow($0)?.capture }
@@ -161,13 +162,14 @@ extension PostgresStore {
     }
 
     public func settlementHealth() async throws -> SettlementHealth {
-        let (flagged, recorded, newest) = try await rows(
+        let (flagged, recorded, newest, oldest) = try await rows(
             """
             SELECT (SELECT count(*) FROM ledger WHERE flagged_at IS NOT NULL AND settled_reference IS NULL),
-              (SELECT count(*) FROM payouts), (SELECT max(payout_date) FROM payouts)
+              (SELECT count(*) FROM payouts), (SELECT max(payout_date) FROM payouts),
+              (SELECT min(payout_date) FROM payouts)
             """
-        )[0].decode((Int, Int, Date?).self)
-        return SettlementHealth(unsettledFlagged: flagged, payouts: recorded, newestPayoutDate: newest)
+        )[0].decode((Int, Int, Date?, Date?).self)
+        return SettlementHealth(unsettledFlagged: flagged, payouts: recorded, newestPayoutDate: newest, oldestPayoutDate: oldest)
     }
 
     // MARK: SettlementReports

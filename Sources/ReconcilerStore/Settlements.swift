@@ -53,8 +53,9 @@ public protocol SettlementStore: Sendable {
     func record(_ reconciliation: PayoutReconciliation, outcomes: [Outcome], at: Date) async throws -> Bool
     /// Records the entries not in the ledger yet, each with its outcome, in one transaction; returns how many were new.
     func recordDrift(_ entries: [DriftEntry], at: Date) async throws -> Int
-    /// Captures neither settled nor flagged, captured at or before `capturedBefore`, oldest first, at most `limit`.
-    func unsettledCaptures(capturedBefore: Date, limit: Int) async throws -> [LedgerCapture]
+    /// Captures neither settled nor flagged, captured from `capturedFrom` up to and including `capturedBefore`, oldest
+    /// first, at most `limit`.
+    func unsettledCaptures(capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture]
     /// Flags the captures not flagged or settled yet, each with its outcome, in one transaction; returns how many.
     func flagUnsettled(_ flags: [UnsettledFlag], at: Date) async throws -> Int
     /// The numbers `/metrics` shows: captures flagged unsettled and still unsettled, and the newest payout date.
@@ -68,11 +69,14 @@ public struct SettlementHealth: Sendable, Equatable {
     /// Payouts recorded.
     public var payouts: Int
     public var newestPayoutDate: Date?
+    /// The oldest payout recorded: captures from then on can only have been settled by payouts the syncs listed.
+    public var oldestPayoutDate: Date?
 
-    public init(unsettledFlagged: Int, payouts: Int, newestPayoutDate: Date?) {
+    public init(unsettledFlagged: Int, payouts: Int, newestPayoutDate: Date?, oldestPayoutDate: Date? = nil) {
         self.unsettledFlagged = unsettledFlagged
         self.payouts = payouts
         self.newestPayoutDate = newestPayoutDate
+        self.oldestPayoutDate = oldestPayoutDate
     }
 }
 

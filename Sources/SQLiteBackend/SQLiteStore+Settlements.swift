@@ -111,15 +111,15 @@ extension SQLiteStore {
     }
 
     /// From the partial index of captures neither settled nor flagged, in its order.
-    public func unsettledCaptures(capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
+    public func unsettledCaptures(capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
         try await read { db in
             try db.query(
                 """
                 SELECT \(Self.ledgerColumns) FROM ledger
-                WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL AND at <= ?
+                WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL AND at >= ? AND at <= ?
                 ORDER BY at, order_id, entry_key LIMIT ?
                 """,
-                [SQLValue(capturedBefore), SQLValue(limit)]
+                [SQLValue(capturedFrom), SQLValue(capturedBefore), SQLValue(limit)]
             ).compactMap(Self.ledgerRow).map(\.capture)
         }
     }
@@ -150,10 +150,11 @@ extension SQLiteStore {
             let row = try db.query(
                 """
                 SELECT (SELECT COUNT(*) FROM ledger WHERE flagged_at IS NOT NULL AND settled_reference IS NULL),
-                  (SELECT COUNT(*) FROM payouts), (SELECT MAX(payout_date) FROM payouts)
+                  (SELECT COUNT(*) FROM payouts), (SELECT MAX(payout_date) FROM payouts), (SELECT MIN(payout_date) FROM payouts)
                 """
             ).first
-            return SettlementHealth(unsettledFlagged: row?.int(0) ?? 0, payouts: row?.int(1) ?? 0, newestPayoutDate: row?.date(2))
+            return SettlementHealth(unsettledFlagged: row?.int(0) ?? 0, payouts: row?.int(1) ?? 0, newestPayoutDate: row?.date(2),
+                oldestPayoutDate: row?.date(3))
         }
     }
 

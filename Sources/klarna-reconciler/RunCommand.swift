@@ -178,7 +178,7 @@ struct RunCommand: AsyncParsableCommand {
         let servers: [HTTPServer]
         do {
             servers = try await Self.listen(
-                settings, handler: IngestHTTP.handler(ingestor, control: control), control: ControlHTTP.handler(desk: desk, control: control), logger: logger)
+                settings, handler: IngestHTTP.handler(ingestor, control: control), control: ControlHTTP.handler(desk: desk, control: control, reports: store), logger: logger)
         } catch {
             throw fail("cannot listen for deliveries: \(error)", errno: EADDRNOTAVAIL)
         }

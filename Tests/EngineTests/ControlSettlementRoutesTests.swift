@@ -38,11 +38,11 @@ struct ControlSettlementRoutesTests {
         return store
     }
 
-    func makeHandler(_ store: any ReconcilerStore, reports: Bool = true) -> @Sendable (ServerRequest) async -> ServerReply {
+    func makeHandler(_ store: any ReconcilerStore) -> @Sendable (ServerRequest) async -> ServerReply {
         let control = ControlEndpoints(
             health: { HealthReport(heartbeats: [], stallAfter: .seconds(30), phase: .ready, uptime: .zero, open: 0, running: 0, backlog: 0) },
             readiness: Readiness(storeStaleAfter: .seconds(5)))
-        return ControlHTTP.handler(desk: OperatorDesk(store: store), control: control, reports: reports ? store as any SettlementReports : nil)
+        return ControlHTTP.handler(desk: OperatorDesk(store: store), control: control, reports: store)
     }
 
     func get(_ handler: @Sendable (ServerRequest) async -> ServerReply, _ target: String) async throws -> (status: Int, body: Data) {
@@ -90,9 +90,5 @@ struct ControlSettlementRoutesTests {
         ])
         let unknown = try await get(handler, "/v1/payments/nobody/settlements")
         #expect(unknown.status == 404 && String(decoding: unknown.body, as: UTF8.self).contains("unknown_payment"))
-
-        let without = makeHandler(store, reports: false)
-        #expect(try await get(without, "/v1/settlements").status == 404)
-        #expect(try await get(without, "/v1/payments/shop-2001/settlements").status == 404)
     }
 }

@@ -132,7 +132,8 @@ struct SettingsTests {
         #expect(set.effectiveDescription.contains("settlements.enabled: true"))
         #expect(set.effectiveDescription.contains("settlements.sync_interval_minutes: 15"))
         let (live, restart) = set.changes(from: defaults)
-        #expect(live == ["settlements.first_sync_lookback_days", "settlements.settle_within_days", "settlements.sync_interval_minutes"])
+        // Each load reads a credentials folder of its own, so other keys (the callback key) may differ too.
+        #expect(live.filter { $0.hasPrefix("settlements.") } == ["settlements.first_sync_lookback_days", "settlements.settle_within_days", "settlements.sync_interval_minutes"])
         #expect(restart.contains("settlements.enabled"))
         for (yaml, expected) in [
             ("enabled: sometimes", "settlements.enabled: must be true or false"),

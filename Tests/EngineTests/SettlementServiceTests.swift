@@ -49,6 +49,24 @@ struct SettlementServiceTests {
         }
     }
 
+    @Test("Switched on for a store with history: a capture older than the syncs' reach is never flagged (a payout no sync listed may have paid it); one captured since is, once, after settle_within_days")
+    func historyBeforeTheReach() async throws {
+        try await EngineHarness.with { h in
+            let old = try await h.paidOrders([15_000])
+            h.clock.advance(by: .seconds(60 * 86_400))
+            let recent = try await h.paidOrders([7_000])
+            let service = h.settlementService()
+            #expect(try await service.sync().unsettledFlagged == 0)
+            h.clock.advance(by: .seconds(8 * 86_400))
+            #expect(try await service.sync().unsettledFlagged == 1)
+            #expect(try await service.sync().unsettledFlagged == 0)
+            let outcomes = try await h.settlementOutcomes()
+            #expect(outcomes.map(\.kind) == [.captureUnsettled])
+            #expect(outcomes.first?.orderID == recent.first)
+            #expect(outcomes.first?.orderID != old.first)
+        }
+    }
+
     @Test("Every class in one payout, each outcome once: an amount that differs, an orphan, a capture and a refund made in the Merchant Portal (drift, from one order read each, then matched), a reversal, totals off by one; a capture never paid becomes capture_unsettled after settle_within_days, once")
     func everyClassOnce() async throws {
         try await EngineHarness.with { h in

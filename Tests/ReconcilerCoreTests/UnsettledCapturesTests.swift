@@ -37,6 +37,19 @@ struct UnsettledCapturesTests {
         #expect(check.overdue.first?.overdueBy == 0)
     }
 
+    @Test("The window a check judges starts at the syncs' reach (now less the lookback, or the oldest payout when earlier) and ends settle_within_days before now")
+    func window() {
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let day: TimeInterval = 86_400
+        let first = UnsettledCaptures.window(now: now, settleWithinDays: 14, oldestPayoutDate: nil, lookback: 30 * day)
+        #expect(first.from == now.addingTimeInterval(-30 * day))
+        #expect(first.before == now.addingTimeInterval(-14 * day))
+        let older = UnsettledCaptures.window(now: now, settleWithinDays: 14, oldestPayoutDate: now.addingTimeInterval(-90 * day), lookback: 30 * day)
+        #expect(older.from == now.addingTimeInterval(-90 * day))
+        let newer = UnsettledCaptures.window(now: now, settleWithinDays: 14, oldestPayoutDate: now.addingTimeInterval(-2 * day), lookback: 30 * day)
+        #expect(newer.from == now.addingTimeInterval(-30 * day))
+    }
+
     @Test("A settled capture is never overdue, whether the ledger or the caller says it is settled")
     func settled() {
         let late = t0.addingTimeInterval(30 * day)

@@ -147,30 +147,31 @@ struct SettlementConformanceTests {
             #expect(try await s.store.flagUnsettled(flags, at: day(10)) == 1)
             #expect(try await s.store.flagUnsettled(flags, at: day(11)) == 0)
             #expect(try await undelivered(s.store).map(\.reason) == ["cap-1 unsettled"])
-            #expect(try await s.store.unsettledCaptures(capturedBefore: day(20), limit: 10).isEmpty)
-            #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 1, payouts: 1, newestPayoutDate: day(2)))
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: day(20), limit: 10).isEmpty)
+            #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 1, payouts: 1, newestPayoutDate: day(2), oldestPayoutDate: day(2)))
 
             #expect(try await s.store.record(payout("PAY-2", day: 12, [(sale("PAY-2", 0, order: "o-1", capture: "cap-1", amount: 1_000), settles(late))]), outcomes: [], at: day(12)))
-            #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 0, payouts: 2, newestPayoutDate: day(12)))
+            #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 0, payouts: 2, newestPayoutDate: day(12), oldestPayoutDate: day(2)))
             #expect(try await s.store.ledger(orderIDs: ["o-1"])["o-1"]?.captures.map(\.settledBy) == [
                 SettledLineKey(paymentReference: "PAY-2", ordinal: 0), SettledLineKey(paymentReference: "PAY-1", ordinal: 0),
             ])
         }
     }
 
-    @Test("Unsettled captures: captured at or before the cutoff, oldest first, at most the limit", arguments: Backend.allCases)
+    @Test("Unsettled captures: captured from the lower bound up to and including the cutoff, oldest first, at most the limit", arguments: Backend.allCases)
     func unsettledCaptures(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             let c = capture("o-3", "cap-c", 300, at: 30), a = capture("o-1", "cap-a", 100, at: 10), b = capture("o-2", "cap-b", 200, at: 20)
             let idless = capture("o-1", nil, 400, at: 40)
             try await place(s.store, [order("o-1"), order("o-2"), order("o-3")], captures: [c, a, b, idless])
             #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 0, payouts: 0, newestPayoutDate: nil))
-            #expect(try await s.store.unsettledCaptures(capturedBefore: t0.addingTimeInterval(100), limit: 10) == [a, b, c, idless])
-            #expect(try await s.store.unsettledCaptures(capturedBefore: t0.addingTimeInterval(100), limit: 2) == [a, b])
-            #expect(try await s.store.unsettledCaptures(capturedBefore: t0.addingTimeInterval(20), limit: 10) == [a, b])
-            #expect(try await s.store.unsettledCaptures(capturedBefore: t0.addingTimeInterval(5), limit: 10).isEmpty)
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: t0.addingTimeInterval(100), limit: 10) == [a, b, c, idless])
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: t0.addingTimeInterval(100), limit: 2) == [a, b])
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: t0.addingTimeInterval(20), limit: 10) == [a, b])
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: t0.addingTimeInterval(5), limit: 10).isEmpty)
+            #expect(try await s.store.unsettledCaptures(capturedFrom: t0.addingTimeInterval(20), capturedBefore: t0.addingTimeInterval(30), limit: 10) == [b, c])
             #expect(try await s.store.flagUnsettled([UnsettledFlag(key: idless.key, outcome: finding("unsettled"))], at: day(9)) == 1)
-            #expect(try await s.store.unsettledCaptures(capturedBefore: t0.addingTimeInterval(100), limit: 10) == [a, b, c])
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: t0.addingTimeInterval(100), limit: 10) == [a, b, c])
         }
     }
 
@@ -261,7 +262,7 @@ struct SettlementConformanceTests {
             var again = Change()
             again.ledgerCaptures = [capture1, capture2]
             try await migrated.commit(again, at: t0)
-            #expect(try await migrated.unsettledCaptures(capturedBefore: day(1), limit: 10) == [capture1, capture2])
+            #expect(try await migrated.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: day(1), limit: 10) == [capture1, capture2])
             #expect(capture2.key.captureID == "~2000@1800000007")
         }
     }

@@ -123,10 +123,14 @@ extension SettlementService {
     /// returns how many this daemon flagged.
     private func flagOverdueCaptures(settleWithinDays days: Int) async throws -> Int {
         let now = clock.now
-        let capturedBefore = now.addingTimeInterval(-TimeInterval(days) * UnsettledCaptures.secondsPerDay)
+        let health = try await store.settlementHealth()
+        let window = UnsettledCaptures.window(
+            now: now, settleWithinDays: days, oldestPayoutDate: health.oldestPayoutDate,
+            lookback: settings.firstSyncLookback.timeInterval)
         var flagged = 0
         while true {
-            let captures = try await store.unsettledCaptures(capturedBefore: capturedBefore, limit: Self.unsettledBatch)
+            let captures = try await store.unsettledCaptures(
+                capturedFrom: window.from, capturedBefore: window.before, limit: Self.unsettledBatch)
             var flaggedNow = 0
             for overdue in UnsettledCaptures.check(captures, now: now, settleWithinDays: days, flagged: []).overdue {
                 let outcome = Outcome(overdue: overdue)

@@ -50,6 +50,20 @@ public enum UnsettledCaptures {
         capture.capturedAt.addingTimeInterval(TimeInterval(max(0, settleWithinDays)) * secondsPerDay)
     }
 
+    /// The captures a check at `now` can judge: captured from `from` up to and including `before` (`now` less
+    /// `settleWithinDays`). A capture from before the syncs' reach may have been settled by a payout no sync listed,
+    /// so it is never flagged: without this, switching settlements on for a store with history would flag every
+    /// older capture. The reach is `now − lookback` (a first sync lists that far back, and any later one from the
+    /// newest payout on, so every payout dated from then on was listed) or the oldest payout recorded, whichever is
+    /// earlier: a payout pays only what was captured before it.
+    public static func window(
+        now: Date, settleWithinDays: Int, oldestPayoutDate: Date?, lookback: TimeInterval
+    ) -> (from: Date, before: Date) {
+        let reach = now.addingTimeInterval(-max(0, lookback))
+        let from = oldestPayoutDate.map { min($0, reach) } ?? reach
+        return (from, now.addingTimeInterval(-TimeInterval(max(0, settleWithinDays)) * secondsPerDay))
+    }
+
     /// The captures overdue at `now` that are neither settled (``LedgerCapture/settledBy`` or `isSettled`) nor
     /// flagged already (`isFlagged`), each once even when `captures` names it twice; and the next deadline to come.
     public static func check(
