@@ -102,12 +102,25 @@ extension PostgresStore {
                 FROM unnest(\(ordinals)::bigint[], \(lineOrders)::text[], \(lineData)::text[]) AS given(ordinal, order_id, data)
                 """, logger: logger)
             for settlement in settled {
-                try await db.rows(
+                let changed = try await !rows(
+                    db,
                     """
                     UPDATE ledger SET settled_reference = \(settlement.line.paymentReference), settled_ordinal = \(settlement.line.ordinal)
                     WHERE order_id = \(settlement.orderID) AND entry = \(settlement.entry.rawValue) AND entry_key = \(settlement.key)
                       AND settled_reference IS NULL
-                    """, logger: logger)
+                    RETURNING 1
+                    """
+                ).isEmpty
+                // Unsettled when matched, settled now by another daemon's payout: the match is stale (rolled back).
+                if !changed, try await !rows(
+                    db,
+                    """
+                    SELECT 1 FROM ledger WHERE order_id = \(settlement.orderID) AND entry = \(settlement.entry.rawValue)
+                      AND entry_key = \(settlement.key) AND settled_reference IS NOT NULL
+                    """
+                ).isEmpty {
+                    throw StaleSettlementMatch(paymentReference: payout.paymentReference, settles: "\(settlement.orderID)/\(settlement.key)")
+                }
             }
             for (outcome, data) in outcomes { try await insertOutcome(db, outcome, data: data, at: at) }
             return true

@@ -109,3 +109,20 @@ public struct LedgerSettlement: Sendable {
         }
     }
 }
+
+/// A payout matched against a ledger that has changed since: a capture or refund it settles was settled meanwhile by
+/// another payout (another daemon recorded it). Nothing of the payout is written; matching it again against the
+/// ledger as it is now finds the duplicate settlement.
+public struct StaleSettlementMatch: Error, CustomStringConvertible {
+    public var paymentReference: String
+    public var settles: String
+
+    public init(paymentReference: String, settles: String) {
+        self.paymentReference = paymentReference
+        self.settles = settles
+    }
+
+    public var description: String {
+        "payout \(paymentReference) was matched while another payout settled \(settles): it is matched again"
+    }
+}

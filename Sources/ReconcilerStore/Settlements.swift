@@ -60,6 +60,15 @@ public protocol SettlementStore: Sendable {
     func flagUnsettled(_ flags: [UnsettledFlag], at: Date) async throws -> Int
     /// The numbers `/metrics` shows: captures flagged unsettled and still unsettled, and the newest payout date.
     func settlementHealth() async throws -> SettlementHealth
+    /// Which of `orderIDs` an operator holds: a held payment makes no Klarna call, a settlement read included.
+    func heldOrders(among orderIDs: [String]) async throws -> Set<String>
+}
+
+extension SettlementStore where Self: OperatorStore {
+    public func heldOrders(among orderIDs: [String]) async throws -> Set<String> {
+        let held = try await holds(orderIDs.map { WorkKey.order($0) })
+        return Set(orderIDs.filter { held[.order($0)] != nil })
+    }
 }
 
 /// What `/metrics` and `status` show of settlements.

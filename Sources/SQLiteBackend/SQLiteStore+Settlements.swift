@@ -84,13 +84,21 @@ extension SQLiteStore {
                     [.text(payout.paymentReference), SQLValue(line.ordinal), SQLValue(line.orderIDGiven), .text(data)])
             }
             for settlement in settled {
-                try db.query(
+                let row: [SQLValue] = [.text(settlement.orderID), .text(settlement.entry.rawValue), .text(settlement.key)]
+                let changed = try !db.query(
                     """
                     UPDATE ledger SET settled_reference = ?, settled_ordinal = ?
                     WHERE order_id = ? AND entry = ? AND entry_key = ? AND settled_reference IS NULL
+                    RETURNING 1
                     """,
-                    [.text(settlement.line.paymentReference), SQLValue(settlement.line.ordinal), .text(settlement.orderID),
-                     .text(settlement.entry.rawValue), .text(settlement.key)])
+                    [.text(settlement.line.paymentReference), SQLValue(settlement.line.ordinal)] + row
+                ).isEmpty
+                // Unsettled when matched, settled now: the match is stale (the whole transaction is rolled back).
+                if !changed, try !db.query(
+                    "SELECT 1 FROM ledger WHERE order_id = ? AND entry = ? AND entry_key = ? AND settled_reference IS NOT NULL", row
+                ).isEmpty {
+                    throw StaleSettlementMatch(paymentReference: payout.paymentReference, settles: "\(settlement.orderID)/\(settlement.key)")
+                }
             }
             for (outcome, data) in outcomes { try self.insertOutcome(db, outcome, data: data, at: at) }
             return true

@@ -85,12 +85,18 @@ struct OrderMachineTests {
         #expect(step.action == nil)
     }
 
-    @Test("CAPTURE_ORDER: HPP captured it; the first read says so")
+    @Test("CAPTURE_ORDER: HPP captured it; the first read says so, and HPP's capture enters the ledger as the shop's own")
     func captureOrderMode() {
-        let step = order(.immediate, placedBy: .captureOrder).applying(read("CAPTURED", captured: 10_000), request: nil, now: t0, deadlines: deadlines)
+        var observed = read("CAPTURED", captured: 10_000)
+        observed.captures = [OrderMovements.Movement(id: "cap-hpp", amount: 10_000, at: t0.addingTimeInterval(-5))]
+        let step = order(.immediate, placedBy: .captureOrder).applying(observed, request: nil, now: t0, deadlines: deadlines)
         #expect(step.outcomes.map(\.kind) == [.orderPlaced, .captured])
         #expect(step.outcomes.last?.reason.contains("CAPTURE_ORDER") == true)
         #expect(step.action == nil)
+        #expect(step.ledgerCaptures == [LedgerCapture(
+            orderID: step.order.orderID, captureID: "cap-hpp", amount: 10_000, currency: "EUR", capturedAt: t0.addingTimeInterval(-5), source: .daemon)])
+        // An order the daemon did not ask HPP to capture: a capture it did not make is left for the settlement sync.
+        #expect(order(.immediate).applying(observed, request: nil, now: t0, deadlines: deadlines).ledgerCaptures.isEmpty)
     }
 
     @Test("immediate captures the remaining amount (after a partial capture elsewhere too)")

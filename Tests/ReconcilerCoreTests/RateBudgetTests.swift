@@ -94,6 +94,17 @@ struct RateBudgetTests {
         #expect(Set(served.dropLast()) == Set(others))
     }
 
+    @Test("A background caller waiting leaves the spare tokens to routine polls; anyone more urgent waiting takes them")
+    func spareWhileBackgroundWaits() {
+        var budget = RateBudget(ratePerSecond: 50, burst: 5, now: start)
+        _ = budget.takeSpare(limit: 5, now: start)
+        _ = budget.request(.background)
+        let later = start.addingTimeInterval(0.1)
+        #expect(budget.takeSpare(limit: 2, now: later) == 2)
+        _ = budget.request(.routine)
+        #expect(budget.takeSpare(limit: 2, now: later) == 0)
+    }
+
     @Test("Under endless routine demand background work is never served; the first token nobody else wants is its")
     func backgroundNeverTakesFromPayments() {
         var budget = RateBudget(ratePerSecond: 50, burst: 1, now: start)

@@ -374,6 +374,11 @@ struct SettlementMatcherTests {
             kind: .duplicateSettlement, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", captureID: "c-1",
             merchantReference: "1001", expected: 50_000, actual: 50_000, actualCurrency: "EUR",
             reason: "capture c-1 of order o-1 was settled by payout EARLIER (line 4) and again by payout XISA93DJ (line 0)")])
+        // It does not settle the capture again: the store keeps EARLIER's settlement.
+        #expect(result.lines[0].settledElsewhere == SettledLineKey(paymentReference: "EARLIER", ordinal: 4))
+        #expect(result.settledCaptures.isEmpty)
+        let twice = reconcile(payout(SettledTotals(saleAmount: 100_000, settlementAmount: 100_000)), [line(0, .sale, 50_000, capture: "c-1"), line(1, .sale, 50_000, capture: "c-1")], [earlier])
+        #expect(twice.settledCaptures.isEmpty)
 
         let again = ledger(captures: [capture("c-1", 50_000, settledBy: SettledLineKey(paymentReference: ref, ordinal: 0))])
         #expect(reconcile(payout(totals), [line(0, .sale, 50_000, capture: "c-1")], [again]).findings == [])

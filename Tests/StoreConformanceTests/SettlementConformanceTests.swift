@@ -77,7 +77,7 @@ struct SettlementConformanceTests {
         }
     }
 
-    @Test("A payout is recorded once: its lines, settledBy on what it settled, its outcomes; a second record writes nothing", arguments: Backend.allCases)
+    @Test("A payout is recorded once: its lines, settledBy on what it settled, its outcomes; a second record writes nothing; a payout matched before another settled its capture is refused whole as stale", arguments: Backend.allCases)
     func recordOnce(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             let cap1 = capture("o-1", "cap-1", 1_000), cap2 = capture("o-2", "cap-2", 2_000, at: 1)
@@ -104,12 +104,20 @@ struct SettlementConformanceTests {
             #expect(ledger["o-1"]?.refunds.map(\.settledBy) == [SettledLineKey(paymentReference: "PAY-1", ordinal: 1)])
             #expect(ledger["o-2"]?.captures.map(\.settledBy) == [nil])
 
-            // A later payout that settles cap-1 again (a duplicate) leaves its first settlement as it was.
-            let second = payout("PAY-2", day: 5, [
+            // A later payout matched while cap-1 was unsettled (another daemon's ledger read, before PAY-1 was
+            // recorded) is stale: refused whole, nothing of it written, so it is matched again.
+            var stale = payout("PAY-2", day: 5, [
                 (sale("PAY-2", 0, order: "o-2", capture: "cap-2", amount: 2_000), settles(cap2)),
                 (sale("PAY-2", 1, order: "o-1", capture: "cap-1", amount: 1_000), settles(cap1)),
             ])
-            #expect(try await s.store.record(second, outcomes: [], at: day(5)))
+            await #expect(throws: StaleSettlementMatch.self) { try await s.store.record(stale, outcomes: outcomes, at: day(5)) }
+            #expect(try await s.store.recordedPayouts(among: ["PAY-2"]).isEmpty)
+            #expect(try await undelivered(s.store) == before + outcomes)
+            #expect(try await s.store.ledger(orderIDs: ["o-2"])["o-2"]?.captures.map(\.settledBy) == [nil])
+
+            // Matched again, it knows cap-1 was settled by PAY-1 (a duplicate): it leaves that settlement as it was.
+            stale.lines[1].settledElsewhere = SettledLineKey(paymentReference: "PAY-1", ordinal: 0)
+            #expect(try await s.store.record(stale, outcomes: [], at: day(5)))
             let after = try await s.store.ledger(orderIDs: ["o-1", "o-2"])
             #expect(after["o-1"]?.captures.map(\.settledBy) == [SettledLineKey(paymentReference: "PAY-1", ordinal: 0)])
             #expect(after["o-2"]?.captures.map(\.settledBy) == [SettledLineKey(paymentReference: "PAY-2", ordinal: 0)])

@@ -215,7 +215,8 @@ public struct Reconciler: Sendable {
         OrderObservation(
             status: order.status.rawValue, fraudStatus: order.fraudStatus.rawValue, orderAmount: order.orderAmount,
             capturedAmount: order.capturedAmount, remainingAuthorizedAmount: order.remainingAuthorizedAmount,
-            currency: order.purchaseCurrency, expiresAt: order.expiresAt, klarnaReference: order.klarnaReference)
+            currency: order.purchaseCurrency, expiresAt: order.expiresAt, klarnaReference: order.klarnaReference,
+            captures: OrderMovements(order).captures)
     }
 
     /// The error as the core's intent rules see it.

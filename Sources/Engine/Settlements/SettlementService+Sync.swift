@@ -67,16 +67,28 @@ extension SettlementService {
             let observed = try await store.ledger(orderIDs: orderIDs)
             reconciliation = SettlementMatcher.reconcile(payout: payout, lines: lines, orders: observed)
         }
-        let outcomes = reconciliation.outcomes
-        guard try await store.record(reconciliation, outcomes: outcomes, at: clock.now) else {
-            logger.info("payout \(payout.paymentReference) was recorded meanwhile (another daemon): left as it is")
-            return
+        for attempt in 1...Self.matchAttempts {
+            let outcomes = reconciliation.outcomes
+            do {
+                guard try await store.record(reconciliation, outcomes: outcomes, at: clock.now) else {
+                    logger.info("payout \(payout.paymentReference) was recorded meanwhile (another daemon): left as it is")
+                    return
+                }
+                report.reconciled += 1
+                report.findingOutcomes += outcomes.count
+                announce(reconciliation)
+                announce(outcomes)
+                return
+            } catch let stale as StaleSettlementMatch where attempt < Self.matchAttempts {
+                // Another daemon recorded a payout settling one of these captures since the ledger was read.
+                logger.info("\(stale)", metadata: ["payment_reference": .string(payout.paymentReference)])
+                reconciliation = SettlementMatcher.reconcile(payout: payout, lines: lines, orders: try await store.ledger(orderIDs: orderIDs))
+            }
         }
-        report.reconciled += 1
-        report.findingOutcomes += outcomes.count
-        announce(reconciliation)
-        announce(outcomes)
     }
+
+    /// How often a payout is matched before a stale match (``StaleSettlementMatch``) fails the sync.
+    static let matchAttempts = 3
 
     /// Reads each order once and records every capture and refund on it that the ledger lacks, each in its own
     /// transaction with its outcome. `found`: something was lacking (the ledger has it now); `recorded`: how many
@@ -86,7 +98,14 @@ extension SettlementService {
     ) async throws -> (found: Bool, recorded: Int) {
         var found = false
         var recorded = 0
+        let held = try await store.heldOrders(among: orderIDs)
         for orderID in orderIDs {
+            if held.contains(orderID) {
+                logger.info(
+                    "order \(orderID) is held: its settlement line's finding stands without a read of the order",
+                    metadata: ["order_id": .string(orderID)])
+                continue
+            }
             guard let known = ledger[orderID], let read = try await readOrder(orderID) else { continue }
             let drift = LedgerDrift(read: read, ledger: known, readAt: clock.now)
             let entries: [DriftEntry] = drift.captures.map {

@@ -83,10 +83,12 @@ public struct RateBudget: Sendable, Equatable {
         return now.addingTimeInterval(max(Self.slack, (1 - copy.tokens) / ratePerSecond))
     }
 
-    /// Takes up to `limit` tokens that nobody is waiting for, for reads that run only when the budget has room.
+    /// Takes up to `limit` tokens that nobody is waiting for, for reads that run only when the budget has room (routine
+    /// polls). Background work waiting does not count: it comes after those reads too.
     public mutating func takeSpare(limit: Int, now: Date) -> Int {
         refill(now: now)
-        guard waiting == 0, isOpen(now: now), limit > 0 else { return 0 }
+        let waitingAhead = waiting - queues[Urgency.background.rawValue].count
+        guard waitingAhead == 0, isOpen(now: now), limit > 0 else { return 0 }
         let count = min(limit, Int((tokens + Self.slack * ratePerSecond).rounded(.down)))
         tokens -= Double(count)
         return count

@@ -99,10 +99,13 @@ public struct OrderObservation: Sendable, Equatable {
     public var currency: String?
     public var expiresAt: Date?
     public var klarnaReference: String?
+    /// The order's captures as Klarna lists them.
+    public var captures: [OrderMovements.Movement]
 
     public init(
         status: String, fraudStatus: String, orderAmount: Int, capturedAmount: Int, remainingAuthorizedAmount: Int,
-        currency: String? = nil, expiresAt: Date? = nil, klarnaReference: String? = nil
+        currency: String? = nil, expiresAt: Date? = nil, klarnaReference: String? = nil,
+        captures: [OrderMovements.Movement] = []
     ) {
         self.status = status
         self.fraudStatus = fraudStatus
@@ -112,6 +115,7 @@ public struct OrderObservation: Sendable, Equatable {
         self.currency = currency
         self.expiresAt = expiresAt
         self.klarnaReference = klarnaReference
+        self.captures = captures
     }
 }
 
@@ -207,6 +211,7 @@ extension TrackedOrder {
             step.order = order
             step.events.append(DomainEvent(kind.rawValue, reason))
             step.outcomes.append(order.outcome(kind, reason, amount: amount))
+            if placedBy == .captureOrder { step.ledgerCaptures = order.capturedByHPP(observation, now: now) }
             return step
         }
 
@@ -290,6 +295,18 @@ extension TrackedOrder {
             order.nextDueAt = next
             step.order = order
             return step
+        }
+    }
+
+    /// The captures HPP made on an order placed with `CAPTURE_ORDER`, for the settlement ledger: the shop's own,
+    /// asked of HPP, not drift. Other captures the daemon did not make are left for the settlement sync, which reads
+    /// the order when a payout settles one and records it as drift.
+    func capturedByHPP(_ observation: OrderObservation, now: Date) -> [LedgerCapture] {
+        observation.captures.compactMap { capture in
+            guard capture.amount > 0 else { return nil }
+            return LedgerCapture(
+                orderID: orderID, captureID: capture.id, amount: capture.amount, currency: observation.currency ?? currency,
+                capturedAt: capture.at ?? now, source: .daemon)
         }
     }
 

@@ -55,12 +55,19 @@ public struct LineReconciliation: Codable, Sendable, Equatable {
     public var source: LedgerSource?
     /// One line for people: what it matched and how, or why not.
     public var note: String
+    /// The line of another payout that had settled the matched capture or refund already when this line was matched
+    /// (a duplicate settlement): this line does not settle it again.
+    public var settledElsewhere: SettledLineKey?
 
-    public init(line: SettledLine, signedAmount: Int, match: LineMatch, source: LedgerSource? = nil, note: String) {
+    public init(
+        line: SettledLine, signedAmount: Int, match: LineMatch, source: LedgerSource? = nil, note: String,
+        settledElsewhere: SettledLineKey? = nil
+    ) {
         self.line = line
         self.signedAmount = signedAmount
         self.match = match
         self.source = source
         self.note = note
+        self.settledElsewhere = settledElsewhere
     }
 }

@@ -35,22 +35,24 @@ public struct PayoutReconciliation: Codable, Sendable, Equatable {
 
     /// The captures this payout settled, each with the first line that did: the store records them as
     /// ``LedgerCapture/settledBy`` (a capture settled never counts as unsettled again, and a later SALE for it is a
-    /// duplicate).
+    /// duplicate). A capture another payout had settled when this one was matched is not among them; one that was
+    /// unsettled then must still be when the store records this payout, or the match is stale (another daemon
+    /// recorded a payout settling it meanwhile) and is made again.
     public var settledCaptures: [CaptureKey: SettledLineKey] {
-        var settled: [CaptureKey: SettledLineKey] = [:]
+        var first: [CaptureKey: LineReconciliation] = [:]
         for line in lines {
-            if case .capture(let key, _) = line.match, settled[key] == nil { settled[key] = line.line.key }
+            if case .capture(let key, _) = line.match, first[key] == nil { first[key] = line }
         }
-        return settled
+        return first.filter { $0.value.settledElsewhere == nil }.mapValues(\.line.key)
     }
 
     /// The refunds this payout settled, each with the first line that did.
     public var settledRefunds: [RefundKey: SettledLineKey] {
-        var settled: [RefundKey: SettledLineKey] = [:]
+        var first: [RefundKey: LineReconciliation] = [:]
         for line in lines {
-            if case .refund(let key, _) = line.match, settled[key] == nil { settled[key] = line.line.key }
+            if case .refund(let key, _) = line.match, first[key] == nil { first[key] = line }
         }
-        return settled
+        return first.filter { $0.value.settledElsewhere == nil }.mapValues(\.line.key)
     }
 
     /// Plain values for the CLI (text, JSON, CSV).

@@ -218,6 +218,7 @@ private struct Matching {
         } else {
             captureClaims[key] = line.ordinal
             if let earlier = capture.settledBy, settledElsewhere(earlier) {
+                results[index].settledElsewhere = earlier
                 flag(line.ordinal, SettlementFinding(
                     kind: .duplicateSettlement, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
                     orderID: order.orderID, captureID: key.captureID, merchantReference: order.merchantReference,
@@ -245,6 +246,7 @@ private struct Matching {
         } else {
             refundClaims[key] = line.ordinal
             if let earlier = refund.settledBy, settledElsewhere(earlier) {
+                results[index].settledElsewhere = earlier
                 flag(line.ordinal, SettlementFinding(
                     kind: .duplicateSettlement, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
                     orderID: order.orderID, refundID: key.refundID, merchantReference: order.merchantReference,
