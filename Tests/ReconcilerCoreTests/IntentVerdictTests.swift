@@ -23,6 +23,21 @@ struct IntentVerdictTests {
         IntentVerdict.decide(intent: intent, failure: failure, now: now ?? t0, deadline: deadline, policy: policy, random: half)
     }
 
+    @Test("A capture whose answer was lost takes the newest capture of its amount that no other capture intent claims")
+    func resolvedCaptureID() {
+        let capture = Intent(key: "cap-key", kind: .capture, subject: "o-1", amount: 3_000, now: t0)
+        let captures = [
+            OrderMovements.Movement(id: "earlier", amount: 3_000, at: t0),
+            OrderMovements.Movement(id: "portal", amount: 1_000, at: t0),
+            OrderMovements.Movement(id: "mine", amount: 3_000, at: t0),
+            OrderMovements.Movement(id: "portal-2", amount: 500, at: t0),
+        ]
+        #expect(capture.resolvedCaptureID(among: captures, claimed: []) == "mine")
+        #expect(capture.resolvedCaptureID(among: captures, claimed: ["mine"]) == "earlier")
+        #expect(capture.resolvedCaptureID(among: captures, claimed: ["mine", "earlier"]) == nil)
+        #expect(Intent(key: "x", kind: .cancelOrder, subject: "o-1", now: t0).resolvedCaptureID(among: captures, claimed: []) == nil)
+    }
+
     @Test("An unclear answer below the attempt limit makes the intent ambiguous and comes back after a jittered backoff")
     func ambiguousBelowLimit() {
         let intent = sent(attempts: 2)

@@ -208,7 +208,9 @@ extension Reconciler {
                 default: read.expiresAt.map { new in order.expiresAt.map { new > $0 } ?? true } ?? false
                 }
                 if done {
-                    let captureID = intent.kind == .capture ? read.captures.last?.captureID : nil
+                    let claimed = try await store.intents(subject: order.orderID)
+                        .filter { $0.kind == .capture && $0.state == .confirmed && $0.key != intent.key }.compactMap(\.result)
+                    let captureID = intent.resolvedCaptureID(among: OrderMovements(read).captures, claimed: Set(claimed))
                     change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
                         "resolved", "Klarna's order shows the \(intent.kind.rawValue) was done"), detail: ["intent": intent.key]))
                     return try await orderIntentSucceeded(order, intent, captureID: captureID, change: change)

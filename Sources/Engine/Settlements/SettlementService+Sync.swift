@@ -123,16 +123,17 @@ extension SettlementService {
         return (found, recorded)
     }
 
-    /// The order as Klarna's Order Management shows it; nil when it does not know the order (404): the settlement
-    /// line's own finding then stands.
+    /// The order as Klarna's Order Management shows it; nil when the read fails for good (404: Klarna does not know
+    /// the order; 403 and other answers trying again cannot mend): the settlement line's own finding then stands,
+    /// and one such order does not hold up every later payout. A failure worth trying again fails the sync.
     private func readOrder(_ orderID: String) async throws -> OrderMovements? {
         try await admit()
         do {
             let order = try await klarna { try await client.readOrder(id: orderID) }
             return OrderMovements(order)
-        } catch let error as KlarnaAPIError where error.status == 404 {
+        } catch let error as KlarnaAPIError where error.status == 404 || error.retryDisposition == .doNotRetry {
             logger.warning(
-                "order \(orderID) of a settlement line is unknown to Klarna's Order Management: the line's finding stands",
+                "order \(orderID) of a settlement line could not be read (\(Reconciler.short(error))): the line's finding stands",
                 metadata: ["order_id": .string(orderID)])
             return nil
         }

@@ -70,6 +70,15 @@ public struct Intent: Codable, Sendable, Equatable {
         return intent
     }
 
+    /// The capture a capture intent whose answer was lost made, from a read of the order that shows it done: the
+    /// newest capture of the intent's amount that no other confirmed capture intent of the order claims (`claimed`),
+    /// so a partial capture or one made in the Merchant Portal is not taken for it; nil when none fits (the ledger
+    /// then keys the capture by its amount).
+    public func resolvedCaptureID(among captures: [OrderMovements.Movement], claimed: Set<String>) -> String? {
+        guard kind == .capture, let amount else { return nil }
+        return captures.last { capture in capture.amount == amount && capture.id.map { !claimed.contains($0) } ?? false }?.id
+    }
+
     public func confirmed(result: String?, now: Date) -> Intent {
         var intent = self
         intent.state = .confirmed

@@ -19,7 +19,7 @@ public struct SettledLineKey: Codable, Sendable, Hashable, CustomStringConvertib
 /// on RETURN and REVERSAL) count as absent.
 public struct SettledLine: Codable, Sendable, Equatable {
     public var paymentReference: String
-    /// Position within the payout, from 0; part of the line's identity.
+    /// Position within the payout (the translation counts from 1, as people do); part of the line's identity.
     public var ordinal: Int
     public var kind: SettlementKind
     public var detailedType: String?
