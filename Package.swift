@@ -148,7 +148,7 @@ let package = Package(
             name: "klarna-reconciler",
             dependencies: [
                 "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "SystemdSupport",
-                "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "Engine", "Settings", "Ingest",
+                "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "Engine", "Settings", "Ingest", "ChildProcess",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -170,6 +170,7 @@ let package = Package(
             name: "klarna-engine-bench",
             dependencies: [
                 "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", "PostgresBackend",
+                "ChildProcess",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Benchmarks/EngineBench",
@@ -184,7 +185,11 @@ let package = Package(
         ),
 
         // Helpers every test target shares (waiting on a condition with a deadline).
-        .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
+        .target(name: "TestSupport", dependencies: ["ChildProcess"], path: "Tests/TestSupport", swiftSettings: strict),
+
+        // Child processes by posix_spawn, without Foundation.Process (see ChildProcess.swift for why).
+        .target(name: "CSpawn"),
+        .target(name: "ChildProcess", dependencies: ["CSpawn"], swiftSettings: strict),
 
         .executableTarget(
             name: "klarna-sim-bench",
@@ -221,6 +226,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "TestSupport",
+                "ChildProcess",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict

@@ -1,4 +1,5 @@
 import Crypto
+import ChildProcess
 import Foundation
 import Glibc
 import HTTPServer
@@ -46,7 +47,7 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
 final class Bench: @unchecked Sendable {
     let folder = NSTemporaryDirectory() + "klarna-engine-bench-" + UUID().uuidString.prefix(8)
     var storePath: String { folder + "/state.sqlite" }
-    var process: Process?
+    var process: ChildProcess?
 
     /// - Parameter store: the `store:` section's line (a PostgreSQL `url:` instead of the SQLite file).
     init(sandboxURL: String, extra: String = "", store: String = "path: state.sqlite") throws {
@@ -79,7 +80,7 @@ final class Bench: @unchecked Sendable {
         _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
         var timeout = timeval(tv_sec: 1, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: daemonBinary)
         process.arguments = ["run", "--config", folder + "/config.yaml"]
         // STATE_DIRECTORY: with store.url the per-host lock goes there (several daemons of one bench on one host).

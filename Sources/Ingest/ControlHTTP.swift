@@ -30,17 +30,13 @@ public enum ControlHTTP {
                     return reply(try await desk.listing(state: request.query["state"].flatMap { $0.isEmpty ? nil : $0 }, limit: min(max(1, limit), 10_000)))
                 case ("GET", let path) where path.count == 3 && path[0] == "v1" && path[1] == "payments":
                     guard let id = paymentID(path[2]) else { return badID }
-                    guard let story = try await desk.story(id) else {
-                        return IngestHTTP.json(404, ["error": "unknown_payment", "detail": "nothing tracked matches \(id)"])
-                    }
+                    guard let story = try await desk.story(id) else { return unknownPayment(id) }
                     return reply(story)
                 case ("GET", ["v1", "settlements"]):
                     return try await payouts(reports, request)
                 case ("GET", let path) where path.count == 4 && path[0] == "v1" && path[1] == "payments" && path[3] == "settlements":
                     guard let id = paymentID(path[2]) else { return badID }
-                    guard let story = try await desk.story(id) else {
-                        return IngestHTTP.json(404, ["error": "unknown_payment", "detail": "nothing tracked matches \(id)"])
-                    }
+                    guard let story = try await desk.story(id) else { return unknownPayment(id) }
                     return reply(try await reports.settlementLines(orderIDs: story.orders.map(\.orderID)))
                 case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "payments":
                     return try await operate(desk, request, id: path[2], action: path[3], wait: wait)
@@ -79,10 +75,8 @@ public enum ControlHTTP {
         let requester = OperatorDesk.requester(uid: request.peerUID, via: via)
         switch try await desk.request(action, id: id, orderID: orderID, by: requester, now: Date(), wait: wait) {
         case .refused(let refusal):
-            return IngestHTTP.json(refusal.status, [
-                "error": refusal.status == 404 ? "unknown_payment" : refusal.status == 400 ? "malformed" : "refused",
-                "detail": refusal.status == 404 ? "nothing tracked matches \(id)" : refusal.reason,
-            ])
+            if refusal.status == 404 { return unknownPayment(id) }
+            return IngestHTTP.json(refusal.status, ["error": refusal.status == 400 ? "malformed" : "refused", "detail": refusal.reason])
         case .queued(let requests):
             return reply(OperatorReply(status: "queued", requests: requests.map(OperatorReply.Part.init), payment: nil), status: 202)
         case .answered(let requests, let payment):
@@ -106,7 +100,6 @@ public enum ControlHTTP {
         let payout = request.query["payout"].flatMap { $0.isEmpty ? nil : $0 }
         return reply(try await reports.payouts(since: since, paymentReference: payout).map(\.report))
     }
-
 
     /// What an operator route answers: each request with the daemon's note, and how the orders it touched stand.
     public struct OperatorReply: Codable, Sendable {
@@ -138,6 +131,10 @@ public enum ControlHTTP {
     }
 
     static let badID = IngestHTTP.json(400, ["error": "bad_id", "detail": "the payment id must be 1–255 printable ASCII characters"])
+
+    static func unknownPayment(_ id: String) -> ServerReply {
+        IngestHTTP.json(404, ["error": "unknown_payment", "detail": "nothing tracked matches \(id)"])
+    }
 
     static func paymentID(_ raw: String) -> String? {
         let id = raw.removingPercentEncoding ?? raw

@@ -184,7 +184,7 @@ enum KlarnaAPIHandlers {
             body.orderAmount != session.orderAmount ? "order_amount" : nil,
             body.purchaseCurrency != session.purchaseCurrency ? "purchase_currency" : nil,
             body.purchaseCountry?.uppercased() != session.purchaseCountry.uppercased() ? "purchase_country" : nil,
-            body.orderLines?.reduce(0, { $0 + $1.totalAmount }) != session.orderAmount ? "order_lines" : nil,
+            body.orderLines.flatMap { SandboxOrderLine.total($0) } != session.orderAmount ? "order_lines" : nil,
         ].compactMap { $0 }
         if !mismatched.isEmpty { throw Rejection(409, "BAD_VALUE", "Not matching fields: [\(mismatched.joined(separator: ", "))]") }
 

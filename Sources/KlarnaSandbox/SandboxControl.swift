@@ -17,8 +17,20 @@ extension KlarnaSandbox {
         guard ["NONE", "PLACE_ORDER", "CAPTURE_ORDER"].contains(mode) else {
             throw ControlError(status: 400, description: "place_order_mode must be NONE, PLACE_ORDER or CAPTURE_ORDER")
         }
-        let amount = spec.orderAmount ?? spec.orderLines?.reduce(0) { $0 + $1.totalAmount } ?? 10_000
-        guard amount > 0 else { throw ControlError(status: 400, description: "order_amount must be positive") }
+        // Bounded, as every amount a control takes is (SandboxSettlementControl.swift): captures and refunds are at
+        // most the order's amount, so the sums a payout makes of them cannot overflow.
+        let amount: Int
+        if let given = spec.orderAmount {
+            amount = given
+        } else if let lines = spec.orderLines {
+            guard let total = SandboxOrderLine.total(lines) else {
+                throw ControlError(status: 400, description: "order_lines' total_amount must add up to from 1 to \(Self.maximumAmount)")
+            }
+            amount = total
+        } else {
+            amount = 10_000
+        }
+        try Self.require(spec.orderAmount == nil && spec.orderLines != nil ? "order_lines' total_amount sum" : "order_amount", amount, in: Self.amounts)
         let lines = spec.orderLines ?? [SandboxOrderLine(name: "Sandbox item", quantity: 1, unitPrice: amount, totalAmount: amount, taxRate: 0, totalTaxAmount: 0)]
         let now = self.now
         let kpID = UUID().uuidString.lowercased()

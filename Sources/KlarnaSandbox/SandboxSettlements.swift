@@ -79,6 +79,8 @@ extension SandboxState {
         for currency in currencies.sorted() {
             var payout = PayoutBuilder(reference: newPaymentReference(), currency: currency, date: date, spec: spec)
             for sale in sales where sale.order.currency == currency {
+                // Cannot overflow: a capture is at most its order's amount and an alteration within ±that bound
+                // (createSession and alterSettledAmount refuse more).
                 payout.sale(
                     settledOrder(sale.order), captureID: sale.capture.id,
                     amount: sale.capture.amount + (ledger.alterations[sale.capture.id] ?? 0), capturedAt: sale.capture.at,
@@ -110,10 +112,10 @@ extension SandboxState {
             }
             if spec.holdback != 0 {
                 payout.holdback(spec.holdback)
-                settlements.heldBack[currency, default: 0] += spec.holdback
+                settlements.heldBack[currency] = settlements.heldBack[currency, default: 0].addingSaturated(spec.holdback)
             }
             var totals = SandboxSettlementTotals(payout.transactions)
-            totals.settlementAmount += settlements.totalsError
+            totals.settlementAmount = totals.settlementAmount.addingSaturated(settlements.totalsError)
             settlements.totalsError = 0
             let made = CreatedPayout(
                 paymentReference: payout.reference, payoutDate: date, currencyCode: currency, totals: totals,
@@ -260,36 +262,57 @@ struct PayoutBuilder {
             merchantReference1: order?.merchantReference, purchaseCountry: order?.purchaseCountry)
     }
 
-    /// `basisPoints` ten-thousandths of `amount`, rounded half away from zero.
+    /// `basisPoints` ten-thousandths of `amount`, rounded half away from zero. The controls keep amounts within a few
+    /// times ``KlarnaSandbox/maximumAmount`` and basis points within 0…10,000, so the share fits an `Int` by far; it
+    /// is held at the limits all the same, since `Int(_:)` of a `Double` beyond them traps.
     static func share(of amount: Int, basisPoints: Int) -> Int {
-        Int((Double(amount) * Double(basisPoints) / 10_000).rounded())
+        let share = (Double(amount) * Double(basisPoints) / 10_000).rounded()
+        return Int(exactly: share) ?? (share < 0 ? .min : .max)
     }
 }
 
 extension SandboxSettlementTotals {
     /// Klarna's totals of `transactions`, `settlementAmount` by the payout formula (SETTLEMENTS.md §3). CORRECTION
-    /// rows count in no total; `tax` is the VAT on fees.
+    /// rows count in no total; `tax` is the VAT on fees. Every amount a control records is bounded, so only millions
+    /// of rows could reach `Int`'s limits; the sums are held there rather than trap (the payout is then wrong, the
+    /// sandbox still up).
     init(_ transactions: [SandboxSettlementTransaction]) {
         self.init()
         for item in transactions {
             switch item.type {
-            case "SALE": saleAmount += item.amount
-            case "RETURN": returnAmount += item.amount
-            case "REVERSAL": reversalAmount += item.amount
-            case "REVERSAL_MERCHANT_PROTECTION": reversalAmount -= item.amount
-            case "FEE": feeAmount += item.amount
-            case "FEE_REFUND": feeRefundAmount += item.amount
-            case "COMMISSION": commissionAmount += item.amount
-            case "CHARGE": chargeAmount += item.amount
-            case "CREDIT": creditAmount += item.amount
-            case "HOLDBACK": holdbackAmount += item.amount
-            case "RELEASE": releaseAmount += item.amount
+            case "SALE": saleAmount = saleAmount.addingSaturated(item.amount)
+            case "RETURN": returnAmount = returnAmount.addingSaturated(item.amount)
+            case "REVERSAL": reversalAmount = reversalAmount.addingSaturated(item.amount)
+            case "REVERSAL_MERCHANT_PROTECTION": reversalAmount = reversalAmount.subtractingSaturated(item.amount)
+            case "FEE": feeAmount = feeAmount.addingSaturated(item.amount)
+            case "FEE_REFUND": feeRefundAmount = feeRefundAmount.addingSaturated(item.amount)
+            case "COMMISSION": commissionAmount = commissionAmount.addingSaturated(item.amount)
+            case "CHARGE": chargeAmount = chargeAmount.addingSaturated(item.amount)
+            case "CREDIT": creditAmount = creditAmount.addingSaturated(item.amount)
+            case "HOLDBACK": holdbackAmount = holdbackAmount.addingSaturated(item.amount)
+            case "RELEASE": releaseAmount = releaseAmount.addingSaturated(item.amount)
             default: break
             }
-            taxAmount += item.vatAmount ?? 0
+            taxAmount = taxAmount.addingSaturated(item.vatAmount ?? 0)
         }
-        settlementAmount = saleAmount - returnAmount - reversalAmount - feeAmount + feeCorrectionAmount
-            + commissionAmount - taxAmount - chargeAmount + creditAmount - repayAmount - holdbackAmount
-            + releaseAmount + feeRefundAmount
+        // sale − return − reversal − fee + fee correction + commission − tax − charge + credit − repay − holdback
+        // + release + fee refund.
+        let credits = [saleAmount, feeCorrectionAmount, commissionAmount, creditAmount, releaseAmount, feeRefundAmount]
+        let debits = [returnAmount, reversalAmount, feeAmount, taxAmount, chargeAmount, repayAmount, holdbackAmount]
+        settlementAmount = debits.reduce(credits.reduce(0) { $0.addingSaturated($1) }) { $0.subtractingSaturated($1) }
+    }
+}
+
+extension Int {
+    /// `self + other`, held at `Int.min` or `Int.max` instead of trapping.
+    func addingSaturated(_ other: Int) -> Int {
+        let (sum, overflow) = addingReportingOverflow(other)
+        return overflow ? (other < 0 ? .min : .max) : sum
+    }
+
+    /// `self − other`, held at `Int.min` or `Int.max` instead of trapping.
+    func subtractingSaturated(_ other: Int) -> Int {
+        let (difference, overflow) = subtractingReportingOverflow(other)
+        return overflow ? (other < 0 ? .max : .min) : difference
     }
 }

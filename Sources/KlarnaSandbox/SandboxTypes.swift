@@ -80,6 +80,19 @@ public struct SandboxOrderLine: Codable, Sendable, Equatable {
     }
 }
 
+extension SandboxOrderLine {
+    /// The lines' `total_amount`s added up; `nil` when the sum overflows `Int` (no order can be that large).
+    static func total(_ lines: [SandboxOrderLine]) -> Int? {
+        var sum = 0
+        for line in lines {
+            let (next, overflow) = sum.addingReportingOverflow(line.totalAmount)
+            if overflow { return nil }
+            sum = next
+        }
+        return sum
+    }
+}
+
 public struct CreatedSession: Codable, Sendable {
     public var kpSessionId: String
     public var hppSessionId: String

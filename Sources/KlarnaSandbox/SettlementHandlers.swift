@@ -1,4 +1,5 @@
 import Foundation
+import ReconcilerCore
 
 /// Klarna's Settlements API v1 (SETTLEMENTS.md §2): payouts, their summary and their transactions, read-only. A
 /// settlement schedule catches up first, so a read sees every payout due by now on the sandbox clock.
@@ -114,7 +115,10 @@ enum SettlementHandlers {
         let byCurrency = Dictionary(grouping: matching, by: \.currencyCode)
         let summaries = byCurrency.keys.sorted().map { code -> SummaryBody in
             let group = byCurrency[code] ?? []
-            func sum(_ total: KeyPath<SandboxSettlementTotals, Int>) -> Int { group.reduce(0) { $0 + $1.totals[keyPath: total] } }
+            // Held at Int's limits rather than trap, as a payout's own totals are.
+            func sum(_ total: KeyPath<SandboxSettlementTotals, Int>) -> Int {
+                group.reduce(0) { $0.addingSaturated($1.totals[keyPath: total]) }
+            }
             return SummaryBody(
                 summaryPayoutDateStart: start, summaryPayoutDateEnd: end, summarySettlementCurrency: code,
                 summaryTotalSaleAmount: sum(\.saleAmount), summaryTotalReturnAmount: sum(\.returnAmount),
@@ -148,14 +152,14 @@ enum SettlementHandlers {
                 filters: ["payment_reference", "order_id"], from: query)))
     }
 
-    /// An ISO 8601 date-time query parameter; a bare date means its midnight UTC (SETTLEMENTS.md §2).
+    /// An ISO 8601 date-time query parameter; a bare date means its midnight UTC (SETTLEMENTS.md §2). Read as the
+    /// CLI's `--since` is (``PayoutSince``), so a day that does not exist (`2026-02-30`) is refused, not rolled over.
     static func date(_ query: [String: String], _ name: String) throws(Rejection) -> Date? {
         guard let text = query[name] else { return nil }
-        let full = text.count == 10 ? text + "T00:00:00Z" : text
-        for style in [Date.ISO8601FormatStyle(), Date.ISO8601FormatStyle(includingFractionalSeconds: true)] {
-            if let date = try? style.parse(full) { return date }
+        guard let date = PayoutSince.parse(text) else {
+            throw Rejection(400, "BAD_VALUE", "\(name) must be \(PayoutSince.expected), not \(text)")
         }
-        throw Rejection(400, "BAD_VALUE", "\(name) must be an ISO 8601 date-time, not \(text)")
+        return date
     }
 
     /// `size` (default 20, at most 500) and `offset` (default 0), and the `next`/`prev` links that keep the filters.
@@ -192,6 +196,7 @@ enum SettlementHandlers {
         }
 
         /// Percent-encodes all but RFC 3986's unreserved characters (a `+` in a time zone must not read as a space).
+        /// `KlarnaClient.queryString` encodes the same way; the sandbox does not depend on KlarnaAPI, so it has its own.
         static func escape(_ value: String) -> String {
             let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
             return value.addingPercentEncoding(withAllowedCharacters: unreserved) ?? value

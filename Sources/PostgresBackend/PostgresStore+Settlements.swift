@@ -20,14 +20,6 @@ extension PostgresStore {
             settledReference: reference, settledOrdinal: ordinal)
     }
 
-    /// Id lists go to the server this many at a time, each batch one array looked up by primary key.
-    private static let batchSize = 1_000
-
-    private static func batches(_ ids: [String]) -> [[String]] {
-        let unique = Array(Set(ids))
-        return stride(from: 0, to: unique.count, by: batchSize).map { Array(unique[$0..<min($0 + batchSize, unique.count)]) }
-    }
-
     /// Inserts `row` unless its key is in the ledger already; returns whether it was new.
     @discardableResult
     func insertLedger(_ db: PostgresConnection, _ row: LedgerRow) async throws -> Bool {
@@ -44,33 +36,22 @@ extension PostgresStore {
 
     // MARK: SettlementStore
 
-    public func newestPayoutDate() async throws -> Date? {
-        try await rows("SELECT max(payout_date) FROM payouts").first?.decode(Date?.self)
-    }
-
     public func recordedPayouts(among references: [String]) async throws -> Set<String> {
-        var recorded: Set<String> = []
-        for batch in Self.batches(references) {
-            for row in try await rows("SELECT payment_reference FROM payouts WHERE payment_reference = ANY(\(batch))") {
-                recorded.insert(try row.decode(String.self))
-            }
-        }
-        return recorded
+        // One array parameter, looked up by primary key, whatever its length.
+        try await Set(rows("SELECT payment_reference FROM payouts WHERE payment_reference = ANY(\(references))").map { try $0.decode(String.self) })
     }
 
     public func ledger(orderIDs: [String]) async throws -> [String: LedgerOrder] {
         var orders: [String: LedgerOrder] = [:]
-        for batch in Self.batches(orderIDs) {
-            for row in try await rows("SELECT order_id, merchant_reference, data::jsonb ->> 'currency' FROM orders WHERE order_id = ANY(\(batch))") {
-                let (orderID, reference, currency) = try row.decode((String, String?, String?).self)
-                orders[orderID] = LedgerOrder(orderID: orderID, merchantReference: reference, currency: currency)
-            }
-            for row in try await rows(
-                "SELECT \(unescaped: Self.ledgerColumns) FROM ledger WHERE order_id = ANY(\(batch)) ORDER BY at, entry_key")
-            {
-                guard let entry = try Self.ledgerRow(row) else { continue }
-                entry.add(to: &orders[entry.orderID, default: LedgerOrder(orderID: entry.orderID)])
-            }
+        for row in try await rows("SELECT order_id, merchant_reference, data::jsonb ->> 'currency' FROM orders WHERE order_id = ANY(\(orderIDs))") {
+            let (orderID, reference, currency) = try row.decode((String, String?, String?).self)
+            orders[orderID] = LedgerOrder(orderID: orderID, merchantReference: reference, currency: currency)
+        }
+        for row in try await rows(
+            "SELECT \(unescaped: Self.ledgerColumns) FROM ledger WHERE order_id = ANY(\(orderIDs)) ORDER BY at, entry_key")
+        {
+            guard let entry = try Self.ledgerRow(row) else { continue }
+            entry.add(to: &orders[entry.orderID, default: LedgerOrder(orderID: entry.orderID)])
         }
         return orders
     }
@@ -199,17 +180,14 @@ extension PostgresStore {
     }
 
     public func settlementLines(orderIDs: [String]) async throws -> [LineReconciliation] {
-        var found: [RecordedLine] = []
-        for batch in Self.batches(orderIDs) {
-            for row in try await rows(
-                """
-                SELECT p.payout_date, l.data FROM settlement_lines l JOIN payouts p ON p.payment_reference = l.payment_reference
-                WHERE l.order_id = ANY(\(batch))
-                """)
-            {
-                let (payoutDate, data) = try row.decode((Date, String).self)
-                found.append(RecordedLine(payoutDate: payoutDate, line: try decode(LineReconciliation.self, text: data)))
-            }
+        let found = try await rows(
+            """
+            SELECT p.payout_date, l.data FROM settlement_lines l JOIN payouts p ON p.payment_reference = l.payment_reference
+            WHERE l.order_id = ANY(\(orderIDs))
+            """
+        ).map { row in
+            let (payoutDate, data) = try row.decode((Date, String).self)
+            return RecordedLine(payoutDate: payoutDate, line: try decode(LineReconciliation.self, text: data))
         }
         return RecordedLine.inReportOrder(found)
     }

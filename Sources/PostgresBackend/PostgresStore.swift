@@ -148,6 +148,9 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     }
 
     /// Runs `body` in one transaction on one pooled connection; rolls back and rethrows its own error if it throws.
+    /// A failure may have closed the connection (a hot statement that failed at its first use on it, see
+    /// `PostgresConnection.rows(_:_:logger:)`): the ROLLBACK then fails at once, unwritten, and the server has
+    /// rolled the transaction back with the session.
     func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         let started = ContinuousClock.now
         defer { Telemetry.time(.storeCommitDuration, .now - started) }

@@ -10,7 +10,8 @@ protocol StatementText: Sendable {
 }
 
 /// A hot statement as postgres-nio prepares it: parsed and planned once per pooled connection (named by its
-/// text's type), afterwards only bound and executed.
+/// text's type), afterwards only bound and executed. A preparation that fails is remembered by postgres-nio for the
+/// connection's life; `PostgresConnection.rows(_:_:logger:)` closes such a connection.
 struct Prepared<Text: StatementText>: PostgresPreparedStatement {
     static var name: String { "klarna_reconciler.\(Text.self)" }
     static var sql: String { Text.sql }

@@ -38,8 +38,6 @@ public struct UnsettledFlag: Sendable, Equatable {
 
 /// What the settlement service needs.
 public protocol SettlementStore: Sendable {
-    /// The newest `payoutDate` of the payouts recorded (a sync lists payouts from a while before it).
-    func newestPayoutDate() async throws -> Date?
     /// Which of `references` are recorded already.
     func recordedPayouts(among references: [String]) async throws -> Set<String>
     /// What the shop knows of these orders: captures (the daemon's and observed ones), observed refunds, each with

@@ -31,10 +31,6 @@ extension SQLiteStore {
 
     // MARK: SettlementStore
 
-    public func newestPayoutDate() async throws -> Date? {
-        try await read { db in try db.query("SELECT MAX(payout_date) FROM payouts").first?.date(0) }
-    }
-
     public func recordedPayouts(among references: [String]) async throws -> Set<String> {
         try await read { db in
             try Set(references.filter { try !db.query("SELECT 1 FROM payouts WHERE payment_reference = ?", [.text($0)]).isEmpty })

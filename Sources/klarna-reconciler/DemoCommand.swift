@@ -1,4 +1,5 @@
 import ArgumentParser
+import ChildProcess
 import Foundation
 import HTTPServer
 import KlarnaAPI
@@ -36,7 +37,7 @@ final class Demo: @unchecked Sendable {
     let sandbox = KlarnaSandbox()
     let baseURL: String
     private let serving: Task<Void, any Error>
-    private var daemon: Process?
+    private var daemon: ChildProcess?
     private static let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
 
     init(folder: String) async throws {
@@ -158,7 +159,7 @@ final class Demo: @unchecked Sendable {
         }
 
         step(11, "Klarna pays out what was captured, less its fees, and a sale for an order nobody placed")
-        let orphan = sandbox.inventTransaction(amount: 4_200, currency: "EUR", purchaseCountry: "DE")
+        let orphan = try sandbox.inventTransaction(amount: 4_200, currency: "EUR", purchaseCountry: "DE")
         detail("order \(orphan): paid by a customer at Klarna, never seen by the shop (POST /_sandbox/settlements/invent)")
         let payouts = try sandbox.settle()
         for payout in payouts {
@@ -233,7 +234,7 @@ final class Demo: @unchecked Sendable {
 
     /// Starts the daemon, its output appended to daemon.log, and waits for its ready line.
     private func startDaemon() async throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = Self.executable
         process.arguments = ["run", "--config", "\(folder)/config.yaml"]
         if !FileManager.default.fileExists(atPath: "\(folder)/daemon.log") {
@@ -279,7 +280,7 @@ final class Demo: @unchecked Sendable {
 
     /// Runs a program and returns what it printed; fails on a non-zero exit.
     private func run(_ executable: URL, _ arguments: [String]) async throws -> String {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = executable
         process.arguments = arguments
         // Output to a file and a polled wait: blocking here would starve the sandbox, which runs on this process's

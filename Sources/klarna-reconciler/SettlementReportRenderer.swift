@@ -18,7 +18,7 @@ enum SettlementReportRenderer {
             for line in report.unmatched {
                 let ids = [line.orderID.map { "order \($0)" }, line.captureID.map { "capture \($0)" }, line.refundID.map { "refund \($0)" }]
                     .compactMap { $0 }.joined(separator: ", ")
-                lines.append("    line \(line.ordinal)  \(line.kind) \(signed(line.amount))\(ids.isEmpty ? "" : "  \(ids)")  \(line.reason.rawValue): \(line.explanation)")
+                lines.append("    line \(line.ordinal)  \(line.kind) \(Minor.signedText(line.amount))\(ids.isEmpty ? "" : "  \(ids)")  \(line.reason.rawValue): \(line.explanation)")
             }
             if !report.findings.isEmpty { lines.append("  Findings") }
             for finding in report.findings {
@@ -31,15 +31,11 @@ enum SettlementReportRenderer {
 
     /// `Total: 2 payouts, net 465000 EUR, 1200 SEK; 9 lines: 7 matched, 1 payout-level, 1 unmatched; 3 findings`.
     static func total(_ reports: [PayoutReport]) -> String {
-        // Saturating: an absurd amount from Klarna is shown as it is reported, it must not stop the command.
-        func add(_ a: Int, _ b: Int) -> Int {
-            let (total, overflow) = a.addingReportingOverflow(b)
-            return overflow ? (b > 0 ? .max : .min) : total
-        }
+        // Saturating (Minor): an absurd amount from Klarna is shown as it is reported, it must not stop the command.
         var net: [String: Int] = [:]
-        for report in reports { net[report.currency] = add(net[report.currency] ?? 0, report.net) }
+        for report in reports { net[report.currency] = Minor.add(net[report.currency] ?? 0, report.net) }
         let nets = net.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
-        func sum(_ count: (PayoutReport) -> Int) -> Int { reports.reduce(0) { add($0, count($1)) } }
+        func sum(_ count: (PayoutReport) -> Int) -> Int { Minor.sum(reports.map(count)) }
         return "Total: \(counted(reports.count, "payout"))\(nets.isEmpty ? "" : ", net \(nets)"); \(counted(sum(\.lineCount), "line")): "
             + "\(sum(\.matchedCount)) matched, \(sum(\.payoutLevelCount)) payout-level, \(sum(\.unmatchedCount)) unmatched; "
             + counted(sum(\.findingCount), "finding")
@@ -67,8 +63,6 @@ enum SettlementReportRenderer {
     static func line(_ line: SettlementLineView) -> String {
         let vat = line.vatAmount.map { " (VAT \($0))" } ?? ""
         let what = line.unmatchedReason.map { "unmatched (\($0.rawValue))" } ?? line.matched
-        return "payout \(line.paymentReference) line \(line.ordinal)  \(line.type) \(signed(line.amount)) \(line.currency)\(vat)  \(what): \(line.note)"
+        return "payout \(line.paymentReference) line \(line.ordinal)  \(line.type) \(Minor.signedText(line.amount)) \(line.currency)\(vat)  \(what): \(line.note)"
     }
-
-    static func signed(_ amount: Int) -> String { amount > 0 ? "+\(amount)" : "\(amount)" }
 }

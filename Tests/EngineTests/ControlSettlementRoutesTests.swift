@@ -74,7 +74,7 @@ struct ControlSettlementRoutesTests {
         #expect(bad.status == 400 && String(decoding: bad.body, as: UTF8.self).contains("since must be a day"), "\(String(decoding: bad.body, as: UTF8.self))")
     }
 
-    @Test("GET /v1/payments/{id}/settlements: the lines of the payment's orders; 404 for an unknown payment; without reports, 404")
+    @Test("GET /v1/payments/{id}/settlements: the lines of the payment's orders; 404 for an unknown payment")
     func paymentLines() async throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }

@@ -76,10 +76,10 @@ struct SettlementServiceTests {
 
             try h.sandbox.alterSettledAmount(captureID: try h.captureID(of: altered), by: 100)
             try h.sandbox.omitFromSettlement(captureID: try h.captureID(of: neverPaid))
-            let orphan = h.sandbox.inventTransaction(amount: 4_200, currency: "SEK")
+            let orphan = try h.sandbox.inventTransaction(amount: 4_200, currency: "SEK")
             let portalCapture = try h.sandbox.portalCapture(order: portalCaptured, amount: 10_000)
             let portalRefund = try h.sandbox.portalRefund(order: portalRefunded, amount: 1_500)
-            h.sandbox.breakTotals(by: 1)
+            try h.sandbox.breakTotals(by: 1)
             let reference = try #require(try h.sandbox.settle(PayoutSpec(reversals: [fine: 2_000])).first?.paymentReference)
 
             let service = h.settlementService()
@@ -161,7 +161,7 @@ struct SettlementServiceTests {
     func outage() async throws {
         try await EngineHarness.with { h in
             _ = try await h.paidOrders([10_000, 11_000, 12_000])
-            let orphan = h.sandbox.inventTransaction(amount: 4_200, currency: "SEK")
+            let orphan = try h.sandbox.inventTransaction(amount: 4_200, currency: "SEK")
             _ = try h.sandbox.settle()
             let limiter = RateLimiter(ratePerSecond: 100, burst: 100, clock: h.clock)
             let service = h.settlementService(rateLimiter: limiter, pageSize: 2)
@@ -202,10 +202,10 @@ struct SettlementServiceTests {
     func restartMidSync() async throws {
         try await EngineHarness.with { h in
             _ = try await h.paidOrders([10_000])
-            let firstOrphan = h.sandbox.inventTransaction(amount: 4_200, currency: "SEK")
+            let firstOrphan = try h.sandbox.inventTransaction(amount: 4_200, currency: "SEK")
             _ = try h.sandbox.settle()
             _ = try await h.paidOrders([11_000])
-            let secondOrphan = h.sandbox.inventTransaction(amount: 5_300, currency: "SEK")
+            let secondOrphan = try h.sandbox.inventTransaction(amount: 5_300, currency: "SEK")
             _ = try h.sandbox.settle()
 
             // The first payout's transactions come; every read after them fails.
@@ -222,6 +222,69 @@ struct SettlementServiceTests {
             #expect(try await restarted.sync().reconciled == 0)
             #expect(try await h.settlementOutcomes(in: reopened).count == 2)
             #expect(try await reopened.settlementHealth().payouts == 2)
+        }
+    }
+
+    @Test("An order read during the sync: a 503 fails the sync with nothing recorded; an order Klarna will not show (403), and a held one (never read), leave their lines' findings, recorded once")
+    func orderReadsInTheSync() async throws {
+        try await EngineHarness.with { h in
+            let orders = try await h.paidOrders([10_000, 11_000], capture: .never)
+            let (refused, held) = (orders[0], orders[1])
+            let portalCapture = try h.sandbox.portalCapture(order: refused, amount: 10_000)
+            _ = try h.sandbox.portalCapture(order: held, amount: 11_000)
+            _ = try h.sandbox.settle()
+            var hold = Change()
+            hold.holds = [(.order(held), by: "alice")]
+            try await h.store.commit(hold, at: h.clock.now)
+            let service = h.settlementService()
+            let reads = h.sandbox.requests(route: "om.read_order").count
+
+            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .status, status: 503, count: 1))
+            let unavailable = try await #require(throws: KlarnaAPIError.self) { _ = try await service.sync() }
+            #expect(unavailable.status == 503)
+            #expect(try await h.store.settlementHealth().payouts == 0)
+            #expect(try await h.settlementOutcomes().isEmpty)
+
+            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .status, status: 403, count: nil))
+            let report = try await service.sync()
+            #expect(report.reconciled == 1 && report.drift == 0)
+            // The 503 and the 403: the held order was never read.
+            #expect(h.sandbox.requests(route: "om.read_order").count - reads == 2)
+            let outcomes = try await h.settlementOutcomes()
+            #expect(outcomes.map(\.finding) == [.unknownCapture, .unknownCapture])
+            #expect(Set(outcomes.map(\.orderID)) == [refused, held])
+            #expect(outcomes.first { $0.orderID == refused }?.captureID == portalCapture)
+            #expect(h.logs.all.contains { $0.contains("order \(held) is held") })
+            #expect(try await service.sync().reconciled == 0)
+            #expect(try await h.settlementOutcomes().count == 2)
+        }
+    }
+
+    @Test("A payout matched while another daemon recorded one settling the same capture is matched again: the duplicate settlement is found, the payout recorded once")
+    func staleMatchIsMatchedAgain() async throws {
+        try await EngineHarness.with { h in
+            let order = try #require(try await h.paidOrders([10_000]).first)
+            let paid = try #require(try h.sandbox.settle().first)
+            let store = RecordsAnotherPayoutFirst(store: h.store)
+            let service = h.settlementService(store: nil, settlementStore: store)
+            store.before = {
+                // Another daemon records a payout of its own that settles the same capture, after this one read the
+                // ledger and before it records.
+                let capture = try #require(try await h.store.ledger(orderIDs: [order])[order]?.captures.first)
+                let line = SettledLine(paymentReference: "OTHER", ordinal: 1, kind: .sale, amount: 10_000, orderID: order, captureID: capture.captureID, currency: paid.currencyCode)
+                let other = SettlementMatcher.reconcile(
+                    payout: SettledPayout(paymentReference: "OTHER", payoutDate: paid.payoutDate, currency: paid.currencyCode, settlementType: "NET", totals: SettledTotals(saleAmount: 10_000, settlementAmount: 10_000)),
+                    lines: [line], orders: try await h.store.ledger(orderIDs: [order]))
+                #expect(try await h.store.record(other, outcomes: [], at: h.clock.now))
+            }
+            let report = try await service.sync()
+            #expect(report.reconciled == 1)
+            #expect(store.records == 2, "refused once as stale, then recorded")
+            let outcomes = try await h.settlementOutcomes()
+            #expect(outcomes.map(\.finding) == [.duplicateSettlement])
+            #expect(outcomes.first?.paymentReference == paid.paymentReference)
+            let settled = try await h.store.ledger(orderIDs: [order])[order]?.captures.first?.settledBy
+            #expect(settled?.paymentReference == "OTHER")
         }
     }
 
@@ -272,10 +335,11 @@ extension EngineHarness {
 
     /// A settlement service on this harness's sandbox, clock and logs, over `store` (the harness's by default).
     func settlementService(
-        store: SQLiteStore? = nil, rateLimiter: RateLimiter? = nil, pageSize: Int = KlarnaClient.settlementsMaxPageSize
+        store: SQLiteStore? = nil, settlementStore: (any SettlementStore)? = nil, rateLimiter: RateLimiter? = nil,
+        pageSize: Int = KlarnaClient.settlementsMaxPageSize
     ) -> SettlementService {
         SettlementService(
-            store: store ?? self.store, client: reconciler.client, clock: clock, rateLimiter: rateLimiter,
+            store: settlementStore ?? store ?? self.store, client: reconciler.client, clock: clock, rateLimiter: rateLimiter,
             settings: SettlementServiceTests.settings, logger: logs.logger(), random: SeededRandomSource(seed: 5),
             pageSize: pageSize)
     }
@@ -291,4 +355,37 @@ final class ServedUrgencies: Sendable {
     private let served = Mutex<[Urgency]>([])
     var urgencies: [Urgency] { served.withLock { $0 } }
     func add(_ urgency: Urgency) { served.withLock { $0.append(urgency) } }
+}
+
+/// The harness's store, with `before` run once just before the first `record` (another daemon's write in between
+/// this one's ledger read and its record), counting the records asked for.
+final class RecordsAnotherPayoutFirst: SettlementStore, @unchecked Sendable {
+    let store: SQLiteStore
+    private let state = Mutex<(before: (@Sendable () async throws -> Void)?, records: Int)>((nil, 0))
+    var before: (@Sendable () async throws -> Void)? {
+        get { state.withLock { $0.before } }
+        set { state.withLock { $0.before = newValue } }
+    }
+    var records: Int { state.withLock { $0.records } }
+
+    init(store: SQLiteStore) { self.store = store }
+
+    func record(_ reconciliation: PayoutReconciliation, outcomes: [Outcome], at: Date) async throws -> Bool {
+        let first = state.withLock { state in
+            defer { state.before = nil; state.records += 1 }
+            return state.before
+        }
+        try await first?()
+        return try await store.record(reconciliation, outcomes: outcomes, at: at)
+    }
+
+    func recordedPayouts(among references: [String]) async throws -> Set<String> { try await store.recordedPayouts(among: references) }
+    func ledger(orderIDs: [String]) async throws -> [String: LedgerOrder] { try await store.ledger(orderIDs: orderIDs) }
+    func recordDrift(_ entries: [DriftEntry], at: Date) async throws -> Int { try await store.recordDrift(entries, at: at) }
+    func unsettledCaptures(capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
+        try await store.unsettledCaptures(capturedFrom: capturedFrom, capturedBefore: capturedBefore, limit: limit)
+    }
+    func flagUnsettled(_ flags: [UnsettledFlag], at: Date) async throws -> Int { try await store.flagUnsettled(flags, at: at) }
+    func settlementHealth() async throws -> SettlementHealth { try await store.settlementHealth() }
+    func heldOrders(among orderIDs: [String]) async throws -> Set<String> { try await store.heldOrders(among: orderIDs) }
 }

@@ -87,7 +87,7 @@ struct SettlementTests {
 
             try s.sandbox.alterSettledAmount(captureID: try #require(altered.captures.first?.captureID), by: 100)
             try s.sandbox.omitFromSettlement(captureID: try #require(neverPaid.captures.first?.captureID))
-            let orphan = s.sandbox.inventTransaction(amount: 4_200, currency: "SEK")
+            let orphan = try s.sandbox.inventTransaction(amount: 4_200, currency: "SEK")
             let portalCaptureID = try s.sandbox.portalCapture(order: portalCaptured.orderID, amount: 10_000)
             // A refund the daemon saw on an order read is in its ledger (observed); the other one it never saw.
             let seenRefund = try s.sandbox.portalRefund(order: refunded.orderID, amount: 3_000)
@@ -130,7 +130,7 @@ struct SettlementTests {
 
             // The next payout releases the holdback, and its totals are off by one minor unit.
             _ = try await s.capturedOrder(5_000)
-            s.sandbox.breakTotals(by: 1)
+            try s.sandbox.breakTotals(by: 1)
             s.clock.advance(by: .seconds(86_400))
             _ = try s.sandbox.settle(PayoutSpec(releaseHoldbacks: true))
             let second = try #require(try await s.client.allPayouts().last)
@@ -235,6 +235,13 @@ struct SettlementTests {
             let escaped = try await #require(throws: KlarnaAPIError.self) { try await s.client.payout(reference: "../transactions") }
             #expect(escaped.status == 404)
             #expect(try await s.client.allTransactions(paymentReference: payout.paymentReference).count == 2)
+
+            // An empty reference would be ignored by the server and widen the answer to every transaction: refused
+            // before any request.
+            let listed = s.sandbox.requests(route: "settlements.list_transactions").count
+            let empty = try await #require(throws: KlarnaAPIError.self) { try await s.client.allTransactions(paymentReference: "") }
+            #expect(empty.description.contains("empty resource id or query value"))
+            #expect(s.sandbox.requests(route: "settlements.list_transactions").count == listed)
         }
     }
 

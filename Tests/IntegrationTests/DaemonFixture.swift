@@ -1,3 +1,4 @@
+import ChildProcess
 import Foundation
 import Glibc
 import HTTPServer
@@ -16,7 +17,7 @@ final class DaemonFixture: @unchecked Sendable {
     let sandbox: KlarnaSandbox
     let sandboxURL: String
     private let serving: Task<Void, any Error>
-    private(set) var daemon: Process?
+    private(set) var daemon: ChildProcess?
     /// The daemon's `$NOTIFY_SOCKET`: what it tells systemd, datagram by datagram.
     private(set) var notify: NotifySocket?
     var configPath: String { directory + "/config.yaml" }
@@ -92,7 +93,7 @@ final class DaemonFixture: @unchecked Sendable {
     func start(environment: [String: String] = [:]) async throws {
         let notify = try NotifySocket(path: directory + "/notify-\(UUID().uuidString.prefix(6))")
         self.notify = notify
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = SandboxProcessTests.executable
         process.arguments = ["run", "--config", configPath]
         process.environment = ProcessInfo.processInfo.environment.merging(environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }) { $1 }
@@ -147,7 +148,7 @@ final class DaemonFixture: @unchecked Sendable {
         let out = directory + "/cli-\(id).out", err = directory + "/cli-\(id).err"
         FileManager.default.createFile(atPath: out, contents: nil)
         FileManager.default.createFile(atPath: err, contents: nil)
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = SandboxProcessTests.executable
         process.arguments = arguments + ["--config", config ?? configPath]
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }.merging(stateDirectory) { old, _ in old }
@@ -175,7 +176,7 @@ extension DaemonFixture {
         let bodyFile = directory + "/req-\(id).json", outFile = directory + "/resp-\(id).json", codeFile = directory + "/code-\(id)"
         try body.write(toFile: bodyFile, atomically: true, encoding: .utf8)
         FileManager.default.createFile(atPath: codeFile, contents: nil)
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
         var arguments: [String] = ["-s", "--max-time", "30", "-o", outFile, "-w", "%{http_code}", "-X", method]
         if via == nil { arguments += ["--unix-socket", socket ?? socketPath] }

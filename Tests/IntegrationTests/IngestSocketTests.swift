@@ -1,4 +1,5 @@
 import Crypto
+import ChildProcess
 import Foundation
 import Glibc
 import KlarnaAPI
@@ -126,7 +127,7 @@ struct IngestSocketTests {
 struct IngestSpoolTests {
     /// Runs `script` with /bin/sh in the spool directory.
     func shell(_ fixture: DaemonFixture, _ script: String) async throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", script]
         process.currentDirectoryURL = URL(fileURLWithPath: fixture.directory + "/spool")
@@ -316,7 +317,7 @@ func canMountTmpfs() -> Bool {
 
 @discardableResult
 func run(_ executable: String, _ arguments: [String]) -> Int32 {
-    let process = Process()
+    let process = ChildProcess()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
     process.standardError = FileHandle.nullDevice
@@ -411,7 +412,7 @@ struct SocketActivationTests {
             return
         }
         let fixture = try await DaemonFixture()
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = activator
         process.arguments = ["-l", fixture.socketPath, "--fdname=ingest", SandboxProcessTests.executable.path, "run", "--config", fixture.configPath]
         process.standardError = FileHandle.nullDevice
@@ -439,7 +440,7 @@ struct SocketActivationTests {
         let fixture = try await DaemonFixture()
         let errors = fixture.directory + "/activation.err"
         _ = FileManager.default.createFile(atPath: errors, contents: nil)
-        let process = Process()
+        let process = ChildProcess()
         // LISTEN_PID must be the daemon's own pid: the shell execs into it after opening fd 3 on a plain file.
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = [

@@ -1,3 +1,4 @@
+import ChildProcess
 import Foundation
 import Glibc
 import KlarnaSandbox
@@ -19,7 +20,7 @@ struct MetricsTests {
         let input = directory + "/metrics-\(UUID().uuidString.prefix(6)).txt"
         try text.write(toFile: input, atomically: true, encoding: .utf8)
         let output = Pipe(), errors = Pipe()
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         process.arguments = ["-c", """
             import json, sys

@@ -1,3 +1,4 @@
+import ChildProcess
 import Foundation
 import Glibc
 import KlarnaSandbox
@@ -15,7 +16,7 @@ struct NginxTests {
 
     /// nginx in the foreground on a loopback port, its own prefix in the fixture's folder.
     final class Nginx: @unchecked Sendable {
-        let process = Process()
+        let process = ChildProcess()
         let base: String
 
         init(_ fixture: DaemonFixture) async throws {

@@ -1,3 +1,4 @@
+import ChildProcess
 import Foundation
 import Glibc
 import KlarnaAPI
@@ -18,7 +19,7 @@ import TestSupport
         // A unix socket: a TCP port picked in advance could be taken by a parallel test before the sandbox binds it.
         let socket = directory.appendingPathComponent("sandbox.sock").path
 
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = Self.executable
         process.arguments = ["sandbox", "--listen", "unix:\(socket)"]
         process.environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }
@@ -43,7 +44,7 @@ import TestSupport
     }
 
     @Test func aBadListenAddressIsAUsageError() async throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = Self.executable
         process.arguments = ["sandbox", "--listen", "nowhere"]
         let errors = Pipe()

@@ -1,3 +1,4 @@
+import ChildProcess
 import Foundation
 import Glibc
 import KlarnaSandbox
@@ -142,7 +143,7 @@ struct SystemdProtocolTests {
         try await fixture.start()
         // A second daemon on the same store cannot take the lock.
         let notify = try NotifySocket(path: fixture.directory + "/notify-second")
-        let second = Process()
+        let second = ChildProcess()
         second.executableURL = SandboxProcessTests.executable
         second.arguments = ["run", "--config", fixture.configPath]
         second.environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }

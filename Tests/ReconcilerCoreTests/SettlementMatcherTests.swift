@@ -297,6 +297,23 @@ struct SettlementMatcherTests {
         #expect(result.settledCaptures == [key("c-2"): SettledLineKey(paymentReference: ref, ordinal: 0)])
     }
 
+    @Test("A SALE whose capture id the ledger lacks takes the order's only capture of its amount the ledger holds without an id (an answer lost and resolved by a read); never one with another id")
+    func idlessLedgerCapture() {
+        let idless = capture(nil, 30_000)
+        let order = ledger(captures: [capture("c-1", 30_000), idless])
+        let totals = SettledTotals(saleAmount: 30_000, settlementAmount: 30_000)
+        let result = reconcile(payout(totals), [line(0, .sale, 30_000, capture: "c-9")], [order])
+        #expect(result.findings == [])
+        #expect(result.lines.map(\.match) == [.capture(idless.key, byAmount: true)])
+        #expect(result.lines[0].note.hasSuffix("by amount (the ledger has no id for it; the order's only unsettled capture of 30000 without one)"))
+        #expect(result.settledCaptures == [idless.key: SettledLineKey(paymentReference: ref, ordinal: 0)])
+
+        let withIDsOnly = reconcile(payout(totals), [line(0, .sale, 30_000, capture: "c-9")], [ledger(captures: [capture("c-1", 30_000)])])
+        #expect(withIDsOnly.findings.map(\.kind) == [.unknownCapture])
+        let twoIDless = reconcile(payout(totals), [line(0, .sale, 30_000, capture: "c-9")], [ledger(captures: [idless, capture(nil, 30_000, order: "o-1", source: .observed)])])
+        #expect(twoIDless.findings.map(\.kind) == [.unknownCapture])
+    }
+
     @Test("Lines with a capture id are matched first: an id-less SALE before them does not take the capture they name")
     func idsBeforeAmounts() {
         let order = ledger(captures: [capture("c-1", 30_000), capture("c-2", 30_000)])

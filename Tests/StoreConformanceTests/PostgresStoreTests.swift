@@ -131,6 +131,32 @@ struct PostgresStoreTests {
         #expect(prepared.allSatisfy { $0.1 == 3 }, "prepared once, executed three times: \(prepared)")
     }
 
+    @Test("A hot statement that failed to prepare does not poison its pooled connection: once its table is back, commits succeed")
+    func failedPreparation() async throws {
+        let server = try await PostgresServer.shared()
+        let database = try await server.createDatabase()
+        let location = try PostgresLocation(url: server.url(database))
+        // One connection: without the mend, every commit after the failure runs on the connection that remembers it
+        // (postgres-nio keeps a failed preparation for the connection's life and fails the statement without asking
+        // the server).
+        let store = try await PostgresStore.open(location, password: server.password, connections: 1, logger: logger)
+        defer { store.close() }
+        try await store.probeWrites()  // the connection is open; nothing is prepared on it yet
+        var change = Change()
+        change.health = [(name: "klarna_error", detail: "poisoned?")]
+
+        try await server.psql("DROP TABLE health", database: database)
+        await #expect(throws: (any Error).self) { try await store.commit(change, at: Date()) }
+        // As the first migration made it.
+        try await server.psql("CREATE TABLE health (name text PRIMARY KEY, at timestamptz NOT NULL, detail text)", database: database)
+
+        for index in 0..<3 {
+            change.health = [(name: "klarna_error", detail: "commit \(index)")]
+            try await store.commit(change, at: Date())
+        }
+        #expect(try await server.psql("SELECT detail FROM health WHERE name = 'klarna_error'", database: database) == "commit 2")
+    }
+
     @Test("Leases: one holder per unit; a lease that ran out while the server was down stays its holder's to renew; once another daemon claimed it, the first commits nothing and is told the work is gone")
     func leasesFence() async throws {
         let server = try await PostgresServer.shared()

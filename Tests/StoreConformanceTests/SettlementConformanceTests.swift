@@ -124,6 +124,28 @@ struct SettlementConformanceTests {
         }
     }
 
+    @Test("A settlement write whose outcome cannot be written is undone whole: no payout, no settlement, no drift entry, no flag", arguments: Backend.allCases)
+    func undoneWhole(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            let own = capture("o-1", "cap-1", 1_000)
+            try await place(s.store, [order("o-1")], captures: [own])
+            try await s.dropTable("outcomes")
+            let paid = payout("PAY-1", day: 3, [(sale("PAY-1", 1, order: "o-1", capture: "cap-1", amount: 1_000), settles(own))])
+            await #expect(throws: (any Error).self) { try await s.store.record(paid, outcomes: [finding("a finding")], at: day(3)) }
+            let outside = capture("o-1", "cap-x", 300, at: 5, source: .observed)
+            await #expect(throws: (any Error).self) {
+                try await s.store.recordDrift([DriftEntry(.capture(outside), outcome: finding("outside"))], at: day(3))
+            }
+            await #expect(throws: (any Error).self) {
+                try await s.store.flagUnsettled([UnsettledFlag(key: own.key, outcome: finding("unsettled"))], at: day(30))
+            }
+            #expect(try await s.store.recordedPayouts(among: ["PAY-1"]).isEmpty)
+            let ledger = try await s.store.ledger(orderIDs: ["o-1"])
+            #expect(ledger["o-1"]?.captures == [own])
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: day(30), limit: 10) == [own])
+        }
+    }
+
     @Test("Drift is recorded once, with its outcome only when the entry is new", arguments: Backend.allCases)
     func driftOnce(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
@@ -200,7 +222,7 @@ struct SettlementConformanceTests {
             #expect(try await s.store.payouts(since: nil, paymentReference: "PAY-2") == [second])
             #expect(try await s.store.payouts(since: day(4), paymentReference: "PAY-2").isEmpty)
             #expect(try await s.store.payouts(since: nil, paymentReference: "PAY-9").isEmpty)
-            #expect(try await s.store.newestPayoutDate() == day(5))
+            #expect(try await s.store.settlementHealth().newestPayoutDate == day(5))
             #expect(try await s.store.recordedPayouts(among: ["PAY-1", "PAY-3", "PAY-9"]) == ["PAY-1", "PAY-3"])
             #expect(try await s.store.recordedPayouts(among: []).isEmpty)
 

@@ -1,3 +1,4 @@
+import ChildProcess
 import Foundation
 import Glibc
 import Synchronization
@@ -70,7 +71,7 @@ public final class NetworkNamespace: Sendable {
 
     @discardableResult
     private static func ip(_ arguments: [String]) async -> Int32 {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
         process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice

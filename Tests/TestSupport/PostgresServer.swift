@@ -1,3 +1,4 @@
+import ChildProcess
 import Foundation
 import Synchronization
 
@@ -12,7 +13,7 @@ public final class PostgresServer: Sendable {
     public let password: String
     private let binaries: String
     private let databases = Mutex(0)
-    private let postmaster = Mutex<Process?>(nil)
+    private let postmaster = Mutex<ChildProcess?>(nil)
 
     public struct Failed: Error, CustomStringConvertible {
         public let description: String
@@ -82,7 +83,7 @@ public final class PostgresServer: Sendable {
     /// inherit the descriptor Foundation watches to learn that a child ended): sockets in ``directory`` and on
     /// 127.0.0.1:``port``, fsync on (the default). Returns once it answers a query.
     public func start() async throws {
-        let process = Process()
+        let process = ChildProcess()
         let arguments = [
             "-D", directory + "/data", "-k", directory, "-c", "listen_addresses=\(namespace == nil ? "127.0.0.1" : "*")", "-p", "\(port)",
             "-c", "max_connections=400",
@@ -197,7 +198,7 @@ public final class PostgresServer: Sendable {
         defer { try? FileManager.default.removeItem(atPath: outputPath) }
         let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
         defer { try? output.close() }
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }

@@ -1,8 +1,11 @@
 import Foundation
 import Synchronization
 
-/// Waits for a condition with a deadline: tests synchronise on what they can observe, never on a sleep alone.
-public func waitUntil(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async throws {
+/// Waits for a condition with a deadline: tests synchronise on what they can observe, never on a sleep alone. The
+/// deadline only bounds a failure (a condition met returns at once): 30 s, because the whole suite runs in parallel on
+/// CI's two cores, where what a condition waits for may get no CPU for seconds (10 s was once not enough for an idle
+/// worker service under the full suite).
+public func waitUntil(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws {
     let deadline = ContinuousClock.now + timeout
     while try await !condition() {
         if ContinuousClock.now > deadline { throw WaitTimeout() }

@@ -32,7 +32,7 @@ extension SettlementService {
     public func sync() async throws -> SettlementSyncReport {
         let settings = self.settings
         var report = SettlementSyncReport()
-        let newest = try await store.newestPayoutDate()
+        let newest = try await store.settlementHealth().newestPayoutDate
         let start = SettlementSync.windowStart(newestPayoutDate: newest, now: clock.now, lookback: settings.firstSyncLookback)
         let listed = try await klarna {
             try await client.allPayouts(from: start, pageSize: pageSize, beforeEachPage: { try await admit() })
@@ -43,7 +43,7 @@ extension SettlementService {
         for payout in SettlementSync.toReconcile(payouts, recorded: recorded) {
             try await reconcile(payout, into: &report)
         }
-        report.unsettledFlagged = try await flagOverdueCaptures(settleWithinDays: settings.settleWithinDays)
+        report.unsettledFlagged = try await flagOverdueCaptures(settings)
         await showHealth()
         return report
     }
@@ -123,15 +123,16 @@ extension SettlementService {
         return (found, recorded)
     }
 
-    /// The order as Klarna's Order Management shows it; nil when the read fails for good (404: Klarna does not know
-    /// the order; 403 and other answers trying again cannot mend): the settlement line's own finding then stands,
-    /// and one such order does not hold up every later payout. A failure worth trying again fails the sync.
+    /// The order as Klarna's Order Management shows it; nil when Klarna answers that it does not know the order (404)
+    /// or will not show it (403): the settlement line's own finding then stands, and one such order does not hold up
+    /// every later payout. Every other failure (5xx, 429, a timeout, a 401, a shutdown) fails the sync, which is tried
+    /// again: a payout recorded without its drift would never be matched again.
     private func readOrder(_ orderID: String) async throws -> OrderMovements? {
         try await admit()
         do {
             let order = try await klarna { try await client.readOrder(id: orderID) }
             return OrderMovements(order)
-        } catch let error as KlarnaAPIError where error.status == 404 || error.retryDisposition == .doNotRetry {
+        } catch let error as KlarnaAPIError where error.status == 404 || error.status == 403 {
             logger.warning(
                 "order \(orderID) of a settlement line could not be read (\(Reconciler.short(error))): the line's finding stands",
                 metadata: ["order_id": .string(orderID)])
@@ -139,10 +140,11 @@ extension SettlementService {
         }
     }
 
-    /// Flags the captures no payout settled within `days` of their capture, each once with its outcome, in batches;
-    /// returns how many this daemon flagged.
-    private func flagOverdueCaptures(settleWithinDays days: Int) async throws -> Int {
+    /// Flags the captures no payout settled within `settle_within_days` of their capture, each once with its outcome,
+    /// in batches; returns how many this daemon flagged. `settings`: the ones the sync started with.
+    private func flagOverdueCaptures(_ settings: SettlementSettings) async throws -> Int {
         let now = clock.now
+        let days = settings.settleWithinDays
         let health = try await store.settlementHealth()
         let window = UnsettledCaptures.window(
             now: now, settleWithinDays: days, oldestPayoutDate: health.oldestPayoutDate,

@@ -128,7 +128,7 @@ public struct KlarnaClient: Sendable {
         guard !path.contains("//"), !path.hasSuffix("/"), !query.contains(where: { $0.1.isEmpty }) else {
             throw KlarnaAPIError(
                 operation: operation,
-                failure: .transport(TransportError(kind: .invalidRequest, requestMayHaveBeenSent: false, detail: "empty resource id")),
+                failure: .transport(TransportError(kind: .invalidRequest, requestMayHaveBeenSent: false, detail: "empty resource id or query value")),
                 requestID: requestID)
         }
         var log = logger

@@ -9,6 +9,12 @@ public enum LedgerSource: String, Codable, Sendable, CaseIterable {
     case observed
 }
 
+/// The key of a capture or refund the ledger holds without Klarna's id: `~<amount>@<unix seconds>`. The store keeps
+/// it as the row's key, and the migrations' backfill builds the same words in SQL.
+private func idlessKey(amount: Int, at: Date) -> String {
+    "~\(amount)@\(Int(at.timeIntervalSince1970.rounded(.down)))"
+}
+
 /// A capture's identity on the shop's side: its order and Klarna's `capture_id`. A capture the ledger holds without
 /// an id (tolerated; Klarna always gives one) is keyed by its amount and the second it was captured instead
 /// (`~<amount>@<unix seconds>`), which stays the same through the store.
@@ -65,9 +71,7 @@ public struct LedgerCapture: Codable, Sendable, Equatable {
     }
 
     public var key: CaptureKey {
-        CaptureKey(
-            orderID: orderID,
-            captureID: SettledLine.given(captureID) ?? "~\(amount)@\(Int(capturedAt.timeIntervalSince1970.rounded(.down)))")
+        CaptureKey(orderID: orderID, captureID: SettledLine.given(captureID) ?? idlessKey(amount: amount, at: capturedAt))
     }
 }
 
@@ -92,9 +96,7 @@ public struct LedgerRefund: Codable, Sendable, Equatable {
     }
 
     public var key: RefundKey {
-        RefundKey(
-            orderID: orderID,
-            refundID: SettledLine.given(refundID) ?? "~\(amount)@\(Int(at.timeIntervalSince1970.rounded(.down)))")
+        RefundKey(orderID: orderID, refundID: SettledLine.given(refundID) ?? idlessKey(amount: amount, at: at))
     }
 }
 

@@ -94,31 +94,31 @@ extension SettlementKind {
 }
 
 /// Arithmetic on minor units that never traps: an absurd amount from outside is reported, it must not stop the
-/// daemon.
-enum Minor {
+/// daemon (nor a command that reports it).
+public enum Minor {
     /// |amount|, with `Int.min` taken as `Int.max`.
-    static func magnitude(_ amount: Int) -> Int {
+    public static func magnitude(_ amount: Int) -> Int {
         amount == .min ? .max : Swift.abs(amount)
     }
 
-    static func add(_ a: Int, _ b: Int) -> Int {
+    public static func add(_ a: Int, _ b: Int) -> Int {
         let (sum, overflow) = a.addingReportingOverflow(b)
         if !overflow { return sum }
         return b > 0 ? .max : .min
     }
 
-    static func subtract(_ a: Int, _ b: Int) -> Int {
+    public static func subtract(_ a: Int, _ b: Int) -> Int {
         let (difference, overflow) = a.subtractingReportingOverflow(b)
         if !overflow { return difference }
         return b < 0 ? .max : .min
     }
 
-    static func sum<S: Sequence>(_ values: S) -> Int where S.Element == Int {
+    public static func sum<S: Sequence>(_ values: S) -> Int where S.Element == Int {
         values.reduce(0) { add($0, $1) }
     }
 
     /// `+5`, `-3`, `0`: a difference as a reason shows it.
-    static func signedText(_ value: Int) -> String {
+    public static func signedText(_ value: Int) -> String {
         value > 0 ? "+\(value)" : "\(value)"
     }
 }

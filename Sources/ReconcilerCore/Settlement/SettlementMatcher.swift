@@ -119,6 +119,10 @@ private struct Matching {
             if let captureID = line.captureIDGiven {
                 if let capture = order.captures.first(where: { SettledLine.given($0.captureID) == captureID }) {
                     settle(index, capture: capture, of: order, byAmount: false)
+                } else if let capture = onlyIDlessCapture(of: order, amount: magnitude(line)) {
+                    // The ledger keeps a capture without its id when Klarna's answer was lost and the read that
+                    // resolved it could not tell which capture it was: the order's only such capture of the amount is it.
+                    settle(index, capture: capture, of: order, byAmount: true, how: " by amount (the ledger has no id for it; the order's only unsettled capture of \(capture.amount) without one)")
                 } else {
                     set(index, .unmatched(.captureUnknown), note: "capture \(captureID) is not in the ledger")
                     flag(line.ordinal, SettlementFinding(
@@ -202,10 +206,19 @@ private struct Matching {
 
     // MARK: - Settling a capture or a refund
 
-    mutating func settle(_ index: Int, capture: LedgerCapture, of order: LedgerOrder, byAmount: Bool) {
+    /// The order's only capture of `amount` the ledger holds without an id, unclaimed and not settled elsewhere.
+    func onlyIDlessCapture(of order: LedgerOrder, amount: Int) -> LedgerCapture? {
+        let candidates = order.captures.filter { capture in
+            SettledLine.given(capture.captureID) == nil && capture.amount == amount && captureClaims[capture.key] == nil
+                && !settledElsewhere(capture.settledBy)
+        }
+        return candidates.count == 1 ? candidates[0] : nil
+    }
+
+    mutating func settle(_ index: Int, capture: LedgerCapture, of order: LedgerOrder, byAmount: Bool, how given: String? = nil) {
         let line = lines[index]
         let key = capture.key
-        let how = byAmount ? " by amount (Klarna gave no capture id; the order's only unsettled capture of \(capture.amount))" : ""
+        let how = given ?? (byAmount ? " by amount (Klarna gave no capture id; the order's only unsettled capture of \(capture.amount))" : "")
         let outside = capture.source == .observed ? "; captured outside the daemon" : ""
         set(index, .capture(key, byAmount: byAmount), source: capture.source, note: "capture \(key.captureID) of order \(order.orderID)\(how)\(outside)")
 
