@@ -119,7 +119,8 @@ public struct HTTPServer: Sendable {
         /// A request must arrive whole within this time of its connection being opened or of the previous answer:
         /// slow clients (slowloris) are cut off. Headers larger than SwiftNIO's parser limit (80 KiB) get 400.
         public var requestTimeout: Duration
-        /// Connections served at once; more are closed at once.
+        /// Connections served at once; more wait, unread, in the listen backlog until one ends. With `maxBodyBytes`
+        /// this bounds the memory requests take: each connection holds at most one body of at most that size.
         public var maxConnections: Int
 
         public init(maxBodyBytes: Int = 1 << 20, backlog: Int32 = 256, requestTimeout: Duration = .seconds(10), maxConnections: Int = 256) {
@@ -134,7 +135,7 @@ public struct HTTPServer: Sendable {
 
     private let listener: NIOAsyncChannel<Connection, Never>
     private let configuration: Configuration
-    private let open = ConnectionCount()
+    private let slots: ConnectionSlots
     private let handler: RequestHandler
     private let logger: Logger
 
@@ -169,7 +170,9 @@ public struct HTTPServer: Sendable {
         case (.tcp, let bound?): local = .tcp(host: bound.ipAddress ?? "127.0.0.1", port: bound.port ?? 0)
         default: local = address
         }
-        return HTTPServer(listener: listener, configuration: configuration, handler: handler, logger: logger, localAddress: local)
+        return HTTPServer(
+            listener: listener, configuration: configuration, slots: ConnectionSlots(configuration.maxConnections), handler: handler,
+            logger: logger, localAddress: local)
     }
 
     /// Returns once the listener's event loop has run a task: a wedged loop never returns (the watchdog's probe).
@@ -186,14 +189,14 @@ public struct HTTPServer: Sendable {
         try await withThrowingDiscardingTaskGroup { group in
             try await listener.executeThenClose { inbound in
                 for try await connection in inbound {
-                    guard open.enter(limit: configuration.maxConnections) else {
-                        logger.warning("refusing a connection: \(configuration.maxConnections) are open")
-                        connection.channel.close(promise: nil)
-                        continue
+                    // At the limit the next connection waits for a slot instead of being served: it is not read, so
+                    // a flood costs the kernel's backlog, not the daemon's memory.
+                    if await slots.acquire() == .firstToWait {
+                        logger.warning("all \(configuration.maxConnections) connections are busy: new ones wait for one to end (ingest.max_connections)")
                     }
                     group.addTask {
                         await serve(connection)
-                        open.leave()
+                        slots.release()
                     }
                 }
             }
@@ -224,16 +227,22 @@ public struct HTTPServer: Sendable {
                     case .head(let requestHead):
                         head = requestHead
                         body.removeAll(keepingCapacity: true)
-                        // Refused before reading a byte of it: a 50 MB body is never received.
-                        if let length = requestHead.headers.first(name: "Content-Length").flatMap(Int.init), length > configuration.maxBodyBytes {
-                            try await write(tooLarge, keepAlive: false, version: requestHead.version, to: outbound)
-                            return
+                        if let length = requestHead.headers.first(name: "Content-Length").flatMap(Int.init) {
+                            // Refused before reading a byte of it: a 50 MB body is never received.
+                            if length > configuration.maxBodyBytes {
+                                try await write(tooLarge, keepAlive: false, version: requestHead.version, to: outbound)
+                                return
+                            }
+                            body.reserveCapacity(length)
                         }
                     case .body(let chunk):
-                        if body.count + chunk.readableBytes > configuration.maxBodyBytes {
+                        let needed = body.count + chunk.readableBytes
+                        if needed > configuration.maxBodyBytes {
                             if let requestHead = head { try await write(tooLarge, keepAlive: false, version: requestHead.version, to: outbound) }
                             return
                         }
+                        // A chunked body grows by doubling, but never past the limit: one body costs at most the limit.
+                        if needed > body.capacity { body.reserveCapacity(min(max(needed, body.capacity * 2), configuration.maxBodyBytes)) }
                         body.append(contentsOf: chunk.readableBytesView)
                     case .end:
                         guard let requestHead = head else { return }
@@ -287,19 +296,51 @@ struct PeerCredentials {
     var gid: UInt32 = 0
 }
 
-/// How many connections are being served.
-final class ConnectionCount: Sendable {
-    private let count = Mutex(0)
-
-    func enter(limit: Int) -> Bool {
-        count.withLock { count in
-            guard count < limit else { return false }
-            count += 1
-            return true
-        }
+/// The connections that may be served at once; the rest wait their turn in arrival order.
+final class ConnectionSlots: Sendable {
+    enum Entry {
+        case atOnce
+        /// Waited, and none was waiting before it: the start of a saturation, logged once rather than per connection.
+        case firstToWait
+        case queued
     }
 
-    func leave() { count.withLock { $0 -= 1 } }
+    private struct State {
+        var free: Int
+        var waiting: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state: Mutex<State>
+
+    init(_ count: Int) { state = Mutex(State(free: count)) }
+
+    func acquire() async -> Entry {
+        var entry = Entry.atOnce
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            entry = state.withLock { state in
+                if state.free > 0 {
+                    state.free -= 1
+                    return .atOnce
+                }
+                state.waiting.append(continuation)
+                return state.waiting.count == 1 ? .firstToWait : .queued
+            }
+            if entry == .atOnce { continuation.resume() }
+        }
+        return entry
+    }
+
+    /// Hands the slot to the longest waiting connection, or frees it.
+    func release() {
+        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard !state.waiting.isEmpty else {
+                state.free += 1
+                return nil
+            }
+            return state.waiting.removeFirst()
+        }
+        next?.resume()
+    }
 }
 
 extension Duration {

@@ -114,27 +114,45 @@ public struct WebhookReader: Sendable {
     public static let networkEventPrefix = "payment.request.state-change."
 
     /// - Returns: the webhook and, under the `warn` policy, a warning to record with it.
+    ///
+    /// A route that carries a signature or a callback token is verified on the raw request first: a forged one is
+    /// refused without a byte of its body being parsed. Every body is then read by ``BoundedJSON`` keeping only the
+    /// fields its route uses.
     public func read(_ delivery: Delivery) throws(Rejection) -> (Webhook, warning: String?) {
-        let object = try Self.jsonObject(delivery.body)
+        var warning: String?
+        switch delivery.route {
+        case .hppStatus:
+            warning = try checkToken(.hppStatus, kpSessionID: delivery.query["kp_session_id"], delivery)
+        case .kpAuthorization:
+            // The callback URL names its KP session (`callback-url` prints it), so the token is checked before the
+            // body is read; the body must then name the same session.
+            warning = try checkToken(.kpAuthorization, kpSessionID: delivery.query["kp_session_id"], delivery)
+        case .klarnaNetwork:
+            try checkSignature(delivery)
+        case .omNotification, .track, .capture, .byShape:
+            break
+        }
+        let object = try Self.jsonObject(delivery.body, keep: Self.keep(for: delivery.route))
         let route = delivery.route == .byShape ? try Self.shape(of: object) : delivery.route
         switch route {
         case .hppStatus:
             let eventID = try Self.string(object, "event_id")
-            guard let session = object["session"] as? [String: Any] else { throw Rejection(400, "bad_field", "session must be an object (the HPP session as read)") }
+            guard let session = object["session"], case .object = session else { throw Rejection(400, "bad_field", "session must be an object (the HPP session as read)") }
             let hppSessionID = try Self.string(session, "session_id", in: "session.")
             if let fromQuery = delivery.query["hpp_session_id"], !fromQuery.isEmpty, fromQuery != "{{session_id}}", fromQuery != hppSessionID {
                 throw Rejection(400, "mismatch", "hpp_session_id in the URL (\(fromQuery.prefix(80))) is not the session in the body (\(hppSessionID.prefix(80)))")
             }
             let kp = delivery.query["kp_session_id"]
-            let warning = try checkToken(.hppStatus, kpSessionID: kp, delivery)
-            return (.hppStatus(eventID: eventID, hppSessionID: hppSessionID, kpSessionID: kp, status: session["status"] as? String), warning)
+            if delivery.route == .byShape { warning = try checkToken(.hppStatus, kpSessionID: kp, delivery) }
+            return (.hppStatus(eventID: eventID, hppSessionID: hppSessionID, kpSessionID: kp, status: Self.text(session["status"])), warning)
         case .kpAuthorization:
             let token = try Self.string(object, "authorization_token")
             let kpSessionID = try Self.string(object, "session_id")
             if let fromQuery = delivery.query["kp_session_id"], !fromQuery.isEmpty, fromQuery != kpSessionID {
                 throw Rejection(400, "mismatch", "kp_session_id in the URL is not the session_id in the body")
             }
-            let warning = try checkToken(.kpAuthorization, kpSessionID: kpSessionID, delivery)
+            // A spool file's kind is known only now; its token is checked against the session it names.
+            if delivery.route == .byShape { warning = try checkToken(.kpAuthorization, kpSessionID: kpSessionID, delivery) }
             let digest = SHA256.hash(data: Array(token.utf8)).map { String(format: "%02x", $0) }.joined()
             return (.kpAuthorization(kpSessionID: kpSessionID, authorizationTokenTail: String(token.suffix(6)), tokenDigest: digest), warning)
         case .omNotification:
@@ -145,11 +163,8 @@ public struct WebhookReader: Sendable {
             }
             return (.omNotification(orderID: orderID, eventType: eventType), nil)
         case .klarnaNetwork:
-            // Nothing is read from an unsigned or wrongly signed body, not even its shape.
-            if let failure = signingKeys.check(body: delivery.body, signature: delivery.header("Klarna-Signature"), keyID: delivery.header("Klarna-Signing-Key-Id")) {
-                throw Rejection(400, "bad_signature", signingKeys.isEmpty ? "no webhook-signing-keys credential is configured" : failure.description)
-            }
-            guard let metadata = object["metadata"] as? [String: Any], let payload = object["payload"] as? [String: Any] else {
+            if delivery.route == .byShape { try checkSignature(delivery) }
+            guard let metadata = object["metadata"], case .object = metadata, let payload = object["payload"], case .object = payload else {
                 throw Rejection(400, "bad_field", "metadata and payload must be objects")
             }
             let eventID = try Self.string(metadata, "event_id", in: "metadata.")
@@ -157,7 +172,7 @@ public struct WebhookReader: Sendable {
             guard eventType.hasPrefix(Self.networkEventPrefix) else {
                 throw Rejection(400, "unknown_event_type", "event_type \(eventType.prefix(80)) is not a \(Self.networkEventPrefix)* event")
             }
-            return (.klarnaNetwork(eventID: eventID, eventType: eventType, paymentRequestID: payload["payment_request_id"] as? String, state: payload["state"] as? String), nil)
+            return (.klarnaNetwork(eventID: eventID, eventType: eventType, paymentRequestID: Self.text(payload["payment_request_id"]), state: Self.text(payload["state"])), nil)
         case .track:
             return (.track(try Self.trackRequest(object)), nil)
         case .capture(let orderID):
@@ -165,6 +180,13 @@ public struct WebhookReader: Sendable {
         case .byShape:
             // A capture request in a spool file names its order in the body.
             return (.capture(orderID: try Self.string(object, "order_id"), amount: try Self.amount(object), requestID: try Self.optionalString(object, "request_id")), nil)
+        }
+    }
+
+    /// Nothing is read from an unsigned or wrongly signed Klarna Network body, not even its shape.
+    private func checkSignature(_ delivery: Delivery) throws(Rejection) {
+        if let failure = signingKeys.check(body: delivery.body, signature: delivery.header("Klarna-Signature"), keyID: delivery.header("Klarna-Signing-Key-Id")) {
+            throw Rejection(400, "bad_signature", signingKeys.isEmpty ? "no webhook-signing-keys credential is configured" : failure.description)
         }
     }
 
@@ -184,41 +206,66 @@ public struct WebhookReader: Sendable {
         throw problem
     }
 
+    /// What each route reads of its body; a spool file keeps what any kind reads, to tell its kind by its shape.
+    static func keep(for route: Delivery.Route) -> BoundedJSON.Keep {
+        func fields(_ names: String...) -> BoundedJSON.Keep { .fields(Dictionary(uniqueKeysWithValues: names.map { ($0, .value) })) }
+        let hppStatus = BoundedJSON.Keep.fields(["event_id": .value, "session": fields("session_id", "status")])
+        let kpAuthorization = fields("authorization_token", "session_id")
+        let omNotification = fields("order_id", "event_type")
+        let klarnaNetwork = BoundedJSON.Keep.fields(["metadata": fields("event_id", "event_type"), "payload": fields("payment_request_id", "state")])
+        let track = fields("hpp_session_id", "kp_session_id", "place_order_mode", "merchant_reference", "capture", "intent")
+        let capture = fields("order_id", "amount", "request_id")
+        switch route {
+        case .hppStatus: return hppStatus
+        case .kpAuthorization: return kpAuthorization
+        case .omNotification: return omNotification
+        case .klarnaNetwork: return klarnaNetwork
+        case .track: return track
+        case .capture: return capture
+        case .byShape: return [kpAuthorization, omNotification, klarnaNetwork, track, capture].reduce(hppStatus) { $0.union($1) }
+        }
+    }
+
     /// The kind of a spool file, from its body's shape (DESIGN §3).
-    static func shape(of object: [String: Any]) throws(Rejection) -> Delivery.Route {
-        let keys = Set(object.keys)
+    static func shape(of object: BoundedJSON) throws(Rejection) -> Delivery.Route {
+        let keys = object.keys
         if keys.isSuperset(of: ["event_id", "session"]) { return .hppStatus }
         if keys.isSuperset(of: ["authorization_token", "session_id"]) { return .kpAuthorization }
         if keys.isSuperset(of: ["order_id", "event_type"]) { return .omNotification }
         if keys.isSuperset(of: ["metadata", "payload"]) { return .klarnaNetwork }
         if keys.isSuperset(of: ["hpp_session_id", "kp_session_id"]) { return .track }
         if keys.contains("order_id") { return .byShape }
-        throw Rejection(400, "unknown_kind", "the body has none of the shapes this daemon reads (keys: \(keys.sorted().prefix(8).joined(separator: ", ")))")
+        throw Rejection(400, "unknown_kind", "the body has none of the shapes this daemon reads (it needs event_id and session, authorization_token and session_id, order_id and event_type, metadata and payload, hpp_session_id and kp_session_id, or order_id)")
     }
 
-    static func jsonObject(_ body: [UInt8]) throws(Rejection) -> [String: Any] {
+    /// The body as a JSON object, read within ``BoundedJSON/Limits/deliveries``.
+    static func jsonObject(_ body: [UInt8], keep: BoundedJSON.Keep) throws(Rejection) -> BoundedJSON {
         guard !body.isEmpty else { throw Rejection(400, "empty_body", "the body is empty") }
-        guard String(validating: body, as: UTF8.self) != nil else { throw Rejection(400, "bad_encoding", "the body is not valid UTF-8") }
         guard !body.contains(0) else { throw Rejection(400, "bad_encoding", "the body contains NUL bytes") }
-        let parsed: Any
+        let parsed: BoundedJSON
         do {
-            parsed = try JSONSerialization.jsonObject(with: Data(body))
+            parsed = try BoundedJSON.read(body, keep: keep)
         } catch {
-            throw Rejection(400, "malformed_json", "the body is not JSON")
+            throw Rejection(400, error.reason.rawValue, error.reason == .malformed ? "the body is not JSON: \(error.detail)" : error.detail)
         }
-        guard let object = parsed as? [String: Any] else { throw Rejection(400, "malformed_json", "the body must be a JSON object") }
-        return object
+        guard case .object = parsed else { throw Rejection(400, "malformed_json", "the body must be a JSON object") }
+        return parsed
     }
 
-    static func string(_ object: [String: Any], _ key: String, in prefix: String = "") throws(Rejection) -> String {
+    static func text(_ value: BoundedJSON?) -> String? {
+        if case .string(let text) = value { return text }
+        return nil
+    }
+
+    static func string(_ object: BoundedJSON, _ key: String, in prefix: String = "") throws(Rejection) -> String {
         guard let value = object[key] else { throw Rejection(400, "missing_field", "\(prefix)\(key) is required") }
-        guard let text = value as? String else { throw Rejection(400, "bad_field", "\(prefix)\(key) must be a string") }
+        guard let text = text(value) else { throw Rejection(400, "bad_field", "\(prefix)\(key) must be a string") }
         return try id(text, "\(prefix)\(key)")
     }
 
-    static func optionalString(_ object: [String: Any], _ key: String) throws(Rejection) -> String? {
-        guard let value = object[key], !(value is NSNull) else { return nil }
-        guard let text = value as? String else { throw Rejection(400, "bad_field", "\(key) must be a string") }
+    static func optionalString(_ object: BoundedJSON, _ key: String) throws(Rejection) -> String? {
+        guard let value = object[key], value != .null else { return nil }
+        guard let text = text(value) else { throw Rejection(400, "bad_field", "\(key) must be a string") }
         return try id(text, key)
     }
 
@@ -230,17 +277,16 @@ public struct WebhookReader: Sendable {
         return text
     }
 
-    static func amount(_ object: [String: Any]) throws(Rejection) -> Int? {
-        guard let value = object["amount"], !(value is NSNull) else { return nil }
-        // Re-encode the one value and decode it as Int: booleans, fractions and strings are refused.
-        struct Box: Decodable { let amount: Int }
-        guard let data = try? JSONSerialization.data(withJSONObject: ["amount": value]),
-            let amount = try? JSONDecoder().decode(Box.self, from: data).amount, amount > 0
-        else { throw Rejection(400, "bad_field", "amount must be a positive whole number of minor units") }
+    /// A whole, positive number of minor units, written as an integer (`1.5`, `1e3`, `true` and `"100"` are not).
+    static func amount(_ object: BoundedJSON) throws(Rejection) -> Int? {
+        guard let value = object["amount"], value != .null else { return nil }
+        guard case .number(let written) = value, let amount = Int(written), amount > 0 else {
+            throw Rejection(400, "bad_field", "amount must be a positive whole number of minor units")
+        }
         return amount
     }
 
-    static func trackRequest(_ object: [String: Any]) throws(Rejection) -> TrackRequest {
+    static func trackRequest(_ object: BoundedJSON) throws(Rejection) -> TrackRequest {
         func choice<T: RawRepresentable & CaseIterable>(_ key: String, _ type: T.Type) throws(Rejection) -> T? where T.RawValue == String {
             guard let raw = try optionalString(object, key) else { return nil }
             guard let value = T(rawValue: raw) else {
@@ -249,8 +295,8 @@ public struct WebhookReader: Sendable {
             return value
         }
         var reference: String?
-        if let value = object["merchant_reference"], !(value is NSNull) {
-            guard let text = value as? String, (1...255).contains(text.count) else { throw Rejection(400, "bad_field", "merchant_reference must be a string of 1–255 characters") }
+        if let value = object["merchant_reference"], value != .null {
+            guard let text = text(value), (1...255).contains(text.count) else { throw Rejection(400, "bad_field", "merchant_reference must be a string of 1–255 characters") }
             reference = text
         }
         return TrackRequest(

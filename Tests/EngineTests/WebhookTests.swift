@@ -164,6 +164,46 @@ struct WebhookTests {
         #expect(try reader.read(hpp()).warning == nil)
     }
 
+    @Test("Routes with a token or a signature refuse a forged request before its body is read")
+    func authenticateBeforeParsing() {
+        // Bodies no parser should ever see: each would fail to parse, and the answer names the token or signature.
+        let hostile = ["[" + String(repeating: #"{"a":1},"#, count: 10_000) + "{}]", String(repeating: "[", count: 100_000), "not json at all"]
+        for body in hostile {
+            #expect(rejection(hpp(token: "forged", body: body))?.error == "bad_token")
+            var missing = hpp(body: body)
+            missing.query["token"] = nil
+            #expect(rejection(missing)?.error == "missing_token")
+            let kp = Delivery(route: .kpAuthorization, query: ["kp_session_id": "kp-1", "token": "forged"], body: json(body))
+            #expect(rejection(kp)?.error == "bad_token")
+            let unsigned = Delivery(route: .klarnaNetwork, body: json(body))
+            #expect(rejection(unsigned)?.error == "bad_signature")
+            let wronglySigned = Delivery(route: .klarnaNetwork, headers: [("Klarna-Signature", SigningKeys.sign(body: json(body), key: Array("forged".utf8))), ("Klarna-Signing-Key-Id", "krn:key:1")], body: json(body))
+            #expect(rejection(wronglySigned)?.error == "bad_signature")
+        }
+        // The KP callback's token is checked against the session in its URL, which the body must then repeat.
+        let noSessionInURL = Delivery(route: .kpAuthorization, query: ["token": tokens.token(.kpAuthorization, kpSessionID: "kp-1")], body: json(#"{"authorization_token":"t","session_id":"kp-1"}"#))
+        #expect(rejection(noSessionInURL)?.status == 401)
+        let otherSession = Delivery(route: .kpAuthorization, query: ["kp_session_id": "kp-1", "token": tokens.token(.kpAuthorization, kpSessionID: "kp-1")], body: json(#"{"authorization_token":"t","session_id":"kp-2"}"#))
+        #expect(rejection(otherSession)?.error == "mismatch")
+        // A verified body is still read within bounds.
+        #expect(rejection(hpp(body: String(repeating: "[", count: 100_000)))?.error == "too_deep")
+        #expect(rejection(hpp(body: #"{"event_id":"e-1","session":{"session_id":"hpp-1"},"x":""# + String(repeating: "y", count: 20_000) + #""}"#))?.error == "too_long")
+    }
+
+    @Test("Unsigned routes and spool files are read within bounds, keeping only their fields")
+    func boundedUnsigned() {
+        let cases: [(Delivery.Route, String, String)] = [
+            (.omNotification, "[" + String(repeating: "{},", count: 5_000) + "{}]", "too_many_values"),
+            (.track, String(repeating: #"{"a":"#, count: 40) + "1" + String(repeating: "}", count: 40), "too_deep"),
+            (.capture(orderID: "o-1"), #"{"amount":"# + String(repeating: "9", count: 100) + "}", "too_long"),
+            (.byShape, #"{"order_id":"o","order_id":"p"}"#, "duplicate_key"),
+            (.byShape, #"{"hpp_session_id":"h","kp_session_id":"k","note":""# + String(repeating: "n", count: 20_000) + #""}"#, "too_long"),
+        ]
+        for (route, body, error) in cases {
+            #expect(rejection(Delivery(route: route, body: json(body)))?.error == error, "\(route): \(body.prefix(60))")
+        }
+    }
+
     @Test("Track and capture requests: enums and amounts are checked", arguments: [
         (#"{"hpp_session_id":"h"}"#, "missing_field"), (#"{"hpp_session_id":"h","kp_session_id":"k","capture":"sometimes"}"#, "bad_field"),
         (#"{"hpp_session_id":"h","kp_session_id":"k","place_order_mode":"none"}"#, "bad_field"),
