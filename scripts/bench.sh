@@ -131,3 +131,6 @@ printf "%-40s %12s\n" "sessions never seen completed" "$(sim sim_undetected)"
 printf "%-40s %12s\n" "learned completion median / share" "$(sim sim_learned_median_s) s / $(sim sim_learned_share_ending)"
 echo "simulated $(sim sim_simulated_seconds) s in $(sim sim_real_seconds) s real, $(sim sim_klarna_calls) Klarna calls"
 scripts/bench-settlements.sh
+echo
+# Hostile bodies at the size limit against the daemon's ingest socket, valid deliveries interleaved (issue 22).
+python3 scripts/bench-hostile.py "$BIN"
