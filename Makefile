@@ -65,6 +65,7 @@ install: deps
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/README.md
 	install -D -m 0644 etc/config.yaml $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/config.yaml.example
 	install -D -m 0644 etc/nginx/klarna-reconciler.conf $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler.conf
+	install -D -m 0644 etc/nginx/klarna-reconciler-log-format.conf $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler-log-format.conf
 	test -e $(DESTDIR)$(SYSCONFDIR)/klarna-reconciler/config.yaml || \
 		install -D -m 0640 etc/config.yaml $(DESTDIR)$(SYSCONFDIR)/klarna-reconciler/config.yaml
 

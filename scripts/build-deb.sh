@@ -40,6 +40,7 @@ install -D -m 0644 etc/config.yaml "$STAGE/etc/klarna-reconciler/config.yaml"
 DOC=$STAGE/usr/share/doc/klarna-reconciler
 install -D -m 0644 README.md "$DOC/README.md"
 install -D -m 0644 etc/nginx/klarna-reconciler.conf "$DOC/examples/nginx-klarna-reconciler.conf"
+install -D -m 0644 etc/nginx/klarna-reconciler-log-format.conf "$DOC/examples/nginx-klarna-reconciler-log-format.conf"
 install -D -m 0644 packaging/debian/copyright "$DOC/copyright"
 install -D -m 0644 packaging/debian/lintian-overrides "$STAGE/usr/share/lintian/overrides/klarna-reconciler"
 date=$(git log -1 --format=%aD 2>/dev/null || date -R)

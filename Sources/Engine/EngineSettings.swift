@@ -15,13 +15,17 @@ public struct EngineSettings: Sendable, Equatable {
     public var customerTokenDescription: String
     /// How often to look for requests other processes (`track`, `capture`) left in the store.
     public var wakeupInterval: Duration
+    /// After a create-order whose fate is unclear, how long nothing is read or sent for it, so that a request still in
+    /// transit arrives before a second one could (``CreateOrderSettle``). The config loader holds operators to
+    /// ``CreateOrderSettle/configurableSeconds``; tests set shorter ones here.
+    public var createOrderSettle: Duration
 
     public init(
         polling: PollingSchedule = PollingSchedule(), deadlines: Deadlines = Deadlines(),
         readRetry: RetryPolicy = RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(300), maxAttempts: .max),
         writeRetry: RetryPolicy = RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(300), maxAttempts: 25),
         maxConcurrency: Int = 16, customerTokenDescription: String = "Subscription",
-        wakeupInterval: Duration = .seconds(1)
+        wakeupInterval: Duration = .seconds(1), createOrderSettle: Duration = CreateOrderSettle.standard
     ) {
         self.polling = polling
         self.deadlines = deadlines
@@ -30,5 +34,6 @@ public struct EngineSettings: Sendable, Equatable {
         self.maxConcurrency = maxConcurrency
         self.customerTokenDescription = customerTokenDescription
         self.wakeupInterval = wakeupInterval
+        self.createOrderSettle = createOrderSettle
     }
 }

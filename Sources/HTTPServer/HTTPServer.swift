@@ -122,13 +122,27 @@ public struct HTTPServer: Sendable {
         /// Connections served at once; more wait, unread, in the listen backlog until one ends. With `maxBodyBytes`
         /// this bounds the memory requests take: each connection holds at most one body of at most that size.
         public var maxConnections: Int
+        /// Told of a request the server refuses itself, before any handler sees it (a body over the limit: 413), so
+        /// that it is recorded like the handler's refusals.
+        public var refused: (@Sendable (_ refusal: Refusal) async -> Void)?
 
-        public init(maxBodyBytes: Int = 1 << 20, backlog: Int32 = 256, requestTimeout: Duration = .seconds(10), maxConnections: Int = 256) {
+        public init(
+            maxBodyBytes: Int = 1 << 20, backlog: Int32 = 256, requestTimeout: Duration = .seconds(10), maxConnections: Int = 256,
+            refused: (@Sendable (_ refusal: Refusal) async -> Void)? = nil
+        ) {
             self.maxBodyBytes = maxBodyBytes
             self.backlog = backlog
             self.requestTimeout = requestTimeout
             self.maxConnections = maxConnections
+            self.refused = refused
         }
+    }
+
+    /// A request the server answered itself: its status, a stable word and what was wrong (the path, never the query).
+    public struct Refusal: Sendable, Equatable {
+        public let status: Int
+        public let error: String
+        public let detail: String
     }
 
     typealias Connection = NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>
@@ -230,6 +244,7 @@ public struct HTTPServer: Sendable {
                         if let length = requestHead.headers.first(name: "Content-Length").flatMap(Int.init) {
                             // Refused before reading a byte of it: a 50 MB body is never received.
                             if length > configuration.maxBodyBytes {
+                                await refusedAsTooLarge(requestHead, length: "\(length) bytes")
                                 try await write(tooLarge, keepAlive: false, version: requestHead.version, to: outbound)
                                 return
                             }
@@ -238,7 +253,10 @@ public struct HTTPServer: Sendable {
                     case .body(let chunk):
                         let needed = body.count + chunk.readableBytes
                         if needed > configuration.maxBodyBytes {
-                            if let requestHead = head { try await write(tooLarge, keepAlive: false, version: requestHead.version, to: outbound) }
+                            if let requestHead = head {
+                                await refusedAsTooLarge(requestHead, length: "more than \(configuration.maxBodyBytes) bytes, sent without a length")
+                                try await write(tooLarge, keepAlive: false, version: requestHead.version, to: outbound)
+                            }
                             return
                         }
                         // A chunked body grows by doubling, but never past the limit: one body costs at most the limit.
@@ -271,6 +289,13 @@ public struct HTTPServer: Sendable {
         } catch {
             logger.debug("connection ended: \(error)")
         }
+    }
+
+    private func refusedAsTooLarge(_ head: HTTPRequestHead, length: String) async {
+        let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? ""
+        await configuration.refused?(Refusal(
+            status: 413, error: "too_large",
+            detail: "\(head.method.rawValue.prefix(20)) \(path.prefix(200)): a body of \(length) is over the limit of \(configuration.maxBodyBytes) (ingest.max_body_bytes)"))
     }
 
     private func write(

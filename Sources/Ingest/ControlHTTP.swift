@@ -92,10 +92,11 @@ public enum ControlHTTP {
     static func payouts(_ reports: any SettlementReports, _ request: ServerRequest) async throws -> ServerReply {
         var since: Date?
         if let text = request.query["since"], !text.isEmpty {
-            guard let date = PayoutSince.parse(text) else {
-                return IngestHTTP.json(400, ["error": "malformed", "detail": "since must be \(PayoutSince.expected), not \(text.prefix(60))"])
+            do {
+                since = try PayoutSince.read(text)
+            } catch {
+                return IngestHTTP.json(400, ["error": "malformed", "detail": "since must be \(PayoutSince.expected), not \(text.prefix(60)): \(error)"])
             }
-            since = date
         }
         let payout = request.query["payout"].flatMap { $0.isEmpty ? nil : $0 }
         return reply(try await reports.payouts(since: since, paymentReference: payout).map(\.report))

@@ -36,9 +36,13 @@ public enum IngestHTTP {
             case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "orders" && path[3] == "capture":
                 route = .capture(orderID: path[2])
             case (_, let path) where path == ["v1", "health"] || path == ["v1", "ready"] || path == ["metrics"] || path == ["v1", "sessions"] || (path.count == 3 && path.starts(with: ["v1", "webhooks"])):
-                return json(405, ["error": "method_not_allowed", "detail": "\(request.method) is not allowed on \(request.path)"])
+                // Refusals like any other (README: every refusal is recorded); the path only, never the query (tokens).
+                let answer = await ingestor.refuse(
+                    Rejection(405, "method_not_allowed", "\(request.method.prefix(20)) is not allowed on \(request.path.prefix(200))"), source: "socket")
+                return json(answer.status, ["error": answer.word, "detail": answer.detail])
             default:
-                return json(404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200))"])
+                let answer = await ingestor.refuse(Rejection(404, "not_found", "no route \(request.method.prefix(20)) \(request.path.prefix(200))"), source: "socket")
+                return json(answer.status, ["error": answer.word, "detail": answer.detail])
             }
             let delivery = Delivery(route: route, query: request.query, headers: request.headers, body: request.body)
             let answer = await ingestor.ingest(delivery, source: "socket")

@@ -61,6 +61,23 @@ public struct Ingestor: Sendable {
         return answer
     }
 
+    /// A request refused before it became a delivery (an unknown route, a wrong method on a known one): logged,
+    /// recorded in the store and counted like every other refusal.
+    public func refuse(_ rejection: Rejection, source: String) async -> Answer {
+        let answer = await recordRefusal(rejection, source: source, at: clock.now)
+        Self.count(source: source, nil, refusedFor: answer.word)
+        return answer
+    }
+
+    /// Logs a refusal and records it in the store (`status` counts the last day's and shows the last one).
+    private func recordRefusal(_ rejection: Rejection, source: String, at now: Date) async -> Answer {
+        logger.warning("refused a delivery from \(source): \(rejection)", metadata: [
+            "source": .string(source), "error": .string(rejection.error), MessageID.metadataKey: .string(MessageID.deliveryRefused.rawValue),
+        ])
+        try? await store.recordRejection(source: source, status: rejection.status, error: rejection.error, detail: rejection.detail, at: now)
+        return Answer(status: rejection.status, word: rejection.error, detail: rejection.detail)
+    }
+
     /// A delivery in the metrics: `result` is `accepted` or `repeat`, `nil` for a refusal for `reason` (also the
     /// spool files refused before they reach here).
     static func count(source: String, _ result: String?, refusedFor reason: String) {
@@ -77,11 +94,7 @@ public struct Ingestor: Sendable {
         do {
             (webhook, warning) = try rules.reader.read(delivery)
         } catch {
-            logger.warning("refused a delivery from \(source): \(error)", metadata: [
-                "source": .string(source), "error": .string(error.error), MessageID.metadataKey: .string(MessageID.deliveryRefused.rawValue),
-            ])
-            try? await store.recordRejection(source: source, status: error.status, error: error.error, detail: error.detail, at: now)
-            return Answer(status: error.status, word: error.error, detail: error.detail)
+            return await recordRefusal(error, source: source, at: now)
         }
         let record = Self.record(webhook, warning: warning, source: source, defaultCapturePolicy: rules.defaultCapturePolicy, now: now)
         let result: IngestResult
@@ -101,8 +114,7 @@ public struct Ingestor: Sendable {
             logger.info("repeat of a delivery first seen \(firstSeen.formatted(.iso8601)): \(record.summary)", metadata: ["source": .string(source)])
             return Answer(status: 202, word: "repeat", detail: "already received at \(firstSeen.formatted(.iso8601))")
         case .refused(let status, let error, let detail):
-            try? await store.recordRejection(source: source, status: status, error: error, detail: detail, at: now)
-            return Answer(status: status, word: error, detail: detail)
+            return await recordRefusal(Rejection(status, error, detail), source: source, at: now)
         }
     }
 

@@ -138,8 +138,16 @@ public struct WebhookReader: Sendable {
         case .hppStatus:
             let eventID = try Self.string(object, "event_id")
             guard let session = object["session"], case .object = session else { throw Rejection(400, "bad_field", "session must be an object (the HPP session as read)") }
-            let hppSessionID = try Self.string(session, "session_id", in: "session.")
-            if let fromQuery = delivery.query["hpp_session_id"], !fromQuery.isEmpty, fromQuery != "{{session_id}}", fromQuery != hppSessionID {
+            let fromQuery = delivery.query["hpp_session_id"].flatMap { $0.isEmpty || $0 == "{{session_id}}" ? nil : $0 }
+            let hppSessionID: String
+            if session["session_id"] == nil, let fromQuery {
+                // HPP's spec requires no field of the session it sends: the callback URL names it (callback-url adds
+                // hpp_session_id={{session_id}}, which Klarna fills in).
+                hppSessionID = try Self.id(fromQuery, "hpp_session_id")
+            } else {
+                hppSessionID = try Self.string(session, "session_id", in: "session.")
+            }
+            if let fromQuery, fromQuery != hppSessionID {
                 throw Rejection(400, "mismatch", "hpp_session_id in the URL (\(fromQuery.prefix(80))) is not the session in the body (\(hppSessionID.prefix(80)))")
             }
             let kp = delivery.query["kp_session_id"]

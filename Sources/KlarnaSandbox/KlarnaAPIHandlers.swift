@@ -33,7 +33,8 @@ struct Rejection: Error {
 enum KlarnaAPIHandlers {
     static func handle(_ route: KlarnaRoute, context: inout KlarnaCallContext, state: inout SandboxState) -> SandboxResponse {
         do {
-            return try dispatch(route, context: &context, state: &state)
+            let response = try dispatch(route, context: &context, state: &state)
+            return state.responseShape.shape(response, route: route.name)
         } catch {
             return error.response
         }

@@ -52,42 +52,80 @@ public final class KlarnaSandbox: Sendable {
                 known ? "Method \(request.method) is not allowed here" : "No such resource").serverResponse)
         }
         let key = request.header("Klarna-Idempotency-Key")
+        let arrived = now
+        // KP create-order has no idempotency: one that meets an earlier one for the same token is counted.
+        let createOrderToken = route.name == "kp.create_order" ? route.parameters.first ?? "" : nil
         let (seq, fault, admitted) = state.withLock { state -> (Int, SandboxFault?, Bool) in
+            releaseHeldRequests(in: &state, now: arrived)
+            if let createOrderToken { state.createOrderArrived(token: createOrderToken) }
             let seq = state.requests.count + 1
             state.requests.append(SandboxRequestRecord(
-                seq: seq, at: now, method: request.method, path: request.path, route: route.name,
+                seq: seq, at: arrived, method: request.method, path: request.path, route: route.name,
                 idempotencyKey: key, status: nil, fault: nil, replayed: false))
             var admitted = true
-            if state.rateLimit != nil { admitted = state.rateLimit!.takeSpare(limit: 1, now: now) == 1 }
+            if state.rateLimit != nil { admitted = state.rateLimit!.takeSpare(limit: 1, now: arrived) == 1 }
             return (seq, admitted ? takeFault(for: route.name, in: &state) : nil, admitted)
         }
+        defer { if let createOrderToken { state.withLock { $0.createOrderAnswered(token: createOrderToken) } } }
         if !admitted { return finish(seq, fault: nil, reply: faultReply(SandboxFault(route: route.name, kind: .rateLimit), response: nil)) }
         let afterEffect = fault?.afterEffect ?? false
         if let fault, !afterEffect {
-            if fault.kind == .delay {
-                try? await Task.sleep(for: .milliseconds(fault.delayMs ?? 1_000))
-            } else {
-                return finish(seq, fault: fault, reply: faultReply(fault, response: nil))
+            switch fault.kind {
+            case .delay: try? await Task.sleep(for: .milliseconds(fault.delayMs ?? 1_000))
+            case .holdRequest, .holdAnswer: break  // around Klarna's work, below
+            case .status, .rateLimit, .reset, .malformed: return finish(seq, fault: fault, reply: faultReply(fault, response: nil))
             }
         }
         var response: SandboxResponse
         var replayed = false
         if request.header("Authorization") != expectedAuthorization {
             response = SandboxResponse.klarnaError(401, "UNAUTHORIZED", "Missing or invalid credentials")
+        } else if let fault, fault.kind == .holdRequest {
+            (response, replayed) = await hold(route, request, key: key, seq: seq, until: arrived.addingTimeInterval(Self.holdSeconds(fault)))
         } else {
             (response, replayed) = state.withLock { state in
-                execute(route, request: request, key: key, seq: seq, in: &state)
+                execute(route, request: request, key: key, seq: seq, at: now, in: &state)
             }
         }
         if replayed { state.withLock { $0.requests[seq - 1].replayed = true } }
-        if let fault, afterEffect {
-            if fault.kind == .delay {
-                try? await Task.sleep(for: .milliseconds(fault.delayMs ?? 1_000))
-            } else {
-                return finish(seq, fault: fault, reply: faultReply(fault, response: response))
+        if let fault, afterEffect || fault.kind == .holdAnswer {
+            switch fault.kind {
+            case .delay: try? await Task.sleep(for: .milliseconds(fault.delayMs ?? 1_000))
+            case .holdAnswer: try? await configuration.clock.sleep(until: arrived.addingTimeInterval(Self.holdSeconds(fault)))
+            case .holdRequest: break  // held before Klarna's work, above
+            case .status, .rateLimit, .reset, .malformed: return finish(seq, fault: fault, reply: faultReply(fault, response: response))
             }
         }
         return finish(seq, fault: fault, reply: .response(response.serverResponse))
+    }
+
+    static func holdSeconds(_ fault: SandboxFault) -> TimeInterval { fault.holdSeconds ?? 30 }
+
+    /// A `hold_request` fault: Klarna acts on the request once `until` has come on the sandbox clock. Whatever Klarna
+    /// call arrives first after that acts on it (``releaseHeldRequests(in:now:)``), so a read then sees its effect
+    /// whether or not this task has woken yet.
+    private func hold(_ route: KlarnaRoute, _ request: ServerRequest, key: String?, seq: Int, until: Date) async -> (SandboxResponse, replayed: Bool) {
+        state.withLock { $0.heldRequests[seq] = SandboxState.HeldRequest(route: route, request: request, idempotencyKey: key, releaseAt: until) }
+        // A cancelled wait (the sandbox stopping) releases it early.
+        try? await configuration.clock.sleep(until: until)
+        return state.withLock { state in
+            if state.heldRequests[seq]?.outcome == nil { release(seq, in: &state) }
+            // Gone only when the sandbox was reset meanwhile: Klarna forgot everything, the token too.
+            return state.heldRequests.removeValue(forKey: seq)?.outcome ?? (SandboxResponse.klarnaError(404, "NOT_FOUND", "Invalid authorization token"), replayed: false)
+        }
+    }
+
+    /// Acts on every held request whose hold is over at `now`, oldest first.
+    private func releaseHeldRequests(in state: inout SandboxState, now: Date) {
+        for (seq, held) in state.heldRequests.sorted(by: { $0.key < $1.key }) where held.outcome == nil && held.releaseAt <= now {
+            release(seq, in: &state)
+        }
+    }
+
+    private func release(_ seq: Int, in state: inout SandboxState) {
+        guard let held = state.heldRequests[seq] else { return }
+        let outcome = execute(held.route, request: held.request, key: held.idempotencyKey, seq: seq, at: min(now, held.releaseAt), in: &state)
+        state.heldRequests[seq]?.outcome = outcome
     }
 
     private func finish(_ seq: Int, fault: SandboxFault?, reply: ServerReply) -> ServerReply {
@@ -100,9 +138,8 @@ public final class KlarnaSandbox: Sendable {
 
     /// Runs one Klarna call, honouring `Klarna-Idempotency-Key` on the routes where Klarna does.
     private func execute(
-        _ route: KlarnaRoute, request: ServerRequest, key: String?, seq: Int, in state: inout SandboxState
+        _ route: KlarnaRoute, request: ServerRequest, key: String?, seq: Int, at now: Date, in state: inout SandboxState
     ) -> (SandboxResponse, replayed: Bool) {
-        let now = self.now
         let honoursKey = !(key ?? "").isEmpty && Self.idempotentRoutes.contains(route.name)
         if honoursKey, let key, let stored = state.idempotency[key], now.timeIntervalSince(stored.at) < Self.idempotencyWindow {
             return (stored.response, true)
@@ -156,7 +193,7 @@ public final class KlarnaSandbox: Sendable {
             ]
             if let retryAfter = fault.retryAfterSeconds { limited.headers.append(("Retry-After", String(retryAfter))) }
             return .response(limited.serverResponse)
-        case .status, .delay:
+        case .status, .delay, .holdRequest, .holdAnswer:
             let status = fault.status ?? 503
             let code = fault.errorCode ?? (status >= 500 ? (status == 500 ? "INTERNAL_SERVER_ERROR" : "TEMPORARILY_UNAVAILABLE") : "BAD_REQUEST")
             return .response(SandboxResponse.klarnaError(status, code, "Injected fault").serverResponse)

@@ -195,6 +195,11 @@ extension KlarnaSandbox {
         state.withLock { state in state.effects.filter { kind == nil || $0.kind == kind } }
     }
 
+    /// The create-orders each authorization token received, by token; tests fail on any `overlapping`.
+    public func createOrderCounts() -> [SandboxCreateOrderCount] {
+        state.withLock { state in state.createOrders.values.sorted { $0.authorizationToken < $1.authorizationToken } }
+    }
+
     /// Moves the sandbox clock forward; only an ``AdjustableClock`` or a ``ManualClock`` can be moved.
     public func advanceClock(by duration: Duration) throws {
         switch configuration.clock {
@@ -281,6 +286,18 @@ extension KlarnaSandbox {
                     return kind
                 }
                 return .json(200, Body(effects: effects(kind: kind)))
+            } else if match("GET", "create-orders") != nil {
+                struct Body: Encodable {
+                    let createOrders: [SandboxCreateOrderCount]
+                    /// Over every token: create-orders that met an earlier pending one for the same token.
+                    let overlapping: Int
+                }
+                let counts = createOrderCounts()
+                return .json(200, Body(createOrders: counts, overlapping: counts.reduce(0) { $0 + $1.overlapping }))
+            } else if match("POST", "response-shape") != nil {
+                struct Body: Decodable { let shape: SandboxResponseShape }
+                setResponseShape(try decode(Body.self, request).shape)
+                return .noContent()
             } else if match("POST", "clock/advance") != nil {
                 struct Body: Decodable { let seconds: Double }
                 try advanceClock(by: Duration(timeInterval: try decode(Body.self, request).seconds))

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPServer
 import ReconcilerCore
 
 /// Klarna's side of the world, as the sandbox keeps it. Mutated only under ``KlarnaSandbox``'s lock.
@@ -95,6 +96,15 @@ struct SandboxState {
         let response: SandboxResponse
     }
 
+    /// A request a `hold_request` fault holds: Klarna acts on it once `releaseAt` has come (`outcome` then set).
+    struct HeldRequest {
+        let route: KlarnaRoute
+        let request: ServerRequest
+        let idempotencyKey: String?
+        let releaseAt: Date
+        var outcome: (SandboxResponse, replayed: Bool)?
+    }
+
     var paymentSessions: [String: PaymentSession] = [:]
     var hostedSessions: [String: HostedSession] = [:]
     var tokens: [String: String] = [:]  // authorization token → KP session id
@@ -102,12 +112,38 @@ struct SandboxState {
     var paymentRequests: [String: PaymentRequest] = [:]
     var idempotency: [String: StoredReply] = [:]
     var faults: [(id: Int, fault: SandboxFault)] = []
+    /// Held requests by their request seq, until their answer is given.
+    var heldRequests: [Int: HeldRequest] = [:]
+    /// Create-orders by authorization token: how many arrived, are pending, and met an earlier pending one.
+    var createOrders: [String: SandboxCreateOrderCount] = [:]
     /// Klarna's per-merchant limit when a test sets one: a second's worth of calls saved up at most.
     var rateLimit: RateBudget?
+    /// How answers to the daemon's calls are shaped (SandboxResponseShape.swift).
+    var responseShape = SandboxResponseShape.normal
     var nextFaultID = 1
     var requests: [SandboxRequestRecord] = []
     var effects: [SandboxEffect] = []
     var settlements = SettlementLedger()
+
+    // MARK: Create-orders in flight
+
+    /// A create-order for `token` arrived: counted, and counted as overlapping when an earlier one is still pending.
+    mutating func createOrderArrived(token: String) {
+        var count = createOrders[token] ?? SandboxCreateOrderCount(
+            authorizationToken: token, kpSessionId: tokens[token], received: 0, pending: 0, overlapping: 0)
+        count.received += 1
+        if count.pending > 0 { count.overlapping += 1 }
+        count.pending += 1
+        createOrders[token] = count
+    }
+
+    /// A create-order for `token` was answered (or its connection reset).
+    mutating func createOrderAnswered(token: String) {
+        // Gone when the sandbox was reset meanwhile.
+        guard var count = createOrders[token], count.pending > 0 else { return }
+        count.pending -= 1
+        createOrders[token] = count
+    }
 
     // MARK: Time moves lazily: each entity catches up when it is next looked at.
 

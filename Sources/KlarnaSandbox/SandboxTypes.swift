@@ -113,6 +113,13 @@ public struct SandboxFault: Codable, Sendable {
         case reset
         /// A 2xx whose body is not valid JSON.
         case malformed
+        /// Hold the request `hold_seconds` of sandbox time before Klarna acts on it, as a request held up on its way
+        /// would be: the effect happens only after the hold (the client may have timed out meanwhile), and any Klarna
+        /// call arriving after the hold sees it. `after_effect` does not apply.
+        case holdRequest = "hold_request"
+        /// Act on the request at once, then hold the answer `hold_seconds` of sandbox time. `after_effect` does not
+        /// apply.
+        case holdAnswer = "hold_answer"
     }
 
     public var route: String
@@ -120,6 +127,8 @@ public struct SandboxFault: Codable, Sendable {
     public var status: Int?
     public var errorCode: String?
     public var delayMs: Int?
+    /// How long `hold_request` and `hold_answer` hold, in sandbox seconds (default 30).
+    public var holdSeconds: Double?
     public var resetSeconds: Int?
     public var retryAfterSeconds: Int?
     /// Apply the fault after the real effect happened (the capture is made, the answer is lost).
@@ -132,7 +141,7 @@ public struct SandboxFault: Codable, Sendable {
     public var probability: Double?
 
     public init(
-        route: String, kind: Kind, status: Int? = nil, errorCode: String? = nil, delayMs: Int? = nil,
+        route: String, kind: Kind, status: Int? = nil, errorCode: String? = nil, delayMs: Int? = nil, holdSeconds: Double? = nil,
         resetSeconds: Int? = nil, retryAfterSeconds: Int? = nil, afterEffect: Bool? = nil, count: Int? = 1, skip: Int? = nil,
         probability: Double? = nil
     ) {
@@ -141,6 +150,7 @@ public struct SandboxFault: Codable, Sendable {
         self.status = status
         self.errorCode = errorCode
         self.delayMs = delayMs
+        self.holdSeconds = holdSeconds
         self.resetSeconds = resetSeconds
         self.retryAfterSeconds = retryAfterSeconds
         self.afterEffect = afterEffect
@@ -148,6 +158,21 @@ public struct SandboxFault: Codable, Sendable {
         self.skip = skip
         self.probability = probability
     }
+}
+
+/// The create-orders one authorization token received. KP create-order has no idempotency: one that arrives while an
+/// earlier one for the same token is still pending (held, being processed, or not answered yet) is the second
+/// create-order meeting the first that a client must never cause, so tests fail when `overlapping` is not 0.
+public struct SandboxCreateOrderCount: Codable, Sendable, Equatable {
+    public var authorizationToken: String
+    /// The KP session the token belongs to; `nil` for a token the sandbox never issued.
+    public var kpSessionId: String?
+    /// Every create-order that arrived for the token.
+    public var received: Int
+    /// Arrived and not answered yet.
+    public var pending: Int
+    /// Arrived while an earlier one was pending.
+    public var overlapping: Int
 }
 
 /// One request the sandbox received, as tests see it in the request log.

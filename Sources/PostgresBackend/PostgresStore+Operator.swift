@@ -269,8 +269,54 @@ extension PostgresStore {
             if let before = cutoffs.rejectionsBefore {
                 counts.rejections = try await batch(db, "rejections", key: "id", where: "at <", before, cap: cap, dryRun: dryRun)
             }
+            if let before = cutoffs.unknownNotificationsBefore {
+                counts.unknownNotifications = try await batch(
+                    db, "deliveries", key: "dedupe_key", where: "\(Self.unknownNotification) AND received_at <", before, cap: cap, dryRun: dryRun)
+            }
+            if let keep = cutoffs.unverifiedRowCap {
+                // Of what the age rules leave (rows from their cutoff on, if any), the newest `keep` stay.
+                counts.rejections += try await beyond(
+                    db, "rejections", key: "id", where: "TRUE", at: "at", from: cutoffs.rejectionsBefore, newestFirst: "id DESC",
+                    keep: keep, cap: cap, dryRun: dryRun)
+                counts.unknownNotifications += try await beyond(
+                    db, "deliveries", key: "dedupe_key", where: Self.unknownNotification, at: "received_at", from: cutoffs.unknownNotificationsBefore,
+                    newestFirst: "received_at DESC, dedupe_key DESC", keep: keep, cap: cap, dryRun: dryRun)
+            }
             return counts
         }
+    }
+
+    /// A `deliveries` row that records an OM notification for an order this store does not know: its order id is its
+    /// dedupe key (`om-notification:ORDER_ID:EVENT_TYPE`) less the prefix and the event type (letters and `_`).
+    static let unknownNotification = """
+        kind = '\(RetentionPolicy.omNotificationKind)' AND NOT EXISTS (
+          SELECT 1 FROM orders o WHERE o.order_id = substring(deliveries.dedupe_key FROM '^\(RetentionPolicy.omNotificationKeyPrefix)(.*):[A-Z_]+$'))
+        """
+
+    /// Deletes (or counts) up to `cap` rows of `table` matching `condition` whose `at` column is from `from` on (any,
+    /// for `nil`), past the newest `keep` of them in `newestFirst` order.
+    private func beyond(
+        _ db: PostgresConnection, _ table: String, key: String, where condition: String, at column: String, from: Date?, newestFirst: String,
+        keep: Int, cap: Int?, dryRun: Bool
+    ) async throws -> Int {
+        if dryRun {
+            return try await rows(
+                db,
+                """
+                SELECT count(*) FROM (
+                  SELECT 1 FROM \(unescaped: table) WHERE \(unescaped: condition) AND (\(from)::timestamptz IS NULL OR \(unescaped: column) >= \(from))
+                  ORDER BY \(unescaped: newestFirst) OFFSET \(keep)) chosen
+                """
+            )[0].decode(Int.self)
+        }
+        return try await rows(
+            db,
+            """
+            DELETE FROM \(unescaped: table) WHERE \(unescaped: key) IN (
+              SELECT \(unescaped: key) FROM \(unescaped: table) WHERE \(unescaped: condition) AND (\(from)::timestamptz IS NULL OR \(unescaped: column) >= \(from))
+              ORDER BY \(unescaped: newestFirst) OFFSET \(keep) LIMIT \(cap)) RETURNING 1
+            """
+        ).count
     }
 
     /// Deletes (or counts) up to `cap` rows of `table` whose condition, completed by `before`, holds.

@@ -48,18 +48,57 @@ extension SQLiteStore {
         if let before = cutoffs.rejectionsBefore {
             counts.rejections = try batch(db, "rejections", key: "id", where: "at < ?1", before, limit: limit, delete: delete)
         }
+        if let before = cutoffs.unknownNotificationsBefore {
+            counts.unknownNotifications = try batch(
+                db, "deliveries", key: "dedupe_key", where: "\(unknownNotification) AND received_at < ?1", before, limit: limit, delete: delete)
+        }
+        if let cap = cutoffs.unverifiedRowCap {
+            // Of what the age rules leave (`?1`: their cutoff, if any), the newest `cap` stay.
+            counts.rejections += try remove(
+                db, "rejections", key: "id", chosen: "SELECT id FROM rejections WHERE (?1 IS NULL OR at >= ?1) ORDER BY id DESC",
+                cutoffs.rejectionsBefore, offset: cap, limit: limit, delete: delete)
+            counts.unknownNotifications += try remove(
+                db, "deliveries", key: "dedupe_key",
+                chosen: """
+                    SELECT dedupe_key FROM deliveries WHERE \(unknownNotification) AND (?1 IS NULL OR received_at >= ?1)
+                    ORDER BY received_at DESC, dedupe_key DESC
+                    """,
+                cutoffs.unknownNotificationsBefore, offset: cap, limit: limit, delete: delete)
+        }
         return counts
     }
 
-    /// Deletes (or counts) up to `limit` rows of `table` matching `condition`; `limit` -1 is all of them.
+    /// A `deliveries` row that records an OM notification for an order this store does not know: its order id is its
+    /// dedupe key (`om-notification:ORDER_ID:EVENT_TYPE`) less the prefix and the event type (letters and `_`, which
+    /// `rtrim` takes off up to the last colon). The key range lets SQLite find them by the primary key's index.
+    static let unknownNotification: String = {
+        let prefix = RetentionPolicy.omNotificationKeyPrefix
+        let eventType = "'ABCDEFGHIJKLMNOPQRSTUVWXYZ_'"
+        let withoutEventType = "rtrim(deliveries.dedupe_key, \(eventType))"
+        return """
+            deliveries.kind = '\(RetentionPolicy.omNotificationKind)'
+            AND deliveries.dedupe_key >= '\(prefix)' AND deliveries.dedupe_key < '\(prefix.dropLast());'
+            AND NOT EXISTS (SELECT 1 FROM orders o
+                            WHERE o.order_id = substr(\(withoutEventType), \(prefix.count + 1), length(\(withoutEventType)) - \(prefix.count + 1)))
+            """
+    }()
+
+    /// Deletes (or counts) up to `limit` rows of `table` matching `condition` (`?1` is `before`); `limit` -1 is all.
     private static func batch(
         _ db: SQLiteConnection, _ table: String, key: String, where condition: String, _ before: Date, limit: Int, delete: Bool
     ) throws -> Int {
-        let arguments = [SQLValue(before), .integer(Int64(limit))]
-        guard delete else {
-            return try db.query("SELECT COUNT(*) FROM (SELECT 1 FROM \(table) WHERE \(condition) LIMIT ?2)", arguments).first?.int(0) ?? 0
-        }
-        try db.query("DELETE FROM \(table) WHERE \(key) IN (SELECT \(key) FROM \(table) WHERE \(condition) LIMIT ?2)", arguments)
+        try remove(db, table, key: key, chosen: "SELECT \(key) FROM \(table) WHERE \(condition)", before, offset: 0, limit: limit, delete: delete)
+    }
+
+    /// Deletes (or counts) up to `limit` rows of `table` (-1: all) whose `key` the query `chosen` selects after its
+    /// first `offset` rows; `?1` in `chosen` is `date`.
+    private static func remove(
+        _ db: SQLiteConnection, _ table: String, key: String, chosen: String, _ date: Date?, offset: Int, limit: Int, delete: Bool
+    ) throws -> Int {
+        let arguments = [SQLValue(date), .integer(Int64(limit)), .integer(Int64(offset))]
+        let selected = "\(chosen) LIMIT ?2 OFFSET ?3"
+        guard delete else { return try db.query("SELECT COUNT(*) FROM (\(selected))", arguments).first?.int(0) ?? 0 }
+        try db.query("DELETE FROM \(table) WHERE \(key) IN (\(selected))", arguments)
         return db.changes
     }
 }

@@ -65,6 +65,9 @@ public struct Settings: Sendable {
     public var statusInterval: Duration
     /// Fault injection for the watchdog test: when this file appears the work loop hangs. Never set in production.
     public var wedgeWorkLoopFile: String?
+    /// `testing.create_order_settle_ms`: a settle period outside the operators' range, for tests of the daemon as a
+    /// process (it then is `engine.createOrderSettle`). Never set in production.
+    public var testingCreateOrderSettle: Duration? = nil
     /// `settlements.*`: fetching Klarna's payouts and matching them against the ledger (off by default).
     public var settlements = SettlementSettings()
 }
@@ -97,14 +100,15 @@ public enum SettingsKeys {
         "capture.default_policy",
         "authorization_expiry.warn_before_hours", "authorization_expiry.auto_extend",
         "engine.max_concurrency", "engine.customer_token_description", "engine.wakeup_interval_ms",
-        "engine.drain_timeout_seconds", "engine.status_interval_seconds", "testing.wedge_work_loop_file",
+        "engine.drain_timeout_seconds", "engine.status_interval_seconds", "engine.create_order_settle_seconds",
+        "testing.wedge_work_loop_file", "testing.create_order_settle_ms",
         "log.level",
         "ingest.socket", "ingest.socket_group", "ingest.listen", "ingest.max_body_bytes", "ingest.request_timeout_seconds",
         "ingest.max_connections",
         "ingest.spool_dir", "ingest.spool_rescan_seconds", "ingest.spool_keep_done",
         "callback_token.policy", "callback_token.key_file", "webhook_signing.keys_file",
-        "retention.closed_days", "retention.events_days", "retention.rejections_days", "retention.spool_done_days",
-        "retention.outbox_days", "retention.interval_minutes",
+        "retention.closed_days", "retention.events_days", "retention.rejections_days", "retention.unknown_notifications_days",
+        "retention.unverified_max_rows", "retention.spool_done_days", "retention.outbox_days", "retention.interval_minutes",
         "metrics.listen",
         "control.socket", "control.socket_group",
         "settlements.enabled", "settlements.sync_interval_minutes", "settlements.settle_within_days",
@@ -157,6 +161,7 @@ extension Settings {
             ("engine.wakeup_interval_ms", "\(Int(engine.wakeupInterval.timeInterval * 1_000))"),
             ("engine.drain_timeout_seconds", seconds(drainTimeout)),
             ("engine.status_interval_seconds", seconds(statusInterval)),
+            ("engine.create_order_settle_seconds", seconds(engine.createOrderSettle)),
             ("log.level", logLevel.rawValue),
             ("ingest.socket", ingestSocket ?? "(disabled)"),
             ("ingest.socket_group", ingestSocketGroup ?? "(the daemon's group)"),
@@ -170,6 +175,8 @@ extension Settings {
             ("retention.closed_days", days(retention.closedPayments)),
             ("retention.events_days", days(retention.events)),
             ("retention.rejections_days", days(retention.rejections)),
+            ("retention.unknown_notifications_days", days(retention.unknownNotifications)),
+            ("retention.unverified_max_rows", retention.unverifiedRowCap.map { "\($0)" } ?? "0 (no cap)"),
             ("retention.spool_done_days", days(retention.spoolDone)),
             ("retention.outbox_days", days(retention.outboxAcknowledged)),
             ("retention.interval_minutes", "\(Int(retentionInterval.timeInterval / 60))"),
@@ -183,6 +190,7 @@ extension Settings {
             ("callback_token.policy", callbackPolicy),
             ("callback_token.key", callbackKey == nil ? "(none: HPP and KP callbacks are refused under policy require; \(callbackKeySource))" : "<redacted> (\(callbackKeySource))"),
             ("testing.wedge_work_loop_file", wedgeWorkLoopFile ?? "(none)"),
+            ("testing.create_order_settle_ms", testingCreateOrderSettle.map { "\(Int($0.timeInterval * 1_000)) (replaces engine.create_order_settle_seconds)" } ?? "(none)"),
             ("webhook_signing.keys", signingKeys.isEmpty ? "(none: Klarna Network webhooks are refused)" : "<redacted> ids \(signingKeys.keys.sorted().joined(separator: ", "))"),
         ]
         return lines.map { "\($0.0): \($0.1)" }.joined(separator: "\n")

@@ -123,6 +123,14 @@ extension Settings {
             autoExtendAuthorization: try values.bool("authorization_expiry.auto_extend", default: false),
             pendingFraudInterval: try values.seconds("polling.pending_fraud_interval_seconds", default: 900),
             orderRecheckInterval: try values.seconds("polling.order_recheck_interval_seconds", default: 21_600))
+        // Tests of the daemon as a process cannot wait minutes for a settle period: `testing.create_order_settle_ms`
+        // takes any positive one, outside the operators' range. Never set in production.
+        var testingSettle: Duration?
+        if try values.string("testing.create_order_settle_ms") != nil {
+            testingSettle = try values.seconds("testing.create_order_settle_ms", default: 0, unit: 0.001)
+        }
+        let configuredSettle = Duration.seconds(try values.int(
+            "engine.create_order_settle_seconds", default: Int(CreateOrderSettle.standard.timeInterval), range: CreateOrderSettle.configurableSeconds))
         let initial = try values.seconds("retry.initial_delay_ms", default: 1_000, unit: 0.001)
         let maxDelay = try values.seconds("retry.max_delay_seconds", default: 300)
         let engine = EngineSettings(
@@ -131,7 +139,8 @@ extension Settings {
             writeRetry: RetryPolicy(initialDelay: initial, maxDelay: maxDelay, maxAttempts: try values.int("retry.max_attempts", default: 25, range: 1...1_000)),
             maxConcurrency: try values.int("engine.max_concurrency", default: 16, range: 1...1_024),
             customerTokenDescription: try values.string("engine.customer_token_description") ?? "Subscription",
-            wakeupInterval: try values.seconds("engine.wakeup_interval_ms", default: 1_000, unit: 0.001))
+            wakeupInterval: try values.seconds("engine.wakeup_interval_ms", default: 1_000, unit: 0.001),
+            createOrderSettle: testingSettle ?? configuredSettle)
 
         let socketSetting = try values.string("ingest.socket")
         let defaultSocket = environment["RUNTIME_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }.map { "\($0)/ingest.sock" }
@@ -191,15 +200,26 @@ extension Settings {
             retention: RetentionPolicy(
                 closedPayments: try values.days("retention.closed_days", default: 90),
                 events: try values.days("retention.events_days", default: 180),
-                rejections: try values.days("retention.rejections_days", default: 30),
+                rejections: try values.days("retention.rejections_days", default: 7),
                 spoolDone: try values.days("retention.spool_done_days", default: 7),
-                outboxAcknowledged: try values.days("retention.outbox_days", default: 30)),
+                outboxAcknowledged: try values.days("retention.outbox_days", default: 30),
+                unknownNotifications: try values.days("retention.unknown_notifications_days", default: 7),
+                unverifiedRowCap: try values.cap("retention.unverified_max_rows", default: 10_000)),
             retentionInterval: .seconds(60 * (try values.int("retention.interval_minutes", default: 60, range: 1...10_080))),
             callbackPolicy: policy, callbackKey: callbackKey, signingKeys: signingKeys,
             drainTimeout: try values.seconds("engine.drain_timeout_seconds", default: 15),
             statusInterval: try values.seconds("engine.status_interval_seconds", default: 5),
             wedgeWorkLoopFile: try values.string("testing.wedge_work_loop_file").flatMap { $0.isEmpty ? nil : path($0) })
         settings.metricsListen = metricsListen
+        settings.testingCreateOrderSettle = testingSettle
+        // An unclear create-order ends after at most the request timeout and is followed by the settle period; the
+        // next attempt must still come in the first half of the authorization token's 60 minutes.
+        let tokenHalfLife = Deadlines.authorizationTokenLifetime / 2
+        guard settings.requestTimeout + engine.createOrderSettle <= tokenHalfLife else {
+            throw SettingsError(
+                "engine.create_order_settle_seconds",
+                "plus klarna.request_timeout_seconds must be at most \(Int(tokenHalfLife.timeInterval)) (half the authorization token's 60 minutes, so that a create-order after an unclear one still goes out in time), not \(Int(engine.createOrderSettle.timeInterval)) + \(Int(settings.requestTimeout.timeInterval))")
+        }
         settings.leaseTime = try values.seconds("store.lease_seconds", default: 15)
         guard settings.leaseTime >= .seconds(3), settings.leaseTime <= .seconds(600) else {
             throw SettingsError("store.lease_seconds", "must be between 3 and 600 (a lease is renewed every third of it)")
@@ -370,6 +390,12 @@ struct Values {
     func days(_ key: String, default value: Int) throws(SettingsError) -> Duration? {
         let days = try int(key, default: value, range: 0...36_500)
         return days == 0 ? nil : .seconds(days * 86_400)
+    }
+
+    /// A most-rows cap; 0 is none.
+    func cap(_ key: String, default value: Int) throws(SettingsError) -> Int? {
+        let rows = try int(key, default: value, range: 0...100_000_000)
+        return rows == 0 ? nil : rows
     }
 
     func int(_ key: String, default value: Int, range: ClosedRange<Int>) throws(SettingsError) -> Int {

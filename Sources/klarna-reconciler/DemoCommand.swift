@@ -127,7 +127,7 @@ final class Demo: @unchecked Sendable {
         let tracked = payments + [("HPP callback over the socket", viaSocket, []), ("track request through the spool", viaSpool, [])]
 
         step(6, "Waiting until every payment has reached its end")
-        _ = try await waitFor("every payment to finish", timeout: .seconds(60)) { () -> Bool? in
+        _ = try await waitFor("every payment to finish", timeout: .seconds(120)) { () -> Bool? in
             let summary = try await store.summary(now: Date())
             let open = (summary.sessionsByPhase["polling"] ?? 0) + (summary.sessionsByPhase["authorized"] ?? 0)
                 + summary.ordersByPhase.filter { $0.key != "closed" }.values.reduce(0, +)
@@ -225,6 +225,8 @@ final class Demo: @unchecked Sendable {
               max_delay_seconds: 2
             engine:
               wakeup_interval_ms: 200
+              # A create-order cut off by the outage waits this long before Klarna is read again (the shortest allowed).
+              create_order_settle_seconds: 30
             settlements:
               enabled: true
               sync_interval_minutes: 60

@@ -178,7 +178,8 @@ struct RunCommand: AsyncParsableCommand {
         let servers: [HTTPServer]
         do {
             servers = try await Self.listen(
-                settings, handler: IngestHTTP.handler(ingestor, control: control), control: ControlHTTP.handler(desk: desk, control: control, reports: store), logger: logger)
+                settings, handler: IngestHTTP.handler(ingestor, control: control), control: ControlHTTP.handler(desk: desk, control: control, reports: store),
+                refused: { _ = await ingestor.refuse(Rejection($0.status, $0.error, $0.detail), source: "socket") }, logger: logger)
         } catch {
             throw fail("cannot listen for deliveries: \(error)", errno: EADDRNOTAVAIL)
         }
@@ -282,10 +283,16 @@ struct RunCommand: AsyncParsableCommand {
 
     /// The ingest listeners: the socket systemd passed (socket activation), else the configured path; and the
     /// optional loopback TCP port.
-    static func listen(_ settings: Settings, handler: @escaping RequestHandler, control: @escaping RequestHandler, logger: Logger) async throws -> [HTTPServer] {
+    /// `refused`: told of the ingest requests the server refuses before the handler (413), to record them.
+    static func listen(
+        _ settings: Settings, handler: @escaping RequestHandler, control: @escaping RequestHandler,
+        refused: @escaping @Sendable (HTTPServer.Refusal) async -> Void, logger: Logger
+    ) async throws -> [HTTPServer] {
         var servers: [HTTPServer] = []
         let configuration = HTTPServer.Configuration(
             maxBodyBytes: settings.ingestMaxBodyBytes, requestTimeout: settings.ingestRequestTimeout, maxConnections: settings.ingestMaxConnections)
+        var ingest = configuration
+        ingest.refused = refused
         let passed = ListenFDs.take()
         // The operators' socket: systemd's (klarna-reconciler-control.socket), else control.socket.
         if let socket = passed.controlSocket() {
@@ -302,14 +309,14 @@ struct RunCommand: AsyncParsableCommand {
             guard let socket = passed.ingestSocket(), socket.isUnixStreamListener else {
                 throw SocketPermissions.Failed(description: "systemd passed \(passed.sockets.count) sockets (\(passed.sockets.map(\.name).joined(separator: ", "))) but none is a listening unix stream socket named ingest")
             }
-            servers.append(try await HTTPServer.bind(.adopted(descriptor: socket.descriptor), configuration: configuration, logger: logger, handler: handler))
+            servers.append(try await HTTPServer.bind(.adopted(descriptor: socket.descriptor), configuration: ingest, logger: logger, handler: handler))
         } else if let path = settings.ingestSocket {
             try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-            servers.append(try await HTTPServer.bind(.unix(path: path), configuration: configuration, logger: logger, handler: handler))
+            servers.append(try await HTTPServer.bind(.unix(path: path), configuration: ingest, logger: logger, handler: handler))
             try SocketPermissions.apply(path: path, group: settings.ingestSocketGroup)
         }
         if let listen = settings.ingestListen, let address = ListenAddress(parsing: listen) {
-            servers.append(try await HTTPServer.bind(address, configuration: configuration, logger: logger, handler: handler))
+            servers.append(try await HTTPServer.bind(address, configuration: ingest, logger: logger, handler: handler))
         }
         return servers
     }

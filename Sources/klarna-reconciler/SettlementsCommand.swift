@@ -18,7 +18,9 @@ struct SettlementsCommand: AsyncParsableCommand {
 
     func validate() throws {
         if json && csv { throw ValidationError("--json and --csv exclude each other") }
-        if let since, PayoutSince.parse(since) == nil { throw ValidationError("--since must be \(PayoutSince.expected), not \(since)") }
+        if let since {
+            do { _ = try PayoutSince.read(since) } catch { throw ValidationError("--since must be \(PayoutSince.expected), not \(since): \(error)") }
+        }
         if let payout, !validID(payout) { throw ValidationError("--payout must be 1–255 printable ASCII characters without spaces") }
     }
 

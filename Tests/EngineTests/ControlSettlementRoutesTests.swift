@@ -74,6 +74,23 @@ struct ControlSettlementRoutesTests {
         #expect(bad.status == 400 && String(decoding: bad.body, as: UTF8.self).contains("since must be a day"), "\(String(decoding: bad.body, as: UTF8.self))")
     }
 
+    @Test("GET /v1/settlements?since= with a field out of range is 400, never rolled over into the next hour, day or month")
+    func sinceFieldOutOfRange() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let handler = makeHandler(try await recordedStore(directory))
+        // Each would otherwise roll over to a moment before PAYOUT01 (2026-11-02T07:00:00Z) and list it.
+        for bad in ["2026-11-01T25:00:00Z", "2026-11-01T08:61:00Z", "2026-11-01T08:00:60Z", "2026-10-32", "2026-11-01T08:00:00-15:00"] {
+            let answer = try await get(handler, "/v1/settlements?since=\(bad.replacingOccurrences(of: ":", with: "%3A"))")
+            let body = String(decoding: answer.body, as: UTF8.self)
+            #expect(answer.status == 400, "\(bad): \(body)")
+            #expect(body.contains(#""error":"malformed""#) && body.contains("since must be a day") && body.contains("not \(bad)"), "\(bad): \(body)")
+        }
+        let lastSecond = try await get(handler, "/v1/settlements?since=2026-11-01T23%3A59%3A59Z")
+        #expect(lastSecond.status == 200)
+        #expect(try OperatorDesk.decoder().decode([PayoutReport].self, from: lastSecond.body).map(\.paymentReference) == ["PAYOUT01"])
+    }
+
     @Test("GET /v1/payments/{id}/settlements: the lines of the payment's orders; 404 for an unknown payment")
     func paymentLines() async throws {
         let directory = TemporaryDirectory()

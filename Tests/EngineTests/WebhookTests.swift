@@ -106,7 +106,7 @@ struct WebhookTests {
         ("", 400, "empty_body"), ("{", 400, "malformed_json"), ("[1,2]", 400, "malformed_json"), ("\u{0}{}", 400, "bad_encoding"),
         (#"{"event_id":1,"session":{"session_id":"hpp-1"}}"#, 400, "bad_field"),
         (#"{"event_id":"e","session":"hpp-1"}"#, 400, "bad_field"),
-        (#"{"event_id":"e","session":{}}"#, 400, "missing_field"),
+        (#"{"session":{"session_id":"hpp-1"}}"#, 400, "missing_field"),
         (#"{"event_id":"e with space","session":{"session_id":"hpp-1"}}"#, 400, "bad_field"),
         (#"{"event_id":"e","session":{"session_id":"other"}}"#, 400, "mismatch"),
     ])
@@ -202,6 +202,15 @@ struct WebhookTests {
         for (route, body, error) in cases {
             #expect(rejection(Delivery(route: route, body: json(body)))?.error == error, "\(route): \(body.prefix(60))")
         }
+    }
+
+    @Test("An HPP callback whose session omits session_id (the spec requires none) is the session its URL names")
+    func hppSessionFromURL() throws {
+        let (webhook, _) = try reader.read(hpp(body: #"{"event_id":"e-2","session":{"status":"COMPLETED"}}"#))
+        #expect(webhook == .hppStatus(eventID: "e-2", hppSessionID: "hpp-1", kpSessionID: "kp-1", status: "COMPLETED"))
+        var unnamed = hpp(body: #"{"event_id":"e-2","session":{"status":"COMPLETED"}}"#)
+        unnamed.query["hpp_session_id"] = "{{session_id}}"
+        #expect(rejection(unnamed)?.error == "missing_field")
     }
 
     @Test("Track and capture requests: enums and amounts are checked", arguments: [

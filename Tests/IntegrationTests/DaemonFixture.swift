@@ -33,7 +33,9 @@ final class DaemonFixture: @unchecked Sendable {
     ///   - extraConfig: YAML appended to the generated config.
     ///   - ingestConfig: lines added to its `ingest:` section (indented by two spaces).
     ///   - storeConfig: the `store:` section's lines (a PostgreSQL `url:` instead of the SQLite file).
-    init(extraConfig: String = "", ingestConfig: [String] = [], storeConfig: [String] = ["path: state/state.sqlite"]) async throws {
+    /// - Parameter testingConfig: keys for the `testing:` section, besides the short create-order settle period every
+    ///   fixture has (the operators' minimum, 30 s, would make each unclear create-order a half-minute wait).
+    init(extraConfig: String = "", ingestConfig: [String] = [], storeConfig: [String] = ["path: state/state.sqlite"], testingConfig: [String] = []) async throws {
         directory = NSTemporaryDirectory() + "klarna-reconciler-daemon-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         sandbox = KlarnaSandbox(configuration: .init(username: "merchant", password: "daemon-secret"))
@@ -79,6 +81,9 @@ final class DaemonFixture: @unchecked Sendable {
               wakeup_interval_ms: 100
             log:
               level: info
+            testing:
+              create_order_settle_ms: 1000
+            \(testingConfig.map { "  " + $0 }.joined(separator: "\n"))
             \(extraConfig)
             """.write(toFile: configPath, atomically: true, encoding: .utf8)
     }

@@ -152,7 +152,7 @@ import TestSupport
     @Test func orderDataNotMatchingTheSessionGives409() async throws {
         try await SandboxHarness.with { h in
             let (created, token) = try await h.authorizedSession()
-            var order = CreateOrderRequest(session: try await h.client.readPaymentSession(id: created.kpSessionId))
+            var order = try CreateOrderRequest(session: try await h.client.readPaymentSession(id: created.kpSessionId))
             order.orderAmount += 1
             let error = await #expect(throws: KlarnaAPIError.self) { try await h.client.createOrder(authorizationToken: token, order: order) }
             #expect(error?.status == 409)

@@ -60,13 +60,13 @@ import Testing
         try await SandboxHarness.with { h in
             let orderID = try await h.placedOrder(amount: 20_000)
             let client = h.client
-            let ids = try await withThrowingTaskGroup(of: String.self) { group in
+            let ids = try await withThrowingTaskGroup(of: String?.self) { group in
                 for _ in 0..<16 {
                     group.addTask {
                         try await client.createCapture(orderID: orderID, request: CaptureRequest(capturedAmount: 20_000), idempotencyKey: "burst").captureID
                     }
                 }
-                return try await group.reduce(into: Set<String>()) { $0.insert($1) }
+                return try await group.reduce(into: Set<String?>()) { $0.insert($1) }
             }
             #expect(ids.count == 1)
             #expect(h.sandbox.effects(kind: .captured).count == 1)
@@ -116,7 +116,7 @@ import Testing
     @Test func createOrderIsNotIdempotentAsKlarnaDocumentsNone() async throws {
         try await SandboxHarness.with { h in
             let (created, token) = try await h.authorizedSession()
-            let order = CreateOrderRequest(session: try await h.client.readPaymentSession(id: created.kpSessionId))
+            let order = try CreateOrderRequest(session: try await h.client.readPaymentSession(id: created.kpSessionId))
             _ = try await h.client.createOrder(authorizationToken: token, order: order, idempotencyKey: "place")
             let error = await #expect(throws: KlarnaAPIError.self) {
                 try await h.client.createOrder(authorizationToken: token, order: order, idempotencyKey: "place")

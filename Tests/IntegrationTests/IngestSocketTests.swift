@@ -111,11 +111,23 @@ struct IngestSocketTests {
             #expect(answer.status == status, "\(target): \(answer.body)")
             #expect(answer.body.contains(#""error":"\#(word)""#), "\(target): \(answer.body)")
         }
-        // Every refused delivery is recorded with its reason (the unknown route is not a delivery).
+        // A wrong method on a known route is a refusal too (its query, a token here, is never recorded).
+        let wrongMethod = try await fixture.post("/v1/webhooks/hpp-status?kp_session_id=\(kp)&token=secret-in-query", "", method: "GET")
+        #expect(wrongMethod.status == 405, "\(wrongMethod.body)")
+        #expect(wrongMethod.body.contains(#""error":"method_not_allowed""#), "\(wrongMethod.body)")
+        // Every refusal is recorded with its reason, the unknown route and the wrong method included: `status` counts
+        // them and shows the last.
         let status = try await fixture.cli(["status"])
-        #expect(status.output.contains("refused input:  \(cases.count - 1) in the last 24 h; last"), "\(status.output)")
+        #expect(status.output.contains("refused input:  \(cases.count + 1) in the last 24 h; last"), "\(status.output)")
+        #expect(status.output.contains("socket 405 method_not_allowed: GET is not allowed on /v1/webhooks/hpp-status"), "\(status.output)")
+        #expect(!status.output.contains("secret-in-query"), "\(status.output)")
+        // A body over the limit is refused by the server before any handler, and recorded all the same.
         let big = String(repeating: "x", count: 2 << 20)
-        #expect(try await fixture.post("/v1/sessions", big).status == 413)
+        #expect(try await fixture.post("/v1/sessions?token=big-secret", big).status == 413)
+        let afterTooLarge = try await fixture.cli(["status"])
+        #expect(afterTooLarge.output.contains("refused input:  \(cases.count + 2) in the last 24 h; last"), "\(afterTooLarge.output)")
+        #expect(afterTooLarge.output.contains("socket 413 too_large: POST /v1/sessions: a body of 2097152 bytes is over the limit"), "\(afterTooLarge.output)")
+        #expect(!afterTooLarge.output.contains("big-secret"), "\(afterTooLarge.output)")
         #expect(try await fixture.post("/v1/health", "", method: "GET").status == 200)
         #expect(try await fixture.post(good, event).status == 202)
         #expect(try await fixture.stop() == 0)

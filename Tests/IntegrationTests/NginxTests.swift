@@ -7,24 +7,33 @@ import ReconcilerStore
 import Testing
 import TestSupport
 
-/// Debian's nginx in front of the daemon's socket, with the shipped `etc/nginx/klarna-reconciler.conf` as it is
-/// (only the socket path points at the test's). `make check` installs nginx.
+/// Debian's nginx in front of the daemon's socket, with the shipped `etc/nginx/klarna-reconciler.conf` and its log
+/// format `etc/nginx/klarna-reconciler-log-format.conf` as they are (only the socket path and the log folder point
+/// at the test's). `make check` installs nginx.
 @Suite("nginx in front of the socket", .serialized, .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx"), "needs Debian's nginx (make check installs it)"))
 struct NginxTests {
-    static let snippet = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("etc/nginx/klarna-reconciler.conf").path
+    static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("etc/nginx")
+    static let snippet = examples.appendingPathComponent("klarna-reconciler.conf").path
+    static let logFormat = examples.appendingPathComponent("klarna-reconciler-log-format.conf").path
 
     /// nginx in the foreground on a loopback port, its own prefix in the fixture's folder.
     final class Nginx: @unchecked Sendable {
         let process = ChildProcess()
         let base: String
+        /// The snippet's access log, and the server's own (nginx's `combined` format, for everything else).
+        let accessLog: String, serverAccessLog: String
 
         init(_ fixture: DaemonFixture) async throws {
             let prefix = fixture.directory + "/nginx"
             try FileManager.default.createDirectory(atPath: prefix + "/logs", withIntermediateDirectories: true)
             let snippet = try String(contentsOfFile: NginxTests.snippet, encoding: .utf8)
                 .replacingOccurrences(of: "/run/klarna-reconciler.sock", with: fixture.socketPath)
+                .replacingOccurrences(of: "/var/log/nginx/", with: prefix + "/logs/")
             try snippet.write(toFile: prefix + "/klarna-reconciler.conf", atomically: true, encoding: .utf8)
+            let serverLog = prefix + "/logs/access.log"
+            accessLog = prefix + "/logs/klarna-reconciler.access.log"
+            serverAccessLog = serverLog
             let port = 20_000 + Int.random(in: 0..<20_000)
             // `user root`: this test runs as root and the daemon's socket is 0660 root; on a server nginx's own user
             // joins klarna-ingest instead (the snippet says so).
@@ -34,7 +43,8 @@ struct NginxTests {
                 error_log \(prefix)/logs/error.log;
                 events { worker_connections 64; }
                 http {
-                    access_log \(prefix)/logs/access.log;
+                    include \(NginxTests.logFormat);
+                    access_log \(serverLog);
                     client_body_temp_path \(prefix)/body;
                     proxy_temp_path \(prefix)/proxy;
                     server {
@@ -105,5 +115,37 @@ struct NginxTests {
         }
         try await nginx.stop()
         _ = try await fixture.stop()
+    }
+
+    @Test("nginx's access log has each callback's path and status, never its query: no token, no token=")
+    func accessLogWithoutTokens() async throws {
+        let fixture = try await DaemonFixture()
+        try await fixture.start()
+        let nginx = try await Nginx(fixture)
+        let kp = "kp-logged"
+        let token = IngestSocketTests().token("kp-authorization", kp)
+        let accepted = try await fixture.post(
+            "/klarna/kp-authorization?kp_session_id=\(kp)&token=\(token)", #"{"authorization_token":"auth-logged","session_id":"\#(kp)"}"#, via: nginx.base)
+        #expect(accepted.status == 202, "\(accepted.body)")
+        let refused = try await fixture.post(
+            "/klarna/hpp-status?kp_session_id=\(kp)&token=wrong-token-value&hpp_session_id=hpp-logged",
+            #"{"event_id":"logged-1","session":{"session_id":"hpp-logged"}}"#, via: nginx.base)
+        #expect(refused.status == 403, "\(refused.body)")
+        // nginx writes a request's log line once it has answered it: wait for both.
+        var log = ""
+        try await waitUntil(timeout: .seconds(10)) {
+            log = (try? String(contentsOfFile: nginx.accessLog, encoding: .utf8)) ?? ""
+            return log.split(separator: "\n").count == 2
+        }
+        #expect(log.contains(#""POST /klarna/kp-authorization HTTP/1.1" 202 "#), "\(log)")
+        #expect(log.contains(#""POST /klarna/hpp-status HTTP/1.1" 403 "#), "\(log)")
+        for secret in [token, "wrong-token-value", "token=", "kp_session_id=", "hpp-logged"] {
+            #expect(!log.contains(secret), "the access log has \(secret): \(log)")
+        }
+        // The snippet's access_log replaces the server's for /klarna/: not a line of it went into the combined log.
+        let serverLog = (try? String(contentsOfFile: nginx.serverAccessLog, encoding: .utf8)) ?? ""
+        #expect(!serverLog.contains("/klarna/"), "\(serverLog)")
+        try await nginx.stop()
+        #expect(try await fixture.stop() == 0)
     }
 }

@@ -231,7 +231,7 @@ struct RemediationProcessTests {
         let client = KlarnaClient(
             configuration: KlarnaConfiguration(baseURL: fixture.sandboxURL, credentials: BasicCredentials(username: "merchant", password: "daemon-secret")),
             transport: transport, logger: Logger(label: "test.portal"))
-        let remaining = try await client.readOrder(id: payment.order).remainingAuthorizedAmount
+        let remaining = try #require(try await client.readOrder(id: payment.order).remainingAuthorizedAmount)
         _ = try await client.createCapture(orderID: payment.order, request: CaptureRequest(capturedAmount: remaining), idempotencyKey: UUID().uuidString)
         let attemptsBefore = fixture.sandbox.requests(route: "om.create_capture").count
         #expect(try await fixture.cli(["release", "release-1"]).status == 0)

@@ -165,6 +165,22 @@ struct SettlementsCommandTests {
         #expect(both.status == 64 && both.errors.contains("--json and --csv exclude each other"), "\(both.errors)")
     }
 
+    @Test("--since with a field out of range is a usage error (64), never rolled over into the next hour, day or month")
+    func sinceFieldOutOfRange() async throws {
+        let fixture = try await recorded()
+        // Each would otherwise roll over to a moment before PAYOUT02 (2026-11-09T07:00:00Z) and list it.
+        for bad in ["2026-11-08T25:00:00Z", "2026-11-08T08:61:00Z", "2026-11-08T08:00:60Z", "2026-11-31", "2026-11-08T08:00:00+25:00"] {
+            let result = try await fixture.cli(["settlements", "--since", bad, "--json"])
+            #expect(result.status == 64, "--since \(bad): \(result.output)")
+            #expect(result.output.isEmpty, "--since \(bad): \(result.output)")
+            #expect(result.errors.contains("--since must be a day") && result.errors.contains("not \(bad)"), "\(result.errors)")
+        }
+        let lastSecond = try await fixture.cli(["settlements", "--since", "2026-11-08T23:59:59Z", "--json"])
+        #expect(lastSecond.status == 0, "\(lastSecond.errors)")
+        let reports = try #require(try JSONSerialization.jsonObject(with: Data(lastSecond.output.utf8)) as? [[String: Any]])
+        #expect(reports.compactMap { $0["payment_reference"] as? String } == ["PAYOUT02"])
+    }
+
     @Test("no payouts recorded: the text says so and names settlements.enabled; JSON is empty, CSV only its header")
     func empty() async throws {
         let fixture = try await recorded(payouts: false)

@@ -79,7 +79,7 @@ struct SystemdProtocolTests {
     @Test("watchdog: WATCHDOG=1 while the loops make progress; a wedged work loop stops the pings and sends WATCHDOG=trigger naming it")
     func watchdog() async throws {
         let wedge = NSTemporaryDirectory() + "wedge-" + UUID().uuidString.prefix(8)
-        let fixture = try await DaemonFixture(extraConfig: "testing:\n  wedge_work_loop_file: \(wedge)")
+        let fixture = try await DaemonFixture(testingConfig: ["wedge_work_loop_file: \(wedge)"])
         try await fixture.start(environment: ["WATCHDOG_USEC": "1500000"])
         // Pings every 0.75 s (half the interval) while healthy.
         let healthy = try await Self.datagrams(fixture, timeout: .seconds(3)) { _ in false }

@@ -53,6 +53,7 @@ http {
     access_log off;
     client_body_temp_path $prefix/body;
     proxy_temp_path $prefix/proxy;
+    include /usr/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler-log-format.conf;
     server {
         listen 127.0.0.1:$port;
         include /usr/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler.conf;

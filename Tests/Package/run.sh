@@ -21,7 +21,8 @@ for path in ./usr/bin/klarna-reconciler ./lib/systemd/system/klarna-reconciler.s
     ./usr/lib/systemd/catalog/klarna-reconciler.catalog ./etc/klarna-reconciler/config.yaml \
     ./usr/share/doc/klarna-reconciler/copyright ./usr/share/doc/klarna-reconciler/changelog.gz \
     ./usr/share/doc/klarna-reconciler/README.md ./usr/share/man/man8/klarna-reconciler.8.gz \
-    ./usr/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler.conf; do
+    ./usr/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler.conf \
+    ./usr/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler-log-format.conf; do
     check "has $path" grep -q " $path\$" <<<"$CONTENTS"
 done
 check "everything is owned by root" test -z "$(awk '$2 != "root/root"' <<<"$CONTENTS")"

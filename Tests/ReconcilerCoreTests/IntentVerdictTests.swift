@@ -7,6 +7,7 @@ struct IntentVerdictTests {
     let t0 = Date(timeIntervalSince1970: 1_800_000_000)
     let policy = RetryPolicy(initialDelay: .seconds(1), multiplier: 2, maxDelay: .seconds(30), maxAttempts: 4)
     let half = FixedRandom(value: 0.5)
+    let settle = Duration.seconds(120)
 
     /// An intent of `kind` whose `attempts`-th attempt was just sent at `t0`.
     func sent(_ kind: Intent.Kind = .placeOrder, attempts: Int) -> Intent {
@@ -20,7 +21,7 @@ struct IntentVerdictTests {
     }
 
     func decide(_ intent: Intent, _ failure: CallFailure, now: Date? = nil, deadline: Date? = nil) -> IntentVerdict {
-        IntentVerdict.decide(intent: intent, failure: failure, now: now ?? t0, deadline: deadline, policy: policy, random: half)
+        IntentVerdict.decide(intent: intent, failure: failure, now: now ?? t0, deadline: deadline, policy: policy, createOrderSettle: settle, random: half)
     }
 
     @Test("A capture whose answer was lost takes the newest capture of its amount that no other capture intent claims")
@@ -38,9 +39,9 @@ struct IntentVerdictTests {
         #expect(Intent(key: "x", kind: .cancelOrder, subject: "o-1", now: t0).resolvedCaptureID(among: captures, claimed: []) == nil)
     }
 
-    @Test("An unclear answer below the attempt limit makes the intent ambiguous and comes back after a jittered backoff")
+    @Test("An unclear answer below the attempt limit makes the intent ambiguous and comes back after a jittered backoff (a create-order after its settle period: CreateOrderSettleTests)")
     func ambiguousBelowLimit() {
-        let intent = sent(attempts: 2)
+        let intent = sent(.capture, attempts: 2)
         guard case .tryAgain(let next, let at, let event) = decide(intent, failure(unknown: true)) else {
             Issue.record("expected tryAgain"); return
         }
@@ -51,7 +52,8 @@ struct IntentVerdictTests {
         #expect(next.lastError == "HTTP 503 SERVICE_UNAVAILABLE")
         #expect(next.key == intent.key)
         #expect(event.kind == "ambiguous")
-        #expect(event.message == "place_order attempt 2 ended without a clear answer (HTTP 503 SERVICE_UNAVAILABLE); reading Klarna before anything else")
+        #expect(next.settleUntil == nil)
+        #expect(event.message == "capture attempt 2 ended without a clear answer (HTTP 503 SERVICE_UNAVAILABLE); reading Klarna before anything else")
     }
 
     @Test("An unclear answer at the attempt limit gives up, and the intent stays ambiguous: nobody knows whether it happened")
@@ -83,7 +85,7 @@ struct IntentVerdictTests {
         #expect(next.lastError == "HTTP 503 SERVICE_UNAVAILABLE")
         #expect(next.attempts == 2)
         #expect(event.kind == "retry")
-        #expect(event.message == "place_order attempt 2 failed (HTTP 503 SERVICE_UNAVAILABLE); retrying in 1.0 s")
+        #expect(event.message == "place_order attempt 2 failed (HTTP 503 SERVICE_UNAVAILABLE); retrying in 1.0 s without a settle period: the request never reached Klarna, or Klarna refused it unprocessed")
     }
 
     @Test("The backoff never passes the deadline (the authorization token's expiry)")
@@ -94,8 +96,8 @@ struct IntentVerdictTests {
         }
         #expect(at == deadline)
         #expect(retried.nextAttemptAt == deadline)
-        #expect(event.message.hasSuffix("retrying in 0.4 s"))
-        guard case .tryAgain(_, let unclearAt, _) = decide(sent(attempts: 3), failure(unknown: true), deadline: deadline) else {
+        #expect(event.message.contains("retrying in 0.4 s"))
+        guard case .tryAgain(_, let unclearAt, _) = decide(sent(.capture, attempts: 3), failure(unknown: true), deadline: deadline) else {
             Issue.record("expected tryAgain"); return
         }
         #expect(unclearAt == deadline)
@@ -130,7 +132,8 @@ struct IntentVerdictTests {
         var patient = policy
         patient.deadline = .seconds(60)
         let late = IntentVerdict.decide(
-            intent: sent(attempts: 1), failure: failure(), now: t0.addingTimeInterval(59.9), deadline: nil, policy: patient, random: half)
+            intent: sent(attempts: 1), failure: failure(), now: t0.addingTimeInterval(59.9), deadline: nil, policy: patient,
+            createOrderSettle: settle, random: half)
         #expect(late == .giveUp(sent(attempts: 1).failed("HTTP 503 SERVICE_UNAVAILABLE", now: t0.addingTimeInterval(59.9)), reason: "the retry deadline would be exceeded"))
     }
 
@@ -145,8 +148,10 @@ struct IntentVerdictTests {
 
     @Test("The same seed gives the same verdict")
     func seededIsReproducible() {
-        let first = IntentVerdict.decide(intent: sent(attempts: 2), failure: failure(), now: t0, deadline: nil, policy: policy, random: SeededRandomSource(seed: 9))
-        let second = IntentVerdict.decide(intent: sent(attempts: 2), failure: failure(), now: t0, deadline: nil, policy: policy, random: SeededRandomSource(seed: 9))
+        let first = IntentVerdict.decide(
+            intent: sent(attempts: 2), failure: failure(), now: t0, deadline: nil, policy: policy, createOrderSettle: settle, random: SeededRandomSource(seed: 9))
+        let second = IntentVerdict.decide(
+            intent: sent(attempts: 2), failure: failure(), now: t0, deadline: nil, policy: policy, createOrderSettle: settle, random: SeededRandomSource(seed: 9))
         #expect(first == second)
         guard case .tryAgain(_, let at, _) = first else { Issue.record("expected tryAgain"); return }
         #expect(at >= t0 && at < t0.addingTimeInterval(2))

@@ -24,27 +24,45 @@ extension Reconciler {
             // edited by hand. Stop rather than guess.
             return try await closeSession(session, .needsAttention, "intent \(key) is \(intent.state.rawValue) but the session is still authorized", change: change)
         }
-        if intent.needsResolution {
-            guard kind == .placeOrder else {
-                // Klarna has no read that shows whether a customer token was created.
-                intent = intent.ambiguous(intent.lastError ?? "the daemon stopped after sending", now: now)
-                change.intents = [intent]
-                return try await closeSession(session, .needsAttention,
-                    "a customer token may have been created for KP session \(session.kpSessionID) but the answer was lost (intent \(key)); check the Merchant Portal",
-                    change: change)
+        if intent.needsResolution, kind == .customerToken {
+            // Klarna has no read that shows whether a customer token was created.
+            intent = intent.ambiguous(intent.lastError ?? "the daemon stopped after sending", now: now)
+            change.intents = [intent]
+            return try await closeSession(session, .needsAttention,
+                "a customer token may have been created for KP session \(session.kpSessionID) but the answer was lost (intent \(key)); check the Merchant Portal",
+                change: change)
+        }
+        // A create-order whose fate is unclear may still be on its way to Klarna: nothing is read or sent before its
+        // settle period is over (the core's rule, CreateOrderSettle).
+        switch CreateOrderSettle.step(for: intent, period: settings.createOrderSettle, tokenExpiresAt: session.tokenExpiresAt, now: now) {
+        case .proceed:
+            break
+        case .settle(let settling, let until, let event):
+            change.intents = [settling]
+            change.sessions = [session.waitingForIntent(until: until)]
+            if let event {
+                change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event, detail: [
+                    "intent": key, "attempt": "\(settling.attempts)", "settle_until": TrackedSession.format(until),
+                ]))
             }
+            try await commit(change, now: now)
+            return StepResult(next: until)
+        case .readKlarna:
             switch try await klarna(&change, urgency, { try await client.readPaymentSession(id: session.kpSessionID) }) {
             case .failure(let error):
                 return try await sessionReadFailed(session, error, change: change)
-            case .success(let kp) where kp.status == .complete:
+            case .success(let kp) where kp.status != .incomplete:
                 intent = intent.ambiguous(intent.lastError ?? "the daemon stopped after sending", now: now)
                 change.intents = [intent]
                 return try await closeSession(session, .needsAttention,
-                    "create-order for KP session \(session.kpSessionID) ended without an answer and the KP session is now complete: Klarna placed the order but its order_id is unknown (intent \(key), \(intent.attempts) attempt(s)); find it in the Merchant Portal by merchant reference \(session.merchantReference ?? "—")",
+                    kp.status == .complete
+                        ? "create-order for KP session \(session.kpSessionID) ended without an answer and the KP session is now complete: Klarna placed the order but its order_id is unknown (intent \(key), \(intent.attempts) attempt(s)); find it in the Merchant Portal by merchant reference \(session.merchantReference ?? "—"), then `klarna-reconciler retry \(session.hppSessionID) --order-id ORDER_ID`"
+                        : "create-order for KP session \(session.kpSessionID) ended without an answer and the KP session read shows \(kp.status.map { "status \($0.rawValue)" } ?? "no status"), not incomplete: whether Klarna placed the order is unknown, so none is placed again (intent \(key), \(intent.attempts) attempt(s)); look for it in the Merchant Portal by merchant reference \(session.merchantReference ?? "—")",
                     change: change)
             case .success(let kp):
                 change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(
-                    "resolved", "KP session still incomplete after an unclear create-order: no order exists, safe to try again"), detail: ["intent": key]))
+                    "resolved", "KP session still incomplete after an unclear create-order and its settle period: no order exists and none is on its way, safe to try again"),
+                    detail: ["intent": key]))
                 intent = intent.retrying(nil, at: now, now: now)
                 paymentSession = kp
             }
@@ -72,6 +90,7 @@ extension Reconciler {
         guard let kp = paymentSession, let token = session.authorizationToken else {
             return try await closeSession(session, .needsAttention, "authorized session has no authorization token", change: change)
         }
+        if let unusable = kp.unusable(for: kind) { return try await closeSession(session, .needsAttention, unusable, change: change) }
         if kind == .placeOrder, kp.status == .complete {
             change.intents = [intent.failed("KP session already complete before the first attempt", now: now)]
             return try await closeSession(session, .needsAttention,
@@ -90,17 +109,17 @@ extension Reconciler {
 
         switch kind {
         case .placeOrder:
-            let order = CreateOrderRequest(session: kp, merchantReference: session.merchantReference)
+            let order = try CreateOrderRequest(session: kp, merchantReference: session.merchantReference)
             let result = try await klarna(&change, urgency, { try await client.createOrder(authorizationToken: token, order: order, idempotencyKey: key) })
             now = clock.now
             switch result {
             case .success(let created):
                 change.intents = [intent.confirmed(result: created.orderID, now: now)]
-                let step = session.orderPlaced(orderID: created.orderID, fraudStatus: created.fraudStatus.rawValue)
+                let step = session.orderPlaced(orderID: created.orderID, fraudStatus: created.fraudStatus?.rawValue ?? "—")
                 record(step, into: &change, detail: ["intent": key, "attempt": "\(intent.attempts)"])
                 if let handOff = step.handOff {
                     let order = step.session.order(for: handOff, createdAt: now)
-                    if created.fraudStatus.rawValue == "ACCEPTED", order.capturePolicy != .onRequest {
+                    if created.fraudStatus == .accepted, order.capturePolicy != .onRequest {
                         // The answer tells what an OM read would: capture now, or nothing to do (one call fewer). An
                         // order that waits for capture requests is read for its authorization's expiry.
                         let (placed, capture) = acceptedOrder(order, amount: kp.orderAmount, currency: kp.purchaseCurrency, now: now)
@@ -116,9 +135,7 @@ extension Reconciler {
                 return try await sessionIntentFailed(session, intent, error, change: change)
             }
         case .customerToken:
-            let request = CustomerTokenRequest(
-                purchaseCountry: kp.purchaseCountry, purchaseCurrency: kp.purchaseCurrency, locale: kp.locale ?? "en-US",
-                description: settings.customerTokenDescription)
+            let request = try CustomerTokenRequest(session: kp, description: settings.customerTokenDescription)
             let result = try await klarna(&change, urgency, { try await client.createCustomerToken(authorizationToken: token, request: request, idempotencyKey: key) })
             now = clock.now
             switch result {
@@ -144,7 +161,9 @@ extension Reconciler {
         case .tryAgain(let next, let at, let event):
             change.intents = [next]
             change.sessions = [session.waitingForIntent(until: at, lastError: Self.short(error))]
-            change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event, detail: detail))
+            var settling = detail
+            if let until = next.settleUntil { settling["settle_until"] = TrackedSession.format(until) }
+            change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event, detail: settling))
             try await commit(change, now: now)
             return StepResult(next: at)
         case .giveUp(let failed, let reason):
@@ -169,7 +188,9 @@ extension Reconciler {
 
     /// What a failed side-effect call means for its intent (the core's rules, with this engine's retry settings).
     private func verdict(_ intent: Intent, _ error: KlarnaAPIError, now: Date, deadline: Date?) -> IntentVerdict {
-        IntentVerdict.decide(intent: intent, failure: Self.callFailure(error), now: now, deadline: deadline, policy: settings.writeRetry, random: random)
+        IntentVerdict.decide(
+            intent: intent, failure: Self.callFailure(error), now: now, deadline: deadline, policy: settings.writeRetry,
+            createOrderSettle: settings.createOrderSettle, random: random)
     }
 
     private func sessionReadFailed(_ session: TrackedSession, _ error: KlarnaAPIError, change: Change) async throws -> StepResult {
@@ -202,15 +223,15 @@ extension Reconciler {
                 return try await orderReadFailed(order, error, now: now, change: change)
             case .success(let read):
                 let done: Bool = switch intent.kind {
-                case .capture: read.capturedAmount >= (intent.expectedCapturedTotal ?? .max)
-                case .cancelOrder: read.status.rawValue == "CANCELLED"
-                case .releaseRemaining: read.capturedAmount > 0 && read.remainingAuthorizedAmount == 0
+                case .capture: (read.capturedTotal ?? 0) >= (intent.expectedCapturedTotal ?? .max)
+                case .cancelOrder: read.status == .cancelled
+                case .releaseRemaining: (read.capturedTotal ?? 0) > 0 && read.remainingAuthorizedAmount == 0
                 default: read.expiresAt.map { new in order.expiresAt.map { new > $0 } ?? true } ?? false
                 }
                 if done {
                     let claimed = try await store.intents(subject: order.orderID)
                         .filter { $0.kind == .capture && $0.state == .confirmed && $0.key != intent.key }.compactMap(\.result)
-                    let captureID = intent.resolvedCaptureID(among: OrderMovements(read).captures, claimed: Set(claimed))
+                    let captureID = intent.resolvedCaptureID(among: OrderMovements(read, orderID: order.orderID).captures, claimed: Set(claimed))
                     change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
                         "resolved", "Klarna's order shows the \(intent.kind.rawValue) was done"), detail: ["intent": intent.key]))
                     return try await orderIntentSucceeded(order, intent, captureID: captureID, change: change)
@@ -245,7 +266,7 @@ extension Reconciler {
         switch intent.kind {
         case .capture:
             let request = CaptureRequest(capturedAmount: intent.amount ?? 0, reference: order.merchantReference)
-            result = try await klarna(&change, urgency, { try await client.createCapture(orderID: id, request: request, idempotencyKey: key).captureID }).map { Optional($0) }
+            result = try await klarna(&change, urgency, { try await client.createCapture(orderID: id, request: request, idempotencyKey: key).captureID })
         case .cancelOrder:
             result = try await klarna(&change, urgency, { try await client.cancelOrder(orderID: id, idempotencyKey: key) }).map { nil }
         case .releaseRemaining:

@@ -39,8 +39,18 @@ extension Reconciler {
             try await commit(change, now: now)
             return StepResult(next: nil)
         }
+        let observation: OrderObservation
+        switch Self.observation(read, of: order) {
+        case .success(let value):
+            observation = value
+        case .failure(let missing):
+            let reason = "Klarna's read of order \(id) lacks \(missing.fields.joined(separator: ", ")), which the order rules decide with: nothing was captured on it; `retry` reads it again"
+            record(order.closed(.needsAttention, reason), into: &change)
+            try await commit(change, now: now)
+            return StepResult(next: nil)
+        }
         let request = order.capturePolicy == .onRequest ? try await store.oldestCaptureRequest(orderID: id) : nil
-        var step = order.applying(Self.observation(read), request: request, now: now, deadlines: settings.deadlines)
+        var step = order.applying(observation, request: request, now: now, deadlines: settings.deadlines)
 
         var intent: Intent?
         switch step.action {
@@ -54,12 +64,12 @@ extension Reconciler {
             let key = IdempotencyKey.make(.capture, target)
             if let existing = try await store.intent(key), existing.isFinished {
                 if let requestID { change.finishedCaptureRequests.append((requestID, "refused", "an earlier capture with this key ended \(existing.state.rawValue)")) }
-                let reason = "Klarna still shows \(read.remainingAuthorizedAmount) to capture but capture \(key) already ended \(existing.state.rawValue): \(existing.lastError ?? "")"
+                let reason = "Klarna still shows \(observation.remainingAuthorizedAmount) to capture but capture \(key) already ended \(existing.state.rawValue): \(existing.lastError ?? "")"
                 step = step.order.closed(.needsAttention, reason).merging(before: step)
             } else {
                 intent = try await store.intent(key) ?? Intent(
                     key: key, kind: .capture, subject: order.orderID, amount: amount,
-                    expectedCapturedTotal: read.capturedAmount + amount, captureRequestID: requestID, now: now)
+                    expectedCapturedTotal: observation.capturedAmount + amount, captureRequestID: requestID, now: now)
                 step.order = step.order.intentStarted(key: key, now: now)
             }
         case .extendAuthorization:
@@ -78,13 +88,37 @@ extension Reconciler {
     }
 
     /// A new order Klarna accepted at once: the capture policy's decision, with the capture intent it starts (the
-    /// same key a read would have led to), ready to commit with the order.
-    func acceptedOrder(_ order: TrackedOrder, amount: Int, currency: String?, now: Date) -> (step: OrderStep, capture: Intent?) {
+    /// same key a read would have led to), ready to commit with the order. `amount` is what the consumer authorized;
+    /// without it the answer tells too little, and the new order is read from OM before anything is decided.
+    func acceptedOrder(_ order: TrackedOrder, amount: Int?, currency: String?, now: Date) -> (step: OrderStep, capture: Intent?) {
+        guard let amount else { return (OrderStep(order: order), nil) }
         var step = order.placedAndAccepted(amount: amount, currency: currency, now: now, deadlines: settings.deadlines)
         guard case .capture(let amount, nil) = step.action else { return (step, nil) }
         let key = IdempotencyKey.make(.capture, "\(order.orderID):full")
         step.order = step.order.intentStarted(key: key, now: now)
         return (step, Intent(key: key, kind: .capture, subject: order.orderID, amount: amount, expectedCapturedTotal: amount, now: now))
+    }
+
+    /// What a read of `order` shows, as the order rules take it, or the fields they decide with that it lacks (the
+    /// spec's `MerchantOrderDto` requires none): status, fraud status, the captured total (``KlarnaAPI/Order/capturedTotal``)
+    /// and what remains authorized. The order amount is only reported: absent, it is the one known before, else
+    /// what was captured plus what remains.
+    static func observation(_ read: KlarnaAPI.Order, of order: TrackedOrder) -> Result<OrderObservation, MissingFields> {
+        guard let status = read.status, let fraudStatus = read.fraudStatus, let captured = read.capturedTotal,
+            let remaining = read.remainingAuthorizedAmount
+        else {
+            return .failure(MissingFields([
+                read.status == nil ? "status" : nil, read.fraudStatus == nil ? "fraud_status" : nil,
+                read.capturedTotal == nil ? "captured_amount" : nil,
+                read.remainingAuthorizedAmount == nil ? "remaining_authorized_amount" : nil,
+            ].compactMap { $0 }))
+        }
+        let (sum, overflow) = captured.addingReportingOverflow(remaining)
+        return .success(OrderObservation(
+            status: status.rawValue, fraudStatus: fraudStatus.rawValue,
+            orderAmount: read.orderAmount ?? order.orderAmount ?? (overflow ? .max : sum), capturedAmount: captured,
+            remainingAuthorizedAmount: remaining, currency: read.purchaseCurrency, expiresAt: read.expiresAt,
+            klarnaReference: read.klarnaReference, captures: OrderMovements(read, orderID: order.orderID).captures))
     }
 
     /// A read of the order failed at `now`: count it and read again after a backoff.

@@ -55,8 +55,11 @@ extension Reconciler {
         var detail: [String: String] = [:]
         switch try await klarna(&change, urgency, { try await client.readHPPSession(id: session.hppSessionID) }) {
         case .success(let hpp):
+            // A read without a status (the spec requires none) tells no progress: the status seen before stands, and
+            // before any a polled session is WAITING. Neither is final, so the session is read again.
+            let status = hpp.status?.rawValue ?? session.hppStatus ?? HPPSessionStatus.waiting.rawValue
             step = session.applying(
-                .session(status: hpp.status.rawValue, updatedAt: hpp.updatedAt, expiresAt: hpp.expiresAt,
+                .session(status: status, updatedAt: hpp.updatedAt, expiresAt: hpp.expiresAt,
                          authorizationToken: hpp.authorizationToken, orderID: hpp.orderID, klarnaReference: hpp.klarnaReference),
                 now: now, schedule: settings.polling)
         case .failure(let error) where error.status == 404:
@@ -89,5 +92,16 @@ extension Reconciler {
         record(session.tokenizeFinished(), into: &change)
         try await commit(change, now: clock.now)
         return StepResult(next: nil)
+    }
+}
+
+extension PaymentSession {
+    /// Why this KP read cannot be used for the session intent `kind`, or `nil`: the fields that intent's request
+    /// requires and the read lacks (the spec's `session_read` requires none). Nothing is sent without them.
+    func unusable(for kind: Intent.Kind) -> String? {
+        let missing = kind == .placeOrder ? missingOrderFields : missingCustomerTokenFields
+        guard !missing.isEmpty else { return nil }
+        let what = kind == .placeOrder ? "placing the order" : "creating the customer token"
+        return "Klarna's read of the KP session lacks \(missing.joined(separator: ", ")), which \(what) requires: nothing was sent"
     }
 }

@@ -211,14 +211,6 @@ public struct Reconciler: Sendable {
         var description: String { "the lease on \(key) is not confirmed (the store has not answered a renewal in time): no Klarna call starts" }
     }
 
-    static func observation(_ order: KlarnaAPI.Order) -> OrderObservation {
-        OrderObservation(
-            status: order.status.rawValue, fraudStatus: order.fraudStatus.rawValue, orderAmount: order.orderAmount,
-            capturedAmount: order.capturedAmount, remainingAuthorizedAmount: order.remainingAuthorizedAmount,
-            currency: order.purchaseCurrency, expiresAt: order.expiresAt, klarnaReference: order.klarnaReference,
-            captures: OrderMovements(order).captures)
-    }
-
     /// The error as the core's intent rules see it.
     static func callFailure(_ error: KlarnaAPIError) -> CallFailure {
         CallFailure(outcomeUnknown: error.outcomeUnknown, disposition: error.retryDisposition, summary: short(error))

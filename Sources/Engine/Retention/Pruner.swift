@@ -28,21 +28,10 @@ public struct Pruner: Sendable {
         self.batch = batch
     }
 
-    /// Removes everything past its retention now (or, with `dryRun`, counts it) and says how much.
+    /// Removes everything past its retention or over the cap now (or, with `dryRun`, counts it) and says how much.
     public func run(dryRun: Bool) async throws -> PruneCounts {
         let cutoffs = policy.cutoffs(now: clock.now)
-        var total = PruneCounts()
-        if dryRun {
-            total = try await store.prune(cutoffs, limit: -1, dryRun: true)
-        } else {
-            while true {
-                try Task.checkCancellation()
-                let pruned = try await store.prune(cutoffs, limit: batch, dryRun: false)
-                if pruned.isEmpty { break }
-                total += pruned
-                await Task.yield()
-            }
-        }
+        var total = try await dryRun ? store.prune(cutoffs, limit: -1, dryRun: true) : remove(cutoffs)
         if let doneDirectory, let before = cutoffs.spoolDoneBefore {
             total.spoolFiles = Self.pruneFiles(in: doneDirectory, before: before, dryRun: dryRun)
         }
@@ -52,6 +41,25 @@ public struct Pruner: Sendable {
             total.outboxFiles = Self.pruneFiles(in: acknowledgedDirectory, before: before, dryRun: dryRun, byChangeTime: true)
         }
         return total
+    }
+
+    /// Only what is over the cap (`retention.unverified_max_rows`): the oldest refusals and notifications for unknown
+    /// orders beyond it; the daemon does it every minute between two passes.
+    public func enforceCap() async throws -> PruneCounts {
+        guard policy.unverifiedRowCap != nil else { return PruneCounts() }
+        return try await remove(policy.capOnly)
+    }
+
+    /// Removes what `cutoffs` select, a batch per transaction, until nothing is left.
+    private func remove(_ cutoffs: PruneCutoffs) async throws -> PruneCounts {
+        var total = PruneCounts()
+        while true {
+            try Task.checkCancellation()
+            let pruned = try await store.prune(cutoffs, limit: batch, dryRun: false)
+            if pruned.isEmpty { return total }
+            total += pruned
+            await Task.yield()
+        }
     }
 
     /// Files in `directory` last modified (or, `byChangeTime`, last renamed or changed) before `before`: removed

@@ -131,7 +131,7 @@ extension SettlementService {
         try await admit()
         do {
             let order = try await klarna { try await client.readOrder(id: orderID) }
-            return OrderMovements(order)
+            return OrderMovements(order, orderID: orderID)
         } catch let error as KlarnaAPIError where error.status == 404 || error.status == 403 {
             logger.warning(
                 "order \(orderID) of a settlement line could not be read (\(Reconciler.short(error))): the line's finding stands",

@@ -46,11 +46,14 @@ extension SettledLine {
 }
 
 extension OrderMovements {
-    /// What an OM order read shows was captured and refunded on the order.
-    public init(_ order: KlarnaAPI.Order) {
+    /// What an OM order read shows was captured and refunded on the order. `orderID`: the order asked for, which the
+    /// read need not name. A capture or refund without an amount tells nothing and is left out.
+    public init(_ order: KlarnaAPI.Order, orderID: String) {
         self.init(
-            orderID: order.orderID, currency: order.purchaseCurrency,
-            captures: order.captures.map { Movement(id: $0.captureID, amount: $0.capturedAmount, at: $0.capturedAt) },
+            orderID: orderID, currency: order.purchaseCurrency,
+            captures: order.captures.compactMap { capture in
+                capture.capturedAmount.map { Movement(id: capture.captureID, amount: $0, at: capture.capturedAt) }
+            },
             refunds: order.refunds.compactMap { refund in
                 refund.refundedAmount.map { Movement(id: refund.refundID, amount: $0, at: refund.refundedAt) }
             })

@@ -50,7 +50,8 @@ public struct KlarnaAPIError: Error, RetryClassifiable, CustomStringConvertible 
         case http(status: Int)
         /// No (complete) answer: connect failure, timeout, reset.
         case transport(TransportError)
-        /// A 2xx answer this client cannot read (malformed JSON, missing `Capture-Id`).
+        /// A 2xx answer this client cannot read (malformed JSON, a field the spec requires missing, a capture answer that
+        /// is neither `201` nor names the capture).
         case undecodableResponse(status: Int, detail: String)
     }
 

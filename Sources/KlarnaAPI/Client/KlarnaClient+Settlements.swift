@@ -66,8 +66,9 @@ extension KlarnaClient {
 
     /// Every transaction the filters match, page after page, each page asked for at the offset where the last one
     /// ended. The walk ends at an empty page, once `pagination.total` rows have come, or, when Klarna sends no
-    /// total, at the first page without `next`. `beforeEachPage` runs before each request (a caller's rate budget:
-    /// every page is a call); what it throws ends the walk.
+    /// total, at the first page without `next` that is shorter than asked for (the spec requires only `count`: a
+    /// full page without either may have more behind it, and the next one is asked for). `beforeEachPage` runs
+    /// before each request (a caller's rate budget: every page is a call); what it throws ends the walk.
     ///
     /// A server that ignores `offset` would serve its first page forever, so the walk fails (``KlarnaAPIError`` with
     /// ``KlarnaAPIError/Failure/undecodableResponse(status:detail:)``) when a page's `pagination.offset` is not the
@@ -93,6 +94,7 @@ extension KlarnaClient {
         beforeEachPage: () async throws -> Void
     ) async throws -> [Page.Item] {
         let resource = Self.resourceLabel(filters)
+        let size = Self.pageSize(pageSize)
         var items: [Page.Item] = []
         var offset = 0
         var pages = 0
@@ -121,7 +123,7 @@ extension KlarnaClient {
             offset += page.items.count
             if let total = page.pagination.total {
                 if offset >= total { return items }
-            } else if page.pagination.next == nil {
+            } else if page.pagination.next == nil, page.items.count < size {
                 return items
             }
             guard pages < Self.settlementsMaxPages else {
@@ -152,8 +154,11 @@ extension KlarnaClient {
     }
 
     static func pageQuery(size: Int, offset: Int) -> [(String, String)] {
-        [("size", String(min(max(size, 1), settlementsMaxPageSize))), ("offset", String(max(offset, 0)))]
+        [("size", String(pageSize(size))), ("offset", String(max(offset, 0)))]
     }
+
+    /// `size` as sent: clamped to 1...500.
+    static func pageSize(_ size: Int) -> Int { min(max(size, 1), settlementsMaxPageSize) }
 
     /// `yyyy-MM-dd'T'HH:mm:ss'Z'` in UTC, as Klarna recommends: a date alone means 00:00:00, so an end date of
     /// "2020-01-23" would end the range at that day's first second. Fractions of a second are dropped (toward the

@@ -74,15 +74,20 @@ public struct KlarnaClient: Sendable {
     }
 
     /// Captures `request.capturedAmount`. The same `idempotencyKey` within 24 h captures once and answers the same.
+    /// Klarna's `201 Created` is the capture made, its id in headers the spec does not require (``CaptureCreated``).
+    /// Another 2xx that names no capture is not an answer Klarna documents: its outcome is unknown, and a read of the
+    /// order tells (``KlarnaAPIError/Failure/undecodableResponse(status:detail:)``).
     public func createCapture(orderID: String, request: CaptureRequest, idempotencyKey: String) async throws -> CaptureCreated {
         let path = "/ordermanagement/v1/orders/\(segment(orderID))/captures"
         let response = try await send(.createCapture, "POST", path, resource: orderID, body: encode(request), idempotencyKey: idempotencyKey)
-        guard let captureID = response.http.headers["Capture-Id"], !captureID.isEmpty else {
+        let created = CaptureCreated(captureIDHeader: response.http.headers["Capture-Id"], location: response.http.headers["Location"])
+        guard created.captureID != nil || response.http.status == 201 else {
             throw KlarnaAPIError(
-                operation: .createCapture, failure: .undecodableResponse(status: response.http.status, detail: "no Capture-Id header"),
+                operation: .createCapture,
+                failure: .undecodableResponse(status: response.http.status, detail: "neither 201 Created nor a Capture-Id header"),
                 requestID: response.requestID, correlationIDHeader: response.http.headers["Klarna-Correlation-Id"])
         }
-        return CaptureCreated(captureID: captureID, location: response.http.headers["Location"])
+        return created
     }
 
     public func extendAuthorizationTime(orderID: String, idempotencyKey: String) async throws {

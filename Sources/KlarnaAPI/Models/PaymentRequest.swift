@@ -2,9 +2,12 @@ import Foundation
 
 /// Klarna Network payment request, read with `GET /v2/payment/requests/{id}`.
 /// The URL and shape are inferred from Klarna's PUT/DELETE resource and release/4 samples (API-NOTES §6.1,
-/// marked unverified there): every field but the id and state is optional, and the rest is kept as received.
+/// marked unverified there); no spec says which fields are required. `state` is what a read is for, and every
+/// version Klarna documents carries it: a read without it is refused. Every other field is optional, and the
+/// context is kept as received.
 public struct PaymentRequest: Codable, Hashable, Sendable {
-    public var paymentRequestID: String
+    /// Absent: the request is the one asked for.
+    public var paymentRequestID: String?
     public var state: PaymentRequestState
     public var stateReason: String?
     public var expiresAt: Date?
@@ -15,7 +18,7 @@ public struct PaymentRequest: Codable, Hashable, Sendable {
     public var stateContext: JSONValue?
 
     public init(
-        paymentRequestID: String, state: PaymentRequestState, stateReason: String? = nil, expiresAt: Date? = nil,
+        paymentRequestID: String? = nil, state: PaymentRequestState, stateReason: String? = nil, expiresAt: Date? = nil,
         stateExpiresAt: Date? = nil, createdAt: Date? = nil, updatedAt: Date? = nil, stateContext: JSONValue? = nil
     ) {
         self.paymentRequestID = paymentRequestID

@@ -37,6 +37,9 @@ public struct Intent: Codable, Sendable, Equatable {
     public var state: State
     public var attempts: Int
     public var nextAttemptAt: Date?
+    /// Create-order only: an earlier attempt whose fate is unclear may still be on its way to Klarna until then, so
+    /// nothing is read or sent for this intent before it (``CreateOrderSettle``). `nil` when no wait was decided.
+    public var settleUntil: Date?
     public var lastError: String?
     /// What Klarna created: order id, capture id or customer token id.
     public var result: String?
@@ -67,6 +70,7 @@ public struct Intent: Codable, Sendable, Equatable {
         intent.attempts += 1
         intent.updatedAt = now
         intent.nextAttemptAt = nil
+        intent.settleUntil = nil
         return intent
     }
 
@@ -104,6 +108,14 @@ public struct Intent: Codable, Sendable, Equatable {
         intent.state = .ambiguous
         intent.lastError = error
         intent.updatedAt = now
+        return intent
+    }
+
+    /// A create-order that may still be in transit: nothing is read or sent before `until` (``CreateOrderSettle``).
+    public func settling(until: Date) -> Intent {
+        var intent = self
+        intent.settleUntil = until
+        intent.nextAttemptAt = until
         return intent
     }
 

@@ -24,11 +24,14 @@ public enum IntentVerdict: Sendable, Equatable {
     /// whether it happened) and why.
     case giveUp(Intent, reason: String)
 
-    /// An unclear answer makes the intent ambiguous (the next step reads Klarna before anything else); a clear,
-    /// retryable failure schedules the same key again with backoff from `policy`, never past `deadline`; anything
-    /// else gives up.
+    /// An unclear answer makes the intent ambiguous: the next step reads Klarna before anything else, for a
+    /// create-order only after the settle period (`createOrderSettle`, counted from `now`, when the attempt ended, and
+    /// never cut short by `deadline`: see ``CreateOrderSettle``). A clear, retryable failure (for a create-order: one
+    /// whose request provably never reached Klarna, or that Klarna refused unprocessed) schedules the same key again
+    /// with backoff from `policy`, never past `deadline`; anything else gives up.
     public static func decide(
-        intent: Intent, failure: CallFailure, now: Date, deadline: Date?, policy: RetryPolicy, random: any RandomSource
+        intent: Intent, failure: CallFailure, now: Date, deadline: Date?, policy: RetryPolicy, createOrderSettle: Duration,
+        random: any RandomSource
     ) -> IntentVerdict {
         let what = "\(intent.kind.rawValue) attempt \(intent.attempts)"
         func capped(_ delay: Duration) -> Date {
@@ -36,14 +39,23 @@ public enum IntentVerdict: Sendable, Equatable {
             return deadline.map { min(at, $0) } ?? at
         }
         if failure.outcomeUnknown {
+            let settleUntil = intent.kind.settlesAfterUnclearAttempt ? now.addingTimeInterval(createOrderSettle.timeInterval) : nil
+            var unclear = intent.ambiguous(failure.summary, now: now)
+            if let settleUntil { unclear = unclear.settling(until: settleUntil) }
             // Each unclear attempt is resolved by a read before the next; still, an answer that never comes must
-            // end as an outcome, not as retries forever.
+            // end as an outcome, not as retries forever. A create-order given up keeps its settle period: an
+            // operator's `retry` waits for it too.
             guard intent.attempts < policy.maxAttempts else {
-                return .giveUp(intent.ambiguous(failure.summary, now: now), reason: "no clear answer after \(intent.attempts) attempts")
+                return .giveUp(unclear, reason: "no clear answer after \(intent.attempts) attempts")
             }
-            let at = capped(Duration(timeInterval: policy.backoffCeiling(afterAttempt: intent.attempts).timeInterval * random.nextUnit()))
-            return .tryAgain(intent.ambiguous(failure.summary, now: now), at: at, event: DomainEvent(
-                "ambiguous", "\(what) ended without a clear answer (\(failure.summary)); reading Klarna before anything else"))
+            guard let settleUntil else {
+                let at = capped(Duration(timeInterval: policy.backoffCeiling(afterAttempt: intent.attempts).timeInterval * random.nextUnit()))
+                return .tryAgain(unclear, at: at, event: DomainEvent(
+                    "ambiguous", "\(what) ended without a clear answer (\(failure.summary)); reading Klarna before anything else"))
+            }
+            return .tryAgain(unclear, at: settleUntil, event: DomainEvent(
+                "ambiguous", "\(what) ended without a clear answer (\(failure.summary)); "
+                    + CreateOrderSettle.waiting(until: settleUntil, period: createOrderSettle, from: "after it ended", tokenExpiresAt: deadline)))
         }
         let decision = policy.decide(
             afterAttempt: intent.attempts, elapsed: Duration(timeInterval: now.timeIntervalSince(intent.createdAt)),
@@ -51,8 +63,10 @@ public enum IntentVerdict: Sendable, Equatable {
         switch decision {
         case .retry(let delay):
             let at = capped(delay)
+            let how = intent.kind.klarnaDeduplicates ? " with the same idempotency key"
+                : intent.kind.settlesAfterUnclearAttempt ? " without a settle period: the request never reached Klarna, or Klarna refused it unprocessed" : ""
             return .tryAgain(intent.retrying(failure.summary, at: at, now: now), at: at, event: DomainEvent(
-                "retry", "\(what) failed (\(failure.summary)); retrying in \(TrackedSession.seconds(Duration(timeInterval: at.timeIntervalSince(now))))\(intent.kind.klarnaDeduplicates ? " with the same idempotency key" : "")"))
+                "retry", "\(what) failed (\(failure.summary)); retrying in \(TrackedSession.seconds(Duration(timeInterval: at.timeIntervalSince(now))))\(how)"))
         case .giveUp(let reason):
             return .giveUp(intent.failed(failure.summary, now: now), reason: reason.description)
         }
