@@ -28,6 +28,7 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         // SIGHUP's default action ends the process; until the reload handler is installed it must do nothing.
         signal(SIGHUP, SIG_IGN)
+        LargeBufferRelease.apply()
         let level = LogLevelControl(.info)
         LogDestination.bootstrap(identifier: "klarna-reconciler", level: level, metadataProvider: LogContext.provider)
         let logger = Logger(label: "klarna-reconciler")

@@ -41,7 +41,7 @@ wait_for 20 "the spooled session's outcome" spooled && echo "  ok: the daemon to
 # its worker user is in klarna-ingest, gets 502 when it is not.
 # through_nginx WORKER STATUS: nginx's answer to an OM notification is STATUS.
 through_nginx() {
-    local worker=$1 expected=$2 prefix="$W/nginx-$1" port=$((20000 + RANDOM % 20000))
+    local worker=$1 expected=$2 prefix="$W/nginx-$1" port=$((20000 + RANDOM % 12000))  # below the ephemeral range (32768-60999): a port a client holds cannot collide
     mkdir -p "$prefix/logs" && chmod -R 0777 "$prefix"
     cat >"$prefix/nginx.conf" <<CONF
 user $worker;
