@@ -99,7 +99,7 @@ struct OutboxTests {
         // A file where tmp/ should be: no process, root included, can create files in it.
         let tmp = directory.path + "/outbox/tmp"
         try FileManager.default.removeItem(atPath: tmp)
-        FileManager.default.createFile(atPath: tmp, contents: Data())
+        _ = FileManager.default.createFile(atPath: tmp, contents: Data())
         let delivery = OutcomeDeliveryService(store: store, writer: writer, notifier: nil, clock: ManualClock(now: t0), bell: Doorbell(), logger: Logger(label: "t"))
         await delivery.deliverBatch()
         #expect(try await store.undeliveredOutcomes(now: t0, limit: 10).count == 2)

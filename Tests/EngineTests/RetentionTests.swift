@@ -88,7 +88,7 @@ struct RetentionTests {
         for folder in [done] {
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
             for (name, age) in [("old.json", 200.0), ("fresh.json", 1.0)] {
-                FileManager.default.createFile(atPath: "\(folder)/\(name)", contents: Data("{}".utf8))
+                _ = FileManager.default.createFile(atPath: "\(folder)/\(name)", contents: Data("{}".utf8))
                 try FileManager.default.setAttributes([.modificationDate: later.addingTimeInterval(-age * 86_400)], ofItemAtPath: "\(folder)/\(name)")
             }
         }
@@ -116,7 +116,7 @@ struct RetentionTests {
         // Written long ago (its modification time), acknowledged now (the rename sets its change time).
         let now = Date()
         for name in ["taken.json", "waiting.json"] {
-            FileManager.default.createFile(atPath: "\(outbox)/new/\(name)", contents: Data("{}".utf8))
+            _ = FileManager.default.createFile(atPath: "\(outbox)/new/\(name)", contents: Data("{}".utf8))
             try FileManager.default.setAttributes([.modificationDate: now.addingTimeInterval(-200 * 86_400)], ofItemAtPath: "\(outbox)/new/\(name)")
         }
         #expect(rename("\(outbox)/new/taken.json", "\(outbox)/cur/taken.json") == 0)

@@ -103,7 +103,7 @@ final class DaemonFixture: @unchecked Sendable {
         process.arguments = ["run", "--config", configPath]
         process.environment = ProcessInfo.processInfo.environment.merging(environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }) { $1 }
             .merging(stateDirectory) { old, _ in old }
-        FileManager.default.createFile(atPath: directory + "/daemon.log", contents: nil)
+        _ = FileManager.default.createFile(atPath: directory + "/daemon.log", contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/daemon.log"))
         log.seekToEndOfFile()
         process.standardError = log
@@ -151,8 +151,8 @@ final class DaemonFixture: @unchecked Sendable {
     func cli(_ arguments: [String], config: String? = nil, environment: [String: String] = [:]) async throws -> Result {
         let id = UUID().uuidString.prefix(8)
         let out = directory + "/cli-\(id).out", err = directory + "/cli-\(id).err"
-        FileManager.default.createFile(atPath: out, contents: nil)
-        FileManager.default.createFile(atPath: err, contents: nil)
+        _ = FileManager.default.createFile(atPath: out, contents: nil)
+        _ = FileManager.default.createFile(atPath: err, contents: nil)
         let process = ChildProcess()
         process.executableURL = SandboxProcessTests.executable
         process.arguments = arguments + ["--config", config ?? configPath]
@@ -180,7 +180,7 @@ extension DaemonFixture {
         let id = UUID().uuidString.prefix(8)
         let bodyFile = directory + "/req-\(id).json", outFile = directory + "/resp-\(id).json", codeFile = directory + "/code-\(id)"
         try body.write(toFile: bodyFile, atomically: true, encoding: .utf8)
-        FileManager.default.createFile(atPath: codeFile, contents: nil)
+        _ = FileManager.default.createFile(atPath: codeFile, contents: nil)
         let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
         var arguments: [String] = ["-s", "--max-time", "30", "-o", outFile, "-w", "%{http_code}", "-X", method]

@@ -86,7 +86,7 @@ struct SystemdProtocolTests {
         #expect(healthy.count { $0 == "WATCHDOG=1" } >= 3, "\(healthy)")
         #expect(!healthy.contains { $0.contains("trigger") })
 
-        FileManager.default.createFile(atPath: wedge, contents: nil)
+        _ = FileManager.default.createFile(atPath: wedge, contents: nil)
         let messages = try await Self.datagrams(fixture, timeout: .seconds(10)) { $0.contains("WATCHDOG=trigger") }
         let trigger = try #require(messages.last { $0.contains("WATCHDOG=trigger") }, "\(messages)")
         #expect(trigger.contains("STATUS=wedged: work loop"), "\(trigger)")

@@ -101,7 +101,7 @@ public final class PostgresServer: Sendable {
             process.executableURL = URL(fileURLWithPath: binaries + "/postgres")
             process.arguments = arguments
         }
-        if !FileManager.default.fileExists(atPath: directory + "/log") { FileManager.default.createFile(atPath: directory + "/log", contents: nil) }
+        if !FileManager.default.fileExists(atPath: directory + "/log") { _ = FileManager.default.createFile(atPath: directory + "/log", contents: nil) }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/log"))
         try log.seekToEnd()
         process.standardInput = FileHandle.nullDevice
@@ -194,7 +194,7 @@ public final class PostgresServer: Sendable {
     @discardableResult
     static func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) async throws -> String {
         let outputPath = NSTemporaryDirectory() + "klarna-reconciler-pg-output-" + UUID().uuidString.prefix(8)
-        FileManager.default.createFile(atPath: outputPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
         defer { try? FileManager.default.removeItem(atPath: outputPath) }
         let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
         defer { try? output.close() }
