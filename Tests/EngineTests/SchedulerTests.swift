@@ -264,7 +264,8 @@ struct DoorbellTests {
         let started = ContinuousClock.now
         bell.ring()
         await waited
-        #expect(ContinuousClock.now - started < .seconds(5))
+        // Well short of the 30 s timeout, with room for CI's two loaded cores (a full run once took 5.09 s here).
+        #expect(ContinuousClock.now - started < .seconds(20))
     }
 }
 
