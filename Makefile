@@ -32,12 +32,13 @@ demo: build
 	.build/debug/klarna-reconciler demo
 
 ## Every test: unit, engine against the sandbox over real sockets, the daemon as a process (kill -9 included, and
-## behind Debian's nginx), the shipped units checked by systemd-analyze, the system tests under a real systemd user
+## behind Debian's nginx; its hostile-input storm alone, after the rest), the shipped units checked by systemd-analyze, the system tests under a real systemd user
 ## manager and journald, and the Debian package built, linted, installed, run from its installed units and purged.
 check: deps
 	@scripts/install-deps.sh $(CHECK_PACKAGES)
 	swift build --build-tests
 	scripts/swift-test.sh --skip-build
+	KLARNA_RECONCILER_STORM=1 scripts/swift-test.sh --skip-build --filter hostileStorm
 	scripts/check-units.sh .build/debug/klarna-reconciler
 	Tests/System/run.sh .build/debug/klarna-reconciler
 	$(MAKE) deb

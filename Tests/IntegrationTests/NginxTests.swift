@@ -150,13 +150,22 @@ struct NginxTests {
         #expect(try await fixture.stop() == 0)
     }
 
-    @Test("A storm of hostile bodies at the size limit through nginx: memory stays bounded, valid deliveries all get 202 and are followed, no 502")
+    /// The storm fills both cores for seconds, which would starve the timing of every suite running beside it: it runs
+    /// on its own after the rest (`make check` sets KLARNA_RECONCILER_STORM=1 for a second, filtered run).
+    @Test(
+        "A storm of hostile bodies at the size limit through nginx: memory stays bounded, valid deliveries all get 202 and are followed, no 502",
+        .enabled(if: ProcessInfo.processInfo.environment["KLARNA_RECONCILER_STORM"] == "1", "runs alone: make check runs it after the rest"))
     func hostileStorm() async throws {
         // A small ingest.max_connections makes the README's bound ("**Memory.**": ingest's peak is about
         // max_connections × 1.8 × max_body_bytes on top of the engine's own) small enough to check; the body limit is
         // set to the default and the nginx example's client_max_body_size 1m, so the figures below do not drift.
         let maxConnections = 16, maxBodyBytes = 1 << 20
         let fixture = try await DaemonFixture(ingestConfig: ["max_connections: \(maxConnections)", "max_body_bytes: \(maxBodyBytes)"])
+        // The fixture gives a request 1 s to arrive whole; 1 MiB through nginx on two saturated cores may take longer
+        // (the daemon then closes the connection and nginx answers 502). The shipped default is 10 s.
+        let config = try String(contentsOfFile: fixture.configPath, encoding: .utf8)
+        try config.replacingOccurrences(of: "  request_timeout_seconds: 1\n", with: "  request_timeout_seconds: 10\n")
+            .write(toFile: fixture.configPath, atomically: true, encoding: .utf8)
         try await fixture.start()
         let nginx = try await Nginx(fixture)
         let keys = IngestSocketTests()
