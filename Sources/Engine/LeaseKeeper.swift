@@ -10,7 +10,8 @@ import Synchronization
 public protocol WorkOwnership: Sendable {
     /// Whether a Klarna call for `key` may start now: its lease is this daemon's and known to last past the start.
     func mayCall(for key: WorkKey) -> Bool
-    /// How `key` came to this daemon, when it was taken over from a daemon whose lease ran out.
+    /// How `key` came to this daemon, when it was taken over from a daemon whose lease ran out (or adopted after a
+    /// lost claim answer, when who held it before is unknown).
     func takeover(of key: WorkKey) -> Takeover?
     /// The longest a Klarna call can last (the request timeout): how long a daemon's calls outlive its lease.
     var longestCall: Duration { get }
@@ -216,12 +217,16 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         }
         do {
             let renewal = try await Self.answer(within: settings.ttl / 3) { [store, settings] in try await store.renewLeases(ttl: settings.ttl) }
+            // A key adopted here was claimed by a query that committed before this renewal answered: the old lease
+            // (if any) ended before now, so its calls are over by now plus the longest call (``Takeover``).
+            let answeredAt = ContinuousClock.now
             let (lost, unknown, recovered) = state.withLock { state in
                 let answered = renewal.held.subtracting(state.releasedSince)
                 let lost = state.held.subtracting(answered).subtracting(state.claimedSince)
                 let unknown = answered.subtracting(state.held)
                 state.held = answered.union(state.claimedSince)
                 for key in lost { state.takeovers.removeValue(forKey: key) }
+                for key in unknown { state.takeovers[key] = .adopted(answered: answeredAt) }
                 state.validUntil = started + settings.ttl
                 state.liveDaemons = renewal.liveDaemons
                 let recovered = state.renewalFailing
@@ -246,12 +251,13 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         }
     }
 
-    /// Keys the store says this daemon holds that it never learnt of: planned like claims.
+    /// Keys the store says this daemon holds that it never learnt of: planned like claims, with the takeover wait
+    /// of a claimed lease (``renew()`` recorded it).
     private func adopt(_ keys: Set<WorkKey>) async throws {
         var open: [WorkKey: OpenWork] = [:]
         for work in try await store.openWork(of: Array(keys)) { open[work.key] = work }
         logger.notice("holding \(keys.count) unit(s) of work whose claim was not answered: planning them")
-        state.withLock { state in state.inbox += keys.map { Claim(key: $0, work: open[$0], takeover: nil) } }
+        state.withLock { state in state.inbox += keys.map { Claim(key: $0, work: open[$0], lapsed: nil) } }
         scheduler.doorbell.ring()
     }
 
@@ -289,19 +295,21 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
     private func claim() async throws -> Int {
         let live = state.withLock { $0.liveDaemons }
         let claims = try await store.claimWork(ttl: settings.ttl, limit: settings.claimBatch, liveDaemons: live, patience: settings.patience)
+        // The takeover wait counts from here, after the answer (the query ran before it), on the monotonic clock.
+        let answeredAt = ContinuousClock.now
         guard !claims.isEmpty else { return 0 }
         state.withLock { state in
             for claim in claims {
                 state.held.insert(claim.key)
                 state.claimedSince.insert(claim.key)
-                if let takeover = claim.takeover { state.takeovers[claim.key] = takeover }
+                if let lapsed = claim.lapsed { state.takeovers[claim.key] = .claimed(lapsed, answered: answeredAt) }
             }
             state.inbox += claims
         }
         for claim in claims {
-            guard let takeover = claim.takeover else { continue }
+            guard let lapsed = claim.lapsed else { continue }
             logger.notice(
-                "took \(claim.key) over from \(takeover.from) (its lease ran out \(takeover.leaseEnded.formatted(.iso8601)))",
+                "took \(claim.key) over from \(lapsed.holder) (its lease ran out \(lapsed.endedAgo) before the claim)",
                 metadata: ["work_key": .string(claim.key.description)])
         }
         scheduler.doorbell.ring()

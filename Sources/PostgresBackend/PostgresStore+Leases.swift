@@ -52,14 +52,14 @@ extension PostgresStore: LeaseStore, ClusterView {
 
     public func claimWork(ttl: Duration, limit: Int, liveDaemons: Int, patience: Duration) async throws -> [Claim] {
         let id = daemon.id
-        let now = Date()
         // A lapsed lease is taken over when it ran out while the server was up (its holder could have renewed it and
         // did not). One that ran out while the server was down waits until the server has been up a lease time:
         // after a restart every daemon's leases have run out at once, and each renews its own first instead of the
         // daemons taking each other's work (and leaving the Klarna answers they hold unrecorded).
         // `room`: how far this daemon is below its share of all leased work; with none, only keys no daemon with
-        // room took within `patience`. The old holder's lease end comes back relative to the server's clock, so
-        // that this host's clock (which may differ from the server's) never shortens the wait for its calls.
+        // room took within `patience`. The old holder's lease end comes back relative to the server's clock at the
+        // query, so that this host's clock (which may differ from the server's, and jump) never shortens the wait
+        // for its calls; the caller counts it from when the answer arrived, after the query ran.
         let claimed = try await rows(
             """
             WITH counts AS (
@@ -86,11 +86,12 @@ extension PostgresStore: LeaseStore, ClusterView {
         for work in try await openWork(of: keys) { open[work.key] = work }
         return claimed.compactMap { key, holder, endedAgo in
             guard let key = WorkKey(key) else { return nil }
-            var takeover: Takeover?
+            var lapsed: LapsedLease?
             if let holder, holder != id, let endedAgo {
-                takeover = Takeover(from: holder, leaseEnded: now.addingTimeInterval(endedAgo))
+                // Relative to the query; the caller counts it from when the answer arrived (``Takeover``).
+                lapsed = LapsedLease(holder: holder, endedAgo: Duration(timeInterval: -endedAgo))
             }
-            return Claim(key: key, work: open[key], takeover: takeover)
+            return Claim(key: key, work: open[key], lapsed: lapsed)
         }
     }
 

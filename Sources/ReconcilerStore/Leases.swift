@@ -26,13 +26,14 @@ public struct Claim: Sendable, Equatable {
     /// Its open state, to plan the next run from; `nil` when the key is not open (it was woken for an operator
     /// request or a late webhook): it runs once, now.
     public var work: OpenWork?
-    /// Taken from another daemon whose lease ran out (not one that let it go).
-    public var takeover: Takeover?
+    /// Taken from another daemon whose lease ran out (not one that let it go): whose it was and when it ended,
+    /// relative to the claim query. The claimer makes it a ``Takeover`` with the instant the answer arrived.
+    public var lapsed: LapsedLease?
 
-    public init(key: WorkKey, work: OpenWork?, takeover: Takeover?) {
+    public init(key: WorkKey, work: OpenWork?, lapsed: LapsedLease?) {
         self.key = key
         self.work = work
-        self.takeover = takeover
+        self.lapsed = lapsed
     }
 }
 

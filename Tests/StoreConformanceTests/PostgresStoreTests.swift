@@ -107,7 +107,7 @@ struct PostgresStoreTests {
     }
 
     func session(_ id: String, at: Date) -> TrackedSession {
-        TrackedSession(hppSessionID: id, kpSessionID: "kp-\(id)", mode: .none, merchantReference: nil, capturePolicy: .onRequest, purpose: .buy, trackedAt: at)
+        TrackedSession(hppSessionID: id, kpSessionID: "kp-\(id)", mode: nil, merchantReference: nil, capturePolicy: .onRequest, purpose: .buy, trackedAt: at)
     }
 
     func daemonStore(_ location: PostgresLocation, _ server: PostgresServer, _ host: String) async throws -> PostgresStore {
@@ -171,7 +171,7 @@ struct PostgresStoreTests {
         let first = try await a.claimWork(ttl: .seconds(4), limit: 10, liveDaemons: 1, patience: .zero)
         #expect(first.map(\.key) == [key])
         #expect(first.first?.work?.key == key)
-        #expect(first.first?.takeover == nil)
+        #expect(first.first?.lapsed == nil)
         #expect(try await b.claimWork(ttl: .seconds(4), limit: 10, liveDaemons: 1, patience: .zero).isEmpty)
 
         var change = Change()
@@ -195,9 +195,9 @@ struct PostgresStoreTests {
             return !taken.isEmpty
         }
         #expect(taken.map(\.key) == [key])
-        let takeover = try #require(taken.first?.takeover)
-        #expect(takeover.from == a.daemon.id)
-        #expect(abs(takeover.leaseEnded.timeIntervalSinceNow) < 5)
+        let lapsed = try #require(taken.first?.lapsed)
+        #expect(lapsed.holder == a.daemon.id)
+        #expect(lapsed.endedAgo >= .zero && lapsed.endedAgo < .seconds(5))
 
         var late = Change()
         late.intents = [Intent(key: "intent-late", kind: .capture, subject: "hpp-lease", now: Date()).sending(now: Date())]
@@ -216,7 +216,7 @@ struct PostgresStoreTests {
         try await b.deregister(at: Date())
         let back = try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero)
         #expect(back.map(\.key) == [key])
-        #expect(back.first?.takeover == nil)
+        #expect(back.first?.lapsed == nil)
         let cluster = try await a.daemons()
         #expect(cluster.map(\.id) == [a.daemon.id, b.daemon.id])
         #expect(cluster.first?.leases == 1)

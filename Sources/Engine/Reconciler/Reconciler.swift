@@ -88,7 +88,8 @@ public struct Reconciler: Sendable {
         }
         guard let subject else { return nil }
         let intents = try await store.intents(subject: subject)
-        guard let until = takeover.wait(intents: intents, longestCall: ownership.longestCall, now: clock.now) else { return nil }
+        // Decided on the monotonic clock; the wall time only says when to look again.
+        guard let until = takeover.resumeAt(intents: intents, longestCall: ownership.longestCall, now: ContinuousClock.now, wallNow: clock.now) else { return nil }
         logger.notice(
             "\(key) was taken over from \(takeover.from) with a side effect sent: resolving it at \(until.formatted(.iso8601)), when any call of that daemon is over",
             metadata: ["work_key": .string(key.description)])
