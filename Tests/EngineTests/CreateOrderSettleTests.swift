@@ -31,31 +31,16 @@ struct CreateOrderSettleTests {
         settle: Duration = CreateOrderSettleTests.settle, requestTimeout: Duration, refusedCreateOrders: Int = 0,
         _ body: (EngineHarness) async throws -> Void
     ) async throws {
-        let clock = ManualClock(now: Date())
-        let sandbox = KlarnaSandbox(configuration: .init(username: "merchant", password: "secret", clock: clock, random: SeededRandomSource(seed: 7)))
-        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "test.sandbox")) { await sandbox.handle($0) }
-        let serving = Task { try await server.run() }
-        defer { serving.cancel() }
         // A listener opened and closed again: its port refuses connections.
         let closed = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "test.closed")) { _ in .reset }
         let closing = Task { try await closed.run() }
         closing.cancel()
         _ = await closing.result
-        let curl = CurlTransport(configuration: .init(connectTimeout: .seconds(2), requestTimeout: requestTimeout))
-        defer { curl.shutdown() }
-        let transport = RefusingTransport(curl, refusing: refusedCreateOrders, closedPort: closed.port!)
-        let logs = LogLines()
-        let client = KlarnaClient(
-            configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "merchant", password: "secret")),
-            transport: transport, logger: logs.logger())
-        let directory = TemporaryDirectory()
-        defer { directory.remove() }
-        let store = try SQLiteStore(path: directory.path + "/state.sqlite")
         var settings = EngineHarness.fastSettings
         settings.createOrderSettle = settle
-        let reconciler = Reconciler(
-            store: store, client: client, clock: clock, random: SeededRandomSource(seed: 11), rateLimiter: nil, settings: settings, logger: logs.logger())
-        try await body(EngineHarness(sandbox: sandbox, store: store, reconciler: reconciler, clock: clock, directory: directory, logs: logs))
+        try await EngineHarness.with(
+            settings: settings, requestTimeout: requestTimeout,
+            wrapTransport: { RefusingTransport($0, refusing: refusedCreateOrders, closedPort: closed.port!) }, body)
     }
 
     /// Nothing for the payment between an unclear create-order and the end of its settle period: every later KP read

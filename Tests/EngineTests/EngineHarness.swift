@@ -23,9 +23,11 @@ struct EngineHarness {
     /// - Parameter wrapStore: puts a fault-injecting double between the engine and the real store.
     /// - Parameter requestTimeout: generous by default (a loaded machine runs the in-process sandbox late); the
     ///   timeout tests pass their own.
+    /// - Parameter wrapTransport: puts a fault-injecting double between the client and libcurl.
     static func with<T: Sendable>(
         settings: EngineSettings = EngineHarness.fastSettings, requestTimeout: Duration = .seconds(10),
         wrapStore: (SQLiteStore) -> any WorkStore = { $0 },
+        wrapTransport: (CurlTransport) -> any HTTPTransport = { $0 },
         _ body: (EngineHarness) async throws -> T
     ) async throws -> T {
         let clock = ManualClock(now: Date())
@@ -38,7 +40,7 @@ struct EngineHarness {
         let logs = LogLines()
         let client = KlarnaClient(
             configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "merchant", password: "secret")),
-            transport: transport, logger: logs.logger())
+            transport: wrapTransport(transport), logger: logs.logger())
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let store = try SQLiteStore(path: directory.path + "/state.sqlite")
