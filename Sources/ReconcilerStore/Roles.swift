@@ -20,6 +20,13 @@ public protocol WorkStore: Sendable {
     /// several daemons commits only while this daemon still holds that key's lease, and throws ``LeaseLost``
     /// (writing nothing) once another daemon claimed it. A store of one daemon has nothing to check.
     func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws
+
+    // Where Klarna may name an order it placed while the daemon lost the answer (``PlacedOrderSearch`` decides).
+    /// The order ids of OM notifications received at or after `since` for orders this store does not track, newest
+    /// first, at most `limit`.
+    func untrackedNotifiedOrders(since: Date, limit: Int) async throws -> [String]
+    /// Recorded settlement lines whose `merchant_reference1` is `merchantReference`, newest payout first, at most `limit`.
+    func settlementLines(merchantReference: String, limit: Int) async throws -> [SettledLine]
 }
 
 extension WorkStore {

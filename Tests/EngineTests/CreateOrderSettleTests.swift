@@ -180,6 +180,91 @@ struct CreateOrderSettleTests {
         }
     }
 
+    // MARK: Finding the order Klarna placed (issue 22, part 6)
+
+    /// A create-order whose answer is held past the client's timeout (Klarna placed the order at once) has run its
+    /// course up to the settle period: the order exists at Klarna, the daemon does not know its id, and nothing was
+    /// read since. Returns the order's id.
+    static func placedButUnheard(_ h: EngineHarness, _ created: CreatedSession) async throws -> String {
+        h.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .holdAnswer, holdSeconds: 25, count: 1))
+        try await h.run(for: .seconds(50))
+        let placed = try #require(h.effects(.orderPlaced, kp: created.kpSessionId).first)
+        let intent = try #require(try await h.store.intent(IdempotencyKey.make(.placeOrder, created.kpSessionId)))
+        #expect(intent.state == .ambiguous && intent.settleUntil != nil, "still settling: \(intent.state)")
+        return try #require(placed.orderId)
+    }
+
+    /// The order is linked, with an event saying where it was found, and then captured under the capture policy;
+    /// Klarna saw one create-order.
+    static func expectLinked(_ h: EngineHarness, _ created: CreatedSession, _ orderID: String, foundIn word: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let session = try await h.session(created)
+        #expect(session.orderID == orderID, sourceLocation: sourceLocation)
+        #expect(try await h.outcomes(created) == [.orderPlaced, .captured], sourceLocation: sourceLocation)
+        #expect(h.effects(.captured, order: orderID).count == 1, sourceLocation: sourceLocation)
+        #expect(h.sandbox.createOrderCounts().map(\.received) == [1], sourceLocation: sourceLocation)
+        let timeline = try await h.store.timeline(for: created.hppSessionId)
+        let linked = try #require(timeline.events.first { $0.kind == "order_linked" }, sourceLocation: sourceLocation)
+        #expect(linked.detail["found_in"] == word, sourceLocation: sourceLocation)
+        #expect(linked.message.hasPrefix("order \(orderID) linked to this payment: Klarna placed it after an unclear create-order, named by"), "\(linked.message)", sourceLocation: sourceLocation)
+        #expect(timeline.intents.first { $0.kind == .placeOrder }.map { $0.state == .confirmed && $0.result == orderID } == true, sourceLocation: sourceLocation)
+        #expect(h.logs.all.contains { $0.contains("linked to this payment") && $0.contains("found_in=\(word)") }, sourceLocation: sourceLocation)
+        h.expectNoDoubleEffects(sourceLocation: sourceLocation)
+    }
+
+    @Test("Klarna placed the order but its answer was lost: an OM notification for an order the daemon did not know names it by merchant reference, and it is linked and captured")
+    func linkedByNotification() async throws {
+        try await Self.with(requestTimeout: .seconds(2)) { h in
+            let created = try await h.track(SessionSpec(orderAmount: 5_600, merchantReference: "linked-om-1", schedule: Self.completesSoon))
+            let orderID = try await Self.placedButUnheard(h, created)
+            // Klarna's pending-order notification for it, and one for another merchant's order (which OM does not know).
+            for notified in [orderID, "not-an-order-of-this-account"] {
+                let record = IngestRecord(
+                    dedupeKey: "\(RetentionPolicy.omNotificationKeyPrefix)\(notified):FRAUD_RISK_ACCEPTED", kind: RetentionPolicy.omNotificationKind,
+                    source: "socket", summary: "OM notification FRAUD_RISK_ACCEPTED for order \(notified)", action: .hintOrder(orderID: notified))
+                #expect(try await h.store.ingest(record, at: h.clock.now) == .accepted(wake: []))
+            }
+            try await h.run()
+            try await Self.expectLinked(h, created, orderID, foundIn: "om_notification")
+        }
+    }
+
+    @Test("Klarna placed the order but its answer was lost: a recorded settlement SALE with the payment's merchant reference names it, and it is linked and captured")
+    func linkedBySettlementSale() async throws {
+        try await Self.with(requestTimeout: .seconds(2)) { h in
+            let created = try await h.track(SessionSpec(orderAmount: 5_700, merchantReference: "linked-sale-1", schedule: Self.completesSoon))
+            let orderID = try await Self.placedButUnheard(h, created)
+            // A payout whose SALE line carries the order, next to another shop reference's line. (Recorded as the
+            // settlement sync would; the sandbox's order has nothing captured, so the daemon captures all of it.)
+            let lines = [
+                SettledLine(paymentReference: "PAY-9", ordinal: 1, kind: .sale, amount: 100, orderID: orderID, currency: "SEK", merchantReference: "linked-sale-1"),
+                SettledLine(paymentReference: "PAY-9", ordinal: 2, kind: .sale, amount: 900, orderID: "o-elsewhere", currency: "SEK", merchantReference: "linked-sale-2"),
+            ]
+            let totals = SettledTotals(saleAmount: 1_000, settlementAmount: 1_000)
+            let payout = PayoutReconciliation(
+                payout: SettledPayout(paymentReference: "PAY-9", payoutDate: h.clock.now, currency: "SEK", settlementType: "NET", totals: totals),
+                lines: lines.map { LineReconciliation(line: $0, signedAmount: $0.amount, match: .unmatched(.orderUnknown), note: "orphan") },
+                findings: [], fromLines: PayoutFigures(lines: lines, totals: totals), totals: PayoutFigures(totals: totals))
+            #expect(try await h.store.record(payout, outcomes: [], at: h.clock.now))
+            try await h.run()
+            try await Self.expectLinked(h, created, orderID, foundIn: "settlement_sale")
+        }
+    }
+
+    @Test("Klarna placed the order and nothing names it: needs_attention saying what was searched and how to repair it")
+    func nothingNamesIt() async throws {
+        try await Self.with(requestTimeout: .seconds(2)) { h in
+            let created = try await h.track(SessionSpec(orderAmount: 5_800, merchantReference: "unnamed-1", schedule: Self.completesSoon))
+            _ = try await Self.placedButUnheard(h, created)
+            try await h.run()
+            #expect(try await h.outcomes(created) == [.needsAttention])
+            let reason = try #require(try await h.store.timeline(for: created.hppSessionId).outcomes.first?.outcome.reason)
+            #expect(reason.contains("Klarna placed the order but its order_id is unknown"), "\(reason)")
+            #expect(reason.contains("nothing names it: the HPP session gives no order_id, and no OM notification for an unknown order since"), "\(reason)")
+            #expect(reason.hasSuffix("then `klarna-reconciler retry \(created.hppSessionId) --order-id ORDER_ID`"), "\(reason)")
+            #expect(h.sandbox.createOrderCounts().map(\.received) == [1])
+        }
+    }
+
     // MARK: Configuration
 
     /// Loads a config with `extra` appended (and a password file), as the daemon would.

@@ -150,9 +150,9 @@ final class LogLines: Sendable {
             set { metadata[key] = newValue }
         }
 
-        func log(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String, file: String, function: String, line: UInt) {
-            let all = metadata.merging(explicit ?? [:]) { $1 }
-            let rendered = "\(level) \(message) \(all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"
+        func log(event: LogEvent) {
+            let all = metadata.merging(event.metadata ?? [:]) { $1 }
+            let rendered = "\(event.level) \(event.message) \(all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"
             sink.lines.withLock { $0.append(rendered) }
         }
     }
@@ -197,6 +197,10 @@ final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     func intents(subject: String) async throws -> [Intent] { try await store.intents(subject: subject) }
     func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
     func operatorControls(for key: WorkKey) async throws -> OperatorControls { try await store.operatorControls(for: key) }
+    func untrackedNotifiedOrders(since: Date, limit: Int) async throws -> [String] { try await store.untrackedNotifiedOrders(since: since, limit: limit) }
+    func settlementLines(merchantReference: String, limit: Int) async throws -> [SettledLine] {
+        try await store.settlementLines(merchantReference: merchantReference, limit: limit)
+    }
     func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult { try await store.track(session, event: event, at: at) }
     func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult { try await store.requestCapture(orderID: orderID, amount: amount, at: at) }
     func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {

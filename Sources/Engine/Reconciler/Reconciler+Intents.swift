@@ -51,13 +51,13 @@ extension Reconciler {
             switch try await klarna(&change, urgency, { try await client.readPaymentSession(id: session.kpSessionID) }) {
             case .failure(let error):
                 return try await sessionReadFailed(session, error, change: change)
+            case .success(let kp) where kp.status == .complete:
+                return try await linkPlacedOrder(session, intent, currency: kp.purchaseCurrency, urgency: urgency, change: change)
             case .success(let kp) where kp.status != .incomplete:
                 intent = intent.ambiguous(intent.lastError ?? "the daemon stopped after sending", now: now)
                 change.intents = [intent]
                 return try await closeSession(session, .needsAttention,
-                    kp.status == .complete
-                        ? "create-order for KP session \(session.kpSessionID) ended without an answer and the KP session is now complete: Klarna placed the order but its order_id is unknown (intent \(key), \(intent.attempts) attempt(s)); find it in the Merchant Portal by merchant reference \(session.merchantReference ?? "—"), then `klarna-reconciler retry \(session.hppSessionID) --order-id ORDER_ID`"
-                        : "create-order for KP session \(session.kpSessionID) ended without an answer and the KP session read shows \(kp.status.map { "status \($0.rawValue)" } ?? "no status"), not incomplete: whether Klarna placed the order is unknown, so none is placed again (intent \(key), \(intent.attempts) attempt(s)); look for it in the Merchant Portal by merchant reference \(session.merchantReference ?? "—")",
+                    "create-order for KP session \(session.kpSessionID) ended without an answer and the KP session read shows \(kp.status.map { "status \($0.rawValue)" } ?? "no status"), not incomplete: whether Klarna placed the order is unknown, so none is placed again (intent \(key), \(intent.attempts) attempt(s)); look for it in the Merchant Portal by merchant reference \(session.merchantReference ?? "—")",
                     change: change)
             case .success(let kp):
                 change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(
@@ -193,7 +193,7 @@ extension Reconciler {
             createOrderSettle: settings.createOrderSettle, random: random)
     }
 
-    private func sessionReadFailed(_ session: TrackedSession, _ error: KlarnaAPIError, change: Change) async throws -> StepResult {
+    func sessionReadFailed(_ session: TrackedSession, _ error: KlarnaAPIError, change: Change) async throws -> StepResult {
         var change = change
         let now = clock.now
         let step = session.readFailed(Self.short(error), now: now, retryAfter: readDelay(failures: session.consecutiveFailures + 1, error), schedule: settings.polling)
@@ -202,7 +202,7 @@ extension Reconciler {
         return StepResult(next: step.session.nextDueAt)
     }
 
-    private func closeSession(_ session: TrackedSession, _ kind: OutcomeKind, _ reason: String, change: Change) async throws -> StepResult {
+    func closeSession(_ session: TrackedSession, _ kind: OutcomeKind, _ reason: String, change: Change) async throws -> StepResult {
         var change = change
         record(session.closed(kind, reason), into: &change)
         try await commit(change, now: clock.now)

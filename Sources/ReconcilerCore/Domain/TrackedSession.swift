@@ -264,6 +264,14 @@ extension TrackedSession {
             handOff: OrderHandOff(orderID: orderID, placedBy: PlaceOrderMode.none))
     }
 
+    /// Klarna placed the order after an unclear create-order, and ``PlacedOrderSearch`` found its id (`how`: where):
+    /// the session is done and its order carries on, as after ``orderPlaced(orderID:fraudStatus:)``.
+    public func placedOrderFound(orderID: String, how: String) -> SessionStep {
+        var step = orderPlaced(orderID: orderID, fraudStatus: "—")
+        step.events = [DomainEvent("order_linked", "order \(orderID) linked to this payment: Klarna placed it after an unclear create-order, \(how)")]
+        return step
+    }
+
     /// Klarna created the customer token. A tokenize-only session is done; one that also buys goes on at once to
     /// place the order.
     public func customerTokenCreated(tokenID: String, now: Date) -> SessionStep {

@@ -57,6 +57,13 @@ public struct RetentionPolicy: Sendable, Equatable {
     /// read the order id back from it to find the notifications for orders they do not know.
     public static let omNotificationKind = "om_notification"
     public static let omNotificationKeyPrefix = "om-notification:"
+
+    /// The order id in an OM notification's dedupe key, or `nil` when `key` is not one.
+    public static func notifiedOrderID(dedupeKey key: String) -> String? {
+        guard key.hasPrefix(omNotificationKeyPrefix), let colon = key.lastIndex(of: ":") else { return nil }
+        let orderID = key[key.index(key.startIndex, offsetBy: omNotificationKeyPrefix.count)..<colon]
+        return orderID.isEmpty ? nil : String(orderID)
+    }
 }
 
 public struct PruneCutoffs: Sendable, Equatable {
