@@ -62,6 +62,7 @@ public struct WorkerService: Service {
             }
         } onGracefulShutdown: {
             stopping.replace(with: true)
+            reconciler.stopSendingSideEffects()
             scheduler.doorbell.ring()
             wakeupBell.ring()
         }

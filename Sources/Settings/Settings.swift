@@ -59,8 +59,11 @@ public struct Settings: Sendable {
     public var callbackKey: [UInt8]?
     /// The `webhook-signing-keys` credential: Klarna Network signing key id → key.
     public var signingKeys: [String: [UInt8]]
-    /// How long a stop waits for the steps under way before cancelling them (keep below the unit's TimeoutStopSec=).
+    /// How long a stop lets the steps under way finish (`engine.drain_timeout_seconds`): at least the request timeout
+    /// plus ``drainAfterLongestCall``, so no Klarna call already sent is cancelled; by default exactly that.
     public var drainTimeout: Duration
+    /// What a drain allows beyond the request timeout: committing the answer of the last call.
+    public static let drainAfterLongestCall: Duration = .seconds(5)
     /// How often `STATUS=` is refreshed.
     public var statusInterval: Duration
     /// Fault injection for the watchdog test: when this file appears the work loop hangs. Never set in production.

@@ -177,10 +177,11 @@ extension Settings {
         guard let logLevel = Logger.Level(rawValue: level) else {
             throw SettingsError("log.level", "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(level)\"")
         }
+        let requestTimeout = try values.seconds("klarna.request_timeout_seconds", default: 30)
         var settings = Settings(
             configPath: values.configPath, klarna: klarna, passwordSource: passwordSource, callbackKeySource: callbackKeySource,
             connectTimeout: try values.seconds("klarna.connect_timeout_seconds", default: 5),
-            requestTimeout: try values.seconds("klarna.request_timeout_seconds", default: 30),
+            requestTimeout: requestTimeout,
             storePath: path(try values.string("store.path") ?? defaultStore),
             storeBusyTimeout: try values.seconds("store.busy_timeout_ms", default: 5_000, unit: 0.001),
             outboxDirectory: path(try values.string("outbox.dir") ?? "/var/spool/klarna-reconciler-outbox"),
@@ -207,7 +208,7 @@ extension Settings {
                 unverifiedRowCap: try values.cap("retention.unverified_max_rows", default: 10_000)),
             retentionInterval: .seconds(60 * (try values.int("retention.interval_minutes", default: 60, range: 1...10_080))),
             callbackPolicy: policy, callbackKey: callbackKey, signingKeys: signingKeys,
-            drainTimeout: try values.seconds("engine.drain_timeout_seconds", default: 15),
+            drainTimeout: try values.seconds("engine.drain_timeout_seconds", default: (requestTimeout + Settings.drainAfterLongestCall).timeInterval),
             statusInterval: try values.seconds("engine.status_interval_seconds", default: 5),
             wedgeWorkLoopFile: try values.string("testing.wedge_work_loop_file").flatMap { $0.isEmpty ? nil : path($0) })
         settings.metricsListen = metricsListen
@@ -219,6 +220,12 @@ extension Settings {
             throw SettingsError(
                 "engine.create_order_settle_seconds",
                 "plus klarna.request_timeout_seconds must be at most \(Int(tokenHalfLife.timeInterval)) (half the authorization token's 60 minutes, so that a create-order after an unclear one still goes out in time), not \(Int(engine.createOrderSettle.timeInterval)) + \(Int(settings.requestTimeout.timeInterval))")
+        }
+        // A stop never cancels a Klarna call it sent: the drain outlasts the longest one and the commit of its answer.
+        guard settings.drainTimeout >= settings.requestTimeout + Settings.drainAfterLongestCall else {
+            throw SettingsError(
+                "engine.drain_timeout_seconds",
+                "must be at least klarna.request_timeout_seconds + \(Int(Settings.drainAfterLongestCall.timeInterval)) (a stop waits for a Klarna call already sent, a create-order above all, to be answered or time out, and for its answer to be committed), not \(Int(settings.drainTimeout.timeInterval)) with klarna.request_timeout_seconds \(Int(settings.requestTimeout.timeInterval))")
         }
         settings.leaseTime = try values.seconds("store.lease_seconds", default: 15)
         guard settings.leaseTime >= .seconds(3), settings.leaseTime <= .seconds(600) else {

@@ -53,6 +53,17 @@ struct SettingsTests {
         #expect(settings.effectiveDescription.contains("klarna.password: <redacted>"))
     }
 
+    @Test("engine.drain_timeout_seconds outlasts the longest Klarna call: request timeout + 5 by default, never less")
+    func drainOutlastsTheLongestCall() async throws {
+        #expect(try await load(minimal).drainTimeout == .seconds(35))
+        let tenSeconds = minimal.replacingOccurrences(of: "  password_file: pw", with: "  password_file: pw\n  request_timeout_seconds: 10")
+        #expect(try await load(tenSeconds).drainTimeout == .seconds(15))
+        #expect(try await load(minimal + "\nengine:\n  drain_timeout_seconds: 120").drainTimeout == .seconds(120))
+        #expect(try await load(minimal + "\nengine:\n  drain_timeout_seconds: 35").effectiveDescription.contains("engine.drain_timeout_seconds: 35\n"))
+        let short = await error(minimal + "\nengine:\n  drain_timeout_seconds: 15")
+        #expect(short?.description == "engine.drain_timeout_seconds: must be at least klarna.request_timeout_seconds + 5 (a stop waits for a Klarna call already sent, a create-order above all, to be answered or time out, and for its answer to be committed), not 15 with klarna.request_timeout_seconds 30")
+    }
+
     @Test("region + environment give Klarna's regional host")
     func region() async throws {
         let settings = try await load("""

@@ -2,6 +2,8 @@ import ChildProcess
 import Foundation
 import Glibc
 import KlarnaSandbox
+import ReconcilerCore
+import SQLiteBackend
 import Testing
 import TestSupport
 
@@ -110,13 +112,18 @@ struct SystemdProtocolTests {
         #expect(try await fixture.stop() == 0)
     }
 
-    @Test("stop with a Klarna call hanging: the drain is bounded by engine.drain_timeout_seconds, then the daemon exits")
-    func boundedDrain() async throws {
+    /// The fixture with `klarna.request_timeout_seconds` set to `seconds` (the drain follows it: + 5 s).
+    static func fixture(requestTimeout seconds: Int) async throws -> DaemonFixture {
         let fixture = try await DaemonFixture()
         let config = try String(contentsOfFile: fixture.configPath, encoding: .utf8)
-        try config.replacingOccurrences(of: "request_timeout_seconds: 2", with: "request_timeout_seconds: 20")
-            .replacingOccurrences(of: "  wakeup_interval_ms: 100", with: "  wakeup_interval_ms: 100\n  drain_timeout_seconds: 1")
+        try config.replacingOccurrences(of: "request_timeout_seconds: 2", with: "request_timeout_seconds: \(seconds)")
             .write(toFile: fixture.configPath, atomically: true, encoding: .utf8)
+        return fixture
+    }
+
+    @Test("stop with a Klarna call hanging: the call ends at its request timeout, inside the drain, and the daemon exits")
+    func boundedDrain() async throws {
+        let fixture = try await Self.fixture(requestTimeout: 3)
         fixture.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .delay, delayMs: 15_000))
         try await fixture.start()
         let payment = try fixture.sandbox.createSession(SessionSpec(placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
@@ -126,15 +133,41 @@ struct SystemdProtocolTests {
         let daemon = try #require(fixture.daemon)
         let stopped = ContinuousClock.now
         kill(daemon.processIdentifier, SIGTERM)
-        try await waitUntil(timeout: .seconds(10)) { !daemon.isRunning }
+        try await waitUntil(timeout: .seconds(15)) { !daemon.isRunning }
         let took = ContinuousClock.now - stopped
-        // Not the 15 s the capture would take: one second of drain, then the step is cancelled. Its intent stays
-        // `sent`, so the next start reads the order before anything else (the crash tests prove that path).
-        #expect(took < .seconds(4), "stop took \(took)")
+        // Not the 15 s the capture would take: its 3 s request timeout ends it, well inside the 8 s drain. The capture
+        // is `ambiguous` (Klarna deduplicates it), and the next start reads the order before anything else.
+        #expect(took < .seconds(8), "stop took \(took)")
         let messages = try await Self.datagrams(fixture, timeout: .seconds(1)) { _ in false }
         #expect(messages.first?.hasPrefix("STOPPING=1") == true, "\(messages)")
         #expect(messages.contains { $0.hasPrefix("EXTEND_TIMEOUT_USEC=") })
         #expect(daemon.terminationStatus == 0, "\(fixture.daemonLog.suffix(600))")
+    }
+
+    @Test("stop while a create-order is on its way: the drain waits for Klarna's answer, never cancels it; the order is recorded before the daemon exits")
+    func stopWaitsForCreateOrder() async throws {
+        let fixture = try await Self.fixture(requestTimeout: 10)
+        // Klarna places the order at once and answers 4 s later.
+        fixture.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .holdAnswer, holdSeconds: 4, count: 1))
+        try await fixture.start()
+        let payment = try fixture.sandbox.createSession(SessionSpec(orderAmount: 4_200, placeOrderMode: "NONE", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        #expect(try await fixture.cli(["track", payment.hppSessionId, "--kp-session", payment.kpSessionId, "--mode", "NONE"]).status == 0)
+        try await waitUntil(timeout: .seconds(20)) { !fixture.sandbox.requests(route: "kp.create_order").isEmpty }
+
+        let daemon = try #require(fixture.daemon)
+        kill(daemon.processIdentifier, SIGTERM)
+        try await waitUntil(timeout: .seconds(20)) { !daemon.isRunning }
+        #expect(daemon.terminationStatus == 0, "\(fixture.daemonLog.suffix(600))")
+        let answered = try #require(fixture.sandbox.requests(route: "kp.create_order").first)
+        #expect(answered.status == 200, "the create-order was answered, not cut off: \(answered)")
+
+        let store = try fixture.readStore()
+        let intent = try #require(try await store.intents(subject: payment.hppSessionId).first { $0.kind == .placeOrder })
+        #expect(intent.state == .confirmed, "\(intent.state): \(intent.lastError ?? "")")
+        let placed = try #require(fixture.sandbox.effects(kind: .orderPlaced).first)
+        #expect(intent.result == placed.orderId)
+        #expect(try await store.session(payment.hppSessionId)?.orderID == placed.orderId)
+        #expect(fixture.sandbox.createOrderCounts().map(\.received) == [1])
     }
 
     @Test("a failing start says why in STATUS= with ERRNO=, then exits")

@@ -98,6 +98,8 @@ extension Reconciler {
                 change: change)
         }
 
+        change.intents = [intent]
+        if let deferred = try await deferredForStop(change, "\(kind.rawValue) for KP session \(session.kpSessionID)", now: now) { return deferred }
         // Persist "sent" before the request leaves: a crash from here on is resolved by reading Klarna first.
         intent = intent.sending(now: now)
         change.intents = [intent]
@@ -247,6 +249,8 @@ extension Reconciler {
             try await commit(change, now: now)
             return StepResult(next: next)
         }
+        change.intents = [intent]
+        if let deferred = try await deferredForStop(change, "\(intent.kind.rawValue) of order \(order.orderID)", now: now) { return deferred }
         intent = intent.sending(now: now)
         change.intents = [intent]
         let what = switch intent.kind {

@@ -68,6 +68,23 @@ public struct Reconciler: Sendable {
     /// Takes new tunables (configuration reload); steps under way finish with the ones they started with.
     public func update(settings: EngineSettings) { liveSettings.replace(with: settings) }
 
+    /// Set once a stop begins (``stopSendingSideEffects()``).
+    private let stopping = Live(false)
+
+    /// A stop has begun: steps under way finish, but none sends a side effect it had not sent yet (it is left
+    /// `intended` for the next start). With the calls already sent bounded by the request timeout, which the drain
+    /// outlasts, a graceful stop never cancels a create-order in flight.
+    public func stopSendingSideEffects() { stopping.replace(with: true) }
+
+    /// Whether a step may send a side effect now; if not, it commits `change` (what it read) and says when to come
+    /// back: at once, which the next start does.
+    func deferredForStop(_ change: Change, _ what: String, now: Date) async throws -> StepResult? {
+        guard stopping.value else { return nil }
+        logger.info("stopping: \(what) not sent; the next start sends it")
+        try await commit(change, now: now)
+        return StepResult(next: now)
+    }
+
     /// Works on `key` once. `hinted`: someone said something changed (a webhook, a capture request), so Klarna is
     /// read now even if the next read was planned for later.
     public func process(_ key: WorkKey, hinted: Bool = false) async throws -> WorkResult {
