@@ -19,13 +19,17 @@ public struct EngineSettings: Sendable, Equatable {
     /// transit arrives before a second one could (``CreateOrderSettle``). The config loader holds operators to
     /// ``CreateOrderSettle/configurableSeconds``; tests set shorter ones here.
     public var createOrderSettle: Duration
+    /// The longest a Klarna call lasts from when it starts (`klarna.request_timeout_seconds` + 1 s): a side effect
+    /// found `sent` may have been going out until its mark plus this (``CreateOrderSettle``).
+    public var longestCall: Duration
 
     public init(
         polling: PollingSchedule = PollingSchedule(), deadlines: Deadlines = Deadlines(),
         readRetry: RetryPolicy = RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(300), maxAttempts: .max),
         writeRetry: RetryPolicy = RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(300), maxAttempts: 25),
         maxConcurrency: Int = 16, customerTokenDescription: String = "Subscription",
-        wakeupInterval: Duration = .seconds(1), createOrderSettle: Duration = CreateOrderSettle.standard
+        wakeupInterval: Duration = .seconds(1), createOrderSettle: Duration = CreateOrderSettle.standard,
+        longestCall: Duration = .seconds(31)
     ) {
         self.polling = polling
         self.deadlines = deadlines
@@ -35,5 +39,6 @@ public struct EngineSettings: Sendable, Equatable {
         self.customerTokenDescription = customerTokenDescription
         self.wakeupInterval = wakeupInterval
         self.createOrderSettle = createOrderSettle
+        self.longestCall = longestCall
     }
 }

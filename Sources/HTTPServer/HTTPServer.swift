@@ -205,7 +205,7 @@ public struct HTTPServer: Sendable {
                 for try await connection in inbound {
                     // At the limit the next connection waits for a slot instead of being served: it is not read, so
                     // a flood costs the kernel's backlog, not the daemon's memory.
-                    if await slots.acquire() == .firstToWait {
+                    _ = await slots.acquire {
                         logger.warning("all \(configuration.maxConnections) connections are busy: new ones wait for one to end (ingest.max_connections)")
                     }
                     group.addTask {
@@ -254,7 +254,7 @@ public struct HTTPServer: Sendable {
                         let needed = body.count + chunk.readableBytes
                         if needed > configuration.maxBodyBytes {
                             if let requestHead = head {
-                                await refusedAsTooLarge(requestHead, length: "more than \(configuration.maxBodyBytes) bytes, sent without a length")
+                                await refusedAsTooLarge(requestHead, length: "more than \(configuration.maxBodyBytes) bytes (sent without a length)")
                                 try await write(tooLarge, keepAlive: false, version: requestHead.version, to: outbound)
                             }
                             return
@@ -277,7 +277,9 @@ public struct HTTPServer: Sendable {
                             }
                             return
                         case .response(let response):
-                            let keepAlive = requestHead.isKeepAlive
+                            // While connections wait for a slot, an answered one is closed rather than kept idle for
+                            // the client's next request: its slot goes to the longest waiting connection.
+                            let keepAlive = requestHead.isKeepAlive && slots.waitingCount == 0
                             try await write(response, keepAlive: keepAlive, version: requestHead.version, to: outbound)
                             if !keepAlive { return }
                         }
@@ -322,24 +324,36 @@ struct PeerCredentials {
 }
 
 /// The connections that may be served at once; the rest wait their turn in arrival order.
+///
+/// The accept loop waits in ``acquire()`` before it takes the next connection, so at most one accepted connection
+/// waits here; the others wait in NIO's accept buffer and the kernel's listen backlog, unread.
 final class ConnectionSlots: Sendable {
     enum Entry {
         case atOnce
-        /// Waited, and none was waiting before it: the start of a saturation, logged once rather than per connection.
+        /// Waited, and the slots were not all busy before: the start of a saturation, logged once rather than per
+        /// connection.
         case firstToWait
+        /// Waited, in a saturation already announced.
         case queued
     }
 
     private struct State {
         var free: Int
         var waiting: [CheckedContinuation<Void, Never>] = []
+        /// Since a connection last had to wait, no slot has been free: one saturation.
+        var saturated = false
     }
 
     private let state: Mutex<State>
 
     init(_ count: Int) { state = Mutex(State(free: count)) }
 
-    func acquire() async -> Entry {
+    /// Connections waiting for a slot now.
+    var waitingCount: Int { state.withLock { $0.waiting.count } }
+
+    /// Returns once the caller has a slot. `announce` runs when a saturation starts, as the caller begins to wait
+    /// (not when its wait ends, which may be long after).
+    func acquire(announcingSaturation announce: () -> Void = {}) async -> Entry {
         var entry = Entry.atOnce
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             entry = state.withLock { state in
@@ -348,18 +362,24 @@ final class ConnectionSlots: Sendable {
                     return .atOnce
                 }
                 state.waiting.append(continuation)
-                return state.waiting.count == 1 ? .firstToWait : .queued
+                defer { state.saturated = true }
+                return state.saturated ? .queued : .firstToWait
             }
-            if entry == .atOnce { continuation.resume() }
+            switch entry {
+            case .atOnce: continuation.resume()
+            case .firstToWait: announce()
+            case .queued: break
+            }
         }
         return entry
     }
 
-    /// Hands the slot to the longest waiting connection, or frees it.
+    /// Hands the slot to the longest waiting connection, or frees it (which ends a saturation).
     func release() {
         let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
             guard !state.waiting.isEmpty else {
                 state.free += 1
+                state.saturated = false
                 return nil
             }
             return state.waiting.removeFirst()

@@ -131,6 +131,7 @@ extension Settings {
         }
         let configuredSettle = Duration.seconds(try values.int(
             "engine.create_order_settle_seconds", default: Int(CreateOrderSettle.standard.timeInterval), range: CreateOrderSettle.configurableSeconds))
+        let requestTimeout = try values.seconds("klarna.request_timeout_seconds", default: 30)
         let initial = try values.seconds("retry.initial_delay_ms", default: 1_000, unit: 0.001)
         let maxDelay = try values.seconds("retry.max_delay_seconds", default: 300)
         let engine = EngineSettings(
@@ -140,7 +141,7 @@ extension Settings {
             maxConcurrency: try values.int("engine.max_concurrency", default: 16, range: 1...1_024),
             customerTokenDescription: try values.string("engine.customer_token_description") ?? "Subscription",
             wakeupInterval: try values.seconds("engine.wakeup_interval_ms", default: 1_000, unit: 0.001),
-            createOrderSettle: testingSettle ?? configuredSettle)
+            createOrderSettle: testingSettle ?? configuredSettle, longestCall: requestTimeout + .seconds(1))
 
         let socketSetting = try values.string("ingest.socket")
         let defaultSocket = environment["RUNTIME_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }.map { "\($0)/ingest.sock" }
@@ -177,7 +178,6 @@ extension Settings {
         guard let logLevel = Logger.Level(rawValue: level) else {
             throw SettingsError("log.level", "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(level)\"")
         }
-        let requestTimeout = try values.seconds("klarna.request_timeout_seconds", default: 30)
         var settings = Settings(
             configPath: values.configPath, klarna: klarna, passwordSource: passwordSource, callbackKeySource: callbackKeySource,
             connectTimeout: try values.seconds("klarna.connect_timeout_seconds", default: 5),

@@ -99,7 +99,7 @@ struct RunCommand: AsyncParsableCommand {
         let leases = shared.map { shared in
             LeaseKeeper(
                 store: shared,
-                settings: .init(ttl: settings.leaseTime, longestCall: settings.requestTimeout + .seconds(1), poll: settings.engine.wakeupInterval),
+                settings: .init(ttl: settings.leaseTime, longestCall: settings.engine.longestCall, poll: settings.engine.wakeupInterval),
                 scheduler: scheduler, clock: clock, logger: logger, onLiveDaemons: budget.daemons)
         }
         let reconciler = Reconciler(

@@ -38,6 +38,7 @@ struct CreateOrderSettleTests {
         _ = await closing.result
         var settings = EngineHarness.fastSettings
         settings.createOrderSettle = settle
+        settings.longestCall = requestTimeout + .seconds(1)
         try await EngineHarness.with(
             settings: settings, requestTimeout: requestTimeout,
             wrapTransport: { RefusingTransport($0, refusing: refusedCreateOrders, closedPort: closed.port!) }, body)
@@ -167,7 +168,8 @@ struct CreateOrderSettleTests {
             let key = IdempotencyKey.make(.placeOrder, created.kpSessionId)
             #expect(try await h.store.intent(key)?.state == .sent)
 
-            // Started again: the settle period counts from when the create-order was marked sent.
+            // Started again: the settle period counts from the latest the attempt could have ended, its sent mark
+            // plus the longest call (the harness's 30 s request timeout + 1 s).
             try await h.run()
             let first = try #require(h.sandbox.requests(route: "kp.create_order").first)
             #expect(h.sandbox.createOrderCounts().map(\.received) == [1])
@@ -175,7 +177,7 @@ struct CreateOrderSettleTests {
             Self.expectSettled(h, created, after: first)
             try await Self.expectOneOrderAccountedFor(h, created)
             let settling = try #require(try await h.store.timeline(for: created.hppSessionId).events.first { $0.kind == "settling" })
-            #expect(settling.detail["settle_until"] == TrackedSession.format(first.at.addingTimeInterval(Self.settle.timeInterval)))
+            #expect(settling.detail["settle_until"] == TrackedSession.format(first.at.addingTimeInterval(31 + Self.settle.timeInterval)))
             #expect(settling.message.contains("was sent at \(TrackedSession.format(first.at))"), "\(settling.message)")
         }
     }

@@ -69,7 +69,7 @@ struct ReadinessTests {
         let fixture = try await DaemonFixture()
         let config = try String(contentsOfFile: fixture.configPath, encoding: .utf8)
         try config.replacingOccurrences(of: "request_timeout_seconds: 2", with: "request_timeout_seconds: 20")
-            .replacingOccurrences(of: "  wakeup_interval_ms: 100", with: "  wakeup_interval_ms: 100\n  drain_timeout_seconds: 10")
+            .replacingOccurrences(of: "  wakeup_interval_ms: 100", with: "  wakeup_interval_ms: 100\n  drain_timeout_seconds: 25")
             .write(toFile: fixture.configPath, atomically: true, encoding: .utf8)
         fixture.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .delay, delayMs: 4_000))
         try await fixture.start()

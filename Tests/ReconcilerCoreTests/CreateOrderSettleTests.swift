@@ -7,6 +7,8 @@ struct CreateOrderSettleTests {
     let t0 = Date(timeIntervalSince1970: 1_800_000_000)
     let policy = RetryPolicy(initialDelay: .seconds(1), multiplier: 2, maxDelay: .seconds(30), maxAttempts: 4)
     let settle = Duration.seconds(120)
+    /// The request timeout (30 s) plus a second.
+    let longestCall = Duration.seconds(31)
 
     /// An intent of `kind` whose `attempts`-th attempt was marked sent at `at`.
     func sent(_ kind: Intent.Kind = .placeOrder, attempts: Int = 1, at: Date? = nil) -> Intent {
@@ -26,7 +28,7 @@ struct CreateOrderSettleTests {
     }
 
     func step(_ intent: Intent, now: Date, tokenExpiresAt: Date? = nil) -> CreateOrderSettle.Step {
-        CreateOrderSettle.step(for: intent, period: settle, tokenExpiresAt: tokenExpiresAt, now: now)
+        CreateOrderSettle.step(for: intent, period: settle, longestCall: longestCall, tokenExpiresAt: tokenExpiresAt, now: now)
     }
 
     @Test("Only create-order settles after an unclear attempt", arguments: Intent.Kind.allCases)
@@ -92,12 +94,13 @@ struct CreateOrderSettleTests {
         #expect(step(redriven, now: t0.addingTimeInterval(10)) == .settle(redriven, until: t0.addingTimeInterval(120), event: nil))
     }
 
-    @Test("A create-order found sent (restart, takeover) settles from when it was marked sent, and says so once")
-    func sentFoundSettlesFromWhenSent() {
+    @Test("A create-order found sent (restart, takeover) settles from the latest its attempt could have ended, the sent mark plus the longest call, and says so once")
+    func sentFoundSettlesFromItsLatestEnd() {
         let sentAt = t0.addingTimeInterval(5)
         let intent = sent(attempts: 2, at: sentAt)
         let found = sentAt.addingTimeInterval(40)
-        let until = sentAt.addingTimeInterval(120)
+        let latestEnd = sentAt.addingTimeInterval(31)
+        let until = latestEnd.addingTimeInterval(120)
         guard case .settle(let settling, let at, let event) = step(intent, now: found) else {
             Issue.record("expected settle"); return
         }
@@ -105,7 +108,7 @@ struct CreateOrderSettleTests {
         #expect(settling.state == .ambiguous && settling.settleUntil == until && settling.nextAttemptAt == until)
         #expect(settling.attempts == 2 && settling.key == intent.key)
         #expect(settling.lastError == "the answer to attempt 2 was never recorded")
-        #expect(event == DomainEvent("settling", "place_order attempt 2 was sent at \(TrackedSession.format(sentAt)) and its answer never recorded (this daemon stopped, or another one held the payment); it may still be on its way to Klarna: settling until \(TrackedSession.format(until)) (engine.create_order_settle_seconds, 120.0 s after it was sent), then the KP session is read; no create-order before"))
+        #expect(event == DomainEvent("settling", "place_order attempt 2 was sent at \(TrackedSession.format(sentAt)) and its answer never recorded (this daemon stopped, or another one held the payment); it may still be on its way to Klarna: settling until \(TrackedSession.format(until)) (engine.create_order_settle_seconds, 120.0 s after the attempt could last have ended, \(TrackedSession.format(latestEnd)): sent plus the longest call, 31.0 s), then the KP session is read; no create-order before"))
         // Committed, it waits silently until the end, then the KP session is read.
         #expect(step(settling, now: found.addingTimeInterval(1)) == .settle(settling, until: until, event: nil))
         #expect(step(settling, now: until) == .readKlarna)
@@ -113,7 +116,8 @@ struct CreateOrderSettleTests {
 
     @Test("A create-order found sent after its settle period is read at once")
     func sentLongAgoIsRead() {
-        #expect(step(sent(), now: t0.addingTimeInterval(120)) == .readKlarna)
+        guard case .settle = step(sent(), now: t0.addingTimeInterval(150)) else { Issue.record("read before the longest call and the period were over"); return }
+        #expect(step(sent(), now: t0.addingTimeInterval(151)) == .readKlarna)
         #expect(step(sent(), now: t0.addingTimeInterval(7_200)) == .readKlarna)
     }
 
@@ -123,7 +127,7 @@ struct CreateOrderSettleTests {
         guard case .settle(_, let until, let event?) = step(sent(), now: t0.addingTimeInterval(10), tokenExpiresAt: expiry) else {
             Issue.record("expected settle with an event"); return
         }
-        #expect(until == t0.addingTimeInterval(120))
+        #expect(until == t0.addingTimeInterval(151))
         #expect(event.message.contains("The authorization token expires first (\(TrackedSession.format(expiry)))"))
     }
 

@@ -189,30 +189,14 @@ public final class PostgresServer: Sendable {
         }
     }
 
-    /// Runs `executable` to its end. Its output goes to a file, not a pipe: `pg_ctl start` leaves the server
-    /// running with the descriptors it was given, and a pipe would never reach its end.
+    /// Runs `executable` to its end (``Command/run(_:_:environment:)``); a failure is an error with its output.
     @discardableResult
     static func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) async throws -> String {
-        let outputPath = NSTemporaryDirectory() + "klarna-reconciler-pg-output-" + UUID().uuidString.prefix(8)
-        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
-        defer { try? FileManager.default.removeItem(atPath: outputPath) }
-        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
-        defer { try? output.close() }
-        let process = ChildProcess()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        // Polled, not waitUntilExit(): that blocks a thread of the task pool on a run loop that never reaps the child.
-        while process.isRunning { try await Task.sleep(for: .milliseconds(5)) }
-        let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-        guard process.terminationStatus == 0 else {
-            throw Failed(description: "\(executable) \(arguments.joined(separator: " ")) exited \(process.terminationStatus): \(text)")
+        let (status, text) = try await Command.run(executable, arguments, environment: environment)
+        guard status == 0 else {
+            throw Failed(description: "\(executable) \(arguments.joined(separator: " ")) exited \(status): \(text)")
         }
-        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+        return text
     }
 }
 

@@ -34,7 +34,8 @@ extension Reconciler {
         }
         // A create-order whose fate is unclear may still be on its way to Klarna: nothing is read or sent before its
         // settle period is over (the core's rule, CreateOrderSettle).
-        switch CreateOrderSettle.step(for: intent, period: settings.createOrderSettle, tokenExpiresAt: session.tokenExpiresAt, now: now) {
+        switch CreateOrderSettle.step(
+            for: intent, period: settings.createOrderSettle, longestCall: settings.longestCall, tokenExpiresAt: session.tokenExpiresAt, now: now) {
         case .proceed:
             break
         case .settle(let settling, let until, let event):
@@ -98,6 +99,10 @@ extension Reconciler {
                 change: change)
         }
 
+        // The budget's wait comes before the sent mark, so the request leaves right after it: a sender that dies
+        // after the mark was sending for at most the longest call (what CreateOrderSettle counts from).
+        try await rateLimiter?.spend(urgency)
+        now = clock.now
         change.intents = [intent]
         if let deferred = try await deferredForStop(change, "\(kind.rawValue) for KP session \(session.kpSessionID)", now: now) { return deferred }
         // Persist "sent" before the request leaves: a crash from here on is resolved by reading Klarna first.
@@ -112,7 +117,7 @@ extension Reconciler {
         switch kind {
         case .placeOrder:
             let order = try CreateOrderRequest(session: kp, merchantReference: session.merchantReference)
-            let result = try await klarna(&change, urgency, { try await client.createOrder(authorizationToken: token, order: order, idempotencyKey: key) })
+            let result = try await klarna(&change, urgency, budgetSpent: true, { try await client.createOrder(authorizationToken: token, order: order, idempotencyKey: key) })
             now = clock.now
             switch result {
             case .success(let created):
@@ -138,7 +143,7 @@ extension Reconciler {
             }
         case .customerToken:
             let request = try CustomerTokenRequest(session: kp, description: settings.customerTokenDescription)
-            let result = try await klarna(&change, urgency, { try await client.createCustomerToken(authorizationToken: token, request: request, idempotencyKey: key) })
+            let result = try await klarna(&change, urgency, budgetSpent: true, { try await client.createCustomerToken(authorizationToken: token, request: request, idempotencyKey: key) })
             now = clock.now
             switch result {
             case .success(let created):
@@ -249,6 +254,8 @@ extension Reconciler {
             try await commit(change, now: now)
             return StepResult(next: next)
         }
+        try await rateLimiter?.spend(urgency)  // before the sent mark, as for the session's intents
+        now = clock.now
         change.intents = [intent]
         if let deferred = try await deferredForStop(change, "\(intent.kind.rawValue) of order \(order.orderID)", now: now) { return deferred }
         intent = intent.sending(now: now)
@@ -270,13 +277,13 @@ extension Reconciler {
         switch intent.kind {
         case .capture:
             let request = CaptureRequest(capturedAmount: intent.amount ?? 0, reference: order.merchantReference)
-            result = try await klarna(&change, urgency, { try await client.createCapture(orderID: id, request: request, idempotencyKey: key).captureID })
+            result = try await klarna(&change, urgency, budgetSpent: true, { try await client.createCapture(orderID: id, request: request, idempotencyKey: key).captureID })
         case .cancelOrder:
-            result = try await klarna(&change, urgency, { try await client.cancelOrder(orderID: id, idempotencyKey: key) }).map { nil }
+            result = try await klarna(&change, urgency, budgetSpent: true, { try await client.cancelOrder(orderID: id, idempotencyKey: key) }).map { nil }
         case .releaseRemaining:
-            result = try await klarna(&change, urgency, { try await client.releaseRemainingAuthorization(orderID: id, idempotencyKey: key) }).map { nil }
+            result = try await klarna(&change, urgency, budgetSpent: true, { try await client.releaseRemainingAuthorization(orderID: id, idempotencyKey: key) }).map { nil }
         default:
-            result = try await klarna(&change, urgency, { try await client.extendAuthorizationTime(orderID: id, idempotencyKey: key) }).map { nil }
+            result = try await klarna(&change, urgency, budgetSpent: true, { try await client.extendAuthorizationTime(orderID: id, idempotencyKey: key) }).map { nil }
         }
         now = clock.now
         switch result {

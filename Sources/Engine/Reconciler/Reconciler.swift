@@ -65,8 +65,13 @@ public struct Reconciler: Sendable {
         self.outcomeBell = outcomeBell
     }
 
-    /// Takes new tunables (configuration reload); steps under way finish with the ones they started with.
-    public func update(settings: EngineSettings) { liveSettings.replace(with: settings) }
+    /// Takes new tunables (configuration reload); steps under way finish with the ones they started with. The longest
+    /// call stays: it follows the request timeout of the transport this engine started with, which takes a restart.
+    public func update(settings: EngineSettings) {
+        var settings = settings
+        settings.longestCall = self.settings.longestCall
+        liveSettings.replace(with: settings)
+    }
 
     /// Set once a stop begins (``stopSendingSideEffects()``).
     private let stopping = Live(false)
@@ -148,9 +153,12 @@ public struct Reconciler: Sendable {
     func isDue(_ date: Date) -> Bool { clock.now.hasReached(date) }
 
     /// One Klarna call under the shared rate budget, served by `urgency`; a 429's hint pauses everyone. Records
-    /// health for `status`.
-    func klarna<T: Sendable>(_ change: inout Change, _ urgency: Urgency, _ call: () async throws -> T) async throws -> Result<T, KlarnaAPIError> {
-        try await rateLimiter?.spend(urgency)
+    /// health for `status`. `budgetSpent`: the caller waited for the budget already (a side effect, before its sent
+    /// mark).
+    func klarna<T: Sendable>(
+        _ change: inout Change, _ urgency: Urgency, budgetSpent: Bool = false, _ call: () async throws -> T
+    ) async throws -> Result<T, KlarnaAPIError> {
+        if !budgetSpent { try await rateLimiter?.spend(urgency) }
         // Checked after the wait for the budget, right before the request leaves: a call starts only while this
         // daemon's lease on the key is known to last, so it ends before the lease plus the longest call.
         if let ownership, let key = Self.workKey, !ownership.mayCall(for: key) { throw LeaseUnconfirmed(key: key) }

@@ -13,8 +13,11 @@ import Foundation
 /// intent makes a new attempt; `complete` → Klarna placed the order.
 ///
 /// The period counts from when the unclear attempt ended (``IntentVerdict``), or, for an attempt found `sent`, from
-/// when it was marked sent (``Intent/updatedAt``: ``Intent/sending(now:)`` is the last write of a sent intent). It is
-/// never shortened to fit the authorization token's 60 minutes: when it ends after the token's expiry, the read at its
+/// the latest it could have ended: when it was marked sent (``Intent/updatedAt``: ``Intent/sending(now:)`` is the last
+/// write of a sent intent, made after the rate budget's wait, right before the request leaves) plus the longest a
+/// call lasts (`klarna.request_timeout_seconds` + 1 s). A sender that stopped answering (killed, frozen, cut off) may
+/// have been pushing the request out until then, so counting from the mark alone would let a slow request meet the
+/// next one. It is never shortened to fit the authorization token's 60 minutes: when it ends after the token's expiry, the read at its
 /// end still tells whether Klarna placed the order, and an `incomplete` session then expires like any other.
 ///
 /// A request provably never sent (connect failure, a timeout before the connection was up, refused before the first
@@ -38,9 +41,9 @@ public enum CreateOrderSettle {
         case readKlarna
     }
 
-    /// The step for `intent` at `now`, with the configured `period`. `tokenExpiresAt`: the authorization token's expiry,
-    /// named in the event when the wait outlasts it.
-    public static func step(for intent: Intent, period: Duration, tokenExpiresAt: Date?, now: Date) -> Step {
+    /// The step for `intent` at `now`, with the configured `period` and the longest a call lasts (`longestCall`).
+    /// `tokenExpiresAt`: the authorization token's expiry, named in the event when the wait outlasts it.
+    public static func step(for intent: Intent, period: Duration, longestCall: Duration, tokenExpiresAt: Date?, now: Date) -> Step {
         switch intent.state {
         case .intended, .confirmed, .failed:
             return .proceed
@@ -49,13 +52,17 @@ public enum CreateOrderSettle {
             return .settle(intent, until: until, event: nil)
         case .sent:
             guard intent.kind.settlesAfterUnclearAttempt else { return .readKlarna }
-            let until = intent.updatedAt.addingTimeInterval(period.timeInterval)
+            let latestEnd = intent.updatedAt.addingTimeInterval(longestCall.timeInterval)
+            let until = latestEnd.addingTimeInterval(period.timeInterval)
             guard !now.hasReached(until) else { return .readKlarna }
             let settling = intent.ambiguous(intent.lastError ?? "the answer to attempt \(intent.attempts) was never recorded", now: now).settling(until: until)
             return .settle(settling, until: until, event: DomainEvent(
                 "settling",
                 "\(intent.kind.rawValue) attempt \(intent.attempts) was sent at \(TrackedSession.format(intent.updatedAt)) and its answer never recorded (this daemon stopped, or another one held the payment); "
-                    + waiting(until: until, period: period, from: "after it was sent", tokenExpiresAt: tokenExpiresAt)))
+                    + waiting(
+                        until: until, period: period,
+                        from: "after the attempt could last have ended, \(TrackedSession.format(latestEnd)): sent plus the longest call, \(TrackedSession.seconds(longestCall))",
+                        tokenExpiresAt: tokenExpiresAt)))
         }
     }
 
