@@ -69,8 +69,12 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
 
 /// Writes outcome files Maildir-style: `tmp/` → fsync → `rename` into `new/` → fsync of `new/`. A reader never sees
 /// a partial file, and a crash between rename and bookkeeping rewrites the same name, so each outcome is one file.
+///
+/// The writes run on a queue of their own: an fsync on a busy disk can take seconds, and Swift's cooperative pool has
+/// one thread per core (two on a small host), which every task of the daemon shares.
 public struct OutboxWriter: Sendable {
     public let directory: String
+    private let queue = DispatchQueue(label: "klarna-reconciler.outbox")
 
     public init(directory: String) throws {
         self.directory = directory
@@ -86,8 +90,15 @@ public struct OutboxWriter: Sendable {
         return "\(stamp)-\(String(format: "%012lld", document.id))-\(document.outcome).json"
     }
 
+    /// Writes `document` on the writer's own queue; returns the file's path.
     @discardableResult
-    public func write(_ document: OutcomeDocument) throws -> String {
+    public func write(_ document: OutcomeDocument) async throws -> String {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try writeNow(document) }) }
+        }
+    }
+
+    private func writeNow(_ document: OutcomeDocument) throws -> String {
         let name = Self.fileName(document)
         let data = try OutcomeDocument.encoder.encode(document) + Data("\n".utf8)
         let temporary = "\(directory)/tmp/\(name)"
@@ -209,7 +220,7 @@ public struct OutcomeDeliveryService: Service {
             if let hpp = document.hppSessionId { metadata["hpp_session_id"] = .string(hpp) }
             if !stored.outboxWritten {
                 do {
-                    let path = try writer.write(document)
+                    let path = try await writer.write(document)
                     try await store.markOutboxWritten(stored.id)
                     if notifier == nil { try await store.markNotified(stored.id) }
                     logger.debug("outcome written to \(path)", metadata: metadata)

@@ -85,8 +85,8 @@ struct OutboxTests {
         let store = try await storeWithOutcomes(directory, count: 1)
         let writer = try OutboxWriter(directory: directory.path + "/outbox")
         let stored = try #require(try await store.undeliveredOutcomes(now: t0, limit: 1).first)
-        try writer.write(OutcomeDocument(stored))
-        try writer.write(OutcomeDocument(stored))
+        try await writer.write(OutcomeDocument(stored))
+        try await writer.write(OutcomeDocument(stored))
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 1)
     }
 

@@ -239,9 +239,11 @@ extension SeveralDaemons {
                         orderAmount: 1_000 + index, merchantReference: reference, placeOrderMode: mode == .none ? nil : mode.rawValue,
                         schedule: [ScheduleStep(afterSeconds: Double.random(in: 0.2...3), status: "COMPLETED")]))
                     let body = #"{"hpp_session_id":"\#(created.hppSessionId)","kp_session_id":"\#(created.kpSessionId)","merchant_reference":"\#(reference)","place_order_mode":"\#(mode.rawValue)","capture":"immediate"}"#
-                    try await waitUntil(timeout: .seconds(60)) {
+                    // Each attempt bounded as a forwarder bounds it (a daemon killed or starting meanwhile must not
+                    // hold the delivery for curl's default 30 s), the delivery as a whole by two minutes.
+                    try await waitUntil(timeout: .seconds(120)) {
                         guard let daemon = cluster.fixtures.randomElement(), daemon.daemon != nil else { return false }
-                        return try await daemon.post("/v1/sessions", body).status == 202
+                        return try await daemon.post("/v1/sessions", body, maxTime: 5).status == 202
                     }
                     acknowledged.append(created.hppSessionId)
                 } else {

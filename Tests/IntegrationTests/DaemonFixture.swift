@@ -176,14 +176,18 @@ extension DaemonFixture {
     /// polling, never by blocking a thread: the sandbox the daemon talks to runs on this process's task pool.
     /// - Parameter via: a base URL to send to instead of the unix socket (a forwarder in front of it).
     /// - Parameter socket: another unix socket than the ingest socket (the operators' socket).
-    func post(_ target: String, _ body: String, headers: [String] = [], method: String = "POST", via: String? = nil, socket: String? = nil) async throws -> (status: Int, body: String) {
+    /// - Parameter maxTime: curl's `--max-time`, seconds: how long one attempt may take.
+    func post(
+        _ target: String, _ body: String, headers: [String] = [], method: String = "POST", via: String? = nil, socket: String? = nil,
+        maxTime: Int = 30
+    ) async throws -> (status: Int, body: String) {
         let id = UUID().uuidString.prefix(8)
         let bodyFile = directory + "/req-\(id).json", outFile = directory + "/resp-\(id).json", codeFile = directory + "/code-\(id)"
         try body.write(toFile: bodyFile, atomically: true, encoding: .utf8)
         _ = FileManager.default.createFile(atPath: codeFile, contents: nil)
         let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        var arguments: [String] = ["-s", "--max-time", "30", "-o", outFile, "-w", "%{http_code}", "-X", method]
+        var arguments: [String] = ["-s", "--max-time", "\(maxTime)", "-o", outFile, "-w", "%{http_code}", "-X", method]
         if via == nil { arguments += ["--unix-socket", socket ?? socketPath] }
         if method == "POST" { arguments += ["--data-binary", "@\(bodyFile)", "-H", "Content-Type: application/json"] }
         for header in headers { arguments += ["-H", header] }

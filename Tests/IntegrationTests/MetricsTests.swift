@@ -15,28 +15,20 @@ struct MetricsTests {
         let value: Double
     }
 
-    /// The exposition parsed by `prometheus_client.parser`; a text it cannot parse fails the test.
-    static func parse(_ text: String, in directory: String) throws -> [Sample] {
+    /// The exposition parsed by `prometheus_client.parser`; a text it cannot parse fails the test. (Waited for
+    /// without blocking a thread of the task pool: the in-process sandboxes of the tests alongside need them.)
+    static func parse(_ text: String, in directory: String) async throws -> [Sample] {
         let input = directory + "/metrics-\(UUID().uuidString.prefix(6)).txt"
         try text.write(toFile: input, atomically: true, encoding: .utf8)
-        let output = Pipe(), errors = Pipe()
-        let process = ChildProcess()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = ["-c", """
+        let (status, complaint) = try await Command.run("/usr/bin/python3", ["-c", """
             import json, sys
             from prometheus_client.parser import text_string_to_metric_families
             samples = [{"name": s.name, "labels": s.labels, "value": s.value}
                        for family in text_string_to_metric_families(open(sys.argv[1]).read()) for s in family.samples]
-            print(json.dumps(samples))
-            """, input]
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let complaint = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        try #require(process.terminationStatus == 0, "the Prometheus parser refused /metrics: \(complaint)")
-        return try JSONDecoder().decode([Sample].self, from: data)
+            open(sys.argv[1] + ".json", "w").write(json.dumps(samples))
+            """, input])
+        try #require(status == 0, "the Prometheus parser refused /metrics: \(complaint)")
+        return try JSONDecoder().decode([Sample].self, from: Data(contentsOf: URL(fileURLWithPath: input + ".json")))
     }
 
     static func value(_ samples: [Sample], _ name: String, _ labels: [String: String] = [:]) -> Double? {
@@ -90,7 +82,7 @@ struct MetricsTests {
         try? await waitUntil(timeout: .seconds(20)) {
             let scrape = try await fixture.post("/metrics", "", method: "GET")
             guard scrape.status == 200 else { return false }
-            samples = try Self.parse(scrape.body, in: fixture.directory)
+            samples = try await Self.parse(scrape.body, in: fixture.directory)
             return expected.allSatisfy { Self.value(samples, $0.0, $0.1) == $0.2 }
         }
         for (name, labels, value) in expected {
@@ -103,7 +95,7 @@ struct MetricsTests {
         // The loopback port serves what a monitoring system reads, and nothing else.
         let direct = try await fixture.post("/metrics", "", method: "GET", via: "http://127.0.0.1:\(port)")
         #expect(direct.status == 200)
-        #expect(Self.value(try Self.parse(direct.body, in: fixture.directory), "klarna_reconciler_held") == 1)
+        #expect(Self.value(try await Self.parse(direct.body, in: fixture.directory), "klarna_reconciler_held") == 1)
         #expect(try await fixture.post("/v1/ready", "", method: "GET", via: "http://127.0.0.1:\(port)").status == 200)
         #expect(try await fixture.post("/v1/sessions", "{}", via: "http://127.0.0.1:\(port)").status == 404)
         try await fixture.kill9()
