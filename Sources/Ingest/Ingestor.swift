@@ -61,6 +61,34 @@ public struct Ingestor: Sendable {
         return answer
     }
 
+    /// Deliveries found together (the spool's files), committed together in the order given: one answer each, in
+    /// order. The store's failure is every one's 503.
+    public func ingest(_ deliveries: [(delivery: Delivery, source: String)]) async -> [Answer] {
+        let now = clock.now
+        let rules = self.rules.value
+        var answers = [Answer?](repeating: nil, count: deliveries.count)
+        var taken: [(index: Int, record: IngestRecord, warning: String?)] = []
+        for (index, (delivery, source)) in deliveries.enumerated() {
+            switch verified(delivery, source: source, rules: rules, now: now) {
+            case .success(let (record, warning)): taken.append((index, record, warning))
+            case .failure(let rejection): answers[index] = await recordRefusal(rejection, source: source, at: now)
+            }
+        }
+        do {
+            let results = try await store.ingest(taken.map(\.record), at: now)
+            for (item, result) in zip(taken, results) {
+                answers[item.index] = await conclude(item.record, warning: item.warning, result, source: deliveries[item.index].source, at: now)
+            }
+        } catch {
+            for item in taken { answers[item.index] = storeFailed(error, source: deliveries[item.index].source) }
+        }
+        return zip(deliveries, answers).map { pair in
+            let answer = pair.1 ?? storeFailed(nil, source: pair.0.source)
+            Self.count(source: pair.0.source, answer.accepted ? answer.word : nil, refusedFor: answer.word)
+            return answer
+        }
+    }
+
     /// A request refused before it became a delivery (an unknown route, a wrong method on a known one): logged,
     /// recorded in the store and counted like every other refusal.
     public func refuse(_ rejection: Rejection, source: String) async -> Answer {
@@ -88,22 +116,36 @@ public struct Ingestor: Sendable {
 
     private func take(_ delivery: Delivery, source: String) async -> Answer {
         let now = clock.now
-        let rules = self.rules.value
-        let webhook: Webhook
-        let warning: String?
-        do {
-            (webhook, warning) = try rules.reader.read(delivery)
-        } catch {
-            return await recordRefusal(error, source: source, at: now)
+        let (record, warning): (IngestRecord, String?)
+        switch verified(delivery, source: source, rules: rules.value, now: now) {
+        case .success(let taken): (record, warning) = taken
+        case .failure(let rejection): return await recordRefusal(rejection, source: source, at: now)
         }
-        let record = Self.record(webhook, warning: warning, source: source, defaultCapturePolicy: rules.defaultCapturePolicy, now: now)
-        let result: IngestResult
         do {
-            result = try await store.ingest(record, at: now)
+            return await conclude(record, warning: warning, try await store.ingest(record, at: now), source: source, at: now)
         } catch {
-            logger.error("cannot record a delivery from \(source): \(error)", metadata: ["source": .string(source)])
-            return Answer(status: 503, word: "store_unavailable", detail: "the delivery could not be stored durably; send it again")
+            return storeFailed(error, source: source)
         }
+    }
+
+    /// The delivery read and verified, as the record the store takes, or why it is refused.
+    private func verified(_ delivery: Delivery, source: String, rules: Rules, now: Date) -> Result<(IngestRecord, String?), Rejection> {
+        do {
+            let (webhook, warning) = try rules.reader.read(delivery)
+            return .success((Self.record(webhook, warning: warning, source: source, defaultCapturePolicy: rules.defaultCapturePolicy, now: now), warning))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    /// The store could not take it: 503, so the sender (or the spool's rescan) tries again. `error`: what failed.
+    private func storeFailed(_ error: (any Error)?, source: String) -> Answer {
+        logger.error("cannot record a delivery from \(source): \(error.map { "\($0)" } ?? "not recorded")", metadata: ["source": .string(source)])
+        return Answer(status: 503, word: "store_unavailable", detail: "the delivery could not be stored durably; send it again")
+    }
+
+    /// What the store's result means for the sender, logged, and the engine woken for what has work now.
+    private func conclude(_ record: IngestRecord, warning: String?, _ result: IngestResult, source: String, at now: Date) async -> Answer {
         switch result {
         case .accepted(let keys):
             logger.info("\(record.summary)", metadata: ["source": .string(source), "kind": .string(record.kind)])

@@ -5,8 +5,8 @@ import ReconcilerCore
 import ServiceLifecycle
 
 /// Watches the spool: a scan at start (`cur/` first: files claimed before a crash), inotify on `new/` for low
-/// latency, and a periodic rescan for anything inotify missed. Each file is claimed, read, ingested, and removed
-/// only once its delivery is committed.
+/// latency, and a periodic rescan for anything inotify missed. Each file is claimed, read, ingested (the files a scan
+/// finds, together), and removed only once its delivery is committed.
 public struct SpoolService: Service {
     let spool: Spool
     let ingestor: Ingestor
@@ -47,46 +47,68 @@ public struct SpoolService: Service {
         }
     }
 
+    /// Files committed together, at most: what one scan finds is claimed, read and committed this many at a time.
+    static let batchSize = 256
+
     /// Processes what waits in `cur/` (when asked), then everything in `new/`, oldest name first.
     public func scan(includingClaimed: Bool = false) async {
-        if includingClaimed { for name in spool.names(in: "cur") { await process(name, claimed: true) } }
-        for name in spool.names(in: "new") { await process(name, claimed: false) }
+        if includingClaimed { await process(spool.names(in: "cur"), claimed: true) }
+        await process(spool.names(in: "new"), claimed: false)
     }
 
-    func process(_ name: String, claimed: Bool) async {
-        // A long backlog is progress too: one beat per file, so the watchdog never takes a busy scan for a hang.
-        heartbeat?.beat()
+    /// Claims and reads `names` (from `cur/` when `claimed`), then commits their deliveries together, in name order,
+    /// one batch at a time: one commit for a batch rather than one per file.
+    func process(_ names: [String], claimed: Bool) async {
+        var start = names.startIndex
+        while start < names.endIndex {
+            let end = min(start + Self.batchSize, names.endIndex)
+            var batch: [(name: String, path: String, delivery: Delivery)] = []
+            for name in names[start..<end] {
+                // A long backlog is progress too: one beat per file, so the watchdog never takes a busy scan for a hang.
+                heartbeat?.beat()
+                if let taken = take(name, claimed: claimed) { batch.append((name, taken.path, taken.delivery)) }
+            }
+            start = end
+            guard !batch.isEmpty else { continue }
+            let answers = await ingestor.ingest(batch.map { (delivery: $0.delivery, source: "spool:\($0.name)") })
+            let now = clock.now
+            for (file, answer) in zip(batch, answers) {
+                if answer.accepted {
+                    spool.finish(file.path)
+                } else if answer.status == 503 {
+                    // The store could not take it (full disk?): the file stays claimed in cur/ and is retried on the
+                    // next rescan.
+                    logger.warning("spool file \(file.name) stays in cur/ until the store takes it: \(answer.detail)", metadata: ["spool_file": .string(file.name)])
+                } else {
+                    quarantine(file.path, rule: answer.word, detail: answer.detail, status: answer.status, at: now)
+                }
+            }
+        }
+    }
+
+    /// Claims `name` (unless it is in `cur/` already) and reads its delivery; a file that cannot be is quarantined
+    /// with the reason, and `nil` returned (also for a file another process took first).
+    private func take(_ name: String, claimed: Bool) -> (path: String, delivery: Delivery)? {
         let now = clock.now
         let path: String
         if claimed {
             path = "\(spool.directory)/cur/\(name)"
         } else {
             do {
-                guard let taken = try spool.claim(name) else { return }
+                guard let taken = try spool.claim(name) else { return nil }
                 path = taken
             } catch {
                 Ingestor.count(source: "spool", nil, refusedFor: error.rule)
                 quarantine("\(spool.directory)/new/\(name)", rule: error.rule, detail: error.detail, status: nil, at: now)
-                return
+                return nil
             }
         }
-        let delivery: Delivery
         do {
-            delivery = try SpoolFile.delivery(try spool.read(path))
+            return (path, try SpoolFile.delivery(try spool.read(path)))
         } catch {
             Ingestor.count(source: "spool", nil, refusedFor: error.rule)
             quarantine(path, rule: error.rule, detail: error.detail, status: nil, at: now)
-            return
-        }
-        let answer = await ingestor.ingest(delivery, source: "spool:\(name)")
-        if answer.accepted {
-            spool.finish(path)
-        } else if answer.status == 503 {
-            // The store could not take it (full disk?): the file stays claimed in cur/ and is retried on the next
-            // rescan.
-            logger.warning("spool file \(name) stays in cur/ until the store takes it: \(answer.detail)", metadata: ["spool_file": .string(name)])
-        } else {
-            quarantine(path, rule: answer.word, detail: answer.detail, status: answer.status, at: now)
+            return nil
         }
     }
 

@@ -47,17 +47,17 @@ enum Statements {
 
     static func session(_ session: TrackedSession, data: String, at: Date) throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 11)
-        try bindings.append(session.hppSessionID)
-        try bindings.append(session.kpSessionID)
-        try bindings.append(session.orderID)
-        try bindings.append(session.merchantReference)
-        try bindings.append(session.phase.rawValue)
-        try bindings.append(session.outcome?.rawValue)
-        try bindings.append(session.isOpen ? session.nextDueAt : nil)
-        try bindings.append(session.deadline)
-        try bindings.append(session.trackedAt)
-        try bindings.append(at)
-        try bindings.append(data)
+        bindings.append(session.hppSessionID)
+        bindings.append(session.kpSessionID)
+        bindings.append(session.orderID)
+        bindings.append(session.merchantReference)
+        bindings.append(session.phase.rawValue)
+        bindings.append(session.outcome?.rawValue)
+        bindings.append(session.isOpen ? session.nextDueAt : nil)
+        bindings.append(session.deadline)
+        bindings.append(session.trackedAt)
+        bindings.append(at)
+        bindings.append(data)
         return bindings
     }
 
@@ -80,16 +80,16 @@ enum Statements {
 
     static func order(_ order: TrackedOrder, data: String, at: Date) throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 10)
-        try bindings.append(order.orderID)
-        try bindings.append(order.hppSessionID)
-        try bindings.append(order.merchantReference)
-        try bindings.append(order.phase.rawValue)
-        try bindings.append(order.outcome?.rawValue)
-        try bindings.append(order.isOpen ? order.nextDueAt : nil)
-        try bindings.append(order.deadline)
-        try bindings.append(order.createdAt)
-        try bindings.append(at)
-        try bindings.append(data)
+        bindings.append(order.orderID)
+        bindings.append(order.hppSessionID)
+        bindings.append(order.merchantReference)
+        bindings.append(order.phase.rawValue)
+        bindings.append(order.outcome?.rawValue)
+        bindings.append(order.isOpen ? order.nextDueAt : nil)
+        bindings.append(order.deadline)
+        bindings.append(order.createdAt)
+        bindings.append(at)
+        bindings.append(data)
         return bindings
     }
 
@@ -104,15 +104,15 @@ enum Statements {
 
     static func intent(_ intent: Intent, data: String, at: Date) throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 9)
-        try bindings.append(intent.key)
-        try bindings.append(intent.kind.rawValue)
-        try bindings.append(intent.subject)
-        try bindings.append(intent.state.rawValue)
-        try bindings.append(intent.attempts)
-        try bindings.append(intent.nextAttemptAt)
-        try bindings.append(intent.createdAt)
-        try bindings.append(at)
-        try bindings.append(data)
+        bindings.append(intent.key)
+        bindings.append(intent.kind.rawValue)
+        bindings.append(intent.subject)
+        bindings.append(intent.state.rawValue)
+        bindings.append(intent.attempts)
+        bindings.append(intent.nextAttemptAt)
+        bindings.append(intent.createdAt)
+        bindings.append(at)
+        bindings.append(data)
         return bindings
     }
 
@@ -122,12 +122,12 @@ enum Statements {
 
     static func event(_ event: NewEvent, detail: String?, at: Date) throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 6)
-        try bindings.append(at)
-        try bindings.append(event.hppSessionID)
-        try bindings.append(event.orderID)
-        try bindings.append(event.event.kind)
-        try bindings.append(event.event.message)
-        try bindings.append(detail)
+        bindings.append(at)
+        bindings.append(event.hppSessionID)
+        bindings.append(event.orderID)
+        bindings.append(event.event.kind)
+        bindings.append(event.event.message)
+        bindings.append(detail)
         return bindings
     }
 
@@ -137,11 +137,11 @@ enum Statements {
 
     static func outcome(_ outcome: Outcome, data: String, at: Date) throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 5)
-        try bindings.append(at)
-        try bindings.append(outcome.kind.rawValue)
-        try bindings.append(outcome.hppSessionID)
-        try bindings.append(outcome.orderID)
-        try bindings.append(data)
+        bindings.append(at)
+        bindings.append(outcome.kind.rawValue)
+        bindings.append(outcome.hppSessionID)
+        bindings.append(outcome.orderID)
+        bindings.append(data)
         return bindings
     }
 

@@ -51,11 +51,24 @@ public protocol IngestStore: Sendable {
     /// Records a delivery and its effect (events, wakeups, a new tracked session, a capture request) in one commit,
     /// unless its dedupe key was seen before.
     func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult
+    /// Records deliveries found together (the spool's files), in order, each as ``ingest(_:at:)`` records it, in as
+    /// few commits as the store can: one result per record, in order. A throw means none was recorded.
+    func ingest(_ records: [IngestRecord], at: Date) async throws -> [IngestResult]
     /// Keeps a refused delivery's reason (socket requests; spool files keep theirs in quarantine/).
     func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws
     /// Starts tracking `session` unless it is tracked already; records `event` with it.
     func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult
     func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult
+}
+
+extension IngestStore {
+    /// One commit per record, in order: for a store with nothing better (PostgreSQL pays a round trip per statement
+    /// either way, and its concurrent transactions serve the socket).
+    public func ingest(_ records: [IngestRecord], at: Date) async throws -> [IngestResult] {
+        var results: [IngestResult] = []
+        for record in records { results.append(try await ingest(record, at: at)) }
+        return results
+    }
 }
 
 /// What the outbox writer and the notifier need: outcomes not yet delivered, and marks once they are.

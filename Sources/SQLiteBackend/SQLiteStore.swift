@@ -274,17 +274,37 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
-        let trackData: String? = switch record.action {
-        case .hintSession(_, let session?): try json(session)
-        case .track(let session): try json(session)
-        case .hintPaymentRequest(let request): try json(request)
-        default: nil
-        }
+        let trackData = try trackData(of: record)
         do {
             return try await write { db in try self.ingest(db, record, trackData: trackData, at: at) }
         } catch let refusal as Refusal {
             // Rolled back: a refused delivery leaves no trace but its rejection record.
             return refusal.result
+        }
+    }
+
+    /// One write for all of them, each in a savepoint of its own: a refused one is undone alone, and the batch costs
+    /// one commit (and shares it with whatever else the group commit holds).
+    public func ingest(_ records: [IngestRecord], at: Date) async throws -> [IngestResult] {
+        let prepared = try records.map { ($0, try trackData(of: $0)) }
+        return try await write { db in
+            try prepared.map { record, trackData in
+                do {
+                    return try db.savepoint { try self.ingest(db, record, trackData: trackData, at: at) }
+                } catch let refusal as Refusal {
+                    return refusal.result
+                }
+            }
+        }
+    }
+
+    /// The JSON of what `record` may start tracking.
+    private func trackData(of record: IngestRecord) throws -> String? {
+        switch record.action {
+        case .hintSession(_, let session?): try json(session)
+        case .track(let session): try json(session)
+        case .hintPaymentRequest(let request): try json(request)
+        default: nil
         }
     }
 
@@ -536,7 +556,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     /// `VACUUM INTO` reads one snapshot through the read connection, so no commit waits for it. The copy is a
     /// plain SQLite file (no WAL to carry along), mode 0640 like the store: it holds authorization tokens.
     public func backup(to path: String) async throws {
-        try await read { db in try db.query("VACUUM INTO ?", [.text(path)]) }
+        _ = try await read { db in try db.query("VACUUM INTO ?", [.text(path)]) }
         chmod(path, 0o640)
     }
 

@@ -163,4 +163,35 @@ struct SpoolServiceTests {
         #expect(spool.names(in: "cur").isEmpty)
         #expect(try await store.session("h-5") != nil)
     }
+
+    @Test("Files found together are committed together, in name order: 300 track requests take two writes (batches of 256), the later of two for one session finds the first")
+    func filesFoundTogetherShareACommit() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let spool = Spool(directory: directory.path + "/spool", maxFileBytes: 4_096, keepDone: false)
+        try spool.prepare()
+        let store = try SQLiteStore(path: directory.path + "/state.sqlite")
+        let reader = WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:]))
+        let ingestor = Ingestor(reader: reader, store: store, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) { _ in }
+        let service = SpoolService(spool: spool, ingestor: ingestor, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
+        for index in 0..<300 {
+            // File 150 repeats file 149's session without its reference: committed after it, it is a repeat.
+            let session = index == 150 ? 149 : index
+            let reference = index == 150 ? "" : #","merchant_reference":"ref-\#(index)""#
+            let name = String(format: "%04d.json", index)
+            try #"{"hpp_session_id":"h-\#(session)","kp_session_id":"k-\#(session)"\#(reference)}"#.write(
+                toFile: spool.directory + "/tmp/" + name, atomically: false, encoding: .utf8)
+            rename(spool.directory + "/tmp/" + name, spool.directory + "/new/" + name)
+        }
+        let before = store.writeStatistics
+        await service.scan()
+        #expect(spool.names(in: "new").isEmpty && spool.names(in: "cur").isEmpty && spool.names(in: "quarantine").isEmpty)
+        let after = store.writeStatistics
+        #expect(after.submitted - before.submitted == 2, "one write per batch: \(after.submitted - before.submitted)")
+        #expect(after.transactions - before.transactions <= 2)
+        #expect(try await store.session("h-149")?.merchantReference == "ref-149")
+        #expect(try await store.session("h-299") != nil)
+        #expect(try await store.openWork().count == 299)
+    }
 }
+

@@ -64,21 +64,23 @@ import TestSupport
     }
 
     @Test func timeoutIsReportedAsSentAndAmbiguousForWrites() async throws {
-        // Timeouts with room to spare for setting up under a loaded machine (tests run in parallel, daemons among
-        // them: a 2 s timeout once cut off the setup's own HPP read).
-        try await SandboxHarness.with(requestTimeout: .seconds(4)) { h in
+        // The setup runs on the harness's patient client (a short timeout once cut off its own HPP read on loaded
+        // cores); only the two delayed calls run on a client that gives up after 4 s.
+        try await SandboxHarness.with { h in
             let orderID = try await h.placedOrder()
-            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .delay, delayMs: 10_000))
-            let read = await #expect(throws: KlarnaAPIError.self) { try await h.client.readOrder(id: orderID) }
-            guard case .transport(let transport)? = read?.failure else { Issue.record("expected a transport failure"); return }
-            #expect(transport.kind == .timeout)
-            #expect(transport.requestMayHaveBeenSent)
-            #expect(read?.retryDisposition == .retry(notBefore: nil))
+            try await h.withImpatientClient(timeout: .seconds(4)) { impatient in
+                h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .delay, delayMs: 10_000))
+                let read = await #expect(throws: KlarnaAPIError.self) { try await impatient.readOrder(id: orderID) }
+                guard case .transport(let transport)? = read?.failure else { Issue.record("expected a transport failure"); return }
+                #expect(transport.kind == .timeout)
+                #expect(transport.requestMayHaveBeenSent)
+                #expect(read?.retryDisposition == .retry(notBefore: nil))
 
-            h.sandbox.addFault(SandboxFault(route: "om.cancel_order", kind: .delay, delayMs: 10_000))
-            let cancel = await #expect(throws: KlarnaAPIError.self) { try await h.client.cancelOrder(orderID: orderID, idempotencyKey: "t") }
-            #expect(cancel?.outcomeUnknown == true)
-            #expect(cancel?.retryDisposition == .retry(notBefore: nil))
+                h.sandbox.addFault(SandboxFault(route: "om.cancel_order", kind: .delay, delayMs: 10_000))
+                let cancel = await #expect(throws: KlarnaAPIError.self) { try await impatient.cancelOrder(orderID: orderID, idempotencyKey: "t") }
+                #expect(cancel?.outcomeUnknown == true)
+                #expect(cancel?.retryDisposition == .retry(notBefore: nil))
+            }
         }
     }
 
@@ -266,30 +268,27 @@ import TestSupport
             let created = try h.sandbox.createSession()
             // Only the delayed read runs on a client that waits 1 s: on loaded CI cores the others, and the reads
             // that follow each fault, may take longer than that without anything being wrong.
-            let impatientTransport = CurlTransport(configuration: .init(connectTimeout: .seconds(2), requestTimeout: .seconds(1)))
-            defer { impatientTransport.shutdown() }
-            let impatient = KlarnaClient(
-                configuration: KlarnaConfiguration(baseURL: h.baseURL, credentials: SandboxHarness.credentials), transport: impatientTransport,
-                logger: h.logs.logger())
-            let faults: [SandboxFault] = [
-                SandboxFault(route: "hpp.read_session", kind: .status, status: 502),
-                SandboxFault(route: "hpp.read_session", kind: .rateLimit, resetSeconds: 0),
-                SandboxFault(route: "hpp.read_session", kind: .delay, delayMs: 2_000),
-                SandboxFault(route: "hpp.read_session", kind: .malformed),
-                SandboxFault(route: "hpp.read_session", kind: .reset),
-            ]
-            for fault in faults {
-                h.sandbox.addFault(fault)
-                do {
-                    _ = try await (fault.kind == .delay ? impatient : h.client).readHPPSession(id: created.hppSessionId)
-                    // A GET whose reused connection is reset before any answer is re-sent by libcurl itself
-                    // (harmless for a read), so a reset may not surface at all.
-                    #expect(fault.kind == .reset, "\(fault.kind) did not surface")
-                } catch let error as KlarnaAPIError {
-                    if case .retry = error.retryDisposition {} else { Issue.record("\(fault.kind) is not retryable: \(error)") }
-                    #expect(!error.outcomeUnknown, "a read never has an unknown outcome")
+            try await h.withImpatientClient(timeout: .seconds(1)) { impatient in
+                let faults: [SandboxFault] = [
+                    SandboxFault(route: "hpp.read_session", kind: .status, status: 502),
+                    SandboxFault(route: "hpp.read_session", kind: .rateLimit, resetSeconds: 0),
+                    SandboxFault(route: "hpp.read_session", kind: .delay, delayMs: 2_000),
+                    SandboxFault(route: "hpp.read_session", kind: .malformed),
+                    SandboxFault(route: "hpp.read_session", kind: .reset),
+                ]
+                for fault in faults {
+                    h.sandbox.addFault(fault)
+                    do {
+                        _ = try await (fault.kind == .delay ? impatient : h.client).readHPPSession(id: created.hppSessionId)
+                        // A GET whose reused connection is reset before any answer is re-sent by libcurl itself
+                        // (harmless for a read), so a reset may not surface at all.
+                        #expect(fault.kind == .reset, "\(fault.kind) did not surface")
+                    } catch let error as KlarnaAPIError {
+                        if case .retry = error.retryDisposition {} else { Issue.record("\(fault.kind) is not retryable: \(error)") }
+                        #expect(!error.outcomeUnknown, "a read never has an unknown outcome")
+                    }
+                    #expect(try await h.client.readHPPSession(id: created.hppSessionId).status == .waiting)
                 }
-                #expect(try await h.client.readHPPSession(id: created.hppSessionId).status == .waiting)
             }
         }
     }

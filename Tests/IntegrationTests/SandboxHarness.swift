@@ -21,7 +21,7 @@ struct SandboxHarness {
     static func with<T: Sendable>(
         clock: any WallClock = AdjustableClock(),
         credentials: BasicCredentials = credentials,
-        requestTimeout: Duration = .seconds(5),
+        requestTimeout: Duration = .seconds(30),
         _ body: (SandboxHarness) async throws -> T
     ) async throws -> T {
         let sandbox = KlarnaSandbox(configuration: .init(
@@ -39,6 +39,16 @@ struct SandboxHarness {
             configuration: KlarnaConfiguration(baseURL: baseURL, credentials: credentials), transport: transport,
             logger: logs.logger())
         return try await body(SandboxHarness(sandbox: sandbox, baseURL: baseURL, transport: transport, client: client, logs: logs))
+    }
+
+    /// Runs `body` with a second client of the same sandbox that gives up after `timeout`: for the one call a test
+    /// delays on purpose. The harness's own client is patient (30 s), since on loaded cores an in-process sandbox may
+    /// answer late without anything being wrong.
+    func withImpatientClient<T>(timeout: Duration, _ body: (KlarnaClient) async throws -> T) async throws -> T {
+        let transport = CurlTransport(configuration: .init(connectTimeout: .seconds(2), requestTimeout: timeout))
+        defer { transport.shutdown() }
+        return try await body(KlarnaClient(
+            configuration: KlarnaConfiguration(baseURL: baseURL, credentials: Self.credentials), transport: transport, logger: logs.logger()))
     }
 
     /// A completed HPP session in the default mode: the consumer authorized, the token is waiting to be used.
