@@ -62,7 +62,7 @@ public struct Ingestor: Sendable {
     }
 
     /// Deliveries found together (the spool's files), committed together in the order given: one answer each, in
-    /// order. The store's failure is every one's 503.
+    /// order. A delivery the store did not record (it failed, all at once or part way) is a 503.
     public func ingest(_ deliveries: [(delivery: Delivery, source: String)]) async -> [Answer] {
         let now = clock.now
         let rules = self.rules.value
@@ -75,7 +75,8 @@ public struct Ingestor: Sendable {
             }
         }
         do {
-            let results = try await store.ingest(taken.map(\.record), at: now)
+            // Results for those recorded, in order; any after them were not (the store failed part way).
+            let results = taken.isEmpty ? [] : try await store.ingest(taken.map(\.record), at: now)
             for (item, result) in zip(taken, results) {
                 answers[item.index] = await conclude(item.record, warning: item.warning, result, source: deliveries[item.index].source, at: now)
             }

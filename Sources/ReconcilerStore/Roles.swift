@@ -52,7 +52,8 @@ public protocol IngestStore: Sendable {
     /// unless its dedupe key was seen before.
     func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult
     /// Records deliveries found together (the spool's files), in order, each as ``ingest(_:at:)`` records it, in as
-    /// few commits as the store can: one result per record, in order. A throw means none was recorded.
+    /// few commits as the store can. One result per record recorded, in order: fewer than given when the store
+    /// failed part way (those after are not recorded); a throw means none was.
     func ingest(_ records: [IngestRecord], at: Date) async throws -> [IngestResult]
     /// Keeps a refused delivery's reason (socket requests; spool files keep theirs in quarantine/).
     func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws
@@ -66,7 +67,15 @@ extension IngestStore {
     /// either way, and its concurrent transactions serve the socket).
     public func ingest(_ records: [IngestRecord], at: Date) async throws -> [IngestResult] {
         var results: [IngestResult] = []
-        for record in records { results.append(try await ingest(record, at: at)) }
+        for record in records {
+            do {
+                results.append(try await ingest(record, at: at))
+            } catch where !results.isEmpty {
+                // The ones before are committed: said so, so that their files are not taken again (a capture request
+                // without a request id has no dedupe key, and would be recorded twice).
+                return results
+            }
+        }
         return results
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Logging
+import Synchronization
 import Testing
 @testable import Ingest
 @testable import ReconcilerCore
@@ -193,5 +194,53 @@ struct SpoolServiceTests {
         #expect(try await store.session("h-299") != nil)
         #expect(try await store.openWork().count == 299)
     }
+
+    @Test("A store that fails part way through a batch (one commit per record) says which were recorded: those are accepted, the rest 503, nothing twice")
+    func storeFailingPartWay() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteStore(path: directory.path + "/state.sqlite")
+        let failing = FailingAfter(store, successes: 2)
+        let reader = WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:]))
+        let ingestor = Ingestor(reader: reader, store: failing, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) { _ in }
+        let deliveries = try (1...3).map { index in
+            (delivery: try SpoolFile.delivery(Array(#"{"hpp_session_id":"h-\#(index)","kp_session_id":"k-\#(index)"}"#.utf8)), source: "spool:\(index).json")
+        }
+        let answers = await ingestor.ingest(deliveries)
+        #expect(answers.map(\.status) == [202, 202, 503])
+        #expect(try await store.session("h-1") != nil)
+        #expect(try await store.session("h-2") != nil)
+        #expect(try await store.session("h-3") == nil)
+    }
 }
 
+/// The real store's ingest, failing (a full disk) after `successes` commits; the batch is the protocol's default, one
+/// commit per record, as PostgreSQL's.
+final class FailingAfter: IngestStore, @unchecked Sendable {
+    let store: SQLiteStore
+    private let left: Mutex<Int>
+
+    init(_ store: SQLiteStore, successes: Int) {
+        self.store = store
+        left = Mutex(successes)
+    }
+
+    struct DiskFull: Error {}
+
+    func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
+        guard left.withLock({ left in defer { left -= 1 }; return left > 0 }) else { throw DiskFull() }
+        return try await store.ingest(record, at: at)
+    }
+
+    func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
+        try await store.recordRejection(source: source, status: status, error: error, detail: detail, at: at)
+    }
+
+    func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult {
+        try await store.track(session, event: event, at: at)
+    }
+
+    func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
+        try await store.requestCapture(orderID: orderID, amount: amount, at: at)
+    }
+}
