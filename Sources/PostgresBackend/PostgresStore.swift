@@ -220,51 +220,20 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     public func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
         guard !change.isEmpty else { return }
-        let sessions = try change.sessions.map { ($0, try json($0)) }
-        let orders = try change.orders.map { ($0, try json($0)) }
-        let newOrders = try change.newOrders.map { ($0, try json($0)) }
-        let paymentRequests = try change.paymentRequests.map { ($0, try json($0)) }
-        let intents = try change.intents.map { ($0, try json($0)) }
-        let outcomes = try change.outcomes.map { ($0, try json($0)) }
-        let events = try change.events.map { ($0, try $0.detail.isEmpty ? nil : json($0.detail)) }
-        let health = freshHealth(change.health)
-        try await transaction { [self] db in
-            if let key, let owner {
-                // The fence, first: the lease row is share-locked until COMMIT, so a daemon claiming the work after
-                // the lease ran out waits for this commit (its claim skips the row) and then sees what it wrote.
-                let lease = try await db.rows(Statements.LeaseFence.self, Statements.values(key.description, owner.id), logger: logger)
-                    .first.map { try $0.decode((Bool, Bool).self) }
-                guard let (mine, current) = lease, mine else { throw LeaseLost(key: key) }
-                guard current else { throw LeaseLapsed(key: key) }
-            }
-            for (session, data) in sessions { try await writeSession(db, session, data: data, at: at) }
-            for (order, data) in newOrders { try await writeOrder(db, order, data: data, at: at, onlyIfNew: true) }
-            for (order, data) in orders { try await writeOrder(db, order, data: data, at: at, onlyIfNew: false) }
-            for (request, data) in paymentRequests { try await writePaymentRequest(db, request, data: data, at: at) }
-            for (intent, data) in intents {
-                try await db.rows(Statements.UpsertIntent.self, Statements.intent(intent, data: data, at: at), logger: logger)
-            }
-            for (event, detail) in events { try await insertEvent(db, event, detail: detail, at: at) }
-            for (outcome, data) in outcomes { try await insertOutcome(db, outcome, data: data, at: at) }
-            for capture in change.ledgerCaptures { try await insertLedger(db, LedgerRow(capture)) }
-            for request in change.finishedCaptureRequests {
-                try await db.rows("UPDATE capture_requests SET state = \(request.state), note = \(request.note) WHERE id = \(request.id)", logger: logger)
-            }
-            for hold in change.holds {
-                try await db.rows(
-                    "INSERT INTO holds (work_key, held_at, held_by) VALUES (\(hold.key.description), \(at), \(hold.by)) ON CONFLICT (work_key) DO NOTHING",
-                    logger: logger)
-            }
-            for key in change.releases { try await db.rows("DELETE FROM holds WHERE work_key = \(key.description)", logger: logger) }
-            for answer in change.answeredRequests {
-                try await db.rows(
-                    "UPDATE operator_requests SET state = \(answer.state.rawValue), note = \(answer.note), answered_at = \(at) WHERE id = \(answer.id)",
-                    logger: logger)
-            }
-            for entry in health {
-                try await db.rows(Statements.UpsertHealth.self, Statements.values(entry.name, at, entry.detail), logger: logger)
-            }
+        let rows = try json(ChangeRows(change, health: freshHealth(change.health)) { try self.json($0) })
+        // The fence only for a daemon's own step: an operator command or a test writes as nobody.
+        let fence = owner.flatMap { owner in key.map { (key: $0, holder: owner.id) } }
+        let started = ContinuousClock.now
+        defer { Telemetry.time(.storeCommitDuration, .now - started) }
+        let answer = try await withConnection { [logger] db in
+            try await db.rows(CommitChange.self, CommitChange.bindings(key: fence?.key.description, holder: fence?.holder, at: at, rows: rows), logger: logger)
         }
+        guard let fence else { return }
+        // The lease is share-locked for the statement, so a daemon claiming the work after the lease ran out waits for
+        // this commit (its claim skips the row) and then sees what it wrote.
+        let (mine, current) = try answer.first?.decode((Bool?, Bool?).self) ?? (nil, nil)
+        guard mine == true else { throw LeaseLost(key: fence.key) }
+        guard current == true else { throw LeaseLapsed(key: fence.key) }
     }
 
     /// The `health` entries worth writing: a success at most once a second per handle (every daemon's steps
@@ -281,25 +250,9 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    /// `onlyIfNew`: a session tracked for the first time, never overwriting one known already; returns whether it
-    /// was new. Otherwise inserts or updates, and returns true.
-    @discardableResult
-    func writeSession(_ db: PostgresConnection, _ session: TrackedSession, data: String, at: Date, onlyIfNew: Bool = false) async throws -> Bool {
-        let bindings = try Statements.session(session, data: data, at: at)
-        guard onlyIfNew else {
-            try await db.rows(Statements.UpsertSession.self, bindings, logger: logger)
-            return true
-        }
-        return try await !db.rows(Statements.InsertSession.self, bindings, logger: logger).isEmpty
-    }
-
-    private func writeOrder(_ db: PostgresConnection, _ order: TrackedOrder, data: String, at: Date, onlyIfNew: Bool) async throws {
-        let bindings = try Statements.order(order, data: data, at: at)
-        if onlyIfNew {
-            try await db.rows(Statements.InsertOrder.self, bindings, logger: logger)
-        } else {
-            try await db.rows(Statements.UpsertOrder.self, bindings, logger: logger)
-        }
+    /// A session tracked for the first time, never overwriting one known already; returns whether it was new.
+    func insertSession(_ db: PostgresConnection, _ session: TrackedSession, data: String, at: Date) async throws -> Bool {
+        try await !db.rows(Statements.InsertSession.self, try Statements.session(session, data: data, at: at), logger: logger).isEmpty
     }
 
     func writePaymentRequest(_ db: PostgresConnection, _ request: TrackedPaymentRequest, data: String, at: Date) async throws {
@@ -396,7 +349,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult {
         let data = try json(session)
         return try await transaction { [self] db in
-            guard try await writeSession(db, session, data: data, at: at, onlyIfNew: true) else {
+            guard try await insertSession(db, session, data: data, at: at) else {
                 let existing = try await rows(db, "SELECT data FROM sessions WHERE hpp_session_id = \(session.hppSessionID)")
                 return .existing(try decode(TrackedSession.self, existing[0]))
             }
@@ -473,7 +426,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             if try await !rows(db, "SELECT 1 FROM sessions WHERE hpp_session_id = \(hppSessionID)").isEmpty {
                 try await note(hppSessionID, nil, record.summary)
             } else if let newSession, let trackData {
-                try await writeSession(db, newSession, data: trackData, at: at, onlyIfNew: true)
+                _ = try await insertSession(db, newSession, data: trackData, at: at)
                 try await note(hppSessionID, nil, "\(record.summary); tracking it from this verified callback")
             } else {
                 return .accepted(wake: [])
@@ -496,7 +449,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         case .track(let session):
             guard let trackData else { return .repeated(firstSeen: at) }
             // Tracked already: a repeat (its dedupe row stays, as a delivery seen).
-            guard try await writeSession(db, session, data: trackData, at: at, onlyIfNew: true) else { return .repeated(firstSeen: at) }
+            guard try await insertSession(db, session, data: trackData, at: at) else { return .repeated(firstSeen: at) }
             try await note(session.hppSessionID, nil, record.summary)
             try await wake(.session(session.hppSessionID))
             return .accepted(wake: [.session(session.hppSessionID)])

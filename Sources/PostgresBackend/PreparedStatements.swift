@@ -23,11 +23,6 @@ struct Prepared<Text: StatementText>: PostgresPreparedStatement {
 
 /// The hot statements, each with the values it binds in the order of its parameters.
 enum Statements {
-    /// The commit fence: whether the lease is this daemon's, and whether it is current; share-locks the row.
-    enum LeaseFence: StatementText {
-        static let sql = "SELECT holder IS NOT DISTINCT FROM $2, locked_until > clock_timestamp() FROM work_leases WHERE work_key = $1 FOR SHARE"
-    }
-
     private static let sessionInsert = """
         INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
@@ -36,13 +31,6 @@ enum Statements {
     /// A session tracked for the first time; a row back when it was new.
     enum InsertSession: StatementText {
         static let sql = sessionInsert + " ON CONFLICT (hpp_session_id) DO NOTHING RETURNING 1"
-    }
-
-    enum UpsertSession: StatementText {
-        static let sql = sessionInsert + """
-             ON CONFLICT (hpp_session_id) DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome,
-              next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data
-            """
     }
 
     static func session(_ session: TrackedSession, data: String, at: Date) throws -> PostgresBindings {
@@ -56,61 +44,6 @@ enum Statements {
         bindings.append(session.isOpen ? session.nextDueAt : nil)
         bindings.append(session.deadline)
         bindings.append(session.trackedAt)
-        bindings.append(at)
-        bindings.append(data)
-        return bindings
-    }
-
-    private static let orderInsert = """
-        INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-        """
-
-    /// An order Klarna just created: never overwrites one already known.
-    enum InsertOrder: StatementText {
-        static let sql = orderInsert + " ON CONFLICT (order_id) DO NOTHING"
-    }
-
-    enum UpsertOrder: StatementText {
-        static let sql = orderInsert + """
-             ON CONFLICT (order_id) DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due,
-              deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data
-            """
-    }
-
-    static func order(_ order: TrackedOrder, data: String, at: Date) throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 10)
-        bindings.append(order.orderID)
-        bindings.append(order.hppSessionID)
-        bindings.append(order.merchantReference)
-        bindings.append(order.phase.rawValue)
-        bindings.append(order.outcome?.rawValue)
-        bindings.append(order.isOpen ? order.nextDueAt : nil)
-        bindings.append(order.deadline)
-        bindings.append(order.createdAt)
-        bindings.append(at)
-        bindings.append(data)
-        return bindings
-    }
-
-    enum UpsertIntent: StatementText {
-        static let sql = """
-            INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-            ON CONFLICT (key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
-              next_attempt = excluded.next_attempt, updated_at = excluded.updated_at, data = excluded.data
-            """
-    }
-
-    static func intent(_ intent: Intent, data: String, at: Date) throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 9)
-        bindings.append(intent.key)
-        bindings.append(intent.kind.rawValue)
-        bindings.append(intent.subject)
-        bindings.append(intent.state.rawValue)
-        bindings.append(intent.attempts)
-        bindings.append(intent.nextAttemptAt)
-        bindings.append(intent.createdAt)
         bindings.append(at)
         bindings.append(data)
         return bindings
@@ -159,10 +92,6 @@ enum Statements {
             INSERT INTO deliveries (dedupe_key, kind, source, received_at, summary) VALUES ($1, $2, $3, $4, $5)
             ON CONFLICT (dedupe_key) DO NOTHING RETURNING 1
             """
-    }
-
-    enum UpsertHealth: StatementText {
-        static let sql = "INSERT INTO health (name, at, detail) VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE SET at = excluded.at, detail = excluded.detail"
     }
 
     static func values(_ first: some PostgresThrowingDynamicTypeEncodable, _ rest: (any PostgresThrowingDynamicTypeEncodable)?...) throws -> PostgresBindings {
