@@ -50,6 +50,7 @@ for _ in $(seq 200); do "$PG_BIN/pg_isready" -q -h "$PG_DIR" && break; sleep 0.0
 "$PG_BIN/createdb" -h "$PG_DIR" -U postgres klarna_bench
 "$PG_BIN/createdb" -h "$PG_DIR" -U postgres pgbench_reference
 for n in 1 2 3 4; do "$PG_BIN/createdb" -h "$PG_DIR" -U postgres "klarna_cluster_$n"; done
+for n in 1 2 3; do "$PG_BIN/createdb" -h "$PG_DIR" -U postgres "klarna_quota_$n"; done
 PG_SOCKET=$(echo "$PG_DIR" | sed 's|/|%2F|g')
 
 # The engine end to end: the real daemon binary against a sandbox on loopback (Benchmarks/EngineBench).
@@ -64,7 +65,9 @@ ENGINE=$($BIN/klarna-engine-bench $BIN/klarna-reconciler --sessions "$SESSIONS" 
     --idle-sessions "$IDLE_SESSIONS" --history-rows "$HISTORY_ROWS" \
     --webhooks "${BENCH_WEBHOOKS:-2000}" --webhook-rate "${BENCH_WEBHOOK_RATE:-100}" \
     --postgres-url "postgres://postgres@$PG_SOCKET/klarna_bench" \
-    --postgres-cluster-urls "$(for n in 1 2 3 4; do printf 'postgres://postgres@%s/klarna_cluster_%s,' "$PG_SOCKET" "$n"; done)")
+    --postgres-cluster-urls "$(for n in 1 2 3 4; do printf 'postgres://postgres@%s/klarna_cluster_%s,' "$PG_SOCKET" "$n"; done)" \
+    --postgres-quota-urls "$(for n in 1 2 3; do printf 'postgres://postgres@%s/klarna_quota_%s,' "$PG_SOCKET" "$n"; done)")
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a/b; else printf "n/a" }'; }
 engine() { echo "$ENGINE" | awk -v k="$1" '$1 == k { print $2 }'; }
 printf "%-58s %s\n" "sessions completed end to end (COMPLETED → captured)" "$(engine e2e_sessions_per_second)/s ($(engine e2e_sessions) in $(engine e2e_seconds) s, daemon CPU $(engine e2e_daemon_cpu_seconds) s)"
 printf "%-58s %s\n" "Klarna calls per completed session" "$(engine e2e_calls_per_session) ($(echo "$ENGINE" | awk '$1 ~ /^e2e_calls_[a-z]+\./ { sub("e2e_calls_", "", $1); printf "%s %s  ", $1, $2 }'))"
@@ -80,7 +83,7 @@ echo
 echo "== klarna-reconciler ingest bench: the same daemon; acks are sent only after the durable commit"
 printf "%-58s %s\n" "store: raw durable commits (one event each, fsynced)" "$(engine store_commits_per_second)/s"
 printf "%-58s %s\n" "socket: track requests acknowledged, 16 concurrent senders" "$(engine ingest_acks_per_second)/s (p50 $(engine ingest_p50_ms) ms, p99 $(engine ingest_p99_ms) ms, $(engine ingest_requests) requests)"
-printf "%-58s %s\n" "spool: files taken from new/ and committed" "$(engine spool_files_per_second)/s ($(engine spool_files) files)"
+printf "%-58s %s\n" "spool: files taken from new/ and committed" "$(engine spool_files_per_second)/s ($(engine spool_files) files; ratio to raw commits $(ratio "$(engine spool_files_per_second)" "$(engine store_commits_per_second)"))"
 # The reference: pgbench inserting one row per transaction into a table like the daemon's, 16 clients, same server.
 "$PG_BIN/psql" -h "$PG_DIR" -U postgres -d pgbench_reference -qc \
     "CREATE TABLE deliveries (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz NOT NULL, summary text NOT NULL)"
@@ -88,15 +91,26 @@ echo "INSERT INTO deliveries (at, summary) VALUES (now(), 'one durable row');" >
 PGBENCH=$("$PG_BIN/pgbench" -h "$PG_DIR" -U postgres -n -c 16 -j 2 -T "$SECONDS_PER_RUN" -f "$PG_DIR/insert.sql" pgbench_reference 2>&1)
 pgbench_tps=$(echo "$PGBENCH" | awk '/^tps/ { printf "%.0f", $3 }')
 printf "%-58s %s\n" "socket on PostgreSQL $("$PG_BIN/postgres" --version | awk '{ print $3 }') (same machine, fsync on), 16 senders" "$(engine pg_ingest_acks_per_second)/s (p50 $(engine pg_ingest_p50_ms) ms, p99 $(engine pg_ingest_p99_ms) ms)"
-printf "%-58s %s\n" "  reference: pgbench, one-row INSERT transactions, 16 clients" "$pgbench_tps/s (ratio $(awk -v a="$(engine pg_ingest_acks_per_second)" -v b="$pgbench_tps" 'BEGIN { printf "%.2f", a/b }'))"
+printf "%-58s %s\n" "  reference: pgbench, one-row INSERT transactions, 16 clients" "$pgbench_tps/s (ratio $(ratio "$(engine pg_ingest_acks_per_second)" "$pgbench_tps"))"
 echo
 echo "== klarna-reconciler cluster: daemons sharing that PostgreSQL (leases), phase 1's workload ($(engine e2e_sessions) COMPLETED sessions)"
 printf "%-58s %s\n" "payments end to end, 1 daemon on SQLite (phase 1, above)" "$(engine e2e_sessions_per_second)/s"
 for n in 1 2 3; do
     printf "%-58s %s\n" "payments end to end, $n daemon(s) on PostgreSQL" "$(engine cluster_${n}_payments_per_second)/s (ratio to SQLite $(awk -v a="$(engine cluster_${n}_payments_per_second)" -v b="$(engine e2e_sessions_per_second)" 'BEGIN { printf "%.2f", a/b }'), daemons' CPU $(engine cluster_${n}_cpu_seconds) s)"
 done
+printf "%-58s %s\n" "daemon CPU per payment, 1 daemon: PostgreSQL vs SQLite" "$(awk -v a="$(engine cluster_1_cpu_seconds)" -v n="$(engine e2e_sessions)" 'BEGIN { printf "%.2f", a*1000/n }') ms vs $(awk -v a="$(engine e2e_daemon_cpu_seconds)" -v n="$(engine e2e_sessions)" 'BEGIN { printf "%.2f", a*1000/n }') ms (ratio $(ratio "$(engine cluster_1_cpu_seconds)" "$(engine e2e_daemon_cpu_seconds)"))"
 printf "%-58s %s\n" "3 daemons polling, one budget of $(engine cluster_budget_rate)/s configured" "$(engine cluster_budget_calls_per_second) Klarna calls/s together (ratio $(awk -v a="$(engine cluster_budget_calls_per_second)" -v b="$(engine cluster_budget_rate)" 'BEGIN { printf "%.2f", a/b }'); leases $(engine cluster_leases_per_daemon))"
 printf "%-58s %s\n" "takeover after kill -9 (lease 3 s, poll 1 s)" "$(engine cluster_takeover_seconds) s until the other two held its $(engine cluster_takeover_leases) leases"
+echo
+if [ -n "$(engine quota_unavailable)" ]; then
+    echo "== small hosts (CPU quotas): not measured here: $(echo "$ENGINE" | awk '$1 == "quota_unavailable" { $1 = ""; print }')"
+else
+    echo "== klarna-reconciler on small hosts: each daemon held to $(engine quota_share) of a core ($(echo "$ENGINE" | awk '$1 == "quota_cgroup" { $1 = ""; print; exit }' | sed 's/^ //')), PostgreSQL outside the quotas"
+    for n in 1 2 3; do
+        printf "%-58s %s\n" "payments end to end, $n daemon(s) under quotas" "$(engine quota_${n}_payments_per_second)/s (ratio to 1 daemon $(ratio "$(engine quota_${n}_payments_per_second)" "$(engine quota_1_payments_per_second)"); busiest daemon used $(engine quota_${n}_daemon_share_max) of a core; per payment: daemons $(engine quota_${n}_daemon_cpu_ms_per_payment) ms, PostgreSQL $(engine quota_${n}_postgres_cpu_ms_per_payment) ms CPU)"
+    done
+    printf "%-58s %s\n" "  daemons like these one PostgreSQL core carries" "$(awk -v pg="$(engine quota_3_postgres_cpu_ms_per_payment)" -v r="$(engine quota_1_payments_per_second)" 'BEGIN { if (pg > 0 && r > 0) printf "%.1f", (1000/pg)/r; else printf "n/a" }') (one core / PostgreSQL's CPU per payment with 3 daemons / one daemon's payments/s)"
+fi
 echo
 echo "== klarna-reconciler webhooks: verified HPP COMPLETED callbacks into the socket at a steady rate, NONE + immediate"
 printf "%-58s %s\n" "callback sent → order placed at Klarna ($(engine webhook_payments) at $(engine webhook_rate)/s)" "p50 $(engine webhook_to_order_p50_ms) ms, p99 $(engine webhook_to_order_p99_ms) ms"

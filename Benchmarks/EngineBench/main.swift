@@ -125,6 +125,70 @@ final class Bench: @unchecked Sendable {
     }
 }
 
+/// A cgroup that holds its processes to `share` of one core: cgroup v1's `cpu` controller where it is mounted (these
+/// machines have no systemd as PID 1, so no `systemd-run`), else cgroup v2's `cpu.max`.
+struct CPUQuota {
+    let directory: String
+    /// Which controller, for the record.
+    let kind: String
+
+    init(name: String, share: Double) throws {
+        let period = 100_000
+        let quota = Int(Double(period) * share)
+        if FileManager.default.fileExists(atPath: "/sys/fs/cgroup/cpu/cpu.cfs_quota_us") {
+            directory = "/sys/fs/cgroup/cpu/\(name)"
+            kind = "cgroup v1 cpu.cfs_quota_us=\(quota) cpu.cfs_period_us=\(period)"
+            try Self.makeDirectory(directory)
+            try Self.write("\(period)", to: directory + "/cpu.cfs_period_us")
+            try Self.write("\(quota)", to: directory + "/cpu.cfs_quota_us")
+        } else if let controllers = try? String(contentsOfFile: "/sys/fs/cgroup/cgroup.controllers", encoding: .utf8),
+            controllers.split(separator: " ").contains(where: { $0.trimmingCharacters(in: .whitespacesAndNewlines) == "cpu" })
+        {
+            directory = "/sys/fs/cgroup/\(name)"
+            kind = "cgroup v2 cpu.max=\(quota) \(period)"
+            try Self.makeDirectory(directory)
+            try Self.write("\(quota) \(period)", to: directory + "/cpu.max")
+        } else {
+            throw BenchFailure("no cgroup cpu controller here (neither /sys/fs/cgroup/cpu nor cgroup v2's cpu.max)")
+        }
+    }
+
+    /// Moves the whole process (every thread) into the group.
+    func add(_ pid: Int32) throws { try Self.write("\(pid)", to: directory + "/cgroup.procs") }
+
+    /// Once its processes have exited.
+    func remove() { rmdir(directory) }
+
+    private static func makeDirectory(_ path: String) throws {
+        guard mkdir(path, 0o755) == 0 || errno == EEXIST else { throw BenchFailure("mkdir \(path): \(String(cString: strerror(errno)))") }
+    }
+
+    /// One `write(2)`: a cgroup file takes its value whole, and refuses it with the call's error.
+    private static func write(_ value: String, to path: String) throws {
+        let fd = open(path, O_WRONLY)
+        guard fd >= 0 else { throw BenchFailure("open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        let bytes = Array(value.utf8)
+        guard Glibc.write(fd, bytes, bytes.count) == bytes.count else { throw BenchFailure("write \(value) to \(path): \(String(cString: strerror(errno)))") }
+    }
+}
+
+/// CPU seconds (user + system) of every `postgres` process, with the children the server has reaped (backends whose
+/// connection closed): the bench's server is the only PostgreSQL on the machine while it runs.
+func postgresCPUSeconds() -> Double {
+    var ticks = 0.0
+    for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int(entry) != nil {
+        guard let comm = try? String(contentsOfFile: "/proc/\(entry)/comm", encoding: .utf8), comm.hasPrefix("postgres"),
+            let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8)
+        else { continue }
+        let fields = stat.split(separator: ")").last?.split(separator: " ") ?? []
+        // After the command: state is field 0; utime, stime, cutime, cstime are 11 to 14.
+        guard fields.count > 14 else { continue }
+        ticks += fields[11...14].compactMap { Double($0) }.reduce(0, +)
+    }
+    return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
 struct BenchFailure: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
@@ -463,6 +527,52 @@ if let urls = stringOption("--postgres-cluster-urls")?.split(separator: ",").map
     report("cluster_takeover_leases", victimLeases)
     for bench in benches { bench.stop() }
     store.close()
+}
+// 5d. Small hosts: each daemon held to a quarter of a core by a CPU quota (cgroup v1's `cpu` controller, else v2's
+//     `cpu.max`), PostgreSQL outside the quotas (`--postgres-quota-urls`: three empty databases on that server).
+//     Payments end to end with 1, 2 and 3 daemons (phase 1's workload); each daemon's CPU over the run (the quota,
+//     checked); and PostgreSQL's CPU per payment, from /proc of its processes.
+if let urls = stringOption("--postgres-quota-urls")?.split(separator: ",").map(String.init), urls.count >= 3 {
+    let logger = Logger(label: "bench.quota")
+    let share = 0.25
+    do {
+        for daemons in 1...3 {
+            let url = urls[daemons - 1]
+            let store = try await PostgresStore.open(try PostgresLocation(url: url), password: nil, logger: logger)
+            let benches = try (0..<daemons).map { _ in try Bench(sandboxURL: sandboxURL, extra: fast, store: "url: \(url)") }
+            var quotas: [CPUQuota] = []
+            defer { for quota in quotas { quota.remove() } }
+            for (index, bench) in benches.enumerated() {
+                _ = try bench.start()
+                let quota = try CPUQuota(name: "klarna-bench-\(getpid())-\(index)", share: share)
+                quotas.append(quota)
+                try quota.add(bench.process!.processIdentifier)
+            }
+            report("quota_cgroup", quotas[0].kind)
+            let count = option("--sessions", 2_000)
+            let now = Date()
+            let change = try completedSessions(count, now: now)
+            let daemonCPU = benches.map { $0.usage().cpuSeconds }
+            let serverCPU = postgresCPUSeconds()
+            let started = ContinuousClock.now
+            try await store.commit(change, at: now)
+            while openWork(try await store.summary(now: Date())) > 0 {
+                guard ContinuousClock.now - started < .seconds(900) else { throw BenchFailure("\(daemons) daemons under quotas did not finish") }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let elapsed = (ContinuousClock.now - started).seconds
+            let used = zip(benches, daemonCPU).map { $0.usage().cpuSeconds - $1 }
+            report("quota_\(daemons)_payments_per_second", String(format: "%.1f", Double(count) / elapsed))
+            report("quota_\(daemons)_daemon_share_max", String(format: "%.3f", (used.max() ?? 0) / elapsed))
+            report("quota_\(daemons)_daemon_cpu_ms_per_payment", String(format: "%.2f", used.reduce(0, +) * 1_000 / Double(count)))
+            report("quota_\(daemons)_postgres_cpu_ms_per_payment", String(format: "%.2f", (postgresCPUSeconds() - serverCPU) * 1_000 / Double(count)))
+            for bench in benches { bench.stop() }
+            store.close()
+        }
+        report("quota_share", share)
+    } catch {
+        report("quota_unavailable", "\(error)".replacingOccurrences(of: "\n", with: " "))
+    }
 }
 // 5. Webhooks: verified HPP COMPLETED callbacks at a steady rate into the socket, for payments nobody tracked before
 //    (each is tracked from its callback). Latency: callback sent → order placed at Klarna; and Klarna calls per payment.

@@ -23,49 +23,29 @@ enum CommitChange: StatementText {
           FROM work_leases WHERE work_key = $1::text FOR SHARE),
         fenced AS (SELECT $4::text::jsonb AS j WHERE $1::text IS NULL OR EXISTS (SELECT FROM fence WHERE mine AND current)),
         s AS (
-          INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at,
-            updated_at, data)
-          SELECT x.id, x.kp, x.order_id, x.reference, x.phase, x.outcome, \(time("x.next_due")), \(time("x.deadline")), \(time("x.tracked_at")),
-            $3::timestamptz, x.data
-          FROM fenced, jsonb_to_recordset(fenced.j->'sessions') AS x(
-            id text, kp text, order_id text, reference text, phase text, outcome text, next_due bigint, deadline bigint, tracked_at bigint, data text)
+          \(JSONRows.insertSessions(from: "fenced", "fenced.j->'sessions'", at: "$3::timestamptz"))
           ON CONFLICT (hpp_session_id) DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome,
             next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data),
         o AS (
-          INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
-          SELECT x.id, x.session, x.reference, x.phase, x.outcome, \(time("x.next_due")), \(time("x.deadline")), \(time("x.created_at")),
-            $3::timestamptz, x.data
-          FROM fenced, jsonb_to_recordset(fenced.j->'orders') AS x(
-            id text, session text, reference text, phase text, outcome text, next_due bigint, deadline bigint, created_at bigint, data text)
+          \(JSONRows.insertOrders(from: "fenced", "fenced.j->'orders'", at: "$3::timestamptz"))
           ON CONFLICT (order_id) DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due,
             deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data),
-        n AS (
-          INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
-          SELECT x.id, x.session, x.reference, x.phase, x.outcome, \(time("x.next_due")), \(time("x.deadline")), \(time("x.created_at")),
-            $3::timestamptz, x.data
-          FROM fenced, jsonb_to_recordset(fenced.j->'new_orders') AS x(
-            id text, session text, reference text, phase text, outcome text, next_due bigint, deadline bigint, created_at bigint, data text)
-          ON CONFLICT (order_id) DO NOTHING),
+        n AS (\(JSONRows.insertOrders(from: "fenced", "fenced.j->'new_orders'", at: "$3::timestamptz")) ON CONFLICT (order_id) DO NOTHING),
         r AS (
           INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data)
-          SELECT x.id, x.state, x.outcome, \(time("x.next_due")), \(time("x.tracked_at")), $3::timestamptz, x.data
+          SELECT x.id, x.state, x.outcome, \(JSONRows.time("x.next_due")), \(JSONRows.time("x.tracked_at")), $3::timestamptz, x.data
           FROM fenced, jsonb_to_recordset(fenced.j->'payment_requests') AS x(
             id text, state text, outcome text, next_due bigint, tracked_at bigint, data text)
           ON CONFLICT (payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
             updated_at = excluded.updated_at, data = excluded.data),
         i AS (
           INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
-          SELECT x.key, x.kind, x.subject, x.state, x.attempts, \(time("x.next_attempt")), \(time("x.created_at")), $3::timestamptz, x.data
+          SELECT x.key, x.kind, x.subject, x.state, x.attempts, \(JSONRows.time("x.next_attempt")), \(JSONRows.time("x.created_at")), $3::timestamptz, x.data
           FROM fenced, jsonb_to_recordset(fenced.j->'intents') AS x(
             key text, kind text, subject text, state text, attempts integer, next_attempt bigint, created_at bigint, data text)
           ON CONFLICT (key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, next_attempt = excluded.next_attempt,
             updated_at = excluded.updated_at, data = excluded.data),
-        e AS (
-          INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail)
-          SELECT $3::timestamptz, x.session, x.order_id, x.kind, x.message, x.detail
-          FROM fenced, ROWS FROM (jsonb_to_recordset(fenced.j->'events') AS (session text, order_id text, kind text, message text, detail text))
-            WITH ORDINALITY AS x(session, order_id, kind, message, detail, n)
-          ORDER BY x.n),
+        e AS (\(JSONRows.insertEvents(from: "fenced", "fenced.j->'events'", at: "$3::timestamptz"))),
         c AS (
           INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data)
           SELECT $3::timestamptz, x.kind, x.session, x.order_id, x.data
@@ -74,7 +54,7 @@ enum CommitChange: StatementText {
           ORDER BY x.n),
         l AS (
           INSERT INTO ledger (order_id, entry, entry_key, klarna_id, amount, currency, at, source)
-          SELECT x.order_id, x.entry, x.entry_key, x.klarna_id, x.amount, x.currency, \(time("x.at")), x.source
+          SELECT x.order_id, x.entry, x.entry_key, x.klarna_id, x.amount, x.currency, \(JSONRows.time("x.at")), x.source
           FROM fenced, jsonb_to_recordset(fenced.j->'ledger') AS x(
             order_id text, entry text, entry_key text, klarna_id text, amount bigint, currency text, at bigint, source text)
           ON CONFLICT (order_id, entry, entry_key) DO NOTHING),
@@ -97,11 +77,6 @@ enum CommitChange: StatementText {
         SELECT (SELECT mine FROM fence), (SELECT current FROM fence)
         """
 
-    /// A `bigint` of microseconds since 2000-01-01 (null stays null) as a `timestamptz`.
-    private static func time(_ column: String) -> String {
-        "(timestamptz '2000-01-01 00:00:00+00' + \(column) * interval '1 microsecond')"
-    }
-
     static func bindings(key: String?, holder: String?, at: Date, rows: String) -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 4)
         bindings.append(key)
@@ -109,6 +84,48 @@ enum CommitChange: StatementText {
         bindings.append(at)
         bindings.append(rows)
         return bindings
+    }
+}
+
+/// The SQL that reads rows from a JSON list (``ChangeRows``' forms), for the statements that write them.
+enum JSONRows {
+    /// A `bigint` of microseconds since 2000-01-01 (null stays null) as a `timestamptz`.
+    static func time(_ column: String) -> String {
+        "(timestamptz '2000-01-01 00:00:00+00' + \(column) * interval '1 microsecond')"
+    }
+
+    /// Inserts the ``ChangeRows/Session``s of the list at `path` (`source` names the row it is read from), updated
+    /// at `at`; the caller adds the conflict clause.
+    static func insertSessions(from source: String, _ path: String, at: String) -> String {
+        """
+        INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at,
+            updated_at, data)
+          SELECT x.id, x.kp, x.order_id, x.reference, x.phase, x.outcome, \(time("x.next_due")), \(time("x.deadline")), \(time("x.tracked_at")),
+            \(at), x.data
+          FROM \(source), jsonb_to_recordset(\(path)) AS x(
+            id text, kp text, order_id text, reference text, phase text, outcome text, next_due bigint, deadline bigint, tracked_at bigint, data text)
+        """
+    }
+
+    /// Inserts the ``ChangeRows/Order``s of the list at `path`, as ``insertSessions(from:_:at:)`` does sessions.
+    static func insertOrders(from source: String, _ path: String, at: String) -> String {
+        """
+        INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
+          SELECT x.id, x.session, x.reference, x.phase, x.outcome, \(time("x.next_due")), \(time("x.deadline")), \(time("x.created_at")), \(at), x.data
+          FROM \(source), jsonb_to_recordset(\(path)) AS x(
+            id text, session text, reference text, phase text, outcome text, next_due bigint, deadline bigint, created_at bigint, data text)
+        """
+    }
+
+    /// Inserts the ``ChangeRows/Event``s of the list at `path` in their order, at `at`.
+    static func insertEvents(from source: String, _ path: String, at: String) -> String {
+        """
+        INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail)
+          SELECT \(at), x.session, x.order_id, x.kind, x.message, x.detail
+          FROM \(source), ROWS FROM (jsonb_to_recordset(\(path)) AS (session text, order_id text, kind text, message text, detail text))
+            WITH ORDINALITY AS x(session, order_id, kind, message, detail, n)
+          ORDER BY x.n
+        """
     }
 }
 
@@ -123,6 +140,19 @@ struct ChangeRows: Encodable {
         var next_due, deadline: Int64?
         var tracked_at: Int64
         var data: String
+
+        init(_ session: TrackedSession, data: String) {
+            id = session.hppSessionID
+            kp = session.kpSessionID
+            order_id = session.orderID
+            reference = session.merchantReference
+            phase = session.phase.rawValue
+            outcome = session.outcome?.rawValue
+            next_due = ChangeRows.time(session.isOpen ? session.nextDueAt : nil)
+            deadline = ChangeRows.time(session.deadline)
+            tracked_at = ChangeRows.time(session.trackedAt)
+            self.data = data
+        }
     }
 
     struct Order: Encodable {
@@ -155,6 +185,14 @@ struct ChangeRows: Encodable {
         var session, order_id: String?
         var kind, message: String
         var detail: String?
+
+        init(_ event: NewEvent, json: (any Encodable) throws -> String) throws {
+            session = event.hppSessionID
+            order_id = event.orderID
+            kind = event.event.kind
+            message = event.event.message
+            detail = event.detail.isEmpty ? nil : try json(event.detail)
+        }
     }
 
     struct OutcomeRow: Encodable {
@@ -203,12 +241,7 @@ struct ChangeRows: Encodable {
 
     /// `json` encodes a stored row's `data` (and an event's detail) as the store's other writes do.
     init(_ change: Change, health entries: [(name: String, detail: String)], json: (any Encodable) throws -> String) throws {
-        sessions = try Self.lastOfEach(change.sessions, by: \.hppSessionID).map { session in
-            Session(
-                id: session.hppSessionID, kp: session.kpSessionID, order_id: session.orderID, reference: session.merchantReference,
-                phase: session.phase.rawValue, outcome: session.outcome?.rawValue, next_due: Self.time(session.isOpen ? session.nextDueAt : nil),
-                deadline: Self.time(session.deadline), tracked_at: Self.time(session.trackedAt), data: try json(session))
-        }
+        sessions = try Self.lastOfEach(change.sessions, by: \.hppSessionID).map { Session($0, data: try json($0)) }
         func order(_ order: TrackedOrder) throws -> Order {
             Order(
                 id: order.orderID, session: order.hppSessionID, reference: order.merchantReference, phase: order.phase.rawValue,
@@ -228,11 +261,7 @@ struct ChangeRows: Encodable {
                 key: intent.key, kind: intent.kind.rawValue, subject: intent.subject, state: intent.state.rawValue, attempts: intent.attempts,
                 next_attempt: Self.time(intent.nextAttemptAt), created_at: Self.time(intent.createdAt), data: try json(intent))
         }
-        events = try change.events.map { event in
-            Event(
-                session: event.hppSessionID, order_id: event.orderID, kind: event.event.kind, message: event.event.message,
-                detail: event.detail.isEmpty ? nil : try json(event.detail))
-        }
+        events = try change.events.map { try Event($0, json: json) }
         outcomes = try change.outcomes.map { outcome in
             OutcomeRow(kind: outcome.kind.rawValue, session: outcome.hppSessionID, order_id: outcome.orderID, data: try json(outcome))
         }

@@ -33,21 +33,23 @@ extension PostgresStore: LeaseStore, ClusterView {
         }
     }
 
+    /// One statement: the heartbeat, the renewal, and the count of live daemons (this one counted by its new
+    /// heartbeat, which the statement's own snapshot does not show).
     public func renewLeases(ttl: Duration) async throws -> LeaseRenewal {
         let id = daemon.id
         let seconds = ttl.timeInterval
-        return try await transaction { [self] db in
-            try await db.rows("UPDATE daemons SET heartbeat_at = clock_timestamp() WHERE id = \(id)", logger: logger)
-            // A lapsed lease nobody claimed yet is still this daemon's: nobody else can have acted on it.
-            let held = try await rows(
-                db, "UPDATE work_leases SET locked_until = clock_timestamp() + make_interval(secs => \(seconds)) WHERE holder = \(id) RETURNING work_key"
-            ).compactMap { WorkKey(try $0.decode(String.self)) }
-            let live = try await rows(
-                db,
-                "SELECT count(*) FROM daemons WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - make_interval(secs => \(seconds))"
-            )[0].decode(Int.self)
-            return LeaseRenewal(held: Set(held), liveDaemons: max(1, live))
-        }
+        // A lapsed lease nobody claimed yet is still this daemon's: nobody else can have acted on it.
+        let row = try await rows(
+            """
+            WITH beat AS (UPDATE daemons SET heartbeat_at = clock_timestamp() WHERE id = \(id) RETURNING 1),
+            held AS (
+              UPDATE work_leases SET locked_until = clock_timestamp() + make_interval(secs => \(seconds)) WHERE holder = \(id) RETURNING work_key)
+            SELECT coalesce((SELECT array_agg(work_key) FROM held), '{}'),
+              (SELECT count(*) FROM daemons
+               WHERE stopped_at IS NULL AND (id = \(id) OR heartbeat_at > clock_timestamp() - make_interval(secs => \(seconds))))
+            """)[0]
+        let (held, live) = try row.decode(([String], Int).self)
+        return LeaseRenewal(held: Set(held.compactMap(WorkKey.init)), liveDaemons: max(1, live))
     }
 
     public func claimWork(ttl: Duration, limit: Int, liveDaemons: Int, patience: Duration) async throws -> [Claim] {
@@ -113,22 +115,23 @@ extension PostgresStore: LeaseStore, ClusterView {
     public func releaseLease(_ key: WorkKey) async throws -> Bool {
         // Kept while the unit is open (a held payment: its holder keeps it, idle) or a wakeup waits for it: a
         // released open unit would have no row to be claimed by.
-        let open: PostgresQuery = switch key {
-        case .session(let id): "SELECT 1 FROM sessions WHERE hpp_session_id = \(id) AND next_due IS NOT NULL"
-        case .order(let id): "SELECT 1 FROM orders WHERE order_id = \(id) AND next_due IS NOT NULL"
-        case .paymentRequest(let id): "SELECT 1 FROM payment_requests WHERE payment_request_id = \(id) AND next_due IS NOT NULL"
+        let (table, column, id) = switch key {
+        case .session(let id): ("sessions", "hpp_session_id", id)
+        case .order(let id): ("orders", "order_id", id)
+        case .paymentRequest(let id): ("payment_requests", "payment_request_id", id)
         }
-        return try await transaction { [self] db in
-            guard try await rows(db, open).isEmpty else { return false }
-            return try await !rows(
-                db,
-                """
-                DELETE FROM work_leases WHERE work_key = \(key.description) AND holder = \(daemon.id)
-                  AND NOT EXISTS (SELECT 1 FROM wakeups WHERE work_key = \(key.description))
+        var binds = PostgresBindings(capacity: 3)
+        binds.append(key.description)
+        binds.append(daemon.id)
+        binds.append(id)
+        let release = PostgresQuery(
+            unsafeSQL: """
+                DELETE FROM work_leases WHERE work_key = $1 AND holder = $2
+                  AND NOT EXISTS (SELECT 1 FROM wakeups WHERE work_key = $1)
+                  AND NOT EXISTS (SELECT 1 FROM \(table) WHERE \(column) = $3 AND next_due IS NOT NULL)
                 RETURNING 1
-                """
-            ).isEmpty
-        }
+                """, binds: binds)
+        return try await !rows(release).isEmpty
     }
 
     public func deregister(at: Date) async throws {

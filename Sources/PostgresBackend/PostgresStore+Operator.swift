@@ -6,14 +6,26 @@ import ReconcilerStore
 /// Reading for people, operator requests and holds, retention and the state numbers: the same answers as the SQLite
 /// store gives, from the whole cluster's state.
 extension PostgresStore {
+    /// One query: the hold, on every row, and the pending requests (none: one row of nulls beside it).
     public func operatorControls(for key: WorkKey) async throws -> OperatorControls {
-        let held = try await !rows("SELECT 1 FROM holds WHERE work_key = \(key.description)").isEmpty
-        let pending = try await rows(
+        var held = false
+        var pending: [OperatorRequest] = []
+        for row in try await rows(
             """
-            SELECT id, work_key, action, order_id, requested_by, requested_at, state, note FROM operator_requests
-            WHERE work_key = \(key.description) AND state = 'pending' ORDER BY id
-            """
-        ).compactMap(Self.request)
+            SELECT h.held, r.id, r.work_key, r.action, r.order_id, r.requested_by, r.requested_at, r.state, r.note
+            FROM (SELECT EXISTS (SELECT 1 FROM holds WHERE work_key = \(key.description)) AS held) h
+            LEFT JOIN operator_requests r ON r.work_key = \(key.description) AND r.state = 'pending' ORDER BY r.id
+            """)
+        {
+            let (isHeld, id, workKey, action, orderID, by, at, state, note) = try row.decode(
+                (Bool, Int64?, String?, String?, String?, String?, Date?, String?, String?).self)
+            held = isHeld
+            guard let id, let workKey = workKey.flatMap(WorkKey.init), let action = action.flatMap(OperatorAction.init), let by, let at else { continue }
+            pending.append(
+                OperatorRequest(
+                    id: id, key: workKey, action: action, orderID: orderID, requestedBy: by, requestedAt: at,
+                    state: state.flatMap(OperatorRequest.State.init) ?? .pending, note: note))
+        }
         return OperatorControls(held: held, pending: pending)
     }
 

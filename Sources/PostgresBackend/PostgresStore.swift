@@ -299,32 +299,33 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         }
         // Dates inside `data` are Foundation's default encoding: seconds since 2001-01-01.
         func encoded(_ seconds: Double?) -> Date? { seconds.map { Date(timeIntervalSinceReferenceDate: $0) } }
+        // One query for the three kinds (a claim plans its keys from it): the columns a kind lacks are null.
         var work: [OpenWork] = []
         for row in try await rows(
             """
-            SELECT hpp_session_id, next_due, phase, deadline, tracked_at, (data::jsonb->>'lastReadAt')::float8,
+            SELECT 's', hpp_session_id, next_due, phase, deadline, tracked_at, (data::jsonb->>'lastReadAt')::float8,
               (data::jsonb->>'lastHintAt')::float8, (data::jsonb->>'expiresAt')::float8
             FROM sessions WHERE next_due IS NOT NULL AND (\(sessions)::text[] IS NULL OR hpp_session_id = ANY(\(sessions)))
+            UNION ALL
+            SELECT 'o', order_id, next_due, phase, deadline, NULL, NULL, NULL, NULL
+            FROM orders WHERE next_due IS NOT NULL AND (\(orders)::text[] IS NULL OR order_id = ANY(\(orders)))
+            UNION ALL
+            SELECT 'p', payment_request_id, next_due, NULL, NULL, NULL, NULL, NULL, NULL
+            FROM payment_requests WHERE next_due IS NOT NULL AND (\(requests)::text[] IS NULL OR payment_request_id = ANY(\(requests)))
             """)
         {
-            let (id, due, phase, deadline, trackedAt, lastRead, lastHint, expires) = try row.decode((String, Date, String, Date?, Date, Double?, Double?, Double?).self)
-            let poll = PollProfile(trackedAt: trackedAt, lastReadAt: encoded(lastRead), lastHintAt: encoded(lastHint), expiresAt: encoded(expires))
-            work.append(OpenWork(key: .session(id), due: due, kind: .session(TrackedSession.Phase(rawValue: phase) ?? .polling, poll), deadline: deadline))
-        }
-        for row in try await rows(
-            "SELECT order_id, next_due, phase, deadline FROM orders WHERE next_due IS NOT NULL AND (\(orders)::text[] IS NULL OR order_id = ANY(\(orders)))")
-        {
-            let (id, due, phase, deadline) = try row.decode((String, Date, String, Date?).self)
-            work.append(OpenWork(key: .order(id), due: due, kind: .order(TrackedOrder.Phase(rawValue: phase) ?? .checking), deadline: deadline))
-        }
-        for row in try await rows(
-            """
-            SELECT payment_request_id, next_due FROM payment_requests
-            WHERE next_due IS NOT NULL AND (\(requests)::text[] IS NULL OR payment_request_id = ANY(\(requests)))
-            """)
-        {
-            let (id, due) = try row.decode((String, Date).self)
-            work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest))
+            let (kind, id, due, phase, deadline, trackedAt, lastRead, lastHint, expires) = try row.decode(
+                (String, String, Date, String?, Date?, Date?, Double?, Double?, Double?).self)
+            switch kind {
+            case "s":
+                let poll = PollProfile(trackedAt: trackedAt ?? due, lastReadAt: encoded(lastRead), lastHintAt: encoded(lastHint), expiresAt: encoded(expires))
+                work.append(
+                    OpenWork(key: .session(id), due: due, kind: .session(phase.flatMap(TrackedSession.Phase.init) ?? .polling, poll), deadline: deadline))
+            case "o":
+                work.append(OpenWork(key: .order(id), due: due, kind: .order(phase.flatMap(TrackedOrder.Phase.init) ?? .checking), deadline: deadline))
+            default:
+                work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest))
+            }
         }
         return work
     }
@@ -361,25 +362,20 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
         try await transaction { [self] db in
-            try await insertCaptureRequest(db, orderID: orderID, amount: amount, source: "the command line", delivered: false, at: at)
+            switch IngestPlanner.captureRequest(orderID: orderID, amount: amount, order: try await lockedOrder(db, orderID), requestedBy: "the command line") {
+            case .write(var writes):
+                writes.delivered = false
+                guard case .written(let id?) = try await apply(db, writes, at: at) else { preconditionFailure("a capture request's writes record one") }
+                return .accepted(id: id)
+            case .unknownOrder: return .unknownOrder
+            case .refused(let why): return .refused(why)
+            }
         }
     }
 
-    /// The order's row is locked first, so the refusal is decided against the state a concurrent step commits.
-    private func insertCaptureRequest(
-        _ db: PostgresConnection, orderID: String, amount: Int?, source: String, delivered: Bool, at: Date
-    ) async throws -> CaptureRequestResult {
-        guard let row = try await rows(db, "SELECT data FROM orders WHERE order_id = \(orderID) FOR UPDATE").first else { return .unknownOrder }
-        let order = try decode(TrackedOrder.self, row)
-        if let refusal = order.captureRequestRefusal { return .refused(refusal) }
-        let id = try await rows(
-            db, "INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (\(orderID), \(amount), \(at)) RETURNING id"
-        )[0].decode(Int64.self)
-        let what = amount.map { "capture of \($0) requested by \(source)" } ?? "capture of the remaining amount requested by \(source)"
-        try await insertEvent(
-            db, NewEvent(hppSessionID: order.hppSessionID, orderID: orderID, DomainEvent("capture_requested", what)), detail: try json(["request": "\(id)"]), at: at)
-        try await wake(db, .order(orderID), delivered: delivered)
-        return .accepted(id: id)
+    /// Locked until the commit, so that a capture request is decided against the state a concurrent step commits.
+    private func lockedOrder(_ db: PostgresConnection, _ orderID: String) async throws -> TrackedOrder? {
+        try await rows(db, "SELECT data FROM orders WHERE order_id = \(orderID) FOR UPDATE").first.map { try decode(TrackedOrder.self, $0) }
     }
 
     /// Ends an ingest transaction without committing anything.
@@ -387,25 +383,27 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         let result: IngestResult
     }
 
+    /// A delivery decided by whether one session is tracked (callbacks, track requests) is one statement
+    /// (``IngestBySession``); the others read first in a transaction, then write.
     public func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
-        let trackData: String? = switch record.action {
-        case .hintSession(_, let session?): try json(session)
-        case .track(let session): try json(session)
-        case .hintPaymentRequest(let request): try json(request)
-        default: nil
+        let lookup = IngestPlanner.lookup(record)
+        if let statement = try IngestBySession(record, lookup: lookup, at: at, json: { try self.json($0) }) {
+            let started = ContinuousClock.now
+            defer { Telemetry.time(.storeCommitDuration, .now - started) }
+            let answer = try await withConnection { [logger, owner] db in
+                try await db.rows(IngestBySession.self, statement.bindings(holder: owner?.id), logger: logger)
+            }
+            return try statement.result(answer.first)
         }
-        var detail = ["source": record.source, "kind": record.kind]
-        if let warning = record.warning { detail["warning"] = warning }
-        let detailText = try json(detail)
         do {
-            return try await transaction { [self] db in try await ingest(db, record, trackData: trackData, detail: detailText, at: at) }
+            return try await transaction { [self] db in try await ingest(db, record, lookup: lookup, at: at) }
         } catch let refusal as Refusal {
             // Rolled back: a refused delivery leaves no trace but its rejection record.
             return refusal.result
         }
     }
 
-    private func ingest(_ db: PostgresConnection, _ record: IngestRecord, trackData: String?, detail: String, at: Date) async throws -> IngestResult {
+    private func ingest(_ db: PostgresConnection, _ record: IngestRecord, lookup: IngestLookup, at: Date) async throws -> IngestResult {
         if let key = record.dedupeKey {
             // Two deliveries of one key at once: the second waits for the first's commit, then finds the conflict.
             let fresh = try await db.rows(
@@ -415,64 +413,60 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 return .repeated(firstSeen: try seen.first?.decode(Date.self) ?? at)
             }
         }
-        func note(_ hpp: String?, _ order: String?, _ message: String) async throws {
-            try await insertEvent(db, NewEvent(hppSessionID: hpp, orderID: order, DomainEvent("webhook", message)), detail: detail, at: at)
+        var found = try await find(db, lookup)
+        while true {
+            switch IngestPlanner.decide(record, found: found, at: at) {
+            case .refuse(let answer): throw Refusal(result: answer)
+            case .write(let writes, let answer):
+                guard case .sessionTrackedMeanwhile = try await apply(db, writes, at: at) else { return answer }
+                // Another delivery tracked it since the lookup (and woke it): decided again as tracked.
+                found = .session(tracked: true)
+            }
         }
-        // The ingesting daemon wakes the engine itself once this commits; the row only survives a crash before that.
-        func wake(_ key: WorkKey) async throws { try await self.wake(db, key, delivered: true) }
+    }
 
-        switch record.action {
-        case .hintSession(let hppSessionID, let newSession):
-            if try await !rows(db, "SELECT 1 FROM sessions WHERE hpp_session_id = \(hppSessionID)").isEmpty {
-                try await note(hppSessionID, nil, record.summary)
-            } else if let newSession, let trackData {
-                _ = try await insertSession(db, newSession, data: trackData, at: at)
-                try await note(hppSessionID, nil, "\(record.summary); tracking it from this verified callback")
-            } else {
-                return .accepted(wake: [])
-            }
-            try await wake(.session(hppSessionID))
-            return .accepted(wake: [.session(hppSessionID)])
-        case .hintSessionsOfPayment(let kpSessionID):
-            let sessions = try await rows(db, "SELECT hpp_session_id FROM sessions WHERE kp_session_id = \(kpSessionID) AND next_due IS NOT NULL")
-                .map { try $0.decode(String.self) }
-            for id in sessions {
-                try await note(id, nil, record.summary)
-                try await wake(.session(id))
-            }
-            return .accepted(wake: sessions.map(WorkKey.session))
-        case .hintOrder(let orderID):
-            guard let row = try await rows(db, "SELECT hpp_session_id FROM orders WHERE order_id = \(orderID)").first else { return .accepted(wake: []) }
-            try await note(try row.decode(String?.self), orderID, record.summary)
-            try await wake(.order(orderID))
-            return .accepted(wake: [.order(orderID)])
-        case .track(let session):
-            guard let trackData else { return .repeated(firstSeen: at) }
-            // Tracked already: a repeat (its dedupe row stays, as a delivery seen).
-            guard try await insertSession(db, session, data: trackData, at: at) else { return .repeated(firstSeen: at) }
-            try await note(session.hppSessionID, nil, record.summary)
-            try await wake(.session(session.hppSessionID))
-            return .accepted(wake: [.session(session.hppSessionID)])
-        case .capture(let orderID, let amount):
-            switch try await insertCaptureRequest(db, orderID: orderID, amount: amount, source: record.source, delivered: true, at: at) {
-            case .accepted: return .accepted(wake: [.order(orderID)])
-            case .unknownOrder: throw Refusal(result: .refused(status: 404, error: "unknown_order", detail: "order \(orderID) is not tracked"))
-            case .refused(let why): throw Refusal(result: .refused(status: 409, error: "not_capturable", detail: why))
-            }
-        case .hintPaymentRequest(let request):
-            if let row = try await rows(db, "SELECT data FROM payment_requests WHERE payment_request_id = \(request.paymentRequestID) FOR UPDATE").first {
-                let known = try decode(TrackedPaymentRequest.self, row)
-                guard known.isOpen else { return .accepted(wake: []) }
-                let hinted = known.hinted(now: at)
-                try await writePaymentRequest(db, hinted, data: try json(hinted), at: at)
-            } else if let trackData {
-                try await writePaymentRequest(db, request, data: trackData, at: at)
-            }
-            try await wake(.paymentRequest(request.paymentRequestID))
-            return .accepted(wake: [.paymentRequest(request.paymentRequestID)])
-        case .recordOnly:
-            return .accepted(wake: [])
+    private func find(_ db: PostgresConnection, _ lookup: IngestLookup) async throws -> IngestFound {
+        switch lookup {
+        case .nothing:
+            return .nothing
+        case .session(let id):
+            return .session(tracked: try await !rows(db, "SELECT 1 FROM sessions WHERE hpp_session_id = \(id)").isEmpty)
+        case .openSessionsOfPayment(let kpSessionID):
+            return .openSessions(
+                try await rows(db, "SELECT hpp_session_id FROM sessions WHERE kp_session_id = \(kpSessionID) AND next_due IS NOT NULL").map { try $0.decode(String.self) })
+        case .orderSession(let orderID):
+            return .orderSession(hppSessionID: try await rows(db, "SELECT hpp_session_id FROM orders WHERE order_id = \(orderID)").first.map { try $0.decode(String?.self) })
+        case .order(let orderID):
+            return .order(try await lockedOrder(db, orderID))
+        case .paymentRequest(let id):
+            return .paymentRequest(
+                try await rows(db, "SELECT data FROM payment_requests WHERE payment_request_id = \(id) FOR UPDATE").first.map { try decode(TrackedPaymentRequest.self, $0) })
         }
+    }
+
+    private enum Applied {
+        /// With the capture request's id when it recorded one.
+        case written(captureRequestID: Int64?)
+        /// Nothing written: the session to track was tracked by another delivery since the lookup.
+        case sessionTrackedMeanwhile
+    }
+
+    private func apply(_ db: PostgresConnection, _ writes: IngestWrites, at: Date) async throws -> Applied {
+        if let session = writes.newSession, try await !insertSession(db, session, data: try json(session), at: at) { return .sessionTrackedMeanwhile }
+        if let request = writes.paymentRequest { try await writePaymentRequest(db, request, data: try json(request), at: at) }
+        var captureRequestID: Int64?
+        if let capture = writes.captureRequest {
+            let id = try await rows(
+                db, "INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (\(capture.orderID), \(capture.amount), \(at)) RETURNING id"
+            )[0].decode(Int64.self)
+            var event = capture.event
+            event.detail["request"] = "\(id)"
+            try await insertEvent(db, event, detail: try json(event.detail), at: at)
+            captureRequestID = id
+        }
+        for event in writes.events { try await insertEvent(db, event, detail: event.detail.isEmpty ? nil : try json(event.detail), at: at) }
+        for key in writes.wakeups { try await wake(db, key, delivered: writes.delivered) }
+        return .written(captureRequestID: captureRequestID)
     }
 
     public func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {

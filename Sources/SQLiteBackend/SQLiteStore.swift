@@ -256,27 +256,26 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
 
     public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
         try await write { db in
-            try self.insertCaptureRequest(db, orderID: orderID, amount: amount, source: "the command line", delivered: false, at: at)
+            let order = try self.order(db, orderID)
+            switch IngestPlanner.captureRequest(orderID: orderID, amount: amount, order: order, requestedBy: "the command line") {
+            case .write(var writes):
+                writes.delivered = false
+                guard let id = try self.apply(db, writes, sessionData: nil, at: at) else { preconditionFailure("a capture request's writes record one") }
+                return .accepted(id: id)
+            case .unknownOrder: return .unknownOrder
+            case .refused(let why): return .refused(why)
+            }
         }
     }
 
-    /// `delivered`: the caller wakes the engine itself (ingest in the daemon), so the wakeup row is only for a restart.
-    private func insertCaptureRequest(_ db: SQLiteConnection, orderID: String, amount: Int?, source: String, delivered: Bool, at: Date) throws -> CaptureRequestResult {
-        guard let row = try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first else { return .unknownOrder }
-        let order = try decode(TrackedOrder.self, row.string(0))
-        if let refusal = order.captureRequestRefusal { return .refused(refusal) }
-        try db.query("INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (?, ?, ?)", [.text(orderID), SQLValue(amount), SQLValue(at)])
-        let id = db.lastInsertRowID
-        let what = amount.map { "capture of \($0) requested by \(source)" } ?? "capture of the remaining amount requested by \(source)"
-        try insertEvent(db, NewEvent(hppSessionID: order.hppSessionID, orderID: orderID, DomainEvent("capture_requested", what), detail: ["request": "\(id)"]), at: at)
-        try db.query("INSERT INTO wakeups (work_key, delivered) VALUES (?, ?)", [.text(WorkKey.order(orderID).description), .integer(delivered ? 1 : 0)])
-        return .accepted(id: id)
+    private func order(_ db: SQLiteConnection, _ orderID: String) throws -> TrackedOrder? {
+        try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first.map { try decode(TrackedOrder.self, $0.string(0)) }
     }
 
     public func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
-        let trackData = try trackData(of: record)
+        let sessionData = try sessionData(of: record)
         do {
-            return try await write { db in try self.ingest(db, record, trackData: trackData, at: at) }
+            return try await write { db in try self.ingest(db, record, sessionData: sessionData, at: at) }
         } catch let refusal as Refusal {
             // Rolled back: a refused delivery leaves no trace but its rejection record.
             return refusal.result
@@ -286,11 +285,11 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     /// One write for all of them, each in a savepoint of its own: a refused one is undone alone, and the batch costs
     /// one commit (and shares it with whatever else the group commit holds).
     public func ingest(_ records: [IngestRecord], at: Date) async throws -> [IngestResult] {
-        let prepared = try records.map { ($0, try trackData(of: $0)) }
+        let prepared = try records.map { ($0, try sessionData(of: $0)) }
         return try await write { db in
-            try prepared.map { record, trackData in
+            try prepared.map { record, sessionData in
                 do {
-                    return try db.savepoint { try self.ingest(db, record, trackData: trackData, at: at) }
+                    return try db.savepoint { try self.ingest(db, record, sessionData: sessionData, at: at) }
                 } catch let refusal as Refusal {
                     return refusal.result
                 }
@@ -298,17 +297,17 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    /// The JSON of what `record` may start tracking.
-    private func trackData(of record: IngestRecord) throws -> String? {
+    /// The JSON of the session `record` may start tracking, made before the write (the writer is shared).
+    private func sessionData(of record: IngestRecord) throws -> String? {
         switch record.action {
         case .hintSession(_, let session?): try json(session)
         case .track(let session): try json(session)
-        case .hintPaymentRequest(let request): try json(request)
         default: nil
         }
     }
 
-    private func ingest(_ db: SQLiteConnection, _ record: IngestRecord, trackData: String?, at: Date) throws -> IngestResult {
+    /// The delivery's row, then what ``IngestPlanner`` decides from what its lookup finds.
+    private func ingest(_ db: SQLiteConnection, _ record: IngestRecord, sessionData: String?, at: Date) throws -> IngestResult {
         if let key = record.dedupeKey {
             if let seen = try db.query("SELECT received_at FROM deliveries WHERE dedupe_key = ?", [.text(key)]).first {
                 try db.query("UPDATE deliveries SET repeats = repeats + 1 WHERE dedupe_key = ?", [.text(key)])
@@ -318,66 +317,56 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                 "INSERT INTO deliveries (dedupe_key, kind, source, received_at, summary) VALUES (?, ?, ?, ?, ?)",
                 [.text(key), .text(record.kind), .text(record.source), SQLValue(at), .text(record.summary)])
         }
-        var detail = ["source": record.source, "kind": record.kind]
-        if let warning = record.warning { detail["warning"] = warning }
-        func note(_ hpp: String?, _ order: String?, _ message: String) throws {
-            try self.insertEvent(db, NewEvent(hppSessionID: hpp, orderID: order, DomainEvent("webhook", message), detail: detail), at: at)
+        switch IngestPlanner.decide(record, found: try find(db, IngestPlanner.lookup(record)), at: at) {
+        case .refuse(let answer): throw Refusal(result: answer)
+        case .write(let writes, let answer):
+            try apply(db, writes, sessionData: sessionData, at: at)
+            return answer
         }
-        // The ingesting daemon wakes the engine itself once this commits; the row only survives a crash before that.
-        func wake(_ key: WorkKey) throws { try db.query("INSERT INTO wakeups (work_key, delivered) VALUES (?, 1)", [.text(key.description)]) }
+    }
 
-        switch record.action {
-        case .hintSession(let hppSessionID, let newSession):
-            if try db.query("SELECT 1 FROM sessions WHERE hpp_session_id = ?", [.text(hppSessionID)]).first != nil {
-                try note(hppSessionID, nil, record.summary)
-            } else if let newSession, let trackData {
-                try self.writeSession(db, newSession, data: trackData, at: at)
-                try note(hppSessionID, nil, "\(record.summary); tracking it from this verified callback")
-            } else {
-                return .accepted(wake: [])
-            }
-            try wake(.session(hppSessionID))
-            return .accepted(wake: [.session(hppSessionID)])
-        case .hintSessionsOfPayment(let kpSessionID):
-            let sessions = try db.query("SELECT hpp_session_id FROM sessions WHERE kp_session_id = ? AND next_due IS NOT NULL", [.text(kpSessionID)]).compactMap { $0.string(0) }
-            for id in sessions {
-                try note(id, nil, record.summary)
-                try wake(.session(id))
-            }
-            return .accepted(wake: sessions.map(WorkKey.session))
-        case .hintOrder(let orderID):
-            guard let row = try db.query("SELECT hpp_session_id FROM orders WHERE order_id = ?", [.text(orderID)]).first else { return .accepted(wake: []) }
-            try note(row.string(0), orderID, record.summary)
-            try wake(.order(orderID))
-            return .accepted(wake: [.order(orderID)])
-        case .track(let session):
-            guard try db.query("SELECT 1 FROM sessions WHERE hpp_session_id = ?", [.text(session.hppSessionID)]).first == nil, let trackData else {
-                return .repeated(firstSeen: at)
-            }
-            try self.writeSession(db, session, data: trackData, at: at)
-            try note(session.hppSessionID, nil, record.summary)
-            try wake(.session(session.hppSessionID))
-            return .accepted(wake: [.session(session.hppSessionID)])
-        case .capture(let orderID, let amount):
-            switch try self.insertCaptureRequest(db, orderID: orderID, amount: amount, source: record.source, delivered: true, at: at) {
-            case .accepted: return .accepted(wake: [.order(orderID)])
-            case .unknownOrder: throw Refusal(result: .refused(status: 404, error: "unknown_order", detail: "order \(orderID) is not tracked"))
-            case .refused(let why): throw Refusal(result: .refused(status: 409, error: "not_capturable", detail: why))
-            }
-        case .hintPaymentRequest(let request):
-            if let row = try db.query("SELECT data FROM payment_requests WHERE payment_request_id = ?", [.text(request.paymentRequestID)]).first {
-                let known = try decode(TrackedPaymentRequest.self, row.string(0))
-                guard known.isOpen else { return .accepted(wake: []) }
-                let hinted = known.hinted(now: at)
-                try writePaymentRequest(db, hinted, data: try json(hinted), at: at)
-            } else if let trackData {
-                try writePaymentRequest(db, request, data: trackData, at: at)
-            }
-            try wake(.paymentRequest(request.paymentRequestID))
-            return .accepted(wake: [.paymentRequest(request.paymentRequestID)])
-        case .recordOnly:
-            return .accepted(wake: [])
+    private func find(_ db: SQLiteConnection, _ lookup: IngestLookup) throws -> IngestFound {
+        switch lookup {
+        case .nothing:
+            return .nothing
+        case .session(let id):
+            return .session(tracked: try db.query("SELECT 1 FROM sessions WHERE hpp_session_id = ?", [.text(id)]).first != nil)
+        case .openSessionsOfPayment(let kpSessionID):
+            return .openSessions(
+                try db.query("SELECT hpp_session_id FROM sessions WHERE kp_session_id = ? AND next_due IS NOT NULL", [.text(kpSessionID)]).compactMap { $0.string(0) })
+        case .orderSession(let orderID):
+            return .orderSession(hppSessionID: try db.query("SELECT hpp_session_id FROM orders WHERE order_id = ?", [.text(orderID)]).first.map { $0.string(0) })
+        case .order(let orderID):
+            return .order(try order(db, orderID))
+        case .paymentRequest(let id):
+            return .paymentRequest(
+                try db.query("SELECT data FROM payment_requests WHERE payment_request_id = ?", [.text(id)]).first.map {
+                    try decode(TrackedPaymentRequest.self, $0.string(0))
+                })
         }
+    }
+
+    /// Writes what an ingest decided (the writer's lookup found the session untracked: nothing else writes between);
+    /// returns the capture request's id when it recorded one. `sessionData`: the new session's JSON, if made already.
+    @discardableResult
+    private func apply(_ db: SQLiteConnection, _ writes: IngestWrites, sessionData: String?, at: Date) throws -> Int64? {
+        if let session = writes.newSession { try writeSession(db, session, data: try sessionData ?? json(session), at: at) }
+        if let request = writes.paymentRequest { try writePaymentRequest(db, request, data: try json(request), at: at) }
+        var captureRequestID: Int64?
+        if let capture = writes.captureRequest {
+            try db.query(
+                "INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (?, ?, ?)", [.text(capture.orderID), SQLValue(capture.amount), SQLValue(at)])
+            let id = db.lastInsertRowID
+            var event = capture.event
+            event.detail["request"] = "\(id)"
+            try insertEvent(db, event, at: at)
+            captureRequestID = id
+        }
+        for event in writes.events { try insertEvent(db, event, at: at) }
+        for key in writes.wakeups {
+            try db.query("INSERT INTO wakeups (work_key, delivered) VALUES (?, ?)", [.text(key.description), .integer(writes.delivered ? 1 : 0)])
+        }
+        return captureRequestID
     }
 
     /// Ends an ingest transaction without committing anything.
