@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PostgresNIO
+import ReconcilerStore
 
 /// Versioned schema changes for the shared store, applied in order in one transaction under an advisory lock, so
 /// that several daemons starting together migrate once and the others wait, then find the work done. The version is
@@ -17,19 +18,11 @@ enum PostgresSchema {
           hpp_session_id text PRIMARY KEY, kp_session_id text NOT NULL, order_id text, merchant_reference text,
           phase text NOT NULL, outcome text, next_due timestamptz, deadline timestamptz, tracked_at timestamptz NOT NULL,
           updated_at timestamptz NOT NULL, data text NOT NULL);
-        CREATE INDEX sessions_due ON sessions(next_due) WHERE next_due IS NOT NULL;
-        CREATE INDEX sessions_kp ON sessions(kp_session_id);
-        CREATE INDEX sessions_order ON sessions(order_id) WHERE order_id IS NOT NULL;
-        CREATE INDEX sessions_reference ON sessions(merchant_reference) WHERE merchant_reference IS NOT NULL;
-        CREATE INDEX sessions_phase ON sessions(phase, updated_at);
         CREATE INDEX sessions_open ON sessions(phase, tracked_at, deadline) WHERE next_due IS NOT NULL;
         CREATE TABLE orders (
           order_id text PRIMARY KEY, hpp_session_id text, merchant_reference text, phase text NOT NULL, outcome text,
           next_due timestamptz, deadline timestamptz, created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL,
           data text NOT NULL);
-        CREATE INDEX orders_due ON orders(next_due) WHERE next_due IS NOT NULL;
-        CREATE INDEX orders_reference ON orders(merchant_reference) WHERE merchant_reference IS NOT NULL;
-        CREATE INDEX orders_phase ON orders(phase, updated_at);
         CREATE INDEX orders_session ON orders(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
         CREATE INDEX orders_open ON orders(phase, created_at, deadline) WHERE next_due IS NOT NULL;
         CREATE TABLE payment_requests (
@@ -39,25 +32,18 @@ enum PostgresSchema {
         CREATE TABLE intents (
           key text PRIMARY KEY, kind text NOT NULL, subject text NOT NULL, state text NOT NULL, attempts integer NOT NULL,
           next_attempt timestamptz, created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL, data text NOT NULL);
-        CREATE INDEX intents_subject ON intents(subject);
-        CREATE INDEX intents_state ON intents(state, updated_at);
         CREATE TABLE events (
           id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz NOT NULL, hpp_session_id text, order_id text,
           kind text NOT NULL, message text NOT NULL, detail text);
-        CREATE INDEX events_session ON events(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
-        CREATE INDEX events_order ON events(order_id) WHERE order_id IS NOT NULL;
         CREATE INDEX events_at ON events(at);
         CREATE TABLE outcomes (
           id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at timestamptz NOT NULL, kind text NOT NULL, hpp_session_id text,
           order_id text, data text NOT NULL, outbox_written boolean NOT NULL DEFAULT false, notified boolean NOT NULL DEFAULT false,
           notify_attempts integer NOT NULL DEFAULT 0, notify_next timestamptz);
         CREATE INDEX outcomes_undelivered ON outcomes(id) WHERE NOT outbox_written OR NOT notified;
-        CREATE INDEX outcomes_session ON outcomes(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
-        CREATE INDEX outcomes_order ON outcomes(order_id) WHERE order_id IS NOT NULL;
         CREATE TABLE capture_requests (
           id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, order_id text NOT NULL, amount bigint,
           requested_at timestamptz NOT NULL, state text NOT NULL DEFAULT 'pending', note text);
-        CREATE INDEX capture_requests_pending ON capture_requests(order_id, id) WHERE state = 'pending';
         CREATE INDEX capture_requests_order ON capture_requests(order_id);
         CREATE TABLE wakeups (
           id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, work_key text NOT NULL, delivered boolean NOT NULL DEFAULT false);
@@ -79,6 +65,7 @@ enum PostgresSchema {
           answered_at timestamptz);
         CREATE INDEX operator_requests_pending ON operator_requests(work_key, id) WHERE state = 'pending';
         CREATE TABLE holds (work_key text PRIMARY KEY, held_at timestamptz NOT NULL, held_by text NOT NULL);
+        \(SharedSQL.firstStepIndexes)
         """,
         // 2: the fencing token of the daemon lock: each daemon that takes the lock moves the epoch on, and every
         // write transaction of a daemon checks, with a share lock on this row, that the epoch is still its own.
@@ -136,17 +123,10 @@ enum PostgresSchema {
           order_id text NOT NULL, entry text NOT NULL, entry_key text NOT NULL, klarna_id text, amount bigint NOT NULL,
           currency text, at timestamptz NOT NULL, source text NOT NULL, settled_reference text, settled_ordinal integer,
           flagged_at timestamptz, PRIMARY KEY (order_id, entry, entry_key));
-        CREATE INDEX ledger_unsettled ON ledger(at, order_id, entry_key)
-          WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL;
-        CREATE INDEX ledger_flagged ON ledger(order_id) WHERE flagged_at IS NOT NULL AND settled_reference IS NULL;
         CREATE TABLE payouts (
           payment_reference text PRIMARY KEY, payout_date timestamptz NOT NULL, currency text NOT NULL,
           recorded_at timestamptz NOT NULL, finding_count integer NOT NULL, data text NOT NULL);
-        CREATE INDEX payouts_date ON payouts(payout_date);
-        CREATE TABLE settlement_lines (
-          payment_reference text NOT NULL, ordinal integer NOT NULL, order_id text, data text NOT NULL,
-          PRIMARY KEY (payment_reference, ordinal));
-        CREATE INDEX settlement_lines_order ON settlement_lines(order_id);
+        \(SharedSQL.settlementLinesAndIndexes)
         INSERT INTO ledger (order_id, entry, entry_key, klarna_id, amount, currency, at, source)
           SELECT i.subject, 'capture',
             coalesce(nullif(btrim(i.data::jsonb ->> 'result'), ''),

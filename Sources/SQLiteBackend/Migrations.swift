@@ -1,4 +1,5 @@
 import Foundation
+import ReconcilerStore
 
 /// Versioned schema changes, applied in order inside one transaction each; `PRAGMA user_version` records the level.
 /// Never edit a shipped migration: append a new one.
@@ -10,40 +11,26 @@ enum Migrations {
           hpp_session_id TEXT PRIMARY KEY, kp_session_id TEXT NOT NULL, order_id TEXT, merchant_reference TEXT,
           phase TEXT NOT NULL, outcome TEXT, next_due REAL, deadline REAL, tracked_at REAL NOT NULL, updated_at REAL NOT NULL,
           data TEXT NOT NULL);
-        CREATE INDEX sessions_due ON sessions(next_due) WHERE next_due IS NOT NULL;
-        CREATE INDEX sessions_kp ON sessions(kp_session_id);
-        CREATE INDEX sessions_order ON sessions(order_id) WHERE order_id IS NOT NULL;
-        CREATE INDEX sessions_reference ON sessions(merchant_reference) WHERE merchant_reference IS NOT NULL;
-        CREATE INDEX sessions_phase ON sessions(phase, updated_at);
         CREATE TABLE orders (
           order_id TEXT PRIMARY KEY, hpp_session_id TEXT, merchant_reference TEXT, phase TEXT NOT NULL, outcome TEXT,
           next_due REAL, deadline REAL, created_at REAL NOT NULL, updated_at REAL NOT NULL, data TEXT NOT NULL);
-        CREATE INDEX orders_due ON orders(next_due) WHERE next_due IS NOT NULL;
-        CREATE INDEX orders_reference ON orders(merchant_reference) WHERE merchant_reference IS NOT NULL;
-        CREATE INDEX orders_phase ON orders(phase, updated_at);
         CREATE TABLE intents (
           key TEXT PRIMARY KEY, kind TEXT NOT NULL, subject TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,
           next_attempt REAL, created_at REAL NOT NULL, updated_at REAL NOT NULL, data TEXT NOT NULL);
-        CREATE INDEX intents_subject ON intents(subject);
-        CREATE INDEX intents_state ON intents(state, updated_at);
         CREATE TABLE events (
           id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, hpp_session_id TEXT, order_id TEXT, kind TEXT NOT NULL,
           message TEXT NOT NULL, detail TEXT);
-        CREATE INDEX events_session ON events(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
-        CREATE INDEX events_order ON events(order_id) WHERE order_id IS NOT NULL;
         CREATE TABLE outcomes (
           id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, kind TEXT NOT NULL, hpp_session_id TEXT, order_id TEXT,
           data TEXT NOT NULL, outbox_written INTEGER NOT NULL DEFAULT 0, notified INTEGER NOT NULL DEFAULT 0,
           notify_attempts INTEGER NOT NULL DEFAULT 0, notify_next REAL);
         CREATE INDEX outcomes_undelivered ON outcomes(id) WHERE outbox_written = 0 OR notified = 0;
-        CREATE INDEX outcomes_session ON outcomes(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
-        CREATE INDEX outcomes_order ON outcomes(order_id) WHERE order_id IS NOT NULL;
         CREATE TABLE capture_requests (
           id INTEGER PRIMARY KEY AUTOINCREMENT, order_id TEXT NOT NULL, amount INTEGER, requested_at REAL NOT NULL,
           state TEXT NOT NULL DEFAULT 'pending', note TEXT);
-        CREATE INDEX capture_requests_pending ON capture_requests(order_id, id) WHERE state = 'pending';
         CREATE TABLE wakeups (id INTEGER PRIMARY KEY AUTOINCREMENT, work_key TEXT NOT NULL);
         CREATE TABLE health (name TEXT PRIMARY KEY, at REAL NOT NULL, detail TEXT);
+        \(SharedSQL.firstStepIndexes)
         """,
         // 2: webhook deliveries for dedupe, and refused deliveries with their reason.
         """
@@ -104,17 +91,10 @@ enum Migrations {
           order_id TEXT NOT NULL, entry TEXT NOT NULL, entry_key TEXT NOT NULL, klarna_id TEXT, amount INTEGER NOT NULL,
           currency TEXT, at REAL NOT NULL, source TEXT NOT NULL, settled_reference TEXT, settled_ordinal INTEGER, flagged_at REAL,
           PRIMARY KEY (order_id, entry, entry_key));
-        CREATE INDEX ledger_unsettled ON ledger(at, order_id, entry_key)
-          WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL;
-        CREATE INDEX ledger_flagged ON ledger(order_id) WHERE flagged_at IS NOT NULL AND settled_reference IS NULL;
         CREATE TABLE payouts (
           payment_reference TEXT PRIMARY KEY, payout_date REAL NOT NULL, currency TEXT NOT NULL, recorded_at REAL NOT NULL,
           finding_count INTEGER NOT NULL, data TEXT NOT NULL);
-        CREATE INDEX payouts_date ON payouts(payout_date);
-        CREATE TABLE settlement_lines (
-          payment_reference TEXT NOT NULL, ordinal INTEGER NOT NULL, order_id TEXT, data TEXT NOT NULL,
-          PRIMARY KEY (payment_reference, ordinal));
-        CREATE INDEX settlement_lines_order ON settlement_lines(order_id);
+        \(SharedSQL.settlementLinesAndIndexes)
         INSERT INTO ledger (order_id, entry, entry_key, klarna_id, amount, currency, at, source)
           SELECT i.subject, 'capture',
             CASE WHEN trim(coalesce(json_extract(i.data, '$.result'), '')) <> '' THEN trim(json_extract(i.data, '$.result'))

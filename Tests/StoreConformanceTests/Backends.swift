@@ -13,7 +13,8 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
     var testDescription: String { rawValue }
 }
 
-/// A fresh, empty store of one backend, and what a test needs around it.
+/// A fresh, empty store of one backend, and what a test needs around it. The store is reached through a
+/// ``RecordingStore``, which notes the role functions the suite calls.
 struct StoreUnderTest: Sendable {
     let backend: Backend
     let store: any ReconcilerStore
@@ -36,7 +37,7 @@ struct StoreUnderTest: Sendable {
             let path = directory + "/state.sqlite"
             let store = try SQLiteStore(path: path)
             return try await body(StoreUnderTest(
-                backend: backend, store: store, openAnother: { try SQLiteStore(path: path) },
+                backend: backend, store: RecordingStore(base: store, backend: backend), openAnother: { RecordingStore(base: try SQLiteStore(path: path), backend: backend) },
                 dropTable: { table in try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5)).execute("DROP TABLE \(table)") },
                 rewindNewestMigration: { undo in
                     try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5))
@@ -56,7 +57,7 @@ struct StoreUnderTest: Sendable {
             defer { opened.closeAll() }
             let store = try await open()
             return try await body(StoreUnderTest(
-                backend: backend, store: store, openAnother: { try await open() },
+                backend: backend, store: RecordingStore(base: store, backend: backend), openAnother: { RecordingStore(base: try await open(), backend: backend) },
                 dropTable: { table in try await server.psql("DROP TABLE \(table)", database: database) },
                 rewindNewestMigration: { undo in
                     try await server.psql("\(undo); DELETE FROM schema_migrations WHERE version = \(PostgresStore.schemaVersion)", database: database)

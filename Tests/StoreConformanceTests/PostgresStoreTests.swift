@@ -184,9 +184,13 @@ struct PostgresStoreTests {
         // been up a lease time, and a's commit is put off, not lost, until a's renewal extends the lease.
         _ = try await server.psql("UPDATE work_leases SET locked_until = pg_postmaster_start_time() - interval '1 second'", database: database)
         #expect(try await b.claimWork(ttl: .seconds(86_400), limit: 10, liveDaemons: 1, patience: .zero).isEmpty)
-        await #expect(throws: LeaseLapsed.self) { try await a.commit(change, at: Date(), fencedBy: key) }
+        var putOff = Change()
+        putOff.intents = [Intent(key: "intent-put-off", kind: .capture, subject: "hpp-lease", now: Date()).sending(now: Date())]
+        await #expect(throws: LeaseLapsed.self) { try await a.commit(putOff, at: Date(), fencedBy: key) }
+        #expect(try await a.intent("intent-put-off") == nil)
         #expect(try await a.renewLeases(ttl: .seconds(4)).held == [key])
-        try await a.commit(change, at: Date(), fencedBy: key)
+        try await a.commit(putOff, at: Date(), fencedBy: key)
+        #expect(try await a.intent("intent-put-off") != nil)
 
         // a stops renewing: after its lease b claims the work, learning whose it was and when the lease ended.
         var taken: [Claim] = []

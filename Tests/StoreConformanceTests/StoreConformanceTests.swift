@@ -176,6 +176,55 @@ struct StoreConformanceTests {
         }
     }
 
+    @Test("Deliveries found together are each recorded as alone, in order: a repeat within them is a repeat, a refusal refuses itself only", arguments: Backend.allCases)
+    func batchIngest(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            _ = try await s.store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
+            let capture = IngestRecord(dedupeKey: "cap-x", kind: "capture", source: "spool:c.json", summary: "capture", action: .capture(orderID: "o-x", amount: 1))
+            let results = try await s.store.ingest([hint("b-1", "a"), capture, hint("b-1", "a"), hint("b-2", "a")], at: t0)
+            #expect(results == [
+                .accepted(wake: [.session("a")]), .refused(status: 404, error: "unknown_order", detail: "order o-x is not tracked"),
+                .repeated(firstSeen: t0), .accepted(wake: [.session("a")]),
+            ])
+            #expect(try await s.store.timeline(for: "a").events.filter { $0.kind == "webhook" }.count == 2)
+            // The refused one left nothing behind: once its order is tracked, the same delivery is accepted.
+            var change = Change()
+            change.newOrders = [order("o-x")]
+            try await s.store.commit(change, at: t0)
+            #expect(try await s.store.ingest([capture], at: t0) == [.accepted(wake: [.order("o-x")])])
+        }
+    }
+
+    @Test("Order notifications, KP callbacks and payment request events wake what they name, and only what is tracked", arguments: Backend.allCases)
+    func ingestHints(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            _ = try await s.store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
+            _ = try await s.store.track(session("b"), event: DomainEvent("tracked", "t"), at: t0)
+            var change = Change()
+            change.newOrders = [order("o-1", session: "a")]
+            try await s.store.commit(change, at: t0)
+            func record(_ key: String, _ action: IngestRecord.Action) -> IngestRecord {
+                IngestRecord(dedupeKey: key, kind: "k", source: "socket", summary: "hint \(key)", warning: key == "n-1" ? "late" : nil, action: action)
+            }
+            #expect(try await s.store.ingest(record("n-1", .hintOrder(orderID: "o-1")), at: t0) == .accepted(wake: [.order("o-1")]))
+            #expect(try await s.store.ingest(record("n-2", .hintOrder(orderID: "o-unknown")), at: t0) == .accepted(wake: []))
+            let noted = try #require(try await s.store.timeline(for: "o-1").events.first { $0.message == "hint n-1" })
+            #expect(noted.hppSessionID == "a" && noted.orderID == "o-1" && noted.detail["warning"] == "late" && noted.detail["source"] == "socket")
+            #expect(try await s.store.ingest(record("k-1", .hintSessionsOfPayment(kpSessionID: "kp-b")), at: t0) == .accepted(wake: [.session("b")]))
+            #expect(try await s.store.ingest(record("k-2", .hintSessionsOfPayment(kpSessionID: "kp-none")), at: t0) == .accepted(wake: []))
+
+            let request = TrackedPaymentRequest(paymentRequestID: "pr-1", trackedAt: t0)
+            #expect(try await s.store.ingest(record("p-1", .hintPaymentRequest(request)), at: t0) == .accepted(wake: [.paymentRequest("pr-1")]))
+            #expect(try await s.store.paymentRequest("pr-1")?.paymentRequestID == "pr-1")
+            #expect(try await s.store.ingest(record("p-2", .hintPaymentRequest(request)), at: t0.addingTimeInterval(9)) == .accepted(wake: [.paymentRequest("pr-1")]))
+            #expect(try await s.store.paymentRequest("pr-1") == request.hinted(now: t0.addingTimeInterval(9)))
+            #expect(try await s.store.ingest(record("r-1", .recordOnly), at: t0) == .accepted(wake: []))
+            #expect(try await s.store.ingest(record("r-1", .recordOnly), at: t0.addingTimeInterval(1)) == .repeated(firstSeen: t0))
+            let woken = try await s.store.wakeups(after: 0, includingDelivered: true).keys
+            #expect(woken == [.session("a"), .session("b"), .order("o-1"), .session("b"), .paymentRequest("pr-1"), .paymentRequest("pr-1")])
+        }
+    }
+
     @Test("A refused delivery leaves nothing but its rejection: sent again once it can be taken, it is accepted", arguments: Backend.allCases)
     func refusedIngest(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
@@ -379,10 +428,13 @@ struct StoreConformanceTests {
             #expect(try await s.store.summary(now: t0).held == 1)
             #expect(try await s.store.payment("a").held == [.session("a")])
 
+            // One commit that lifts one hold and places another; a hold placed and lifted in one commit is lifted.
             var release = Change()
-            release.releases = [.session("a")]
+            release.releases = [.session("a"), .order("o-b")]
+            release.holds = [(key: .order("o-a"), by: "uid 1000 (alice)"), (key: .order("o-b"), by: "uid 1000 (alice)")]
             try await s.store.commit(release, at: t0)
             #expect(try await s.store.holds([.session("a")]).isEmpty)
+            #expect(try await s.store.heldOrders(among: ["o-a", "o-b", "o-c"]) == ["o-a"])
             #expect(try await s.store.keysWithPendingOperatorRequests() == [.order("o-a")])
         }
     }

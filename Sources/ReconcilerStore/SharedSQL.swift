@@ -1,0 +1,34 @@
+/// SQL that both stores take as it is (SQLite since 3.35 and PostgreSQL agree on it), written once.
+public enum SharedSQL {
+    /// The indexes both first schema steps make, after their tables (SQLite's step 1, PostgreSQL's step 1).
+    public static let firstStepIndexes = """
+        CREATE INDEX sessions_due ON sessions(next_due) WHERE next_due IS NOT NULL;
+        CREATE INDEX sessions_kp ON sessions(kp_session_id);
+        CREATE INDEX sessions_order ON sessions(order_id) WHERE order_id IS NOT NULL;
+        CREATE INDEX sessions_reference ON sessions(merchant_reference) WHERE merchant_reference IS NOT NULL;
+        CREATE INDEX sessions_phase ON sessions(phase, updated_at);
+        CREATE INDEX orders_due ON orders(next_due) WHERE next_due IS NOT NULL;
+        CREATE INDEX orders_reference ON orders(merchant_reference) WHERE merchant_reference IS NOT NULL;
+        CREATE INDEX orders_phase ON orders(phase, updated_at);
+        CREATE INDEX intents_subject ON intents(subject);
+        CREATE INDEX intents_state ON intents(state, updated_at);
+        CREATE INDEX events_session ON events(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
+        CREATE INDEX events_order ON events(order_id) WHERE order_id IS NOT NULL;
+        CREATE INDEX outcomes_session ON outcomes(hpp_session_id) WHERE hpp_session_id IS NOT NULL;
+        CREATE INDEX outcomes_order ON outcomes(order_id) WHERE order_id IS NOT NULL;
+        CREATE INDEX capture_requests_pending ON capture_requests(order_id, id) WHERE state = 'pending';
+        """
+
+    /// The settlement lines' table and the settlement tables' indexes (SQLite's schema step 9, PostgreSQL's 4), made
+    /// after the ledger and payouts tables, whose column types differ.
+    public static let settlementLinesAndIndexes = """
+        CREATE TABLE settlement_lines (
+          payment_reference text NOT NULL, ordinal integer NOT NULL, order_id text, data text NOT NULL,
+          PRIMARY KEY (payment_reference, ordinal));
+        CREATE INDEX settlement_lines_order ON settlement_lines(order_id);
+        CREATE INDEX ledger_unsettled ON ledger(at, order_id, entry_key)
+          WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL;
+        CREATE INDEX ledger_flagged ON ledger(order_id) WHERE flagged_at IS NOT NULL AND settled_reference IS NULL;
+        CREATE INDEX payouts_date ON payouts(payout_date);
+        """
+}
