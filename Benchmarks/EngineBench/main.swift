@@ -212,6 +212,24 @@ func waitUntilDone(_ store: SQLiteStore, timeout: Double) async throws {
     throw BenchFailure("work did not finish within \(timeout) s")
 }
 
+/// Waits until the sandbox has made `count` captures more than `before`, counted in this process (so no store query
+/// takes CPU from the daemons and their database while they work), then until `store` has no open work (the
+/// captures' own commits): how every end-to-end phase knows its payments are done.
+func waitForCaptures(_ count: Int, after before: Int, store: any OperatorStore, timeout: Duration) async throws {
+    let started = ContinuousClock.now
+    func check() throws {
+        guard ContinuousClock.now - started < timeout else { throw BenchFailure("\(count) payments were not captured within \(timeout)") }
+    }
+    while sandbox.effects(kind: .captured).count - before < count {
+        try check()
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    while openWork(try await store.summary(now: Date())) > 0 {
+        try check()
+        try await Task.sleep(for: .milliseconds(5))
+    }
+}
+
 func session(_ created: CreatedSession, now: Date, due: Date? = nil) -> TrackedSession {
     session(hpp: created.hppSessionId, kp: created.kpSessionId, now: now, due: due)
 }
@@ -256,9 +274,10 @@ do {
     let store = try SQLiteStore(path: bench.storePath)
     try await store.commit(change, at: now)
     let baseline = sandbox.requests().count
+    let captured = sandbox.effects(kind: .captured).count
     _ = try bench.start()
     let started = ContinuousClock.now
-    try await waitUntilDone(try SQLiteStore(path: bench.storePath, readOnly: true), timeout: 600)
+    try await waitForCaptures(count, after: captured, store: try SQLiteStore(path: bench.storePath, readOnly: true), timeout: .seconds(600))
     let elapsed = (ContinuousClock.now - started).seconds
     let usage = bench.usage()
     bench.stop()
@@ -457,7 +476,6 @@ if let url = stringOption("--postgres-url") {
 //     are all held by the others.
 if let urls = stringOption("--postgres-cluster-urls")?.split(separator: ",").map(String.init), urls.count >= 4 {
     let logger = Logger(label: "bench.cluster")
-    func summary(_ store: PostgresStore) async throws -> Int { openWork(try await store.summary(now: Date())) }
     for daemons in 1...3 {
         let url = urls[daemons - 1]
         let store = try await PostgresStore.open(try PostgresLocation(url: url), password: nil, logger: logger)
@@ -466,12 +484,10 @@ if let urls = stringOption("--postgres-cluster-urls")?.split(separator: ",").map
         let count = option("--sessions", 2_000)
         let now = Date()
         let change = try completedSessions(count, now: now)
+        let captured = sandbox.effects(kind: .captured).count
         let started = ContinuousClock.now
         try await store.commit(change, at: now)  // every daemon hears of the new work at once
-        while try await summary(store) > 0 {
-            guard ContinuousClock.now - started < .seconds(600) else { throw BenchFailure("\(daemons) daemons did not finish") }
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        try await waitForCaptures(count, after: captured, store: store, timeout: .seconds(600))
         let elapsed = (ContinuousClock.now - started).seconds
         report("cluster_\(daemons)_payments_per_second", String(format: "%.0f", Double(count) / elapsed))
         report("cluster_\(daemons)_cpu_seconds", String(format: "%.2f", benches.map { $0.usage().cpuSeconds }.reduce(0, +)))
@@ -554,12 +570,10 @@ if let urls = stringOption("--postgres-quota-urls")?.split(separator: ",").map(S
             let change = try completedSessions(count, now: now)
             let daemonCPU = benches.map { $0.usage().cpuSeconds }
             let serverCPU = postgresCPUSeconds()
+            let captured = sandbox.effects(kind: .captured).count
             let started = ContinuousClock.now
             try await store.commit(change, at: now)
-            while openWork(try await store.summary(now: Date())) > 0 {
-                guard ContinuousClock.now - started < .seconds(900) else { throw BenchFailure("\(daemons) daemons under quotas did not finish") }
-                try await Task.sleep(for: .milliseconds(20))
-            }
+            try await waitForCaptures(count, after: captured, store: store, timeout: .seconds(900))
             let elapsed = (ContinuousClock.now - started).seconds
             let used = zip(benches, daemonCPU).map { $0.usage().cpuSeconds - $1 }
             report("quota_\(daemons)_payments_per_second", String(format: "%.1f", Double(count) / elapsed))

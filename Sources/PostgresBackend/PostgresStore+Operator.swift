@@ -30,7 +30,7 @@ extension PostgresStore {
     }
 
     public func submit(_ requests: [OperatorRequest], delivered: Bool, at: Date) async throws -> [Int64] {
-        try await transaction { [self] db in
+        let ids: [Int64] = try await transaction { [self] db in
             var ids: [Int64] = []
             for request in requests {
                 let id = try await rows(
@@ -50,6 +50,8 @@ extension PostgresStore {
             }
             return ids
         }
+        if !ids.isEmpty { await announceWork() }
+        return ids
     }
 
     public func operatorRequests(_ ids: [Int64]) async throws -> [OperatorRequest] {

@@ -19,6 +19,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     let owner: DaemonIdentity?
     /// `store copy`'s hold on the database, while it fills it.
     let copyLock = Mutex<CopyLock?>(nil)
+    /// Announces new work once its commit is done (``announceWork()``).
+    private let announcer = WorkAnnouncer()
     /// When this handle last recorded a Klarna success (``freshHealth(_:)``).
     private let lastSuccessWritten = Mutex<ContinuousClock.Instant?>(nil)
     private let encoder: JSONEncoder
@@ -176,6 +178,23 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         try await connection.rows(query, logger: logger)
     }
 
+    /// Tells the daemons listening for work that some arrived, after the commit that made it (``WorkAnnouncer``). A
+    /// daemon does not wait for it (announcements asked for meanwhile go out as one); an operator command, which
+    /// exits next, does.
+    func announceWork() async {
+        guard announcer.ask() else { return }
+        let send: @Sendable () async -> Void = { [self] in
+            repeat {
+                do {
+                    try await rows("SELECT pg_notify(\(PostgresSchema.workChannel), 'work')")
+                } catch {
+                    logger.debug("announcing new work failed (the daemons find it at their next claim): \(error)")
+                }
+            } while announcer.sent()
+        }
+        if owner == nil { await send() } else { Task { await send() } }
+    }
+
     func json<T: Encodable>(_ value: T) throws -> String {
         String(decoding: try encoder.encode(value), as: UTF8.self)
     }
@@ -227,6 +246,13 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         defer { Telemetry.time(.storeCommitDuration, .now - started) }
         let answer = try await withConnection { [logger] db in
             try await db.rows(CommitChange.self, CommitChange.bindings(key: fence?.key.description, holder: fence?.holder, at: at, rows: rows), logger: logger)
+        }
+        // New work for whoever claims it: an order handed off, or a unit other than the step's own.
+        if !change.newOrders.isEmpty || change.sessions.contains(where: { key != .session($0.hppSessionID) })
+            || change.orders.contains(where: { key != .order($0.orderID) })
+            || change.paymentRequests.contains(where: { key != .paymentRequest($0.paymentRequestID) })
+        {
+            await announceWork()
         }
         guard let fence else { return }
         // The lease is share-locked for the statement, so a daemon claiming the work after the lease ran out waits for
@@ -349,7 +375,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult {
         let data = try json(session)
-        return try await transaction { [self] db in
+        let result: TrackResult = try await transaction { [self] db in
             guard try await insertSession(db, session, data: data, at: at) else {
                 let existing = try await rows(db, "SELECT data FROM sessions WHERE hpp_session_id = \(session.hppSessionID)")
                 return .existing(try decode(TrackedSession.self, existing[0]))
@@ -358,10 +384,12 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             try await wake(db, .session(session.hppSessionID), delivered: false)
             return .tracked(session)
         }
+        if case .tracked = result { await announceWork() }
+        return result
     }
 
     public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
-        try await transaction { [self] db in
+        let result: CaptureRequestResult = try await transaction { [self] db in
             switch IngestPlanner.captureRequest(orderID: orderID, amount: amount, order: try await lockedOrder(db, orderID), requestedBy: "the command line") {
             case .write(var writes):
                 writes.delivered = false
@@ -371,6 +399,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             case .refused(let why): return .refused(why)
             }
         }
+        if case .accepted = result { await announceWork() }
+        return result
     }
 
     /// Locked until the commit, so that a capture request is decided against the state a concurrent step commits.
@@ -386,6 +416,13 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// A delivery decided by whether one session is tracked (callbacks, track requests) is one statement
     /// (``IngestBySession``); the others read first in a transaction, then write.
     public func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
+        let result = try await ingestOnce(record, at: at)
+        // Its wakeups tell whoever holds those keys (another daemon, perhaps) to look now.
+        if case .accepted(let wake) = result, !wake.isEmpty { await announceWork() }
+        return result
+    }
+
+    private func ingestOnce(_ record: IngestRecord, at: Date) async throws -> IngestResult {
         let lookup = IngestPlanner.lookup(record)
         if let statement = try IngestBySession(record, lookup: lookup, at: at, json: { try self.json($0) }) {
             let started = ContinuousClock.now

@@ -108,6 +108,9 @@ enum Migrations {
 
     static var latest: Int { steps.count }
 
+    /// The step that made the settlement tables (tests undo it to test its backfill).
+    static let settlementStep = 9
+
     static func version(of db: SQLiteConnection) throws -> Int {
         try db.query("PRAGMA user_version").first?.int(0) ?? 0
     }

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import PostgresBackend
+@testable import PostgresBackend
 import ReconcilerStore
 import Testing
 import TestSupport
@@ -22,10 +22,10 @@ struct StoreUnderTest: Sendable {
     let openAnother: @Sendable () async throws -> any ReconcilerStore
     /// Drops `table` behind the store's back, so that the next statement touching it fails.
     let dropTable: @Sendable (String) async throws -> Void
-    /// Takes the schema back to before its newest migration behind the store's back: runs `undo` (SQL that removes
-    /// what that migration made) and lowers the recorded version, so that the next handle opened (``openAnother``)
-    /// applies the migration again, to the rows written meanwhile: a migration's backfill, tested.
-    let rewindNewestMigration: @Sendable (_ undo: String) async throws -> Void
+    /// Takes the schema back to before the migration that made the settlement tables, behind the store's back: runs
+    /// `undo` (SQL that removes what that migration made) and lowers the recorded version, so that the next handle
+    /// opened (``openAnother``) applies it (and any after it) again, to the rows written meanwhile: its backfill, tested.
+    let rewindSettlementMigration: @Sendable (_ undo: String) async throws -> Void
 
     /// Runs `body` with a new store; closes every handle afterwards.
     static func with<T>(_ backend: Backend, _ body: (StoreUnderTest) async throws -> T) async throws -> T {
@@ -39,9 +39,9 @@ struct StoreUnderTest: Sendable {
             return try await body(StoreUnderTest(
                 backend: backend, store: RecordingStore(base: store, backend: backend), openAnother: { RecordingStore(base: try SQLiteStore(path: path), backend: backend) },
                 dropTable: { table in try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5)).execute("DROP TABLE \(table)") },
-                rewindNewestMigration: { undo in
+                rewindSettlementMigration: { undo in
                     try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5))
-                        .execute("\(undo); PRAGMA user_version = \(Migrations.latest - 1)")
+                        .execute("\(undo); PRAGMA user_version = \(Migrations.settlementStep - 1)")
                 }))
         case .postgres:
             let server = try await PostgresServer.shared()
@@ -59,8 +59,8 @@ struct StoreUnderTest: Sendable {
             return try await body(StoreUnderTest(
                 backend: backend, store: RecordingStore(base: store, backend: backend), openAnother: { RecordingStore(base: try await open(), backend: backend) },
                 dropTable: { table in try await server.psql("DROP TABLE \(table)", database: database) },
-                rewindNewestMigration: { undo in
-                    try await server.psql("\(undo); DELETE FROM schema_migrations WHERE version = \(PostgresStore.schemaVersion)", database: database)
+                rewindSettlementMigration: { undo in
+                    try await server.psql("\(undo); DELETE FROM schema_migrations WHERE version >= \(PostgresSchema.settlementStep)", database: database)
                 }))
         }
     }

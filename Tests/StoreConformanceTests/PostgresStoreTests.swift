@@ -269,19 +269,34 @@ struct PostgresStoreTests {
         #expect(again.first?.work == nil)
     }
 
-    @Test("New work is announced: a listening daemon hears a tracked session at once")
+    @Test("New work is announced after its commit: a tracked session, another daemon's delivery, an order handed off")
     func workNotifications() async throws {
         let server = try await PostgresServer.shared()
         let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
         let a = try await daemonStore(location, server, "host-a")
+        let b = try await daemonStore(location, server, "host-b")
         let writer = try await PostgresStore.open(location, password: server.password, logger: logger)
-        defer { a.close(); writer.close() }
+        defer { a.close(); b.close(); writer.close() }
         let heard = Counter()
         let listening = Task { await a.listenForWork { heard.add() } }
         defer { listening.cancel() }
         try await waitUntil { heard.value >= 1 }  // the first call is on connecting
         _ = try await writer.track(session("hpp-heard", at: Date()), event: DomainEvent("tracked", "test"), at: Date())
         try await waitUntil(timeout: .seconds(5)) { heard.value >= 2 }
+        // Another daemon's delivery wakes a key it may not hold.
+        let hint = IngestRecord(
+            dedupeKey: "heard-1", kind: "hpp_status", source: "socket", summary: "status", action: .hintSession(hppSessionID: "hpp-heard", trackIfUnknown: nil))
+        #expect(try await b.ingest(hint, at: Date()) == .accepted(wake: [.session("hpp-heard")]))
+        try await waitUntil(timeout: .seconds(5)) { heard.value >= 3 }
+        // A step that hands off to a new order: the order is new work for whoever claims it.
+        var handOff = Change()
+        handOff.newOrders = [
+            TrackedOrder(
+                orderID: "order-heard", hppSessionID: "hpp-heard", kpSessionID: nil, merchantReference: nil, capturePolicy: .onRequest,
+                placedBy: .placeOrder, createdAt: Date())
+        ]
+        try await b.commit(handOff, at: Date())
+        try await waitUntil(timeout: .seconds(5)) { heard.value >= 4 }
     }
 
     @Test("Outcomes go out once: a daemon claims those it delivers, and another takes them only once that claim runs out")

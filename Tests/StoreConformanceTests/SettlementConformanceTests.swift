@@ -279,8 +279,8 @@ struct SettlementConformanceTests {
             try await confirm(Intent(key: "capture-o-1-b", kind: .capture, subject: "o-1", amount: 500, now: t0).failed("refused", now: t0), at: t0)
             try await confirm(Intent(key: "place-hpp", kind: .placeOrder, subject: "hpp", now: t0).confirmed(result: "o-1", now: t0), at: t0)
 
-            // The settlement migration is the newest: undone, it runs again when the next handle opens the store.
-            try await s.rewindNewestMigration("DROP TABLE settlement_lines; DROP TABLE payouts; DROP TABLE ledger")
+            // The settlement migration undone: it runs again when the next handle opens the store.
+            try await s.rewindSettlementMigration("DROP TABLE settlement_lines; DROP TABLE payouts; DROP TABLE ledger")
             let migrated = try await s.openAnother()
             let capture1 = LedgerCapture(orderID: "o-1", captureID: "cap-1", amount: 1_000, currency: "EUR", capturedAt: t0.addingTimeInterval(5), source: .daemon)
             let capture2 = LedgerCapture(orderID: "o-2", captureID: nil, amount: 2_000, currency: "SEK", capturedAt: t0.addingTimeInterval(7.5), source: .daemon)

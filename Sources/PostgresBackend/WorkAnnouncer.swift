@@ -1,0 +1,42 @@
+import Synchronization
+
+/// Tells the listening daemons (``PostgresStore/listenForWork(_:)``) that work arrived, once the commit that made it
+/// is done: one `pg_notify` of its own, for all the commits that asked while one was on its way.
+///
+/// Why not inside the write (a trigger's `pg_notify`, as before schema step 5): PostgreSQL takes one lock for the
+/// commit of every transaction that notifies and holds it through the commit's WAL flush, so such transactions never
+/// share a flush (BENCHMARKS.md: 2,250 one-row transactions/s with a notification, 9,944 without). A notification
+/// alone writes no WAL and waits for no flush. One lost to a crash costs the other daemons a claim poll, never the
+/// work: the lease rows are made in the transaction that made the work.
+final class WorkAnnouncer: Sendable {
+    private struct State {
+        var sending = false
+        var askedAgain = false
+    }
+
+    private let state = Mutex(State())
+
+    /// Whether the caller sends now; `false`: a send is on its way and sends once more after it.
+    func ask() -> Bool {
+        state.withLock { state in
+            guard !state.sending else {
+                state.askedAgain = true
+                return false
+            }
+            state.sending = true
+            return true
+        }
+    }
+
+    /// After a send: whether another was asked for meanwhile (the sender then sends again).
+    func sent() -> Bool {
+        state.withLock { state in
+            guard state.askedAgain else {
+                state.sending = false
+                return false
+            }
+            state.askedAgain = false
+            return true
+        }
+    }
+}
