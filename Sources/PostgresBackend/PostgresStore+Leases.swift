@@ -59,7 +59,10 @@ extension PostgresStore: LeaseStore, ClusterView {
         // after a restart every daemon's leases have run out at once, and each renews its own first instead of the
         // daemons taking each other's work (and leaving the Klarna answers they hold unrecorded).
         // `room`: how far this daemon is below its share of all leased work; with none, only keys no daemon with
-        // room took within `patience`. The old holder's lease end comes back relative to the server's clock at the
+        // room took within `patience`. Every row nobody holds ends at -infinity, so the claimable rows are those that
+        // end before the statement began (`now()`, stable where `clock_timestamp()` is volatile): a range of
+        // `work_leases_until`, read in the order taken and only as far as the limit, whatever the number of leases
+        // held. The old holder's lease end comes back relative to the server's clock at the
         // query, so that this host's clock (which may differ from the server's, and jump) never shortens the wait
         // for its calls; the caller counts it from when the answer arrived, after the query ran.
         let claimed = try await rows(
@@ -69,9 +72,9 @@ extension PostgresStore: LeaseStore, ClusterView {
             room AS (SELECT greatest(0, least(\(limit), ceil(total::numeric / \(max(1, liveDaemons)))::bigint - mine)) AS eager FROM counts),
             picked AS (
               SELECT work_key, holder, locked_until FROM work_leases
-              WHERE (holder IS NULL OR locked_until < clock_timestamp() AND (
-                  locked_until > pg_postmaster_start_time() OR pg_postmaster_start_time() < clock_timestamp() - make_interval(secs => \(ttl.timeInterval))))
-                AND ((SELECT eager FROM room) > 0 OR since < clock_timestamp() - make_interval(secs => \(patience.timeInterval)))
+              WHERE locked_until < now() AND (
+                  holder IS NULL OR locked_until > pg_postmaster_start_time() OR pg_postmaster_start_time() < now() - make_interval(secs => \(ttl.timeInterval)))
+                AND ((SELECT eager FROM room) > 0 OR since < now() - make_interval(secs => \(patience.timeInterval)))
               ORDER BY locked_until, since
               LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE \(limit) END FROM room)
               FOR UPDATE SKIP LOCKED)
