@@ -11,7 +11,10 @@ import ReconcilerStore
 /// Both decisions are made before the statement is sent (``IngestPlanner/decide(_:found:at:)`` with the session
 /// tracked and not), and travel as JSON; the statement takes the untracked one's rows only when it inserted the
 /// session itself, or when that one tracks nothing: a session another delivery tracked since the statement began
-/// (its insert then conflicts) is decided as tracked, as a transaction that looked first would have.
+/// (its insert then conflicts) is decided as tracked, as a transaction that looked first would have. A repeat is
+/// counted by the dedupe insert's own `DO UPDATE` (which sees, and locks, a first delivery committed after the
+/// statement began, where a separate `UPDATE` in the same statement would not), its row telling the two apart
+/// (`xmax = 0` only on a row this statement inserted).
 struct IngestBySession: StatementText {
     /// `$1` the dedupe key (null: none), `$2` kind, `$3` source, `$4` the time, `$5` summary, `$6` the session (null:
     /// none looked up), `$7` both decisions' rows, `$8` this daemon (names it on the wakeups of keys it holds).
@@ -19,9 +22,9 @@ struct IngestBySession: StatementText {
         WITH d AS (
           INSERT INTO deliveries (dedupe_key, kind, source, received_at, summary)
           SELECT $1::text, $2::text, $3::text, $4::timestamptz, $5::text WHERE $1::text IS NOT NULL
-          ON CONFLICT (dedupe_key) DO NOTHING RETURNING 1),
-        fresh AS (SELECT $7::text::jsonb AS j WHERE $1::text IS NULL OR EXISTS (SELECT FROM d)),
-        seen AS (UPDATE deliveries SET repeats = repeats + 1 WHERE dedupe_key = $1::text AND NOT EXISTS (SELECT FROM fresh) RETURNING received_at),
+          ON CONFLICT (dedupe_key) DO UPDATE SET repeats = deliveries.repeats + 1
+          RETURNING received_at, xmax = 0 AS inserted),
+        fresh AS (SELECT $7::text::jsonb AS j WHERE $1::text IS NULL OR (SELECT inserted FROM d)),
         looked AS (SELECT EXISTS (SELECT FROM sessions WHERE hpp_session_id = $6::text) AS tracked),
         s AS (
           \(JSONRows.insertSessions(from: "fresh, looked", "fresh.j->'untracked'->'sessions'", at: "$4::timestamptz")) WHERE NOT looked.tracked
@@ -34,7 +37,7 @@ struct IngestBySession: StatementText {
           INSERT INTO wakeups (work_key, delivered, woken_by)
           SELECT x.key, true, (SELECT holder FROM work_leases WHERE work_key = x.key AND holder = $8::text)
           FROM branch, jsonb_array_elements_text(branch.w->'wakeups') WITH ORDINALITY AS x(key, n) ORDER BY x.n)
-        SELECT EXISTS (SELECT FROM fresh), (SELECT received_at FROM seen), (SELECT untracked FROM branch)
+        SELECT EXISTS (SELECT FROM fresh), (SELECT received_at FROM d WHERE NOT inserted), (SELECT untracked FROM branch)
         """
 
     private struct Writes: Encodable {

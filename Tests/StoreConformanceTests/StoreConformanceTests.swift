@@ -487,21 +487,29 @@ struct StoreConformanceTests {
 
     // MARK: Concurrent writers
 
-    @Test("Two handles deliver the same webhooks at once: each is accepted exactly once", arguments: Backend.allCases)
+    @Test("Two handles deliver the same webhooks at once: each is accepted exactly once, each repeat names the first's time", arguments: Backend.allCases)
     func concurrentDeliveries(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             _ = try await s.store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
             let other = try await s.openAnother()
-            let results = try await withThrowingTaskGroup(of: IngestResult.self) { group in
+            // Each attempt at its own time, so that a repeat's first-seen time says which delivery it found.
+            let results = try await withThrowingTaskGroup(of: (Int, IngestResult).self) { group in
                 for attempt in 0..<60 {
                     let store = attempt.isMultiple(of: 2) ? s.store : other
                     let record = hint("event-\(attempt % 12)", "a")
-                    group.addTask { try await store.ingest(record, at: t0) }
+                    group.addTask { (attempt, try await store.ingest(record, at: t0.addingTimeInterval(Double(attempt)))) }
                 }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
-            #expect(results.filter { $0 == .accepted(wake: [.session("a")]) }.count == 12)
-            #expect(results.filter { if case .repeated = $0 { true } else { false } }.count == 48)
+            let accepted = results.filter { $0.1 == .accepted(wake: [.session("a")]) }
+            #expect(accepted.count == 12)
+            #expect(Set(accepted.map { $0.0 % 12 }).count == 12)
+            for (attempt, result) in results {
+                guard case .repeated(let firstSeen) = result else { continue }
+                let first = try #require(accepted.first { $0.0 % 12 == attempt % 12 })
+                #expect(firstSeen == t0.addingTimeInterval(Double(first.0)))
+            }
+            #expect(results.filter { if case .repeated = $0.1 { true } else { false } }.count == 48)
             #expect(try await s.store.timeline(for: "a").events.filter { $0.kind == "webhook" }.count == 12)
         }
     }
