@@ -13,7 +13,7 @@ import SQLiteBackend
 import Synchronization
 
 // klarna-engine-bench DAEMON_BINARY [--sessions N] [--latency-sessions M] [--idle-sessions K] [--history-rows R]
-//                     [--ingest-requests Q] [--spool-files F]
+//                     [--ingest-requests Q] [--spool-files F] [--phases 1,2,3,4,5,5b,5c,5d,6]
 // Runs the real daemon binary against an in-process sandbox on loopback and prints `key value` lines for
 // scripts/bench.sh: end-to-end sessions/s, Klarna calls per session, COMPLETED→order-placed latency, RSS and CPU
 // with K idle tracked sessions, and time to READY with R historical rows in the store.
@@ -37,6 +37,10 @@ func stringOption(_ name: String) -> String? {
 }
 
 func report(_ key: String, _ value: Any) { print("\(key) \(value)") }
+
+/// `--phases 5b,5c`: only those phases (numbered as in the comments below); all of them without it.
+let phases = stringOption("--phases").map { Set($0.split(separator: ",").map(String.init)) }
+func phase(_ name: String) -> Bool { phases?.contains(name) ?? true }
 
 func percentile(_ sorted: [Double], _ p: Double) -> Double {
     guard !sorted.isEmpty else { return .nan }
@@ -266,7 +270,7 @@ func completedSessions(_ count: Int, now: Date) throws -> Change {
 }
 
 // 1. Throughput: N sessions already COMPLETED, tracked before the daemon starts; READY → all captured.
-do {
+if phase("1") {
     let count = option("--sessions", 2_000)
     let bench = try Bench(sandboxURL: sandboxURL, extra: fast)
     let now = Date()
@@ -294,7 +298,7 @@ do {
 }
 
 // 2. Latency: the daemon runs with default polling (dense every 2 s); payments complete at random moments.
-do {
+if phase("2") {
     let baseline = sandbox.requests().count
     let count = option("--latency-sessions", 300)
     // Default polling; the rate budget at Klarna's production limit for reads (200/s) so that polling 300 open
@@ -325,7 +329,7 @@ do {
 }
 
 // 3. Idle: K tracked sessions whose next read is an hour away. RSS, and CPU over 10 s of nothing due.
-do {
+if phase("3") {
     let baseline = sandbox.requests().count
     let count = option("--idle-sessions", 100_000)
     let bench = try Bench(sandboxURL: sandboxURL, extra: "log:\n  level: warning")
@@ -383,7 +387,7 @@ do {
 }
 
 // 4. Start-up with R historical rows: closed sessions and orders and their events.
-do {
+if phase("4") {
     let rows = option("--history-rows", 1_000_000)
     let bench = try Bench(sandboxURL: sandboxURL, extra: "log:\n  level: warning")
     let store = try SQLiteStore(path: bench.storePath)
@@ -419,7 +423,7 @@ do {
 }
 // 5. Ingest: the store's raw durable-commit rate on this disk, socket acks (each after its durable commit) with
 //    16 concurrent senders, and spool files per second.
-do {
+if phase("5") {
     let bench = try Bench(sandboxURL: sandboxURL, extra: "log:\n  level: warning")
     let raw = try SQLiteStore(path: bench.folder + "/raw.sqlite")
     let commits = 2_000
@@ -459,7 +463,7 @@ do {
 }
 // 5b. The same socket acks with the store on PostgreSQL (`--postgres-url`, a server scripts/bench.sh starts on this
 //     machine, fsync on): each ack after its transaction commits there.
-if let url = stringOption("--postgres-url") {
+if phase("5b"), let url = stringOption("--postgres-url") {
     let bench = try Bench(sandboxURL: sandboxURL, extra: "log:\n  level: warning", store: "url: \(url)")
     _ = try bench.start()
     let requests = option("--ingest-requests", 4_000)
@@ -474,7 +478,7 @@ if let url = stringOption("--postgres-url") {
 //     captured, next to phase 1's single daemon on SQLite); then three daemons polling open sessions on one budget
 //     (the calls they make together, against the configured rate), and the time until one killed daemon's leases
 //     are all held by the others.
-if let urls = stringOption("--postgres-cluster-urls")?.split(separator: ",").map(String.init), urls.count >= 4 {
+if phase("5c"), let urls = stringOption("--postgres-cluster-urls")?.split(separator: ",").map(String.init), urls.count >= 4 {
     let logger = Logger(label: "bench.cluster")
     for daemons in 1...3 {
         let url = urls[daemons - 1]
@@ -548,7 +552,7 @@ if let urls = stringOption("--postgres-cluster-urls")?.split(separator: ",").map
 //     `cpu.max`), PostgreSQL outside the quotas (`--postgres-quota-urls`: three empty databases on that server).
 //     Payments end to end with 1, 2 and 3 daemons (phase 1's workload); each daemon's CPU over the run (the quota,
 //     checked); and PostgreSQL's CPU per payment, from /proc of its processes.
-if let urls = stringOption("--postgres-quota-urls")?.split(separator: ",").map(String.init), urls.count >= 3 {
+if phase("5d"), let urls = stringOption("--postgres-quota-urls")?.split(separator: ",").map(String.init), urls.count >= 3 {
     let logger = Logger(label: "bench.quota")
     let share = 0.25
     do {
@@ -588,9 +592,9 @@ if let urls = stringOption("--postgres-quota-urls")?.split(separator: ",").map(S
         report("quota_unavailable", "\(error)".replacingOccurrences(of: "\n", with: " "))
     }
 }
-// 5. Webhooks: verified HPP COMPLETED callbacks at a steady rate into the socket, for payments nobody tracked before
+// 6. Webhooks: verified HPP COMPLETED callbacks at a steady rate into the socket, for payments nobody tracked before
 //    (each is tracked from its callback). Latency: callback sent → order placed at Klarna; and Klarna calls per payment.
-do {
+if phase("6") {
     let count = option("--webhooks", 1_000)
     let perSecond = Double(option("--webhook-rate", 100))
     let callbackKey = "bench-callback-key-0123456789abcdef"
