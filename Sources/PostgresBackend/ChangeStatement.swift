@@ -8,10 +8,10 @@ import ReconcilerStore
 /// for its answer (measured in BENCHMARKS.md).
 ///
 /// The rows travel as one JSON document (`$4`), a list per table, each read with `jsonb_to_recordset`; every write
-/// joins `fenced`, which has its one row only when the step may commit (no fence asked, or this daemon's current
-/// lease, share-locked until the statement commits). A lost or lapsed lease therefore writes nothing, and the answer
-/// row says which. Timestamps travel as microseconds since 2000-01-01, as postgres-nio binds a `Date`, so a row reads
-/// back exactly as a bound one would.
+/// joins `fenced`, which has its one row only when the step may commit (no fence asked, or this daemon's lease row,
+/// share-locked until the statement commits, while this daemon's heartbeat lease lasts). A lost or lapsed lease
+/// therefore writes nothing, and the answer row says which. Timestamps travel as microseconds since 2000-01-01, as
+/// postgres-nio binds a `Date`, so a row reads back exactly as a bound one would.
 ///
 /// The sub-statements of one statement see the same snapshot and may not write one row twice, so the rows are made
 /// disjoint first (``ChangeRows``): the last version of a row wins, as it did when each was its own statement.
@@ -19,8 +19,9 @@ enum CommitChange: StatementText {
     /// `$1` the fencing key (null: unfenced), `$2` this daemon, `$3` the commit's time, `$4` the rows.
     static let sql = """
         WITH fence AS (
-          SELECT holder IS NOT DISTINCT FROM $2::text AS mine, locked_until > clock_timestamp() AS current
-          FROM work_leases WHERE work_key = $1::text FOR SHARE),
+          SELECT l.holder IS NOT DISTINCT FROM $2::text AS mine,
+            coalesce((SELECT leased_until > clock_timestamp() FROM daemons WHERE id = l.holder), false) AS current
+          FROM work_leases l WHERE l.work_key = $1::text FOR SHARE OF l),
         fenced AS (SELECT $4::text::jsonb AS j WHERE $1::text IS NULL OR EXISTS (SELECT FROM fence WHERE mine AND current)),
         s AS (
           \(JSONRows.insertSessions(from: "fenced", "fenced.j->'sessions'", at: "$3::timestamptz"))
@@ -117,14 +118,15 @@ enum JSONRows {
         """
     }
 
-    /// Inserts the ``ChangeRows/Event``s of the list at `path` in their order, at `at`.
-    static func insertEvents(from source: String, _ path: String, at: String) -> String {
+    /// Inserts the ``ChangeRows/Event``s of the list at `path` in their order (after the order of `after`, when the
+    /// list is one of several), at `at`.
+    static func insertEvents(from source: String, _ path: String, at: String, after: String? = nil) -> String {
         """
         INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail)
           SELECT \(at), x.session, x.order_id, x.kind, x.message, x.detail
           FROM \(source), ROWS FROM (jsonb_to_recordset(\(path)) AS (session text, order_id text, kind text, message text, detail text))
             WITH ORDINALITY AS x(session, order_id, kind, message, detail, n)
-          ORDER BY x.n
+          ORDER BY \(after.map { "\($0), " } ?? "")x.n
         """
     }
 }

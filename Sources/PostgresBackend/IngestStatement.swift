@@ -4,43 +4,21 @@ import ReconcilerCore
 import ReconcilerStore
 
 /// A delivery that ``IngestPlanner`` decides by whether one session is tracked (HPP callbacks, track requests,
-/// deliveries only recorded), as one statement: the delivery's row by its dedupe key, then the writes of the one of
-/// the two decisions that holds, one exchange and one implicit transaction where a `BEGIN`, the dedupe insert, the
-/// lookup, each row and a `COMMIT` each waited for their answer.
-///
-/// Both decisions are made before the statement is sent (``IngestPlanner/decide(_:found:at:)`` with the session
-/// tracked and not), and travel as JSON; the statement takes the untracked one's rows only when it inserted the
-/// session itself, or when that one tracks nothing: a session another delivery tracked since the statement began
-/// (its insert then conflicts) is decided as tracked, as a transaction that looked first would have. A repeat is
-/// counted by the dedupe insert's own `DO UPDATE` (which sees, and locks, a first delivery committed after the
-/// statement began, where a separate `UPDATE` in the same statement would not), its row telling the two apart
-/// (`xmax = 0` only on a row this statement inserted).
-struct IngestBySession: StatementText {
-    /// `$1` the dedupe key (null: none), `$2` kind, `$3` source, `$4` the time, `$5` summary, `$6` the session (null:
-    /// none looked up), `$7` both decisions' rows, `$8` this daemon (names it on the wakeups of keys it holds).
-    static let sql = """
-        WITH d AS (
-          INSERT INTO deliveries (dedupe_key, kind, source, received_at, summary)
-          SELECT $1::text, $2::text, $3::text, $4::timestamptz, $5::text WHERE $1::text IS NOT NULL
-          ON CONFLICT (dedupe_key) DO UPDATE SET repeats = deliveries.repeats + 1
-          RETURNING received_at, xmax = 0 AS inserted),
-        fresh AS (SELECT $7::text::jsonb AS j WHERE $1::text IS NULL OR (SELECT inserted FROM d)),
-        looked AS (SELECT EXISTS (SELECT FROM sessions WHERE hpp_session_id = $6::text) AS tracked),
-        s AS (
-          \(JSONRows.insertSessions(from: "fresh, looked", "fresh.j->'untracked'->'sessions'", at: "$4::timestamptz")) WHERE NOT looked.tracked
-          ON CONFLICT (hpp_session_id) DO NOTHING RETURNING 1),
-        branch AS (
-          SELECT untracked, CASE WHEN untracked THEN fresh.j->'untracked' ELSE fresh.j->'tracked' END AS w
-          FROM fresh, looked, LATERAL (SELECT EXISTS (SELECT FROM s) OR NOT (looked.tracked OR jsonb_array_length(fresh.j->'untracked'->'sessions') > 0)) AS b(untracked)),
-        e AS (\(JSONRows.insertEvents(from: "branch", "branch.w->'events'", at: "$4::timestamptz"))),
-        w AS (
-          INSERT INTO wakeups (work_key, delivered, woken_by)
-          SELECT x.key, true, (SELECT holder FROM work_leases WHERE work_key = x.key AND holder = $8::text)
-          FROM branch, jsonb_array_elements_text(branch.w->'wakeups') WITH ORDINALITY AS x(key, n) ORDER BY x.n)
-        SELECT EXISTS (SELECT FROM fresh), (SELECT received_at FROM d WHERE NOT inserted), (SELECT untracked FROM branch)
-        """
+/// deliveries only recorded), ready for ``IngestBatch``: both of its decisions made before anything is sent (with
+/// the session tracked and not), to travel as JSON; the statement takes the one whose condition holds.
+struct SessionDelivery: Sendable {
+    /// What the statement reads for this delivery (``IngestBatch``'s `$1`, one element per delivery).
+    struct Element: Encodable, Sendable {
+        var n: Int
+        var key: String?
+        var kind, source: String
+        var at: Int64
+        var summary: String
+        var session: String?
+        var if_tracked, if_untracked: Writes
+    }
 
-    private struct Writes: Encodable {
+    struct Writes: Encodable, Sendable {
         var sessions: [ChangeRows.Session]
         var events: [ChangeRows.Event]
         var wakeups: [String]
@@ -52,29 +30,29 @@ struct IngestBySession: StatementText {
         }
     }
 
-    private struct Decisions: Encodable {
-        var tracked, untracked: Writes
-    }
-
-    private let record: IngestRecord
+    private(set) var element: Element
     private let at: Date
-    private let hppSessionID: String?
     private let ifTracked: IngestResult
     private let ifUntracked: IngestResult
-    private let rows: String
+
+    /// The keys two deliveries of one statement may not share: a statement writes a row once, and sees none of its
+    /// own writes (the second delivery of a key or a session must see the first's).
+    var dedupeKey: String? { element.key }
+    var sessionID: String? { element.session }
 
     /// Nil for a delivery decided otherwise, or one whose decisions write more than a session, events and the
     /// wakeups of a delivery: the store's transaction writes those.
     init?(_ record: IngestRecord, lookup: IngestLookup, at: Date, json: (any Encodable) throws -> String) throws {
         let tracked: IngestDecision
         let untracked: IngestDecision
+        let sessionID: String?
         switch lookup {
         case .session(let id):
-            hppSessionID = id
+            sessionID = id
             tracked = IngestPlanner.decide(record, found: .session(tracked: true), at: at)
             untracked = IngestPlanner.decide(record, found: .session(tracked: false), at: at)
         case .nothing:
-            hppSessionID = nil
+            sessionID = nil
             tracked = IngestPlanner.decide(record, found: .nothing, at: at)
             untracked = tracked
         default:
@@ -82,34 +60,97 @@ struct IngestBySession: StatementText {
         }
         func simple(_ writes: IngestWrites) -> Bool { writes.paymentRequest == nil && writes.captureRequest == nil && writes.delivered }
         guard case .write(let whenTracked, let ifTracked) = tracked, case .write(let whenUntracked, let ifUntracked) = untracked,
-            whenTracked.newSession == nil, simple(whenTracked), simple(whenUntracked)
+            whenTracked.newSession == nil, simple(whenTracked), simple(whenUntracked),
+            whenUntracked.newSession.map({ $0.hppSessionID == sessionID }) ?? true
         else { return nil }
-        self.record = record
         self.at = at
         self.ifTracked = ifTracked
         self.ifUntracked = ifUntracked
-        rows = try json(Decisions(tracked: try Writes(whenTracked, json: json), untracked: try Writes(whenUntracked, json: json)))
+        element = Element(
+            n: 0, key: record.dedupeKey, kind: record.kind, source: record.source, at: ChangeRows.time(at), summary: record.summary,
+            session: sessionID, if_tracked: try Writes(whenTracked, json: json), if_untracked: try Writes(whenUntracked, json: json))
     }
 
-    func bindings(holder: String?) -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 8)
-        bindings.append(record.dedupeKey)
-        bindings.append(record.kind)
-        bindings.append(record.source)
-        bindings.append(at)
-        bindings.append(record.summary)
-        bindings.append(hppSessionID)
-        bindings.append(rows)
+    /// Numbered as the statement answers it.
+    func numbered(_ n: Int) -> SessionDelivery {
+        var copy = self
+        copy.element.n = n
+        return copy
+    }
+
+    /// The answer from the statement's row for this delivery.
+    func result(fresh: Bool, firstSeen: Date?, untracked: Bool?) -> IngestResult {
+        guard fresh else { return .repeated(firstSeen: firstSeen ?? at) }
+        return untracked == true ? ifUntracked : ifTracked
+    }
+}
+
+/// Deliveries decided by one session each (``SessionDelivery``), any number of them, as one statement: one exchange
+/// and one implicit transaction (one WAL flush) for all, where each delivery's `BEGIN`, dedupe insert, lookup, rows
+/// and `COMMIT` each waited for their answer. ``IngestBatcher`` sends the deliveries that arrive while others are on
+/// their way together.
+///
+/// Per delivery: its row in `deliveries` by its dedupe key, counted as a repeat by the insert's own `DO UPDATE`
+/// (which sees, and locks, a first delivery committed after the statement began, where a separate `UPDATE` in the same
+/// statement would not; `xmax = 0` only on a row this statement inserted); then the writes of the decision that holds.
+/// The untracked decision's rows are taken only when the statement inserted the session itself, or when that
+/// decision tracks nothing: a session another delivery tracked since the statement began (its insert then conflicts)
+/// is decided as tracked, as a transaction that looked first would have. No two deliveries of one statement share a
+/// dedupe key or a session (the batcher keeps them apart); rows that take locks are written in key order, so two
+/// statements running at once never wait for each other in a circle. Each session is looked up by its key (a
+/// lateral `LIMIT 1`): as a semi-join the planner hashed the whole table for a handful of deliveries.
+enum IngestBatch: StatementText {
+    /// `$1` the deliveries (``SessionDelivery/Element``s), `$2` this daemon (names it on the wakeups of keys it holds).
+    static let sql = """
+        WITH r AS (
+          SELECT * FROM jsonb_to_recordset($1::text::jsonb) AS r(
+            n integer, key text, kind text, source text, at bigint, summary text, session text, if_tracked jsonb, if_untracked jsonb)),
+        d AS (
+          INSERT INTO deliveries (dedupe_key, kind, source, received_at, summary)
+          SELECT key, kind, source, \(JSONRows.time("at")), summary FROM r WHERE key IS NOT NULL ORDER BY key
+          ON CONFLICT (dedupe_key) DO UPDATE SET repeats = deliveries.repeats + 1
+          RETURNING dedupe_key, received_at, xmax = 0 AS inserted),
+        fresh AS (
+          SELECT r.n, r.session, r.at, r.if_tracked, r.if_untracked, looked.found IS NOT NULL AS tracked_before
+          FROM r LEFT JOIN LATERAL (SELECT true AS found FROM sessions WHERE hpp_session_id = r.session LIMIT 1) looked ON true
+          WHERE r.key IS NULL OR EXISTS (SELECT FROM d WHERE d.dedupe_key = r.key AND d.inserted)),
+        s AS (
+          \(JSONRows.insertSessions(from: "fresh", "fresh.if_untracked->'sessions'", at: JSONRows.time("fresh.at")))
+          WHERE NOT fresh.tracked_before ORDER BY x.id
+          ON CONFLICT (hpp_session_id) DO NOTHING RETURNING hpp_session_id),
+        branch AS (
+          SELECT fresh.n, fresh.at, b.untracked, CASE WHEN b.untracked THEN fresh.if_untracked ELSE fresh.if_tracked END AS w
+          FROM fresh, LATERAL (
+            SELECT EXISTS (SELECT FROM s WHERE s.hpp_session_id = fresh.session)
+              OR NOT (fresh.tracked_before OR jsonb_array_length(fresh.if_untracked->'sessions') > 0)) AS b(untracked)),
+        e AS (\(JSONRows.insertEvents(from: "branch", "branch.w->'events'", at: JSONRows.time("branch.at"), after: "branch.n"))),
+        w AS (
+          INSERT INTO wakeups (work_key, delivered, woken_by)
+          SELECT x.key, true, (SELECT holder FROM work_leases WHERE work_key = x.key AND holder = $2::text)
+          FROM branch, jsonb_array_elements_text(branch.w->'wakeups') WITH ORDINALITY AS x(key, m) ORDER BY x.key, branch.n, x.m)
+        SELECT r.n, r.key IS NULL OR coalesce(d.inserted, false), CASE WHEN d.inserted THEN NULL ELSE d.received_at END, branch.untracked
+        FROM r LEFT JOIN d ON d.dedupe_key = r.key LEFT JOIN branch ON branch.n = r.n
+        """
+
+    static func bindings(_ deliveries: [SessionDelivery], holder: String?, json: (any Encodable) throws -> String) throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 2)
+        bindings.append(try json(deliveries.map(\.element)))
         bindings.append(holder)
         return bindings
     }
 
-    /// The answer from the statement's row.
-    func result(_ row: PostgresRow?) throws -> IngestResult {
-        guard let (fresh, firstSeen, untracked) = try row?.decode((Bool, Date?, Bool?).self) else {
-            throw PostgresProblem(kind: .other, description: "the ingest statement answered no row")
+    /// Each delivery's answer, in the order given (numbered by its place).
+    static func results(_ deliveries: [SessionDelivery], rows: [PostgresRow]) throws -> [IngestResult] {
+        var answers: [Int: (Bool, Date?, Bool?)] = [:]
+        for row in rows {
+            let (n, fresh, firstSeen, untracked) = try row.decode((Int, Bool, Date?, Bool?).self)
+            answers[n] = (fresh, firstSeen, untracked)
         }
-        guard fresh else { return .repeated(firstSeen: firstSeen ?? at) }
-        return untracked == true ? ifUntracked : ifTracked
+        return try deliveries.map { delivery in
+            guard let (fresh, firstSeen, untracked) = answers[delivery.element.n] else {
+                throw PostgresProblem(kind: .other, description: "the ingest statement answered no row for delivery \(delivery.element.n)")
+            }
+            return delivery.result(fresh: fresh, firstSeen: firstSeen, untracked: untracked)
+        }
     }
 }

@@ -147,6 +147,31 @@ enum PostgresSchema {
           RETURN NULL;
         END $$;
         """,
+        // 6: a lease lasts as long as its holder's heartbeat (`daemons.leased_until`), no longer a time per row: a
+        // renewal writes one row, not every lease the daemon holds (each rewrite of an indexed column was a new row
+        // version and index entries; BENCHMARKS.md), and a claim reads the free rows and the rows of daemons that
+        // lapsed, never every lease. `holds` is each daemon's count of leases (exact at its renewal, kept up by its
+        // claims) for the share a claim may take. A wakeup takes its lease row's lock (`woken`), so that a release
+        // running at the same moment sees it (``PostgresStore/releaseLease(_:)``). An older daemon still running
+        // on this database fails every lease statement from here on (the column it renews is gone), so it calls
+        // Klarna no more, and its work moves to the upgraded daemons once its lease runs out, as after a hang.
+        """
+        ALTER TABLE daemons ADD COLUMN leased_until timestamptz NOT NULL DEFAULT '-infinity', ADD COLUMN holds integer NOT NULL DEFAULT 0;
+        UPDATE daemons d SET leased_until = l.until, holds = l.n
+          FROM (SELECT holder, max(locked_until) AS until, count(*) AS n FROM work_leases WHERE holder IS NOT NULL GROUP BY holder) l
+          WHERE d.id = l.holder;
+        UPDATE work_leases l SET holder = NULL WHERE holder IS NOT NULL AND NOT EXISTS (SELECT FROM daemons d WHERE d.id = l.holder);
+        DROP INDEX work_leases_until;
+        ALTER TABLE work_leases DROP COLUMN locked_until, ADD COLUMN woken bigint NOT NULL DEFAULT 0;
+        CREATE INDEX work_leases_free ON work_leases(since) WHERE holder IS NULL;
+        CREATE FUNCTION klarna_work_woken() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          INSERT INTO work_leases (work_key) VALUES (NEW.work_key) ON CONFLICT (work_key) DO UPDATE SET woken = work_leases.woken + 1;
+          RETURN NULL;
+        END $$;
+        DROP TRIGGER wakeups_work ON wakeups;
+        CREATE TRIGGER wakeups_work AFTER INSERT ON wakeups FOR EACH ROW EXECUTE FUNCTION klarna_work_woken();
+        """,
     ]
 
     /// The step that made the settlement tables (tests undo it to test its backfill).

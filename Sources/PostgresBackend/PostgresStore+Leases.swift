@@ -5,8 +5,13 @@ import ReconcilerCore
 import ReconcilerStore
 
 /// Work shared by the daemons on one database: a lease row per unit of work that has something to do (made by the
-/// triggers of schema step 3 when a unit or a wakeup is inserted), claimed with `FOR UPDATE SKIP LOCKED`, renewed
-/// in one statement per daemon, and checked (share-locked) by every fenced commit.
+/// triggers of schema step 3 when a unit or a wakeup is inserted), claimed with `FOR UPDATE SKIP LOCKED`, and
+/// checked (share-locked) by every fenced commit. A lease lasts as long as its holder's heartbeat
+/// (`daemons.leased_until`, schema step 6): a renewal extends every lease the daemon holds by writing its one row.
+///
+/// Takeover and renewal exclude each other by the lapsed daemon's row: a claim taking a lapsed daemon's leases
+/// locks that row (skipping it when its renewal holds it), and a renewal locks it first, then reads the leases
+/// still its own in a second statement, whose snapshot shows every takeover committed before.
 extension PostgresStore: LeaseStore, ClusterView {
     public var daemon: DaemonIdentity {
         guard let owner else { preconditionFailure("a store opened without a daemon has no leases") }
@@ -28,61 +33,99 @@ extension PostgresStore: LeaseStore, ClusterView {
                 INSERT INTO daemons (id, host, pid, started_at, heartbeat_at) VALUES (\(daemon.id), \(daemon.host), \(daemon.pid), \(at), clock_timestamp())
                 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, stopped_at = NULL
                 """, logger: logger)
-            // Rows of daemons long gone only clutter `cluster`.
-            try await db.rows("DELETE FROM daemons WHERE heartbeat_at < clock_timestamp() - interval '7 days'", logger: logger)
+            // Rows of daemons long gone only clutter `cluster`; what they still held is free (a lease without its
+            // holder's row could never lapse).
+            try await db.rows(
+                """
+                WITH gone AS (DELETE FROM daemons WHERE heartbeat_at < clock_timestamp() - interval '7 days' RETURNING id)
+                UPDATE work_leases SET holder = NULL FROM gone WHERE holder = gone.id
+                """, logger: logger)
         }
     }
 
-    /// One statement: the heartbeat, the renewal, and the count of live daemons (this one counted by its new
-    /// heartbeat, which the statement's own snapshot does not show).
+    /// The heartbeat and the renewal of every lease held, then what is held: two statements in one transaction, so
+    /// that the second reads after any takeover the first waited for (see the type's comment). The live daemons are
+    /// counted with this one's new heartbeat.
     public func renewLeases(ttl: Duration) async throws -> LeaseRenewal {
         let id = daemon.id
         let seconds = ttl.timeInterval
         // A lapsed lease nobody claimed yet is still this daemon's: nobody else can have acted on it.
-        let row = try await rows(
-            """
-            WITH beat AS (UPDATE daemons SET heartbeat_at = clock_timestamp() WHERE id = \(id) RETURNING 1),
-            held AS (
-              UPDATE work_leases SET locked_until = clock_timestamp() + make_interval(secs => \(seconds)) WHERE holder = \(id) RETURNING work_key)
-            SELECT coalesce((SELECT array_agg(work_key) FROM held), '{}'),
-              (SELECT count(*) FROM daemons
-               WHERE stopped_at IS NULL AND (id = \(id) OR heartbeat_at > clock_timestamp() - make_interval(secs => \(seconds))))
-            """)[0]
+        let row = try await transaction { [self] db in
+            _ = try await rows(
+                db,
+                """
+                UPDATE daemons SET heartbeat_at = clock_timestamp(), leased_until = clock_timestamp() + make_interval(secs => \(seconds))
+                WHERE id = \(id)
+                """)
+            return try await rows(
+                db,
+                """
+                WITH held AS (SELECT work_key FROM work_leases WHERE holder = \(id)),
+                counted AS (UPDATE daemons SET holds = (SELECT count(*) FROM held) WHERE id = \(id))
+                SELECT coalesce((SELECT array_agg(work_key) FROM held), '{}'),
+                  (SELECT count(*) FROM daemons WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - make_interval(secs => \(seconds)))
+                """)[0]
+        }
         let (held, live) = try row.decode(([String], Int).self)
         return LeaseRenewal(held: Set(held.compactMap(WorkKey.init)), liveDaemons: max(1, live))
     }
 
     public func claimWork(ttl: Duration, limit: Int, liveDaemons: Int, patience: Duration) async throws -> [Claim] {
         let id = daemon.id
-        // A lapsed lease is taken over when it ran out while the server was up (its holder could have renewed it and
-        // did not). One that ran out while the server was down waits until the server has been up a lease time:
-        // after a restart every daemon's leases have run out at once, and each renews its own first instead of the
-        // daemons taking each other's work (and leaving the Klarna answers they hold unrecorded).
-        // `room`: how far this daemon is below its share of all leased work; with none, only keys no daemon with
-        // room took within `patience`. Every row nobody holds ends at -infinity, so the claimable rows are those that
-        // end before the statement began (`now()`, stable where `clock_timestamp()` is volatile): a range of
-        // `work_leases_until`, read in the order taken and only as far as the limit, whatever the number of leases
-        // held. The old holder's lease end comes back relative to the server's clock at the
-        // query, so that this host's clock (which may differ from the server's, and jump) never shortens the wait
-        // for its calls; the caller counts it from when the answer arrived, after the query ran.
+        let live = max(1, liveDaemons)
+        // Claimable: a row nobody holds, or one whose holder's heartbeat lease ran out while the server was up (its
+        // holder could have renewed it and did not). One that ran out while the server was down waits until the
+        // server has been up a lease time: after a restart every daemon's lease has run out at once, and each renews
+        // its own first instead of the daemons taking each other's work (and leaving the Klarna answers they hold
+        // unrecorded). Free rows first (oldest first), then the lapsed daemons' (longest lapsed first).
+        // `room`: how far this daemon is below its share of all leased work (every daemon's `holds` and the free
+        // rows, counted only as far as can matter); with none, only keys no daemon with room took within `patience`.
+        // A claim extends this daemon's lease as a renewal would (a lease is claimed for `ttl`). The old holder's
+        // lease end comes back relative to the server's clock at the query, so that this host's clock (which may
+        // differ from the server's, and jump) never shortens the wait for its calls; the caller counts it from when
+        // the answer arrived, after the query ran.
         let claimed = try await rows(
             """
-            WITH counts AS (
-              SELECT count(*) AS total, count(*) FILTER (WHERE holder = \(id) AND locked_until > clock_timestamp()) AS mine FROM work_leases),
-            room AS (SELECT greatest(0, least(\(limit), ceil(total::numeric / \(max(1, liveDaemons)))::bigint - mine)) AS eager FROM counts),
-            picked AS (
-              SELECT work_key, holder, locked_until FROM work_leases
-              WHERE locked_until < now() AND (
-                  holder IS NULL OR locked_until > pg_postmaster_start_time() OR pg_postmaster_start_time() < now() - make_interval(secs => \(ttl.timeInterval)))
-                AND ((SELECT eager FROM room) > 0 OR since < now() - make_interval(secs => \(patience.timeInterval)))
-              ORDER BY locked_until, since
+            WITH room AS (
+              SELECT greatest(0, least(\(limit), ceil((total.held + free.n)::numeric / \(live))::bigint - mine.holds)) AS eager
+              FROM (SELECT coalesce(sum(holds), 0) AS held FROM daemons) total,
+                (SELECT coalesce((SELECT holds FROM daemons WHERE id = \(id)), 0) AS holds) mine,
+                LATERAL (SELECT count(*) AS n FROM (
+                  SELECT FROM work_leases WHERE holder IS NULL LIMIT (mine.holds + \(limit)) * \(live)) f) free),
+            lapsed AS (
+              SELECT id, leased_until FROM daemons
+              WHERE id <> \(id) AND leased_until < now() AND (
+                  leased_until > pg_postmaster_start_time() OR pg_postmaster_start_time() < now() - make_interval(secs => \(ttl.timeInterval)))
+              FOR UPDATE SKIP LOCKED),
+            free AS (
+              SELECT work_key, holder, NULL::timestamptz AS ended FROM work_leases
+              WHERE holder IS NULL AND ((SELECT eager FROM room) > 0 OR since < now() - make_interval(secs => \(patience.timeInterval)))
+              ORDER BY since
               LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE \(limit) END FROM room)
-              FOR UPDATE SKIP LOCKED)
-            UPDATE work_leases l SET holder = \(id), locked_until = clock_timestamp() + make_interval(secs => \(ttl.timeInterval)),
-              since = clock_timestamp()
-            FROM picked WHERE l.work_key = picked.work_key
-            RETURNING l.work_key, picked.holder,
-              CASE WHEN picked.locked_until = '-infinity' THEN NULL ELSE extract(epoch FROM picked.locked_until - clock_timestamp())::float8 END
+              FOR UPDATE SKIP LOCKED),
+            taken AS (
+              SELECT l.work_key, l.holder, d.leased_until AS ended FROM work_leases l JOIN lapsed d ON d.id = l.holder
+              WHERE (SELECT eager FROM room) > 0 OR l.since < now() - make_interval(secs => \(patience.timeInterval))
+              ORDER BY d.leased_until, l.since
+              LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE \(limit) END FROM room)
+              FOR UPDATE OF l SKIP LOCKED),
+            picked AS (
+              SELECT * FROM (SELECT * FROM free UNION ALL SELECT * FROM taken) p
+              LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE \(limit) END FROM room)),
+            claimed AS (
+              UPDATE work_leases l SET holder = \(id), since = clock_timestamp()
+              FROM picked WHERE l.work_key = picked.work_key
+              RETURNING l.work_key, picked.holder, picked.ended),
+            counted AS (
+              UPDATE daemons SET holds = greatest(0, holds + c.delta),
+                leased_until = CASE WHEN daemons.id = \(id)
+                  THEN greatest(leased_until, clock_timestamp() + make_interval(secs => \(ttl.timeInterval))) ELSE leased_until END
+              FROM (
+                SELECT \(id)::text AS id, count(*) AS delta FROM claimed
+                UNION ALL SELECT holder, -count(*) FROM claimed WHERE holder IS NOT NULL GROUP BY holder) c
+              WHERE daemons.id = c.id AND c.delta <> 0)
+            SELECT work_key, holder, CASE WHEN ended IS NULL THEN NULL ELSE extract(epoch FROM ended - clock_timestamp())::float8 END
+            FROM claimed
             """
         ).map { try $0.decode((String, String?, Double?).self) }
         guard !claimed.isEmpty else { return [] }
@@ -117,7 +160,9 @@ extension PostgresStore: LeaseStore, ClusterView {
 
     public func releaseLease(_ key: WorkKey) async throws -> Bool {
         // Kept while the unit is open (a held payment: its holder keeps it, idle) or a wakeup waits for it: a
-        // released open unit would have no row to be claimed by.
+        // released open unit would have no row to be claimed by. A wakeup committed while this runs is not in its
+        // snapshot; its trigger locked the row and counted itself in `woken`, so this delete waits for it, and then
+        // finds the row changed from the count it read (`woken` is read once, before) and leaves it.
         let (table, column, id) = switch key {
         case .session(let id): ("sessions", "hpp_session_id", id)
         case .order(let id): ("orders", "order_id", id)
@@ -130,6 +175,7 @@ extension PostgresStore: LeaseStore, ClusterView {
         let release = PostgresQuery(
             unsafeSQL: """
                 DELETE FROM work_leases WHERE work_key = $1 AND holder = $2
+                  AND woken = (SELECT woken FROM work_leases WHERE work_key = $1)
                   AND NOT EXISTS (SELECT 1 FROM wakeups WHERE work_key = $1)
                   AND NOT EXISTS (SELECT 1 FROM \(table) WHERE \(column) = $3 AND next_due IS NOT NULL)
                 RETURNING 1
@@ -140,8 +186,8 @@ extension PostgresStore: LeaseStore, ClusterView {
     public func deregister(at: Date) async throws {
         let id = daemon.id
         try await transaction { [self] db in
-            try await db.rows("UPDATE work_leases SET holder = NULL, locked_until = '-infinity' WHERE holder = \(id)", logger: logger)
-            try await db.rows("UPDATE daemons SET stopped_at = \(at) WHERE id = \(id)", logger: logger)
+            try await db.rows("UPDATE work_leases SET holder = NULL WHERE holder = \(id)", logger: logger)
+            try await db.rows("UPDATE daemons SET stopped_at = \(at), holds = 0, leased_until = '-infinity' WHERE id = \(id)", logger: logger)
             try await db.rows("SELECT pg_notify(\(PostgresSchema.workChannel), 'released')", logger: logger)
         }
     }
@@ -177,7 +223,7 @@ extension PostgresStore: LeaseStore, ClusterView {
             """
             SELECT d.id, d.host, d.pid, d.started_at, d.heartbeat_at, d.stopped_at, count(l.work_key)::bigint,
               coalesce((array_agg(l.work_key ORDER BY l.work_key) FILTER (WHERE l.work_key IS NOT NULL))[1:5], '{}')
-            FROM daemons d LEFT JOIN work_leases l ON l.holder = d.id AND l.locked_until > clock_timestamp()
+            FROM daemons d LEFT JOIN work_leases l ON l.holder = d.id AND d.leased_until > clock_timestamp()
             WHERE d.stopped_at IS NULL OR d.stopped_at > clock_timestamp() - interval '1 day'
             GROUP BY d.id ORDER BY d.started_at
             """
@@ -188,7 +234,12 @@ extension PostgresStore: LeaseStore, ClusterView {
     }
 
     public func unclaimedWork() async throws -> Int {
-        try await rows("SELECT count(*) FROM work_leases WHERE holder IS NULL OR locked_until < clock_timestamp()")[0].decode(Int.self)
+        try await rows(
+            """
+            SELECT count(*) FROM work_leases l LEFT JOIN daemons d ON d.id = l.holder
+            WHERE l.holder IS NULL OR d.id IS NULL OR d.leased_until < clock_timestamp()
+            """
+        )[0].decode(Int.self)
     }
 }
 

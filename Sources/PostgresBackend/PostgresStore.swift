@@ -21,6 +21,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     let copyLock = Mutex<CopyLock?>(nil)
     /// Announces new work once its commit is done (``announceWork()``).
     private let announcer = WorkAnnouncer()
+    /// Sends the deliveries that arrive together in one statement (``ingest(_:at:)``).
+    private let batcher = IngestBatcher()
     /// When this handle last recorded a Klarna success (``freshHealth(_:)``).
     private let lastSuccessWritten = Mutex<ContinuousClock.Instant?>(nil)
     private let encoder: JSONEncoder
@@ -413,8 +415,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         let result: IngestResult
     }
 
-    /// A delivery decided by whether one session is tracked (callbacks, track requests) is one statement
-    /// (``IngestBySession``); the others read first in a transaction, then write.
+    /// A delivery decided by whether one session is tracked (callbacks, track requests) goes out in one statement with
+    /// the others that arrive meanwhile (``IngestBatcher``); the others read first in a transaction, then write.
     public func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
         let result = try await ingestOnce(record, at: at)
         // Its wakeups tell whoever holds those keys (another daemon, perhaps) to look now.
@@ -424,13 +426,14 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     private func ingestOnce(_ record: IngestRecord, at: Date) async throws -> IngestResult {
         let lookup = IngestPlanner.lookup(record)
-        if let statement = try IngestBySession(record, lookup: lookup, at: at, json: { try self.json($0) }) {
-            let started = ContinuousClock.now
-            defer { Telemetry.time(.storeCommitDuration, .now - started) }
-            let answer = try await withConnection { [logger, owner] db in
-                try await db.rows(IngestBySession.self, statement.bindings(holder: owner?.id), logger: logger)
+        if let delivery = try SessionDelivery(record, lookup: lookup, at: at, json: { try self.json($0) }) {
+            return try await batcher.submit(delivery) { [self] deliveries in
+                let started = ContinuousClock.now
+                defer { Telemetry.time(.storeCommitDuration, .now - started) }
+                let bindings = try IngestBatch.bindings(deliveries, holder: owner?.id) { try self.json($0) }
+                let rows = try await withConnection { [logger] db in try await db.rows(IngestBatch.self, bindings, logger: logger) }
+                return try IngestBatch.results(deliveries, rows: rows)
             }
-            return try statement.result(answer.first)
         }
         do {
             return try await transaction { [self] db in try await ingest(db, record, lookup: lookup, at: at) }

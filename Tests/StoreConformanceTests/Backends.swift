@@ -60,7 +60,19 @@ struct StoreUnderTest: Sendable {
                 backend: backend, store: RecordingStore(base: store, backend: backend), openAnother: { RecordingStore(base: try await open(), backend: backend) },
                 dropTable: { table in try await server.psql("DROP TABLE \(table)", database: database) },
                 rewindSettlementMigration: { undo in
-                    try await server.psql("\(undo); DELETE FROM schema_migrations WHERE version >= \(PostgresSchema.settlementStep)", database: database)
+                    // Step 6 (heartbeat leases) undone too: it runs again after the settlement step.
+                    try await server.psql(
+                        """
+                        \(undo);
+                        ALTER TABLE daemons DROP COLUMN leased_until, DROP COLUMN holds;
+                        DROP INDEX work_leases_free;
+                        ALTER TABLE work_leases DROP COLUMN woken, ADD COLUMN locked_until timestamptz NOT NULL DEFAULT '-infinity';
+                        CREATE INDEX work_leases_until ON work_leases(locked_until, since);
+                        DROP TRIGGER wakeups_work ON wakeups;
+                        DROP FUNCTION klarna_work_woken();
+                        CREATE TRIGGER wakeups_work AFTER INSERT ON wakeups FOR EACH ROW EXECUTE FUNCTION klarna_work_arrived('', 'work_key');
+                        DELETE FROM schema_migrations WHERE version >= \(PostgresSchema.settlementStep)
+                        """, database: database)
                 }))
         }
     }

@@ -182,7 +182,7 @@ struct PostgresStoreTests {
 
         // The lease ran out while the server was down (as after a restart): nobody takes it before the server has
         // been up a lease time, and a's commit is put off, not lost, until a's renewal extends the lease.
-        _ = try await server.psql("UPDATE work_leases SET locked_until = pg_postmaster_start_time() - interval '1 second'", database: database)
+        _ = try await server.psql("UPDATE daemons SET leased_until = pg_postmaster_start_time() - interval '1 second'", database: database)
         #expect(try await b.claimWork(ttl: .seconds(86_400), limit: 10, liveDaemons: 1, patience: .zero).isEmpty)
         var putOff = Change()
         putOff.intents = [Intent(key: "intent-put-off", kind: .capture, subject: "hpp-lease", now: Date()).sending(now: Date())]
@@ -267,6 +267,74 @@ struct PostgresStoreTests {
         let again = try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero)
         #expect(again.map(\.key) == [key])
         #expect(again.first?.work == nil)
+    }
+
+    @Test("A release racing a wakeup that commits meanwhile keeps the lease: the wakeup is claimable, never stranded without a row")
+    func releaseRacingWakeup() async throws {
+        let server = try await PostgresServer.shared()
+        let database = try await server.createDatabase()
+        let location = try PostgresLocation(url: server.url(database))
+        let a = try await daemonStore(location, server, "host-a")
+        defer { a.close() }
+        var tracked = session("hpp-race", at: Date())
+        _ = try await a.track(tracked, event: DomainEvent("tracked", "test"), at: Date())
+        let key = WorkKey.session("hpp-race")
+        #expect(try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero).map(\.key) == [key])
+        tracked.phase = .closed
+        tracked.outcome = .expired
+        var change = Change()
+        change.sessions = [tracked]
+        try await a.commit(change, at: Date(), fencedBy: key)
+        #expect(try await a.takeWakeups() == [key])
+
+        // Another writer's wakeup, inserted and not yet committed, when the release begins.
+        let writer = try await PostgresStore.connect(location, password: server.password, logger: logger)
+        defer { Task { try? await writer.close() } }
+        try await writer.rows("BEGIN", logger: logger)
+        try await writer.rows("INSERT INTO wakeups (work_key, delivered) VALUES (\(key.description), false)", logger: logger)
+        let release = Task { try await a.releaseLease(key) }
+        // The release waits for the wakeup's lock on the lease row.
+        try await waitUntil(timeout: .seconds(10)) {
+            let waiting = try await server.psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM work_leases%'", database: database)
+            return waiting.trimmingCharacters(in: .whitespacesAndNewlines) == "1"
+        }
+        try await writer.rows("COMMIT", logger: logger)
+        #expect(try await release.value == false, "the release saw the wakeup and kept the lease")
+        #expect(try await a.takeWakeups() == [key])
+        #expect(try await a.releaseLease(key))
+        #expect(try await a.unclaimedWork() == 0)
+    }
+
+    @Test("Upgrade to heartbeat leases (schema step 6): a lease an older daemon holds keeps its end, and is taken over only after it")
+    func leasesUpgrade() async throws {
+        let server = try await PostgresServer.shared()
+        let database = try await server.createDatabase()
+        // A store as the previous release left it: schema 5, a daemon holding one lease for a few seconds more, one free.
+        let previous = PostgresSchema.steps[0..<5].joined(separator: ";\n")
+        _ = try await server.psql(
+            """
+            CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+            \(previous);
+            INSERT INTO schema_migrations (version) SELECT generate_series(1, 5);
+            INSERT INTO daemons (id, host, pid, started_at, heartbeat_at) VALUES ('old/1/1', 'old', 1, now(), now());
+            INSERT INTO work_leases (work_key, holder, locked_until) VALUES ('session:held-old', 'old/1/1', clock_timestamp() + interval '3 seconds');
+            INSERT INTO work_leases (work_key) VALUES ('session:free-old');
+            """, database: database)
+        let location = try PostgresLocation(url: server.url(database))
+        let upgraded = try await daemonStore(location, server, "host-new")
+        defer { upgraded.close() }
+        #expect(try await server.psql("SELECT holds FROM daemons WHERE id = 'old/1/1'", database: database).trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+        let first = try await upgraded.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 2, patience: .zero)
+        #expect(first.map(\.key) == [.session("free-old")])
+        var taken: [Claim] = []
+        try await waitUntil(timeout: .seconds(10)) {
+            taken = try await upgraded.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 2, patience: .zero)
+            return !taken.isEmpty
+        }
+        #expect(taken.map(\.key) == [.session("held-old")])
+        #expect(taken.first?.lapsed?.holder == "old/1/1")
+        #expect(try await server.psql("SELECT holds FROM daemons WHERE id = 'old/1/1'", database: database).trimmingCharacters(in: .whitespacesAndNewlines) == "0")
     }
 
     @Test("New work is announced after its commit: a tracked session, another daemon's delivery, an order handed off")
