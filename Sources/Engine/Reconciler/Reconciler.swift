@@ -3,6 +3,7 @@ import KlarnaAPI
 import Logging
 import ReconcilerCore
 import ReconcilerStore
+import Synchronization
 import Telemetry
 
 /// Does the work for one session or order: reads Klarna, applies the domain rules, and performs side effects as
@@ -49,6 +50,32 @@ public struct Reconciler: Sendable {
     public let ownership: (any WorkOwnership)?
     /// The key `process` works on, for the fence of each commit and the lease check before each call.
     @TaskLocal static var workKey: WorkKey?
+    /// The version of that key's unit its step committed last (``commit(_:now:)`` records it), to plan the next run
+    /// from without reading it back: one exchange with the store per step fewer (a shared store pays a round trip
+    /// for each). Only the lease holder writes a unit's row, so the version committed is the version stored.
+    @TaskLocal static var committed: CommittedUnit?
+
+    /// The last version of one unit a step committed.
+    final class CommittedUnit: Sendable {
+        enum Unit: Sendable {
+            case session(TrackedSession)
+            case order(TrackedOrder)
+            case paymentRequest(TrackedPaymentRequest)
+        }
+
+        private let unit = Mutex<Unit?>(nil)
+        var value: Unit? { unit.withLock { $0 } }
+
+        /// Keeps `key`'s version among what `change` wrote, if any.
+        func keep(_ key: WorkKey, from change: Change) {
+            let found: Unit? = switch key {
+            case .session(let id): change.sessions.last { $0.hppSessionID == id }.map(Unit.session)
+            case .order(let id): change.orders.last { $0.orderID == id }.map(Unit.order)
+            case .paymentRequest(let id): change.paymentRequests.last { $0.paymentRequestID == id }.map(Unit.paymentRequest)
+            }
+            if let found { unit.withLock { $0 = found } }
+        }
+    }
 
     public init(
         store: any WorkStore, client: KlarnaClient, clock: any WallClock, random: any RandomSource = SystemRandomSource(),
@@ -95,7 +122,8 @@ public struct Reconciler: Sendable {
     public func process(_ key: WorkKey, hinted: Bool = false) async throws -> WorkResult {
         try await Self.$workKey.withValue(key) {
             if let wait = try await takeoverWait(key) { return WorkResult(next: WorkPlan(due: wait, urgency: .inMotion)) }
-            return try await step(key, hinted: hinted)
+            let committed = CommittedUnit()
+            return try await Self.$committed.withValue(committed) { try await step(key, hinted: hinted, committed: committed) }
         }
     }
 
@@ -118,7 +146,7 @@ public struct Reconciler: Sendable {
         return until
     }
 
-    private func step(_ key: WorkKey, hinted: Bool) async throws -> WorkResult {
+    private func step(_ key: WorkKey, hinted: Bool, committed: CommittedUnit) async throws -> WorkResult {
         var hinted = hinted
         var operatorWake: [WorkKey] = []
         if key.remediationTarget != nil {
@@ -140,10 +168,13 @@ public struct Reconciler: Sendable {
         guard let due = step.next else { return WorkResult(next: nil, wake: step.wake, ending: step.ending) }
         // How urgent the next run is follows from the state just committed, by the core's rules.
         let now = clock.now
-        let plan: WorkPlan? = switch key {
-        case .session(let id): try await store.session(id)?.plan(now: now)
-        case .order(let id): try await store.order(id)?.plan(now: now, deadlines: settings.deadlines)
-        case .paymentRequest(let id): try await store.paymentRequest(id)?.plan()
+        let plan: WorkPlan? = switch (key, committed.value) {
+        case (.session, .session(let session)?): session.plan(now: now)
+        case (.order, .order(let order)?): order.plan(now: now, deadlines: settings.deadlines)
+        case (.paymentRequest, .paymentRequest(let request)?): request.plan()
+        case (.session(let id), _): try await store.session(id)?.plan(now: now)
+        case (.order(let id), _): try await store.order(id)?.plan(now: now, deadlines: settings.deadlines)
+        case (.paymentRequest(let id), _): try await store.paymentRequest(id)?.plan()
         }
         return WorkResult(next: WorkPlan(due: due, urgency: plan?.urgency ?? .routine, poll: plan?.poll), wake: step.wake, ending: step.ending)
     }
@@ -222,6 +253,7 @@ public struct Reconciler: Sendable {
                 delay = min(delay * 2, .seconds(5))
             }
         }
+        if let key = Self.workKey { Self.committed?.keep(key, from: change) }
         EventLog.log(change, logger: logger)
         for outcome in change.outcomes { Telemetry.count(.outcomes, ("kind", outcome.kind.rawValue)) }
         for intent in change.intents where intent.isFinished {
