@@ -29,12 +29,19 @@ final class IngestBatcher: Sendable {
     let most: Int
     /// Most statements on their way at once.
     let concurrent: Int
+    /// Whether a statement's failure was the server refusing it (sent again one delivery at a time), not the server
+    /// out of reach.
+    private let refused: @Sendable (any Error) -> Bool
     private let state = Mutex(State())
 
-    init(most: Int = 64, concurrent: Int = 2) {
+    init(most: Int = 64, concurrent: Int = 2, refused: @escaping @Sendable (any Error) -> Bool = { ($0 as? PSQLError)?.serverInfo != nil }) {
         self.most = most
         self.concurrent = concurrent
+        self.refused = refused
     }
+
+    /// Deliveries waiting for a statement.
+    var waiting: Int { state.withLock { $0.waiting.count } }
 
     /// Records `delivery` (with the others waiting then) by `send` and answers its result once its statement
     /// committed.
@@ -87,7 +94,7 @@ final class IngestBatcher: Sendable {
         do {
             let results = try await send(batch.enumerated().map { $1.delivery.numbered($0) })
             for (waiting, result) in zip(batch, results) { waiting.answer.resume(returning: result) }
-        } catch let error as PSQLError where error.serverInfo != nil && batch.count > 1 {
+        } catch where refused(error) && batch.count > 1 {
             for waiting in batch {
                 do {
                     waiting.answer.resume(returning: try await send([waiting.delivery.numbered(0)])[0])

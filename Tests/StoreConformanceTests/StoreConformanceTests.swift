@@ -514,6 +514,31 @@ struct StoreConformanceTests {
         }
     }
 
+    @Test("Verified callbacks for many new sessions at once, each sent twice: every session tracked once from its callback, with one event, and every repeat counted", arguments: Backend.allCases)
+    func concurrentCallbacks(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            // One handle: on PostgreSQL the callbacks that arrive together share statements (IngestBatcher).
+            let results = try await withThrowingTaskGroup(of: (Int, IngestResult).self) { group in
+                for attempt in 0..<80 {
+                    let id = "cb-\(attempt % 40)"
+                    let record = IngestRecord(
+                        dedupeKey: "callback-\(attempt % 40)", kind: "hpp_status", source: "socket", summary: "status callback",
+                        action: .hintSession(hppSessionID: id, trackIfUnknown: session(id)))
+                    group.addTask { [store = s.store] in (attempt, try await store.ingest(record, at: t0)) }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            let accepted = results.filter { if case .accepted = $0.1 { true } else { false } }
+            #expect(accepted.count == 40)
+            #expect(Set(accepted.map { $0.0 % 40 }).count == 40)
+            #expect(results.filter { if case .repeated = $0.1 { true } else { false } }.count == 40)
+            for index in 0..<40 {
+                #expect(try await s.store.session("cb-\(index)") != nil)
+                #expect(try await s.store.timeline(for: "cb-\(index)").events.count == 1)
+            }
+        }
+    }
+
     @Test("Two handles track the same sessions at once: one registration each, one event each", arguments: Backend.allCases)
     func concurrentTracks(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
