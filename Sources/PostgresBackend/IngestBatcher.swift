@@ -10,7 +10,10 @@ import Synchronization
 /// such a delivery waits for the next one, and so does every later delivery of its key or session, so that
 /// deliveries of one payment are recorded in the order they arrived. A statement the server refused (a constraint,
 /// a deadlock) is sent again one delivery at a time, so that one delivery's failure is not its neighbours'; one that
-/// failed for want of the server fails all of its deliveries, each with the same error.
+/// failed for want of the server (no connection, the server shutting down or out of resources) fails all of its
+/// deliveries at once, each with the same error, and so do the rest of a statement sent again one at a time once
+/// one of them fails that way: a delivery waiting its turn must hear "unavailable" now, not after every other
+/// delivery's wait for a connection.
 final class IngestBatcher: Sendable {
     typealias Send = @Sendable ([SessionDelivery]) async throws -> [IngestResult]
 
@@ -25,7 +28,11 @@ final class IngestBatcher: Sendable {
         var sending = 0
     }
 
-    /// Most deliveries in one statement.
+    /// Most deliveries in one statement. Also what keeps a statement's answer small: postgres-nio ends a statement's
+    /// rows at `CommandComplete`, which the server sends before the implicit transaction commits at `Sync`; the
+    /// server holds its output until `ReadyForQuery`, after the commit, unless the output outgrows its 8 KiB send
+    /// buffer. 64 answer rows of about 40 bytes stay well inside it, so an answer, and the acknowledgement made of
+    /// it, never arrives before the commit.
     let most: Int
     /// Most statements on their way at once.
     let concurrent: Int
@@ -34,10 +41,18 @@ final class IngestBatcher: Sendable {
     private let refused: @Sendable (any Error) -> Bool
     private let state = Mutex(State())
 
-    init(most: Int = 64, concurrent: Int = 2, refused: @escaping @Sendable (any Error) -> Bool = { ($0 as? PSQLError)?.serverInfo != nil }) {
+    init(most: Int = 64, concurrent: Int = 2, refused: @escaping @Sendable (any Error) -> Bool = IngestBatcher.refusedByServer) {
         self.most = most
         self.concurrent = concurrent
         self.refused = refused
+    }
+
+    /// The server answered the statement with an error about the statement itself. Not: connection exceptions (08),
+    /// insufficient resources (53), operator intervention (57: a shutdown, a restart), system errors (58, XX), nor
+    /// an error without the server's word (the connection closed, no connection within the patience).
+    static func refusedByServer(_ error: any Error) -> Bool {
+        guard let state = (error as? PSQLError)?.serverInfo?[.sqlState] else { return false }
+        return !["08", "53", "57", "58", "XX"].contains(String(state.prefix(2)))
     }
 
     /// Deliveries waiting for a statement.
@@ -95,10 +110,16 @@ final class IngestBatcher: Sendable {
             let results = try await send(batch.enumerated().map { $1.delivery.numbered($0) })
             for (waiting, result) in zip(batch, results) { waiting.answer.resume(returning: result) }
         } catch where refused(error) && batch.count > 1 {
+            var unavailable: (any Error)?
             for waiting in batch {
+                if let unavailable {
+                    waiting.answer.resume(throwing: unavailable)
+                    continue
+                }
                 do {
                     waiting.answer.resume(returning: try await send([waiting.delivery.numbered(0)])[0])
                 } catch {
+                    if !refused(error) { unavailable = error }
                     waiting.answer.resume(throwing: error)
                 }
             }

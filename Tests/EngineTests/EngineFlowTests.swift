@@ -28,6 +28,34 @@ struct EngineModeTests {
         }
     }
 
+    @Test("Each step plans the next run from the state it committed: the plan a read of the store gives, with the unit read once per step")
+    func planFromCommitted() async throws {
+        var faulty: FaultyStore?
+        try await EngineHarness.with(wrapStore: { store in
+            let wrapped = FaultyStore(store)
+            faulty = wrapped
+            return wrapped
+        }) { h in
+            let counting = try #require(faulty)
+            let created = try await h.track(SessionSpec(orderAmount: 10_000, schedule: completesSoon), capture: .onRequest)
+            // A read that finds the session in progress (a next read planned), then one that places the order.
+            var planned = 0
+            for seconds in [6, 31] {
+                h.clock.advance(by: .seconds(seconds))
+                counting.unitReads.withLock { $0 = 0 }
+                let result = try await h.reconciler.process(.session(created.hppSessionId))
+                #expect(counting.unitReads.withLock { $0 } == 1)
+                guard let next = result.next else { continue }
+                let plan = try #require(try await h.session(created).plan(now: h.clock.now))
+                #expect(next.urgency == plan.urgency)
+                #expect(next.poll == plan.poll)
+                planned += 1
+            }
+            #expect(planned >= 1)
+            #expect(h.effects(.orderPlaced, kp: created.kpSessionId).count == 1)
+        }
+    }
+
     @Test("NONE + on_request: waits, then captures each request, partial then the rest")
     func noneOnRequest() async throws {
         try await EngineHarness.with { h in

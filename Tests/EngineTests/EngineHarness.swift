@@ -165,6 +165,8 @@ final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     let store: SQLiteStore
     private let remaining = Mutex(0)
     private let ingestFails: Bool
+    /// Reads of a session or an order by the engine.
+    let unitReads = Mutex(0)
 
     init(_ store: SQLiteStore, failConfirmedCommits: Int = 0, failIngest: Bool = false) {
         self.store = store
@@ -190,8 +192,14 @@ final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
         return try await store.ingest(record, at: at)
     }
 
-    func session(_ id: String) async throws -> TrackedSession? { try await store.session(id) }
-    func order(_ id: String) async throws -> TrackedOrder? { try await store.order(id) }
+    func session(_ id: String) async throws -> TrackedSession? {
+        unitReads.withLock { $0 += 1 }
+        return try await store.session(id)
+    }
+    func order(_ id: String) async throws -> TrackedOrder? {
+        unitReads.withLock { $0 += 1 }
+        return try await store.order(id)
+    }
     func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? { try await store.paymentRequest(id) }
     func intent(_ key: String) async throws -> Intent? { try await store.intent(key) }
     func intents(subject: String) async throws -> [Intent] { try await store.intents(subject: subject) }

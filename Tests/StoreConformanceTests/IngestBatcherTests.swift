@@ -25,14 +25,17 @@ struct IngestBatcherTests {
         let gate = Mutex<CheckedContinuation<Void, Never>?>(nil)
         let opened = Mutex(false)
 
-        func send(_ deliveries: [SessionDelivery], failing: String? = nil) async throws -> [IngestResult] {
-            let first = statements.withLock { statements in
+        /// `failing`: a statement holding that delivery is refused; `unreachable`: every statement after the first
+        /// fails for want of the server once that delivery is sent alone.
+        func send(_ deliveries: [SessionDelivery], failing: String? = nil, unreachable: String? = nil) async throws -> [IngestResult] {
+            let (first, down) = statements.withLock { statements in
+                let down = unreachable.map { key in statements.contains([key]) } ?? false
                 statements.append(deliveries.compactMap(\.dedupeKey))
-                return statements.count == 1
+                return (statements.count == 1, down)
             }
             if first { await withCheckedContinuation { continuation in gate.withLock { $0 = continuation } } }
-            if let failing, deliveries.count > 1, deliveries.contains(where: { $0.dedupeKey == failing }) { throw Refused() }
-            if let failing, deliveries.map(\.dedupeKey) == [failing] { throw Refused() }
+            if down || deliveries.map(\.dedupeKey) == [unreachable] { throw Unreachable() }
+            if let failing, deliveries.contains(where: { $0.dedupeKey == failing }) { throw Refused() }
             return deliveries.map { _ in .accepted(wake: []) }
         }
 
@@ -43,6 +46,7 @@ struct IngestBatcherTests {
     }
 
     struct Refused: Error {}
+    struct Unreachable: Error {}
 
     @Test("Deliveries arriving while a statement is on its way go out together, in arrival order; no statement holds two of one key or one session")
     func batches() async throws {
@@ -88,5 +92,25 @@ struct IngestBatcherTests {
             }
         }
         #expect(recorder.statements.withLock { $0 } == [["k0"], ["a", "bad", "b"], ["a"], ["bad"], ["b"]])
+    }
+
+    @Test("A statement that failed for want of the server fails its deliveries at once; sent again one at a time, the rest fail at the first such failure, unsent")
+    func unreachableFailsFast() async throws {
+        let batcher = IngestBatcher(most: 64, concurrent: 1, refused: { $0 is Refused })
+        let recorder = Recorder()
+        let send: IngestBatcher.Send = { try await recorder.send($0, failing: "bad", unreachable: "a") }
+        let first = Task { try await batcher.submit(try delivery("k0", session: "Z"), via: send) }
+        try await waitUntil(timeout: .seconds(10)) { recorder.statements.withLock { $0.count } == 1 }
+        var tasks: [Task<IngestResult, any Error>] = []
+        for key in ["a", "bad", "b"] {
+            let next = try delivery(key, session: "s-\(key)")
+            tasks.append(Task { try await batcher.submit(next, via: send) })
+        }
+        try await waitUntil(timeout: .seconds(10)) { batcher.waiting == 3 }
+        try await recorder.open()
+        _ = try await first.value
+        for task in tasks { await #expect(throws: Unreachable.self) { try await task.value } }
+        // Refused together ("bad"), then "a" alone finds the server gone: "bad" and "b" are not sent again.
+        #expect(recorder.statements.withLock { $0 } == [["k0"], ["a", "bad", "b"], ["a"]])
     }
 }

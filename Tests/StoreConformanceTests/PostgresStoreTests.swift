@@ -243,21 +243,28 @@ struct PostgresStoreTests {
         #expect(try await a.unclaimedWork() == 0)
     }
 
+    /// Tracks session `id` through `store`, claims it and commits it closed under its lease: work that has ended,
+    /// its lease not released yet (the wakeup its tracking left waits). Returns its key.
+    func claimAndClose(_ store: PostgresStore, _ id: String) async throws -> WorkKey {
+        var tracked = session(id, at: Date())
+        _ = try await store.track(tracked, event: DomainEvent("tracked", "test"), at: Date())
+        let key = WorkKey.session(id)
+        #expect(try await store.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero).map(\.key) == [key])
+        tracked.phase = .closed
+        tracked.outcome = .expired
+        var change = Change()
+        change.sessions = [tracked]
+        try await store.commit(change, at: Date(), fencedBy: key)
+        return key
+    }
+
     @Test("Work ends: a finished unit's lease is released, and a wakeup for it makes a new one any daemon can claim")
     func leasesRelease() async throws {
         let server = try await PostgresServer.shared()
         let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
         let a = try await daemonStore(location, server, "host-a")
         defer { a.close() }
-        var tracked = session("hpp-done", at: Date())
-        _ = try await a.track(tracked, event: DomainEvent("tracked", "test"), at: Date())
-        let key = WorkKey.session("hpp-done")
-        #expect(try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero).map(\.key) == [key])
-        tracked.phase = .closed
-        tracked.outcome = .expired
-        var change = Change()
-        change.sessions = [tracked]
-        try await a.commit(change, at: Date(), fencedBy: key)
+        let key = try await claimAndClose(a, "hpp-done")
         #expect(try await a.releaseLease(key) == false, "the wakeup track left waits")
         #expect(try await a.takeWakeups() == [key])
         #expect(try await a.releaseLease(key))
@@ -276,15 +283,7 @@ struct PostgresStoreTests {
         let location = try PostgresLocation(url: server.url(database))
         let a = try await daemonStore(location, server, "host-a")
         defer { a.close() }
-        var tracked = session("hpp-race", at: Date())
-        _ = try await a.track(tracked, event: DomainEvent("tracked", "test"), at: Date())
-        let key = WorkKey.session("hpp-race")
-        #expect(try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero).map(\.key) == [key])
-        tracked.phase = .closed
-        tracked.outcome = .expired
-        var change = Change()
-        change.sessions = [tracked]
-        try await a.commit(change, at: Date(), fencedBy: key)
+        let key = try await claimAndClose(a, "hpp-race")
         #expect(try await a.takeWakeups() == [key])
 
         // Another writer's wakeup, inserted and not yet committed, when the release begins.
@@ -296,7 +295,10 @@ struct PostgresStoreTests {
         // The release waits for the wakeup's lock on the lease row.
         try await waitUntil(timeout: .seconds(10)) {
             let waiting = try await server.psql(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM work_leases%'", database: database)
+                """
+                SELECT count(*) FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM work_leases%'
+                """, database: database)
             return waiting.trimmingCharacters(in: .whitespacesAndNewlines) == "1"
         }
         try await writer.rows("COMMIT", logger: logger)
