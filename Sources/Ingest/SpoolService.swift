@@ -57,33 +57,63 @@ public struct SpoolService: Service {
     }
 
     /// Claims and reads `names` (from `cur/` when `claimed`), then commits their deliveries together, in name order,
-    /// one batch at a time: one commit for a batch rather than one per file.
+    /// one batch at a time: one commit for a batch rather than one per file. Three batches are under way at once: one
+    /// being claimed and read, the one before it being committed, and the committed one before that being removed. A
+    /// batch is committed only after the one before it has been.
     func process(_ names: [String], claimed: Bool) async {
-        var start = names.startIndex
-        while start < names.endIndex {
-            let end = min(start + Self.batchSize, names.endIndex)
-            var batch: [(name: String, path: String, delivery: Delivery)] = []
-            for name in names[start..<end] {
-                // A long backlog is progress too: one beat per file, so the watchdog never takes a busy scan for a hang.
-                heartbeat?.beat()
-                if let taken = take(name, claimed: claimed) { batch.append((name, taken.path, taken.delivery)) }
-            }
-            start = end
-            guard !batch.isEmpty else { continue }
-            let answers = await ingestor.ingest(batch.map { (delivery: $0.delivery, source: "spool:\($0.name)") })
-            let now = clock.now
-            for (file, answer) in zip(batch, answers) {
-                if answer.accepted {
-                    spool.finish(file.path)
-                } else if answer.status == 503 {
-                    // The store could not take it (full disk?): the file stays claimed in cur/ and is retried on the
-                    // next rescan.
-                    logger.warning("spool file \(file.name) stays in cur/ until the store takes it: \(answer.detail)", metadata: ["spool_file": .string(file.name)])
-                } else {
-                    quarantine(file.path, rule: answer.word, detail: answer.detail, status: answer.status, at: now)
-                }
+        var chunks = stride(from: names.startIndex, to: names.endIndex, by: Self.batchSize)
+            .map { names[$0..<min($0 + Self.batchSize, names.endIndex)] }.makeIterator()
+        guard let first = chunks.next() else { return }
+        var batch = take(first, claimed: claimed)
+        var committed: [String] = []
+        while true {
+            let removing = committed
+            async let answered = commit(batch)
+            async let removed: Void = remove(removing)
+            let next = chunks.next().map { take($0, claimed: claimed) }
+            committed = await answered
+            await removed
+            guard let next else { break }
+            batch = next
+        }
+        remove(committed)
+    }
+
+    private typealias TakenFile = (name: String, path: String, delivery: Delivery)
+
+    private func take(_ names: ArraySlice<String>, claimed: Bool) -> [TakenFile] {
+        names.compactMap { name in
+            // A long backlog is progress too: one beat per file, so the watchdog never takes a busy scan for a hang.
+            heartbeat?.beat()
+            return take(name, claimed: claimed).map { (name, $0.path, $0.delivery) }
+        }
+    }
+
+    /// Commits a batch's deliveries and returns the paths of the committed files; what the store could not take stays
+    /// in `cur/` and what it refused is quarantined.
+    private func commit(_ batch: [TakenFile]) async -> [String] {
+        guard !batch.isEmpty else { return [] }
+        let answers = await ingestor.ingest(batch.map { (delivery: $0.delivery, source: "spool:\($0.name)") })
+        let now = clock.now
+        var committed: [String] = []
+        for (file, answer) in zip(batch, answers) {
+            if answer.accepted {
+                committed.append(file.path)
+            } else if answer.status == 503 {
+                // The store could not take it (full disk?): the file stays claimed in cur/ and is retried on the
+                // next rescan.
+                logger.warning("spool file \(file.name) stays in cur/ until the store takes it: \(answer.detail)", metadata: ["spool_file": .string(file.name)])
+            } else {
+                quarantine(file.path, rule: answer.word, detail: answer.detail, status: answer.status, at: now)
             }
         }
+        return committed
+    }
+
+    /// Removes (or keeps in `done/`) committed files. One left behind by a crash is taken again from `cur/` and
+    /// found a duplicate.
+    private func remove(_ committed: [String]) {
+        for path in committed { spool.finish(path) }
     }
 
     /// Claims `name` (unless it is in `cur/` already) and reads its delivery; a file that cannot be is quarantined

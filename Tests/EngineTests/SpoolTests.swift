@@ -92,6 +92,16 @@ struct SpoolDirectoryTests {
         #expect(try String(contentsOfFile: secret, encoding: .utf8) == "do not read")
     }
 
+    @Test("Safe names: letters, digits and ._:,=+-@, 1–200 bytes, no leading dot")
+    func safeNames() {
+        for name in ["a", "2026-11-26T09:00:00Z.json", "x_y:z,a=b+c-d@e.json", String(repeating: "n", count: 200)] {
+            #expect(Spool.isSafeName(name), "\(name)")
+        }
+        for name in ["", ".hidden", "a/b", "a b", "tab\t", "new\nline", "ümlaut", "a*b", "semi;colon", "quote\"", "a\0b", String(repeating: "n", count: 201)] {
+            #expect(!Spool.isSafeName(name), "\(name)")
+        }
+    }
+
     @Test("Dot-files and reason files are never picked up; names come oldest first")
     func names() throws {
         let directory = TemporaryDirectory()
@@ -165,7 +175,7 @@ struct SpoolServiceTests {
         #expect(try await store.session("h-5") != nil)
     }
 
-    @Test("Files found together are committed together, in name order: 300 track requests take two writes (batches of 256), the later of two for one session finds the first")
+    @Test("Files found together are committed together, in name order: 300 track requests take two writes (batches of 256); a repeat in the second batch finds the session the first batch made")
     func filesFoundTogetherShareACommit() async throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
@@ -176,9 +186,10 @@ struct SpoolServiceTests {
         let ingestor = Ingestor(reader: reader, store: store, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) { _ in }
         let service = SpoolService(spool: spool, ingestor: ingestor, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
         for index in 0..<300 {
-            // File 150 repeats file 149's session without its reference: committed after it, it is a repeat.
-            let session = index == 150 ? 149 : index
-            let reference = index == 150 ? "" : #","merchant_reference":"ref-\#(index)""#
+            // File 260 (second batch) repeats file 255's session (first batch) without its reference: the second
+            // batch is read while the first commits, and committed after it, so it is a repeat.
+            let session = index == 260 ? 255 : index
+            let reference = index == 260 ? "" : #","merchant_reference":"ref-\#(index)""#
             let name = String(format: "%04d.json", index)
             try #"{"hpp_session_id":"h-\#(session)","kp_session_id":"k-\#(session)"\#(reference)}"#.write(
                 toFile: spool.directory + "/tmp/" + name, atomically: false, encoding: .utf8)
@@ -190,7 +201,8 @@ struct SpoolServiceTests {
         let after = store.writeStatistics
         #expect(after.submitted - before.submitted == 2, "one write per batch: \(after.submitted - before.submitted)")
         #expect(after.transactions - before.transactions <= 2)
-        #expect(try await store.session("h-149")?.merchantReference == "ref-149")
+        #expect(try await store.session("h-255")?.merchantReference == "ref-255")
+        #expect(try await store.session("h-260") == nil)
         #expect(try await store.session("h-299") != nil)
         #expect(try await store.openWork().count == 299)
     }
