@@ -13,12 +13,13 @@ DEBIAN_PACKAGES := pkg-config libcurl4-openssl-dev libsystemd-dev libsqlite3-dev
 BENCH_PACKAGES := wrk postgresql
 # The tests put Debian's nginx in front of the socket (Tests/IntegrationTests/NginxTests.swift), parse /metrics with the
 # Prometheus client library's own parser (MetricsTests.swift), and run the store conformance suite against a
-# PostgreSQL server they start themselves (Tests/TestSupport/PostgresServer.swift; openssl makes its test certificate).
-CHECK_PACKAGES := nginx python3-prometheus-client postgresql openssl
+# PostgreSQL server they start themselves (Tests/TestSupport/PostgresServer.swift; openssl makes its test certificate),
+# and check the shipped alerting rules and dashboard against a real /metrics with promtool (Debian's prometheus).
+CHECK_PACKAGES := nginx python3-prometheus-client postgresql openssl prometheus
 
 DEB_PACKAGES := dpkg-dev fakeroot lintian
 
-.PHONY: deps build demo check bench install deb clean
+.PHONY: deps build demo test check bench install deb clean
 
 deps:
 	@scripts/install-deps.sh $(DEBIAN_PACKAGES)
@@ -29,20 +30,27 @@ build: deps
 
 ## The main job: the Klarna sandbox and the daemon in a temporary folder, payments tracked through the CLI.
 demo: build
-	.build/debug/klarna-reconciler demo
+	.build/debug/klarna-sandbox demo
+
+## The edit loop: the build (failing on a warning from this package's code) and the Swift tests: unit, engine, and
+## integration over real sockets. No apt-get, no .deb, no systemd: run `make check` once first for the tools the
+## integration tests start (nginx, PostgreSQL).
+test:
+	scripts/swift-build-checked.sh --build-tests
+	scripts/swift-test.sh --skip-build
 
 ## Every test: unit, engine against the sandbox over real sockets, the daemon as a process (kill -9 included, and
 ## behind Debian's nginx; its hostile-input storm alone, after the rest), the shipped units checked by systemd-analyze, the system tests under a real systemd user
 ## manager and journald, and the Debian package built, linted, installed, run from its installed units and purged.
 check: deps
 	@scripts/install-deps.sh $(CHECK_PACKAGES)
-	swift build --build-tests
+	scripts/swift-build-checked.sh --build-tests
 	scripts/swift-test.sh --skip-build
 	KLARNA_RECONCILER_STORM=1 scripts/swift-test.sh --skip-build --filter hostileStorm
 	scripts/check-units.sh .build/debug/klarna-reconciler
 	Tests/System/run.sh .build/debug/klarna-reconciler
 	$(MAKE) deb
-	Tests/Package/run.sh dist/klarna-reconciler_*_amd64.deb
+	Tests/Package/run.sh dist/klarna-reconciler_*_amd64.deb .build/debug/klarna-sandbox
 
 ## Client against wrk, then the engine end to end; results go in BENCHMARKS.md.
 bench: deps
@@ -67,6 +75,8 @@ install: deps
 	install -D -m 0644 etc/config.yaml $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/config.yaml.example
 	install -D -m 0644 etc/nginx/klarna-reconciler.conf $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler.conf
 	install -D -m 0644 etc/nginx/klarna-reconciler-log-format.conf $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler-log-format.conf
+	install -D -m 0644 etc/prometheus/klarna-reconciler-rules.yml $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/examples/prometheus-klarna-reconciler-rules.yml
+	install -D -m 0644 etc/grafana/klarna-reconciler-dashboard.json $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/examples/grafana-klarna-reconciler-dashboard.json
 	test -e $(DESTDIR)$(SYSCONFDIR)/klarna-reconciler/config.yaml || \
 		install -D -m 0640 etc/config.yaml $(DESTDIR)$(SYSCONFDIR)/klarna-reconciler/config.yaml
 

@@ -10,6 +10,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "klarna-reconciler", targets: ["klarna-reconciler"]),
+        .executable(name: "klarna-sandbox", targets: ["klarna-sandbox"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -61,6 +62,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
         ),
@@ -144,17 +146,41 @@ let package = Package(
             swiftSettings: strict
         ),
 
-        .executableTarget(
-            name: "klarna-reconciler",
+        // The daemon, assembled from the modules above: a library type a test starts in-process.
+        .target(
+            name: "Daemon",
             dependencies: [
-                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "SystemdSupport",
-                "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "Engine", "Settings", "Ingest", "ChildProcess",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "KlarnaAPI", "HTTPServer", "ReconcilerCore", "SystemdSupport", "ReconcilerStore", "SQLiteBackend", "PostgresBackend",
+                "Engine", "Settings", "Ingest",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // The daemon's executable: argument parsing, the operators' commands, and `run` calling the assembly.
+        .executableTarget(
+            name: "klarna-reconciler",
+            dependencies: [
+                "Daemon", "KlarnaAPI", "ReconcilerCore", "SystemdSupport", "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "Engine",
+                "Settings", "Ingest",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
+        // The Klarna sandbox's executable (serve, demo); never shipped in the daemon's package.
+        .executableTarget(
+            name: "klarna-sandbox",
+            dependencies: [
+                "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", "SystemdSupport", "ChildProcess",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
         ),
@@ -185,7 +211,9 @@ let package = Package(
         ),
 
         // Helpers every test target shares (waiting on a condition with a deadline).
-        .target(name: "TestSupport", dependencies: ["ChildProcess"], path: "Tests/TestSupport", swiftSettings: strict),
+        .target(
+            name: "TestSupport", dependencies: ["ChildProcess", .product(name: "Logging", package: "swift-log")], path: "Tests/TestSupport",
+            swiftSettings: strict),
 
         // Child processes by posix_spawn, without Foundation.Process (see ChildProcess.swift for why).
         .target(name: "CSpawn"),
@@ -226,7 +254,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "TestSupport",
-                "ChildProcess",
+                "ChildProcess", "Daemon",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict

@@ -10,7 +10,7 @@ CONCURRENCY=${BENCH_CONCURRENCY:-32}
 PORT=${BENCH_PORT:-18189}
 URL=http://127.0.0.1:$PORT
 
-$BIN/klarna-reconciler sandbox --listen 127.0.0.1:$PORT 2>/dev/null &
+$BIN/klarna-sandbox --listen 127.0.0.1:$PORT 2>/dev/null &
 SANDBOX=$!
 trap 'kill $SANDBOX 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf -o /dev/null $URL/_sandbox/clock && break; sleep 0.05; done

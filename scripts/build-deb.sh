@@ -41,6 +41,8 @@ DOC=$STAGE/usr/share/doc/klarna-reconciler
 install -D -m 0644 README.md "$DOC/README.md"
 install -D -m 0644 etc/nginx/klarna-reconciler.conf "$DOC/examples/nginx-klarna-reconciler.conf"
 install -D -m 0644 etc/nginx/klarna-reconciler-log-format.conf "$DOC/examples/nginx-klarna-reconciler-log-format.conf"
+install -D -m 0644 etc/prometheus/klarna-reconciler-rules.yml "$DOC/examples/prometheus-klarna-reconciler-rules.yml"
+install -D -m 0644 etc/grafana/klarna-reconciler-dashboard.json "$DOC/examples/grafana-klarna-reconciler-dashboard.json"
 install -D -m 0644 packaging/debian/copyright "$DOC/copyright"
 install -D -m 0644 packaging/debian/lintian-overrides "$STAGE/usr/share/lintian/overrides/klarna-reconciler"
 date=$(git log -1 --format=%aD 2>/dev/null || date -R)

@@ -53,3 +53,16 @@ public struct PostgresProblem: Error, CustomStringConvertible {
         }
     }
 }
+
+extension PostgresProblem.Kind {
+    /// What a command exits with: 78 (EX_CONFIG) for what the configuration or credentials got wrong, 69
+    /// (EX_UNAVAILABLE) for a server or schema this binary cannot use now, 75 (EX_TEMPFAIL) while the store is in
+    /// use by what excludes the caller (a `store copy` fills it, or daemons run on it).
+    public var exitCode: Int32 {
+        switch self {
+        case .authenticationFailed, .noSuchDatabase: 78
+        case .unreachable, .schemaTooNew, .schemaTooOld, .other: 69
+        case .inUse: 75
+        }
+    }
+}

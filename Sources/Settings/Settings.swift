@@ -233,3 +233,8 @@ extension Settings {
         return (live, sorted.filter { !live.contains($0) })
     }
 }
+
+extension Settings {
+    /// The store, as status lines and errors name it.
+    public var storeDescription: String { storeURL.map { "\($0)" } ?? storePath }
+}

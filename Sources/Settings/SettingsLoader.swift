@@ -344,13 +344,23 @@ extension Settings {
         if let key = lists.sorted().first { throw SettingsError(key, "must be a single value, not a list") }
         let known = Set(SettingsKeys.all)
         for key in keys.sorted() where !known.contains(key) {
-            if key.hasSuffix("password") || key.hasSuffix("secret") || key.hasSuffix("key") {
-                throw SettingsError(key, "secrets are never read from config.yaml; use a credential file (klarna-password via LoadCredential=) or klarna.password_file")
-            }
+            // Unknown whatever its name; one that names a secret also says where secrets go, since that is what its
+            // author was after.
+            let secret = Self.namesASecret(key)
+                ? "; secrets are never read from config.yaml: use a credential file (klarna-password via LoadCredential=) or klarna.password_file"
+                : ""
             let section = key.split(separator: ".").first.map(String.init) ?? key
             let siblings = SettingsKeys.all.filter { $0.hasPrefix(section + ".") }
-            throw SettingsError(key, "unknown key in \(path)" + (siblings.isEmpty ? "" : "; \(section) takes: \(siblings.map { String($0.dropFirst(section.count + 1)) }.joined(separator: ", "))"))
+            throw SettingsError(key, "unknown key in \(path)\(secret)" + (siblings.isEmpty ? "" : "; \(section) takes: \(siblings.map { String($0.dropFirst(section.count + 1)) }.joined(separator: ", "))"))
         }
+    }
+
+    /// `klarna.password`, `notify.secret`, `callback_token.key`: a key whose last word is a secret's name (not
+    /// `engine.bogus_key` or `settlements.group_key`).
+    static func namesASecret(_ key: String) -> Bool {
+        let last = key.split(separator: ".").last.map(String.init) ?? key
+        return ["password", "passwd", "secret", "key", "token", "api_key", "private_key", "client_secret"].contains(last)
+            || last.hasSuffix("_password") || last.hasSuffix("_secret")
     }
 
     /// Library errors can span lines; a config error is one.

@@ -5,6 +5,7 @@ import KlarnaSandbox
 import Logging
 import Synchronization
 import Testing
+import TestSupport
 @testable import Engine
 @testable import ReconcilerCore
 import ReconcilerStore
@@ -127,34 +128,6 @@ struct EngineHarness {
         #expect(captures.values.allSatisfy { $0.count <= capturesPerOrder }, "an order was captured too often: \(captures.mapValues(\.count))", sourceLocation: sourceLocation)
         let tokens = Dictionary(grouping: sandbox.effects(kind: .customerTokenCreated), by: { $0.kpSessionId ?? "" })
         #expect(tokens.values.allSatisfy { $0.count == 1 }, "two customer tokens for one session", sourceLocation: sourceLocation)
-    }
-}
-
-/// Log lines in memory, with metadata, to check what reaches the logs (and what must not).
-final class LogLines: Sendable {
-    private let lines = Mutex<[String]>([])
-    var all: [String] { lines.withLock { $0 } }
-
-    func logger() -> Logger {
-        var logger = Logger(label: "test.engine") { _ in Handler(sink: self) }
-        logger.logLevel = .trace
-        return logger
-    }
-
-    struct Handler: LogHandler {
-        let sink: LogLines
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            let all = metadata.merging(event.metadata ?? [:]) { $1 }
-            let rendered = "\(event.level) \(event.message) \(all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"
-            sink.lines.withLock { $0.append(rendered) }
-        }
     }
 }
 

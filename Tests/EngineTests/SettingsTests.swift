@@ -106,7 +106,10 @@ struct SettingsTests {
         ("klarna:\n  base_url: ftp://api.klarna.com\n  username: u\n  password_file: pw", "is not an http(s) URL"),
         ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: missing-file", "klarna.password_file: cannot read"),
         ("klarna:\n  base_url: https://a.b\n  username: u", "klarna password: none found: looked in $CREDENTIALS_DIRECTORY (not set: not inside the unit), klarna.password_file (not set), "),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password: hunter2", "klarna.password: secrets are never read from config.yaml"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password: hunter2", "secrets are never read from config.yaml: use a credential file"),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password: hunter2", "klarna.password: unknown key in "),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nengine:\n  bogus_key: 1", "engine.bogus_key: unknown key in "),
+        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  api_secret: 1", "notify.api_secret: unknown key in "),
         ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_interval_seconds: fast", "polling.dense_interval_seconds: must be a number, not \"fast\""),
         ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_interval_seconds: -1", "must be greater than 0"),
         ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nengine:\n  max_concurrency: 1.5", "engine.max_concurrency: must be a whole number"),
@@ -130,6 +133,17 @@ struct SettingsTests {
         #expect(error?.description.contains(expected) == true, "\(error?.description ?? "no error") should say \(expected)")
         #expect(error?.description.contains("\n") == false)
         #expect(error?.description.contains("hunter2") == false)
+    }
+
+    @Test("An unknown key is called unknown whatever its name; only one naming a secret adds where secrets go")
+    func unknownKeys() async {
+        let bogus = await error(minimal + "\nengine:\n  bogus_key: 1")?.description ?? ""
+        #expect(bogus.hasPrefix("engine.bogus_key: unknown key in "))
+        #expect(!bogus.contains("secret"))
+        #expect(bogus.contains("engine takes: "))
+        let password = await error(minimal + "\nnotify:\n  password: hunter2")?.description ?? ""
+        #expect(password.hasPrefix("notify.password: unknown key in "))
+        #expect(password.contains("secrets are never read from config.yaml"))
     }
 
     @Test("settlements: off by default, hourly, 14 days to settle, 30 days back on the first sync; bounds are checked; all but enabled reload live")

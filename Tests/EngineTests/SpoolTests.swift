@@ -3,6 +3,7 @@ import Glibc
 import Logging
 import Synchronization
 import Testing
+import TestSupport
 @testable import Ingest
 @testable import ReconcilerCore
 import ReconcilerStore

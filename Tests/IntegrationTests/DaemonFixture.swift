@@ -1,4 +1,5 @@
 import ChildProcess
+import Daemon
 import Foundation
 import Glibc
 import HTTPServer
@@ -26,6 +27,9 @@ final class DaemonFixture: @unchecked Sendable {
     var socketPath: String { directory + "/ingest.sock" }
     /// The operators' socket (`control.socket`).
     var controlPath: String { directory + "/control.sock" }
+    /// The built daemon, next to this test binary.
+    static let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        .deletingLastPathComponent().appendingPathComponent("klarna-reconciler")
     static let callbackKey = "callback-key-for-tests-0123456789"
     static let signingKey = "kn-signing-key-for-tests"
 
@@ -99,7 +103,7 @@ final class DaemonFixture: @unchecked Sendable {
         let notify = try NotifySocket(path: directory + "/notify-\(UUID().uuidString.prefix(6))")
         self.notify = notify
         let process = ChildProcess()
-        process.executableURL = SandboxProcessTests.executable
+        process.executableURL = DaemonFixture.executable
         process.arguments = ["run", "--config", configPath]
         process.environment = ProcessInfo.processInfo.environment.merging(environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }) { $1 }
             .merging(stateDirectory) { old, _ in old }
@@ -117,6 +121,22 @@ final class DaemonFixture: @unchecked Sendable {
             if next.hasPrefix("READY=1") { ready = next; break }
         }
         #expect(ready?.hasPrefix("READY=1") == true, "daemon did not report READY: \(daemonLog.suffix(500))")
+    }
+
+    /// The daemon in this process (``ReconcilerDaemon``), as `run` assembles it but without signal handlers: returns
+    /// once it is ready; ``stopInProcess()`` stops it and returns what its run threw.
+    func startInProcess() async throws -> InProcessDaemon {
+        let logs = LogLines()
+        let daemon = ReconcilerDaemon(options: .init(
+            configPath: configPath, environment: ProcessInfo.processInfo.environment.merging(stateDirectory) { $1 }, logger: logs.logger()))
+        let running = Task { try await daemon.run() }
+        do {
+            try await waitUntil(timeout: .seconds(20)) { daemon.isReady }
+        } catch {
+            running.cancel()
+            throw error
+        }
+        return InProcessDaemon(daemon: daemon, running: running, logs: logs)
     }
 
     /// systemd's `$STATE_DIRECTORY`, this fixture's own: with `store.url` the daemon's lock file (one daemon per
@@ -154,7 +174,7 @@ final class DaemonFixture: @unchecked Sendable {
         _ = FileManager.default.createFile(atPath: out, contents: nil)
         _ = FileManager.default.createFile(atPath: err, contents: nil)
         let process = ChildProcess()
-        process.executableURL = SandboxProcessTests.executable
+        process.executableURL = DaemonFixture.executable
         process.arguments = arguments + ["--config", config ?? configPath]
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }.merging(stateDirectory) { old, _ in old }
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
@@ -197,5 +217,18 @@ extension DaemonFixture {
         try await waitUntil(timeout: .seconds(40)) { !process.isRunning }
         let code = (try? String(contentsOfFile: codeFile, encoding: .utf8)) ?? ""
         return (Int(code) ?? 0, (try? String(contentsOfFile: outFile, encoding: .utf8)) ?? "")
+    }
+}
+
+/// A daemon started in the test's process by ``DaemonFixture/startInProcess()``.
+struct InProcessDaemon {
+    let daemon: ReconcilerDaemon
+    let running: Task<Void, any Error>
+    let logs: LogLines
+
+    /// A graceful stop, as SIGTERM; throws what the daemon's run threw.
+    func stop() async throws {
+        await daemon.stop()
+        try await running.value
     }
 }

@@ -194,7 +194,7 @@ import TestSupport
         defer { withExtendedLifetime(refusing) {} }
         let client = KlarnaClient(
             configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(refusing.port)", credentials: SandboxHarness.credentials),
-            transport: CurlTransport(), logger: CapturedLogs().logger())
+            transport: CurlTransport(), logger: LogLines().logger())
         let error = await #expect(throws: KlarnaAPIError.self) {
             try await client.createOrder(authorizationToken: "t", order: CreateOrderRequest(purchaseCountry: "SE", purchaseCurrency: "SEK", orderAmount: 1, orderLines: []))
         }

@@ -434,7 +434,7 @@ struct SocketActivationTests {
         let fixture = try await DaemonFixture()
         let process = ChildProcess()
         process.executableURL = activator
-        process.arguments = ["-l", fixture.socketPath, "--fdname=ingest", SandboxProcessTests.executable.path, "run", "--config", fixture.configPath]
+        process.arguments = ["-l", fixture.socketPath, "--fdname=ingest", DaemonFixture.executable.path, "run", "--config", fixture.configPath]
         process.standardError = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         try process.run()
@@ -465,7 +465,7 @@ struct SocketActivationTests {
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = [
             "-c", #"exec 3</dev/null; export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=ingest; exec "$0" run --config "$1""#,
-            SandboxProcessTests.executable.path, fixture.configPath,
+            DaemonFixture.executable.path, fixture.configPath,
         ]
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errors))
         process.standardOutput = FileHandle.nullDevice

@@ -97,6 +97,18 @@ struct MetricsTests {
         #expect((Self.value(samples, "klarna_reconciler_oldest_open_age_seconds") ?? 0) > 0)
         #expect(samples.allSatisfy { sample in !sample.labels.values.contains { $0.contains(paid.hppSessionId) || $0.contains(waiting.hppSessionId) } }, "an id in a label")
 
+        // The shipped alerting rules and dashboard use only metrics and labels this exposition has, and promtool
+        // accepts the exposition (a HELP line for every family). Only the settlement sync's metrics (settlements are
+        // off here) may be missing, and the checker names them.
+        let exposition = fixture.directory + "/metrics-for-rules.txt"
+        try await fixture.post("/metrics", "", method: "GET").body.write(toFile: exposition, atomically: true, encoding: .utf8)
+        let checker = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts/check-prometheus.py").standardized.path
+        let (checked, report) = try await Command.run("/usr/bin/python3", [checker, "--fresh", exposition])
+        #expect(checked == 0, "\(report)")
+        let unchecked = report.split(separator: "\n").filter { $0.hasPrefix("  - klarna_reconciler_") }
+        let settlementOnly = ["settlement_", "payouts_reconciled", "unsettled_captures", "newest_payout"]
+        #expect(unchecked.allSatisfy { line in settlementOnly.contains { line.contains("klarna_reconciler_" + $0) } }, "\(unchecked)")
+
         // The loopback port serves what a monitoring system reads, and nothing else.
         let direct = try await fixture.post("/metrics", "", method: "GET", via: "http://127.0.0.1:\(port)")
         #expect(direct.status == 200)

@@ -6,6 +6,7 @@ import KlarnaSandbox
 import Logging
 import ReconcilerCore
 import Synchronization
+import TestSupport
 
 /// A sandbox served over a real loopback socket and a real libcurl client pointed at it.
 struct SandboxHarness {
@@ -13,7 +14,7 @@ struct SandboxHarness {
     let baseURL: String
     let transport: CurlTransport
     let client: KlarnaClient
-    let logs: CapturedLogs
+    let logs: LogLines
 
     static let credentials = BasicCredentials(username: "sandbox-merchant", password: "s3cret-Pa55word")
 
@@ -34,7 +35,7 @@ struct SandboxHarness {
         let baseURL = "http://127.0.0.1:\(server.port!)"
         let transport = CurlTransport(configuration: .init(
             connectTimeout: .seconds(2), requestTimeout: requestTimeout, userAgent: KlarnaClient.userAgent(libcurl: CurlTransport.libcurlVersion)))
-        let logs = CapturedLogs()
+        let logs = LogLines()
         let client = KlarnaClient(
             configuration: KlarnaConfiguration(baseURL: baseURL, credentials: credentials), transport: transport,
             logger: logs.logger())
@@ -68,33 +69,3 @@ struct SandboxHarness {
 }
 
 
-/// Log lines captured in memory, rendered with their metadata, so tests can assert what reaches logs.
-final class CapturedLogs: Sendable {
-    private let lines = Mutex<[String]>([])
-
-    var all: [String] { lines.withLock { $0 } }
-
-    func logger() -> Logger {
-        var logger = Logger(label: "test.client") { _ in Handler(sink: self) }
-        logger.logLevel = .trace
-        return logger
-    }
-
-    fileprivate func append(_ line: String) { lines.withLock { $0.append(line) } }
-
-    struct Handler: LogHandler {
-        let sink: CapturedLogs
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            let all = metadata.merging(event.metadata ?? [:]) { $1 }
-            sink.append("\(event.level) \(event.message) \(all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))")
-        }
-    }
-}

@@ -5,11 +5,11 @@ import KlarnaAPI
 import Testing
 import TestSupport
 
-/// The `klarna-reconciler sandbox` process as systemd runs it: readiness over `$NOTIFY_SOCKET`, then SIGTERM.
+/// The `klarna-sandbox` process as systemd runs it: readiness over `$NOTIFY_SOCKET`, then SIGTERM.
 @Suite struct SandboxProcessTests {
     /// The built executable, next to this test binary.
     static let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        .deletingLastPathComponent().appendingPathComponent("klarna-reconciler")
+        .deletingLastPathComponent().appendingPathComponent("klarna-sandbox")
 
     @Test func notifiesReadyServesAndStopsCleanlyOnSIGTERM() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("notify-\(UUID().uuidString)")
@@ -21,7 +21,7 @@ import TestSupport
 
         let process = ChildProcess()
         process.executableURL = Self.executable
-        process.arguments = ["sandbox", "--listen", "unix:\(socket)"]
+        process.arguments = ["--listen", "unix:\(socket)"]
         process.environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }
         process.standardError = FileHandle.nullDevice
         try process.run()
@@ -46,7 +46,7 @@ import TestSupport
     @Test func aBadListenAddressIsAUsageError() async throws {
         let process = ChildProcess()
         process.executableURL = Self.executable
-        process.arguments = ["sandbox", "--listen", "nowhere"]
+        process.arguments = ["--listen", "nowhere"]
         let errors = Pipe()
         process.standardError = errors
         process.standardOutput = FileHandle.nullDevice

@@ -177,7 +177,7 @@ struct SystemdProtocolTests {
         // A second daemon on the same store cannot take the lock.
         let notify = try NotifySocket(path: fixture.directory + "/notify-second")
         let second = ChildProcess()
-        second.executableURL = SandboxProcessTests.executable
+        second.executableURL = DaemonFixture.executable
         second.arguments = ["run", "--config", fixture.configPath]
         second.environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }
         second.standardError = FileHandle.nullDevice

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Package tests: the .deb that `make deb` built, inspected, installed with apt on this host, run from the installed
 # paths under a real systemd user manager with /opt/swift made inaccessible, then removed and purged.
-# Usage: Tests/Package/run.sh dist/klarna-reconciler_VERSION_amd64.deb   (needs root; `make check` runs it)
+# Usage: Tests/Package/run.sh dist/klarna-reconciler_VERSION_amd64.deb path/to/klarna-sandbox
+#        (needs root; `make check` runs it; the sandbox plays Klarna and is not in the package)
 set -uo pipefail
 DEB=$(realpath "$1")
+SANDBOX_BIN=$(realpath "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 if [ "$(id -u)" != 0 ]; then echo "package tests: SKIPPED (apt install needs root)"; exit 0; fi
@@ -22,9 +24,12 @@ for path in ./usr/bin/klarna-reconciler ./lib/systemd/system/klarna-reconciler.s
     ./usr/share/doc/klarna-reconciler/copyright ./usr/share/doc/klarna-reconciler/changelog.gz \
     ./usr/share/doc/klarna-reconciler/README.md ./usr/share/man/man8/klarna-reconciler.8.gz \
     ./usr/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler.conf \
-    ./usr/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler-log-format.conf; do
+    ./usr/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler-log-format.conf \
+    ./usr/share/doc/klarna-reconciler/examples/prometheus-klarna-reconciler-rules.yml \
+    ./usr/share/doc/klarna-reconciler/examples/grafana-klarna-reconciler-dashboard.json; do
     check "has $path" grep -q " $path\$" <<<"$CONTENTS"
 done
+check "the Klarna sandbox is not in the package (a test tool)" test -z "$(grep -i sandbox <<<"$CONTENTS")"
 check "everything is owned by root" test -z "$(awk '$2 != "root/root"' <<<"$CONTENTS")"
 check "the example config is shipped 0644 (no secret in it)" grep -q '^-rw-r--r-- root/root ./etc/klarna-reconciler/config.yaml$' <<<"$CONTENTS"
 check "nothing under /usr/local or /etc/systemd" test -z "$(grep -E ' \./(usr/local|etc/systemd)' <<<"$CONTENTS")"
@@ -87,7 +92,22 @@ fi
 # --- 3. the installed units under a real systemd user manager, /opt/swift inaccessible --------------------------
 echo "3. the installed units, without /opt/swift"
 if command -v unshare >/dev/null && unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs /mnt' 2>/dev/null; then
-    unshare --mount --propagation private "$HERE/units.sh" || FAILURES=$((FAILURES + $?))
+    # Klarna for the installed daemon, started out here: inside, /opt/swift is hidden, and the build's sandbox needs it.
+    SANDBOX_DIR=$(mktemp -d)
+    printf 'package-test-password-%s\n' "$RANDOM$RANDOM" >"$SANDBOX_DIR/password"
+    # Below the ephemeral range (as harness.sh's free_port): no outgoing connection takes it before the bind.
+    SANDBOX_PORT=$(python3 -c 'import random, socket
+for _ in range(50):
+    port = random.randrange(10000, 30000)
+    try: socket.socket().bind(("127.0.0.1", port)); print(port); break
+    except OSError: pass')
+    "$SANDBOX_BIN" --listen 127.0.0.1:$SANDBOX_PORT --username merchant --password-file "$SANDBOX_DIR/password" 2>"$SANDBOX_DIR/log" &
+    SANDBOX_PID=$!
+    for _ in $(seq 100); do curl -sf -o /dev/null http://127.0.0.1:$SANDBOX_PORT/_sandbox/clock && break; sleep 0.05; done
+    check "the sandbox (Klarna for this test) answers" curl -sf -o /dev/null http://127.0.0.1:$SANDBOX_PORT/_sandbox/clock
+    SANDBOX_PORT=$SANDBOX_PORT SANDBOX_PASSWORD_FILE=$SANDBOX_DIR/password \
+        unshare --mount --propagation private "$HERE/units.sh" || FAILURES=$((FAILURES + $?))
+    kill "$SANDBOX_PID"; wait "$SANDBOX_PID" 2>/dev/null; rm -rf "$SANDBOX_DIR"
 else
     echo "  SKIPPED (no private mount namespace here)"
 fi

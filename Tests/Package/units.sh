@@ -3,7 +3,8 @@
 # in /lib/systemd/system, run by a real systemd user manager in a namespace where /opt/swift is an empty tmpfs, so
 # neither the daemon nor anything else here can load the toolchain's libraries. (InaccessiblePaths= in a drop-in would
 # say the same per unit, but this user manager fails every unit that has it with 226/NAMESPACE, like ProtectHome=.)
-# Exits with the number of failures.
+# Klarna is the sandbox run.sh started outside this namespace (SANDBOX_PORT, SANDBOX_PASSWORD_FILE): it is a test
+# tool, not in the package. Exits with the number of failures.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../System/harness.sh"
@@ -14,8 +15,8 @@ world_up || exit 1
 BIN=/usr/bin/klarna-reconciler
 mkdir -p "$W/credstore"
 SPOOL=/var/spool/klarna-reconciler OUTBOX=/var/spool/klarna-reconciler-outbox CONFIG=/etc/klarna-reconciler/config.yaml
-PORT=$(free_port)
-printf 'package-test-password-%s\n' "$RANDOM$RANDOM" >"$W/credstore/klarna-password"
+PORT=$SANDBOX_PORT
+cp "$SANDBOX_PASSWORD_FILE" "$W/credstore/klarna-password"
 printf 'package-test-callback-key-%s\n' "$RANDOM$RANDOM" >"$W/credstore/callback-key"
 echo '{}' >"$W/credstore/webhook-signing-keys"
 
@@ -23,11 +24,6 @@ cat >"$UNITS/toolchain-probe.service" <<'UNIT'
 [Service]
 Type=oneshot
 ExecStart=/bin/sh -c '! ls /opt/swift/usr/lib/swift/linux/libswiftCore.so'
-UNIT
-cat >"$UNITS/klarna-sandbox.service" <<UNIT
-[Service]
-Type=notify
-ExecStart=$BIN sandbox --listen 127.0.0.1:$PORT --username merchant --password-file $W/credstore/klarna-password
 UNIT
 # The installed config file (0640 root:klarna-operators, from tmpfiles.d), written over as an administrator would:
 # its mode and group stay.
@@ -55,7 +51,6 @@ systemctl --user daemon-reload
 
 check "a unit here cannot see the Swift runtime in /opt/swift" systemctl --user start toolchain-probe.service
 check "the installed binary runs without it" $BIN --version
-check "the sandbox (the installed binary) starts" systemctl --user start klarna-sandbox.service
 check "the daemon's sockets start" systemctl --user start klarna-reconciler.socket klarna-reconciler-control.socket
 check "the ingest socket is 0660 root:klarna-ingest" test "$(stat -c '%a %U:%G' /run/klarna-reconciler.sock)" = "660 root:klarna-ingest"
 check "the operators' socket is 0660 root:klarna-operators" test "$(stat -c '%a %U:%G' /run/klarna-reconciler-control.sock)" = "660 root:klarna-operators"
@@ -72,5 +67,5 @@ check "the daemon is active and was never restarted" test "$(systemctl --user sh
 [ "$(systemctl --user show klarna-reconciler.service -p ActiveState --value)" = active ] || journalctl --no-pager -n 15 -o cat | sed 's/^/      journal: /'
 check "journald has its READY line" bash -c "journalctl --no-pager -o cat | grep -q '^klarna-reconciler .* ready: '"
 source "$HERE/permissions.sh"
-systemctl --user stop klarna-reconciler.service klarna-reconciler.socket klarna-reconciler-control.socket klarna-sandbox.service
+systemctl --user stop klarna-reconciler.service klarna-reconciler.socket klarna-reconciler-control.socket
 exit "$FAILURES"

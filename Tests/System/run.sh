@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # System tests: the real binary under the shipped units, run by a real systemd user manager with a real journald
-# (harness.sh). Usage: Tests/System/run.sh path/to/klarna-reconciler
+# (harness.sh). Usage: Tests/System/run.sh path/to/klarna-reconciler (the klarna-sandbox binary built beside it serves
+# as Klarna).
 # What they prove is listed in the README ("Tests"); each test prints PASS or FAIL with the reason.
 set -uo pipefail
 BIN=$(realpath "$1")
+SANDBOX_BIN=$(dirname "$BIN")/klarna-sandbox
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 
@@ -26,7 +28,9 @@ world_up || exit 1
 # The units run the binary from the private /run, not from the build tree: a clone under /tmp would be hidden from
 # them by the unit's PrivateTmp= (203/EXEC), and the test must pass from any clone path with the units as shipped.
 install -D -m 0755 "$BIN" "$W/bin/klarna-reconciler"
+install -D -m 0755 "$SANDBOX_BIN" "$W/bin/klarna-sandbox"
 BIN=$W/bin/klarna-reconciler
+SANDBOX_BIN=$W/bin/klarna-sandbox
 mkdir -p "$W/etc" "$W/credstore" "$W/spool" "$W/outbox" "$W/fault"
 PORT=$(free_port)
 printf 'systest-password-%s\n' "$RANDOM$RANDOM" >"$W/credstore/klarna-password"
@@ -38,7 +42,7 @@ SANDBOX=http://127.0.0.1:$PORT
 cat >"$UNITS/klarna-sandbox.service" <<UNIT
 [Service]
 Type=notify
-ExecStart=$BIN sandbox --listen 127.0.0.1:$PORT --username merchant --password-file $W/credstore/klarna-password
+ExecStart=$SANDBOX_BIN --listen 127.0.0.1:$PORT --username merchant --password-file $W/credstore/klarna-password
 UNIT
 
 write_config() {  # write_config [extra YAML lines]
@@ -260,12 +264,13 @@ check "no capabilities in the bounding set" grep -q "^CapBnd:[[:space:]]*0000000
 families() { tr ' ' '\n' <<<"$(prop RestrictAddressFamilies)" | sort | xargs; }
 check "address families restricted to AF_INET AF_INET6 AF_UNIX ($(families))" test "$(families)" = "AF_INET AF_INET6 AF_UNIX"
 check "the hardened daemon still talks to Klarna (payments above completed) and to journald (entries above)" test -n "$ORDER"
-# The restriction is enforced, not just configured: the same binary, with the unit's sandbox but AF_INET taken away,
-# cannot open a TCP listener, while with the unit's own families it can.
-sandboxed() {  # sandboxed FAMILIES: runs `klarna-reconciler sandbox` on a TCP port under the unit's filters for 2 s
+# The restriction is enforced, not just configured: a binary built like the daemon (the sandbox: the same toolchain and
+# HTTP server), under the unit's filters but with AF_INET taken away, cannot open a TCP listener, while with the unit's
+# own families it can.
+sandboxed() {  # sandboxed FAMILIES: runs `klarna-sandbox` on a TCP port under the unit's filters for 2 s
     timeout 5 systemd-run --user --wait --pipe -q -p NoNewPrivileges=yes -p "RestrictAddressFamilies=$1" \
         -p SystemCallFilter=@system-service -p "SystemCallFilter=~@privileged" -p SystemCallErrorNumber=EPERM \
-        -p RuntimeMaxSec=2 "$BIN" sandbox --listen 127.0.0.1:0 2>&1
+        -p RuntimeMaxSec=2 "$SANDBOX_BIN" --listen 127.0.0.1:0 2>&1
 }
 check "without AF_INET the binary cannot open a TCP socket" grep -qi "address family not supported" <<<"$(sandboxed AF_UNIX)"
 check "with the unit's families it can" grep -q "listening on 127.0.0.1" <<<"$(sandboxed "AF_UNIX AF_INET AF_INET6")"

@@ -6,9 +6,9 @@ import Logging
 import ServiceLifecycle
 import SystemdSupport
 
-struct SandboxCommand: AsyncParsableCommand {
+struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "sandbox",
+        commandName: "serve",
         abstract: "Runs a Klarna API simulator (HPP, KP, OM, Settlements, Klarna Network) with scenario, payout and fault controls under /_sandbox/."
     )
 
@@ -43,23 +43,5 @@ struct SandboxCommand: AsyncParsableCommand {
             services: [ServerService(server: server) { SystemdNotifier().stopping(status: "Klarna sandbox stopping") }],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         try await group.run()
-    }
-}
-
-/// Serves until the group shuts down gracefully: the listener closes, open connections finish.
-struct ServerService: Service {
-    let server: HTTPServer
-    var onShutdown: @Sendable () -> Void = {}
-
-    func run() async throws {
-        do {
-            try await withGracefulShutdownHandler {
-                try await cancelWhenGracefulShutdown { try await server.run() }
-            } onGracefulShutdown: {
-                onShutdown()
-            }
-        } catch is CancellationError {
-            // Shutdown asked for: the listener is closed and open connections have finished.
-        }
     }
 }

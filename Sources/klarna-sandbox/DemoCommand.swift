@@ -38,7 +38,9 @@ final class Demo: @unchecked Sendable {
     let baseURL: String
     private let serving: Task<Void, any Error>
     private var daemon: ChildProcess?
+    /// The daemon's binary, installed or built beside this one.
     private static let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        .deletingLastPathComponent().appendingPathComponent("klarna-reconciler")
 
     init(folder: String) async throws {
         self.folder = folder
@@ -180,7 +182,8 @@ final class Demo: @unchecked Sendable {
         guard recorded.contains(where: { $0.findings(.orphan).contains { $0.orderID == orphan } }),
             recorded.contains(where: { $0.lines.contains { $0.line.kind == .fee } })
         else {
-            throw DemoFailure(description: "the daemon recorded the payout without the orphan or a FEE line:\n\(SettlementReportRenderer.text(recorded.map(\.report)))")
+            let found = recorded.map { "\($0.report.paymentReference): lines \($0.lines.map(\.line.kind)), findings \($0.report.findings.map(\.kind))" }
+            throw DemoFailure(description: "the daemon recorded the payout without the orphan or a FEE line: \(found.joined(separator: "; "))")
         }
         detail("the daemon fetched the payout and its transactions and matched every line against the ledger")
 
@@ -201,7 +204,7 @@ final class Demo: @unchecked Sendable {
         try "sandbox-secret\n".write(toFile: "\(folder)/klarna-password", atomically: true, encoding: .utf8)
         try "demo-callback-key-\(UUID().uuidString)\n".write(toFile: "\(folder)/callback-key", atomically: true, encoding: .utf8)
         try """
-            # Written by `klarna-reconciler demo`; see etc/config.yaml for every key.
+            # Written by `klarna-sandbox demo`; see etc/config.yaml for every key.
             klarna:
               base_url: \(baseURL)
               username: sandbox-merchant
