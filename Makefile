@@ -36,6 +36,7 @@ demo: build
 ## integration over real sockets. No apt-get, no .deb, no systemd: run `make check` once first for the tools the
 ## integration tests start (nginx, PostgreSQL).
 test:
+	scripts/check-docs.py
 	scripts/swift-build-checked.sh --build-tests
 	scripts/swift-test.sh --skip-build
 
@@ -44,6 +45,7 @@ test:
 ## manager and journald, and the Debian package built, linted, installed, run from its installed units and purged.
 check: deps
 	@scripts/install-deps.sh $(CHECK_PACKAGES)
+	scripts/check-docs.py
 	scripts/swift-build-checked.sh --build-tests
 	scripts/swift-test.sh --skip-build
 	KLARNA_RECONCILER_STORM=1 scripts/swift-test.sh --skip-build --filter hostileStorm
@@ -72,6 +74,7 @@ install: deps
 	install -D -m 0644 systemd/klarna-reconciler.tmpfiles $(DESTDIR)$(TMPFILESDIR)/klarna-reconciler.conf
 	install -D -m 0644 systemd/klarna-reconciler.catalog $(DESTDIR)$(CATALOGDIR)/klarna-reconciler.catalog
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/README.md
+	for doc in docs/*.md; do install -D -m 0644 $$doc $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/$$doc; done
 	install -D -m 0644 etc/config.yaml $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/config.yaml.example
 	install -D -m 0644 etc/nginx/klarna-reconciler.conf $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler.conf
 	install -D -m 0644 etc/nginx/klarna-reconciler-log-format.conf $(DESTDIR)$(PREFIX)/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler-log-format.conf

@@ -39,6 +39,7 @@ install -D -m 0644 systemd/klarna-reconciler.catalog "$STAGE/usr/lib/systemd/cat
 install -D -m 0644 etc/config.yaml "$STAGE/etc/klarna-reconciler/config.yaml"
 DOC=$STAGE/usr/share/doc/klarna-reconciler
 install -D -m 0644 README.md "$DOC/README.md"
+for doc in docs/*.md; do install -D -m 0644 "$doc" "$DOC/$doc"; done
 install -D -m 0644 etc/nginx/klarna-reconciler.conf "$DOC/examples/nginx-klarna-reconciler.conf"
 install -D -m 0644 etc/nginx/klarna-reconciler-log-format.conf "$DOC/examples/nginx-klarna-reconciler-log-format.conf"
 install -D -m 0644 etc/prometheus/klarna-reconciler-rules.yml "$DOC/examples/prometheus-klarna-reconciler-rules.yml"

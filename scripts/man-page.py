@@ -75,7 +75,8 @@ out += [
     ".BR sysusers.d (5),",
     ".BR tmpfiles.d (5).",
     ".PP",
-    "The README in \\fI/usr/share/doc/klarna-reconciler/\\fR: quick start, configuration reference, journalctl",
-    "cheat-sheet, on-call guide and troubleshooting.",
+    "In \\fI/usr/share/doc/klarna-reconciler/\\fR: the README (quick start), and under docs/ the operations guide",
+    "(journalctl cheat-sheet, on call, troubleshooting, repair), the configuration reference, the cluster, settlements",
+    "and architecture guides.",
 ]
 print("\n".join(out))

@@ -2,7 +2,7 @@ import Crypto
 import Foundation
 
 /// Callback URLs carry a token: an HMAC-SHA256 of the callback kind and the KP session id under the `callback-key`
-/// credential, so any callback can be checked without per-session state (DESIGN §3 `callback-url`).
+/// credential, so any callback can be checked without per-session state (`klarna-reconciler callback-url`).
 public struct CallbackTokens: Sendable {
     public enum Kind: String, Sendable, CaseIterable {
         case hppStatus = "hpp-status"
@@ -50,7 +50,7 @@ public struct CallbackTokens: Sendable {
 }
 
 /// Klarna Network webhook signatures: HMAC-SHA256 of the raw body under the signing key named by
-/// `Klarna-Signing-Key-Id`, lowercase hex in `Klarna-Signature` (API-NOTES §6.3). Several keys at once, for rotation.
+/// `Klarna-Signing-Key-Id`, lowercase hex in `Klarna-Signature` (Klarna Network webhooks, docs.klarna.com). Several keys at once, for rotation.
 public struct SigningKeys: Sendable {
     private let keys: [String: [UInt8]]
 

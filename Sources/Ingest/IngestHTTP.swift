@@ -20,7 +20,7 @@ public struct ControlEndpoints: Sendable {
     }
 }
 
-/// The socket's routes (DESIGN §3): each delivery maps to a ``Delivery``; answers are JSON.
+/// The socket's routes (docs/operations.md, "Feeding the daemon: socket and spool"): each delivery maps to a ``Delivery``; answers are JSON.
 public enum IngestHTTP {
     public static func handler(_ ingestor: Ingestor, control: ControlEndpoints) -> @Sendable (ServerRequest) async -> ServerReply {
         { (request: ServerRequest) async -> ServerReply in
@@ -36,7 +36,7 @@ public enum IngestHTTP {
             case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "orders" && path[3] == "capture":
                 route = .capture(orderID: path[2])
             case (_, let path) where path == ["v1", "health"] || path == ["v1", "ready"] || path == ["metrics"] || path == ["v1", "sessions"] || (path.count == 3 && path.starts(with: ["v1", "webhooks"])):
-                // Refusals like any other (README: every refusal is recorded); the path only, never the query (tokens).
+                // Refusals like any other (every refusal is recorded, docs/operations.md); the path only, never the query (tokens).
                 let answer = await ingestor.refuse(
                     Rejection(405, "method_not_allowed", "\(request.method.prefix(20)) is not allowed on \(request.path.prefix(200))"), source: "socket")
                 return json(answer.status, ["error": answer.word, "detail": answer.detail])

@@ -3,7 +3,7 @@ import Glibc
 import Logging
 import ReconcilerCore
 
-/// The spool directory with Maildir semantics (DESIGN §3): writers create files in `tmp/` and `rename(2)` them into
+/// The spool directory with Maildir semantics (docs/operations.md, "The spool directory"): writers create files in `tmp/` and `rename(2)` them into
 /// `new/`; the daemon claims a file by renaming it into `cur/`, commits its delivery, then removes it (or keeps it in
 /// `done/`). A refused file moves to `quarantine/` with `NAME.reason` beside it. Nothing outside the spool is ever
 /// opened: symlinks, FIFOs, devices and hard-linked files are refused without being read.

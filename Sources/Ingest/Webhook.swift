@@ -234,7 +234,7 @@ public struct WebhookReader: Sendable {
         }
     }
 
-    /// The kind of a spool file, from its body's shape (DESIGN §3).
+    /// The kind of a spool file, from its body's shape (docs/operations.md, "The spool directory").
     static func shape(of object: BoundedJSON) throws(Rejection) -> Delivery.Route {
         let keys = object.keys
         if keys.isSuperset(of: ["event_id", "session"]) { return .hppStatus }

@@ -29,7 +29,7 @@ struct Rejection: Error {
     }
 }
 
-/// Klarna's behaviour per endpoint, following API-NOTES §2–§6 and the specs.
+/// Klarna's behaviour per endpoint, following Klarna's API reference (HPP, KP, OM, Klarna Network) and its OpenAPI specs.
 enum KlarnaAPIHandlers {
     static func handle(_ route: KlarnaRoute, context: inout KlarnaCallContext, state: inout SandboxState) -> SandboxResponse {
         do {
@@ -334,7 +334,7 @@ enum KlarnaAPIHandlers {
         guard order.status == "AUTHORIZED" || order.status == "PART_CAPTURED" else {
             return .klarnaError(403, "NOT_ALLOWED", "The order is \(order.status.lowercased()); its authorization cannot be extended")
         }
-        // Account default expiry from now, never beyond 180 days after creation (API-NOTES §4.3).
+        // Account default expiry from now, never beyond 180 days after creation (Klarna's Order Management docs, extend authorization time).
         let limit = order.createdAt.addingTimeInterval(180 * 86_400)
         order.expiresAt = min(limit, max(order.expiresAt, context.now.addingTimeInterval(28 * 86_400)))
         state.orders[id] = order

@@ -62,7 +62,7 @@ public enum SandboxResponseShape: String, Codable, Sendable {
             minimal: { $0.keeping("status", "authorization_token", "order_id") },
             maximal: { hpp in
                 var hpp = hpp.adding(Documented.hppSession)
-                // Not final, so the payment goes on: a status Klarna's enum does not list (API-NOTES §2.2).
+                // Not final, so the payment goes on: a status Klarna's enum does not list (Klarna may add HPP statuses).
                 if let status = hpp["status"]?.string, !["COMPLETED", "CANCELLED", "DISABLED"].contains(status) {
                     hpp["status"] = "SANDBOX_UNKNOWN_STATUS"
                 }

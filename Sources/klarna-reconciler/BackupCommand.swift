@@ -7,7 +7,7 @@ import SQLiteBackend
 struct BackupCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup",
-        abstract: "Writes a consistent copy of the store to FILE while the daemon runs, and checks it; restoring is in the README."
+        abstract: "Writes a consistent copy of the store to FILE while the daemon runs, and checks it; restoring: docs/operations.md, \"Backup and restore\"."
     )
 
     @Argument(help: "The file to write. It must not exist: a backup never overwrites.")
@@ -21,7 +21,7 @@ struct BackupCommand: AsyncParsableCommand {
             throw ExitCode(73)  // EX_CANTCREAT
         }
         if let location = settings.storeURL {
-            printError("klarna-reconciler: the store is PostgreSQL (\(location)): back it up with pg_dump, as the README's \"Running several daemons\" says")
+            printError("klarna-reconciler: the store is PostgreSQL (\(location)): back it up with pg_dump (docs/cluster.md)")
             throw ExitCode(64)
         }
         guard let store = try await options.openStore(settings, readOnly: true) as? SQLiteStore else { throw ExitCode.failure }

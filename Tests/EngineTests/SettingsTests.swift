@@ -259,16 +259,36 @@ struct SettingsTests {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let example = root.appendingPathComponent("etc/config.yaml").path
         let text = try String(contentsOfFile: example, encoding: .utf8)
-        for key in SettingsKeys.all {
-            let leaf = String(key.split(separator: ".").last!)
-            #expect(text.contains("\(leaf):"), "etc/config.yaml does not document \(key)")
+        // Each key by its full path: `  key:` or `  # key:` under its `section:`.
+        var documented: Set<String> = []
+        var section = ""
+        for line in text.split(separator: "\n") {
+            if let first = line.first, first.isLetter, line.hasSuffix(":") { section = String(line.dropLast()) }
+            let body = line.trimmingCharacters(in: .whitespaces)
+            guard line.hasPrefix("  "), let colon = body.firstIndex(of: ":") else { continue }
+            let name = body[..<colon].replacingOccurrences(of: "# ", with: "")
+            documented.insert("\(section).\(name)")
         }
+        for key in SettingsKeys.all { #expect(documented.contains(key), "etc/config.yaml does not document \(key)") }
         let credentials = TemporaryDirectory()
         defer { credentials.remove() }
         try "pw".write(toFile: credentials.path + "/klarna-password", atomically: true, encoding: .utf8)
         let settings = try await Settings.load(configPath: example, environment: ["CREDENTIALS_DIRECTORY": credentials.path])
         #expect(settings.klarna.baseURL == "https://api.playground.klarna.com")
         #expect(settings.storePath == "/var/lib/klarna-reconciler/state.sqlite")
+    }
+}
+
+extension SettingsTests {
+    @Test("docs/configuration.md's reference has a row for exactly the keys the loader knows")
+    func referenceDocumentsEveryKey() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let text = try String(contentsOfFile: root.appendingPathComponent("docs/configuration.md").path, encoding: .utf8)
+        let rows = text.split(separator: "\n").filter { $0.hasPrefix("| `") }
+            .compactMap { $0.dropFirst(3).split(separator: "`").first.map(String.init) }
+            .filter { $0.contains(".") }  // not the credentials' table (`klarna-password`, …)
+        #expect(Set(rows) == Set(SettingsKeys.all), "only in the docs: \(Set(rows).subtracting(SettingsKeys.all).sorted()); missing there: \(Set(SettingsKeys.all).subtracting(rows).sorted())")
+        #expect(rows.count == Set(rows).count, "a key with two rows")
     }
 }
 

@@ -43,7 +43,7 @@ struct BackupTests {
         #expect(try await fixture.cli(["track", second.hppSessionId, "--kp-session", second.kpSessionId]).status == 0)
         try await waitUntil(timeout: .seconds(30)) { try await outcomes(second) == [.orderPlaced, .captured] }
 
-        // Restore as the README says: stop, replace the store (and drop its WAL), start.
+        // Restore as docs/operations.md says: stop, replace the store (and drop its WAL), start.
         #expect(try await fixture.stop() == 0)
         for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: fixture.storePath + suffix) }
         try FileManager.default.copyItem(atPath: file, toPath: fixture.storePath)

@@ -156,7 +156,7 @@ struct NginxTests {
         "A storm of hostile bodies at the size limit through nginx: memory stays bounded, valid deliveries all get 202 and are followed, no 502",
         .enabled(if: ProcessInfo.processInfo.environment["KLARNA_RECONCILER_STORM"] == "1", "runs alone: make check runs it after the rest"))
     func hostileStorm() async throws {
-        // A small ingest.max_connections makes the README's bound ("**Memory.**": ingest's peak is about
+        // A small ingest.max_connections makes docs/operations.md's bound ("**Memory.**": ingest's peak is about
         // max_connections × 1.8 × max_body_bytes on top of the engine's own) small enough to check; the body limit is
         // set to the default and the nginx example's client_max_body_size 1m, so the figures below do not drift.
         let maxConnections = 16, maxBodyBytes = 1 << 20
@@ -214,7 +214,7 @@ struct NginxTests {
         // VmHWM restarts from here (clear_refs 5, Linux ≥ 4.0): a peak between two samples is still seen. Where the
         // kernel refuses it, the samples alone count (VmHWM would include the start-up's own peak).
         let highWaterReset = Self.resetPeakRSS(pid)
-        // 1.8 × max_body_bytes per served connection (README), plus 32 MiB: malloc's slack (freed buffers kept in
+        // 1.8 × max_body_bytes per served connection (docs/operations.md), plus 32 MiB: malloc's slack (freed buffers kept in
         // per-thread arenas, not returned at once), NIO's read buffers of the connections waiting for a slot, SQLite's
         // page cache growing with the refusals it records, and the engine's work on the ten valid payments.
         let ingestKiB = Int(1.8 * Double(maxConnections * maxBodyBytes)) / 1_024

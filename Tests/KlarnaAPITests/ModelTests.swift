@@ -7,7 +7,7 @@ import Testing
         try KlarnaJSON.decoder().decode(type, from: Data(json.utf8))
     }
 
-    // The three read-session examples Klarna publishes (API-NOTES §2.1).
+    // The three read-session examples Klarna publishes (HPP API reference).
     @Test func hppExamplesFromKlarnasDocs() throws {
         let waiting = try decode(HPPSession.self, #"{"session_id":"39a1c773-bafd-754d-af1f-b30c592f1267","status":"WAITING","updated_at":"2019-05-13T14:51:46.288Z","expires_at":"2019-05-15T13:51:43.507Z"}"#)
         #expect(waiting.status == .waiting)

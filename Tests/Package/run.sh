@@ -23,6 +23,7 @@ for path in ./usr/bin/klarna-reconciler ./lib/systemd/system/klarna-reconciler.s
     ./usr/lib/systemd/catalog/klarna-reconciler.catalog ./etc/klarna-reconciler/config.yaml \
     ./usr/share/doc/klarna-reconciler/copyright ./usr/share/doc/klarna-reconciler/changelog.gz \
     ./usr/share/doc/klarna-reconciler/README.md ./usr/share/man/man8/klarna-reconciler.8.gz \
+    ./usr/share/doc/klarna-reconciler/docs/operations.md ./usr/share/doc/klarna-reconciler/docs/configuration.md \
     ./usr/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler.conf \
     ./usr/share/doc/klarna-reconciler/examples/nginx-klarna-reconciler-log-format.conf \
     ./usr/share/doc/klarna-reconciler/examples/prometheus-klarna-reconciler-rules.yml \

@@ -27,7 +27,7 @@ struct SessionMachineTests {
         #expect(step.events.first?.message.contains("unknown to this version") == !known)
     }
 
-    @Test("Exactly COMPLETED, CANCELLED and DISABLED are final (API-NOTES §2.2)")
+    @Test("Exactly COMPLETED, CANCELLED and DISABLED are final (Klarna's HPP API reference)")
     func finalStatuses() {
         #expect(HPPStatusRules.final == ["COMPLETED", "CANCELLED", "DISABLED"])
         #expect(HPPStatusRules.final.isSubset(of: HPPStatusRules.known))

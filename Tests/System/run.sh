@@ -2,7 +2,7 @@
 # System tests: the real binary under the shipped units, run by a real systemd user manager with a real journald
 # (harness.sh). Usage: Tests/System/run.sh path/to/klarna-reconciler (the klarna-sandbox binary built beside it serves
 # as Klarna).
-# What they prove is listed in the README ("Tests"); each test prints PASS or FAIL with the reason.
+# What they prove is listed in docs/development.md; each test prints PASS or FAIL with the reason.
 set -uo pipefail
 BIN=$(realpath "$1")
 SANDBOX_BIN=$(dirname "$BIN")/klarna-sandbox

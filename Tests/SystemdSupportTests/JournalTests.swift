@@ -57,13 +57,13 @@ struct JournalTests {
         #expect(Logger.Level.allCases.map(JournalLogHandler.priority) == [7, 7, 6, 5, 4, 3, 2])
     }
 
-    @Test("Every metric is in the README's table, with its labels")
+    @Test("Every metric is in the operations guide's table, with its labels")
     func metricsDocumented() throws {
-        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../README.md").standardized.path
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/operations.md").standardized.path
         let text = try String(contentsOfFile: path, encoding: .utf8)
-        for name in MetricName.allCases { #expect(text.contains("| `\(name.rawValue)`"), "README does not document \(name.rawValue)") }
+        for name in MetricName.allCases { #expect(text.contains("| `\(name.rawValue)`"), "docs/operations.md does not document \(name.rawValue)") }
         let labels = Urgency.allCases.map(\.label) + SettlementLineResult.allCases.map(\.rawValue) + SettlementFindingKind.allCases.map(\.rawValue)
-        for label in labels { #expect(text.contains("`\(label)`"), "README does not name the label \(label)") }
+        for label in labels { #expect(text.contains("`\(label)`"), "docs/operations.md does not name the label \(label)") }
     }
 
     @Test("Every MESSAGE_ID is in the shipped catalog with a subject, and the catalog has no other")

@@ -1,7 +1,7 @@
 import Foundation
 import ReconcilerCore
 
-/// Klarna's rate-limit headers (API-NOTES §5.3). `Retry-After` is not documented by Klarna but honoured when sent.
+/// Klarna's rate-limit headers (Klarna's API reference, rate limiting). `Retry-After` is not documented by Klarna but honoured when sent.
 public struct RateLimitHeaders: Sendable, Hashable {
     public var limit: String?
     public var remaining: Int?

@@ -24,7 +24,7 @@ public struct KlarnaConfiguration: Sendable, CustomStringConvertible {
             credentials: credentials)
     }
 
-    /// Klarna's regional hosts (API-NOTES §1.1).
+    /// Klarna's regional hosts (api.klarna.com, api-na.klarna.com, api-oc.klarna.com and their playground twins).
     public static func baseURL(region: Region, environment: Environment) -> String {
         let prefix = region == .eu ? "api" : "api-\(region.rawValue)"
         let playground = environment == .playground ? ".playground" : ""

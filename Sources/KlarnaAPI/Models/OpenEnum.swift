@@ -22,7 +22,7 @@ extension OpenEnum {
     public var isKnown: Bool { Self.knownValues.contains(self) }
 }
 
-/// HPP session status (API-NOTES §2.2).
+/// HPP session status (Klarna's HPP API reference).
 public struct HPPSessionStatus: OpenEnum {
     public let rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
@@ -98,7 +98,7 @@ public struct OrderStatus: OpenEnum {
     public static let knownValues: [Self] = [.authorized, .partCaptured, .captured, .cancelled, .expired, .closed]
 }
 
-/// Klarna Network payment request state (API-NOTES §6.1; names vary across API versions).
+/// Klarna Network payment request state (Klarna Network; names vary across API versions).
 public struct PaymentRequestState: OpenEnum {
     public let rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }

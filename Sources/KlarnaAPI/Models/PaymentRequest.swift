@@ -1,8 +1,8 @@
 import Foundation
 
 /// Klarna Network payment request, read with `GET /v2/payment/requests/{id}`.
-/// The URL and shape are inferred from Klarna's PUT/DELETE resource and release/4 samples (API-NOTES §6.1,
-/// marked unverified there); no spec says which fields are required. `state` is what a read is for, and every
+/// The URL and shape are inferred from Klarna's PUT/DELETE resource and release/4 samples (Klarna Network docs;
+/// not verified against the live API); no spec says which fields are required. `state` is what a read is for, and every
 /// version Klarna documents carries it: a read without it is refused. Every other field is optional, and the
 /// context is kept as received.
 public struct PaymentRequest: Codable, Hashable, Sendable {

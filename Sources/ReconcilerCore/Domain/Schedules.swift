@@ -41,7 +41,7 @@ public struct PollingSchedule: Sendable, Equatable, Codable {
 
 /// Deadlines Klarna sets and the daemon must never miss silently.
 public struct Deadlines: Sendable, Equatable, Codable {
-    /// A KP authorization token can place an order for 60 minutes (API-NOTES §2.3).
+    /// A KP authorization token can place an order for 60 minutes (Klarna's Payments API: the token is valid for 60 minutes).
     public static let authorizationTokenLifetime: Duration = .seconds(3_600)
 
     /// How long before an order's authorization expires (`expires_at`) to warn.

@@ -23,7 +23,7 @@ public struct TrackedPaymentRequest: Codable, Sendable, Equatable {
 
     public var isOpen: Bool { outcome == nil }
 
-    /// Final states (API-NOTES §6.1); anything else, unknown values included, is read again later.
+    /// Final states (Klarna Network payment request states); anything else, unknown values included, is read again later.
     public static let finalStates: [String: OutcomeKind] = [
         "COMPLETED": .paymentRequestCompleted, "CANCELED": .cancelled, "DECLINED": .rejected, "EXPIRED": .expired,
     ]

@@ -109,7 +109,7 @@ public struct OrderHandOff: Sendable, Equatable {
     public var placedBy: PlaceOrderMode
 }
 
-/// HPP statuses (API-NOTES §2.2): the final ones, and the ones this version knows. Anything not final, unknown values
+/// HPP statuses (Klarna's HPP API reference): the final ones, and the ones this version knows. Anything not final, unknown values
 /// included, keeps polling.
 public enum HPPStatusRules {
     public static let final: Set<String> = ["COMPLETED", "CANCELLED", "DISABLED"]

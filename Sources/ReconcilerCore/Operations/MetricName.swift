@@ -1,5 +1,5 @@
 /// Every metric the daemon exports on `/metrics` (Prometheus text format). Names never change once released;
-/// labels are low-cardinality words (never an id). The README's table lists them, and a test keeps the two in step.
+/// labels are low-cardinality words (never an id). docs/operations.md's table lists them, and a test keeps the two in step.
 public enum MetricName: String, CaseIterable, Sendable {
     // Counted where they happen (since the daemon started).
     case klarnaCalls = "klarna_reconciler_klarna_calls_total"
