@@ -212,7 +212,7 @@ let package = Package(
 
         // Helpers every test target shares (waiting on a condition with a deadline).
         .target(
-            name: "TestSupport", dependencies: ["ChildProcess", .product(name: "Logging", package: "swift-log")], path: "Tests/TestSupport",
+            name: "TestSupport", dependencies: ["ChildProcess", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", .product(name: "Logging", package: "swift-log")], path: "Tests/TestSupport",
             swiftSettings: strict),
 
         // Child processes by posix_spawn, without Foundation.Process (see ChildProcess.swift for why).

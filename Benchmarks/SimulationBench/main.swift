@@ -167,7 +167,7 @@ for arrival in workload.prefix(while: { $0.at < 0 }) {
     var tracked = TrackedSession(
         hppSessionID: session.hppSessionId, kpSessionID: session.kpSessionId, mode: ReconcilerCore.PlaceOrderMode.none,
         merchantReference: nil, capturePolicy: .immediate, purpose: .buy, trackedAt: start.addingTimeInterval(arrival.at))
-    tracked.hppStatus = "WAITING"
+    tracked.hppStatus = .waiting
     tracked.expiresAt = session.expiresAt
     tracked.reads = 1
     tracked.lastReadAt = max(tracked.trackedAt, start.addingTimeInterval(-random.nextUnit() * 300))

@@ -255,7 +255,7 @@ struct ChangeRows: Encodable {
         new_orders = try Self.lastOfEach(change.newOrders.filter { !written.contains($0.orderID) }, by: \.orderID).map(order)
         payment_requests = try Self.lastOfEach(change.paymentRequests, by: \.paymentRequestID).map { request in
             PaymentRequest(
-                id: request.paymentRequestID, state: request.state, outcome: request.outcome?.rawValue,
+                id: request.paymentRequestID, state: request.state?.rawValue, outcome: request.outcome?.rawValue,
                 next_due: Self.time(request.isOpen ? request.nextDueAt : nil), tracked_at: Self.time(request.trackedAt), data: try json(request))
         }
         intents = try Self.lastOfEach(change.intents, by: \.key).map { intent in

@@ -287,7 +287,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         try await db.rows(
             """
             INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data)
-            VALUES (\(request.paymentRequestID), \(request.state), \(request.outcome?.rawValue), \(request.isOpen ? request.nextDueAt : nil),
+            VALUES (\(request.paymentRequestID), \(request.state?.rawValue), \(request.outcome?.rawValue), \(request.isOpen ? request.nextDueAt : nil),
               \(request.trackedAt), \(at), \(data))
             ON CONFLICT (payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
               updated_at = excluded.updated_at, data = excluded.data

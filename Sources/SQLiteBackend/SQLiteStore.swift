@@ -196,7 +196,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             ON CONFLICT(payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
               updated_at = excluded.updated_at, data = excluded.data
             """,
-            [.text(request.paymentRequestID), SQLValue(request.state), SQLValue(request.outcome?.rawValue),
+            [.text(request.paymentRequestID), SQLValue(request.state?.rawValue), SQLValue(request.outcome?.rawValue),
              SQLValue(request.isOpen ? request.nextDueAt : nil), SQLValue(request.trackedAt), SQLValue(at), .text(data)])
     }
 

@@ -143,11 +143,11 @@ struct ListCommand: AsyncParsableCommand {
         if json { return try printJSON(listing) }
         print("SESSIONS (\(listing.sessions.count))")
         for session in listing.sessions {
-            print("  \(session.hppSessionID)  \(session.phase.rawValue)\(session.outcome.map { "/\($0.rawValue)" } ?? "")  hpp \(session.hppStatus ?? "—")  kp \(session.kpSessionID)  \(session.merchantReference ?? "")")
+            print("  \(session.hppSessionID)  \(session.phase.rawValue)\(session.outcome.map { "/\($0.rawValue)" } ?? "")  hpp \(session.hppStatus?.rawValue ?? "—")  kp \(session.kpSessionID)  \(session.merchantReference ?? "")")
         }
         print("ORDERS (\(listing.orders.count))")
         for order in listing.orders {
-            print("  \(order.orderID)  \(order.phase.rawValue)\(order.outcome.map { "/\($0.rawValue)" } ?? "")  fraud \(order.fraudStatus ?? "—")  captured \(order.capturedAmount)/\(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? "")  \(order.merchantReference ?? "")")
+            print("  \(order.orderID)  \(order.phase.rawValue)\(order.outcome.map { "/\($0.rawValue)" } ?? "")  fraud \(order.fraudStatus?.rawValue ?? "—")  captured \(order.capturedAmount)/\(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? "")  \(order.merchantReference ?? "")")
         }
         print("INTENTS (\(listing.intents.count))")
         for intent in listing.intents {
@@ -192,12 +192,12 @@ struct ShowCommand: AsyncParsableCommand {
         }
         for session in found.sessions {
             print("HPP session \(session.hppSessionID)  (KP session \(session.kpSessionID))")
-            print("  phase \(session.phase.rawValue)\(session.outcome.map { ", outcome \($0.rawValue)" } ?? ""), HPP status \(session.hppStatus ?? "—"), mode \(session.mode?.rawValue ?? "inferred"), capture \(session.capturePolicy.rawValue), intent \(session.purpose.rawValue)")
+            print("  phase \(session.phase.rawValue)\(session.outcome.map { ", outcome \($0.rawValue)" } ?? ""), HPP status \(session.hppStatus?.rawValue ?? "—"), mode \(session.mode?.rawValue ?? "inferred"), capture \(session.capturePolicy.rawValue), intent \(session.purpose.rawValue)")
             print("  reference \(session.merchantReference ?? "—"), tracked \(session.trackedAt.formatted(.iso8601)), read \(session.reads) time\(session.reads == 1 ? "" : "s")\(session.expiresAt.map { ", expires \($0.formatted(.iso8601))" } ?? "")\(session.tokenExpiresAt.map { ", token valid until \($0.formatted(.iso8601))" } ?? "")")
         }
         for order in found.orders {
             print("Order \(order.orderID)  (\(order.klarnaReference ?? "no Klarna reference"))")
-            print("  phase \(order.phase.rawValue)\(order.outcome.map { ", outcome \($0.rawValue)" } ?? ""), status \(order.status ?? "—"), fraud \(order.fraudStatus ?? "—"), captured \(order.capturedAmount) of \(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? ""), capture \(order.capturePolicy.rawValue)\(order.expiresAt.map { ", authorization until \($0.formatted(.iso8601))" } ?? "")")
+            print("  phase \(order.phase.rawValue)\(order.outcome.map { ", outcome \($0.rawValue)" } ?? ""), status \(order.status?.rawValue ?? "—"), fraud \(order.fraudStatus?.rawValue ?? "—"), captured \(order.capturedAmount) of \(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? ""), capture \(order.capturePolicy.rawValue)\(order.expiresAt.map { ", authorization until \($0.formatted(.iso8601))" } ?? "")")
         }
         if !found.intents.isEmpty { print("Intents") }
         for intent in found.intents {

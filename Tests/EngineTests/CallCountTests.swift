@@ -91,7 +91,7 @@ struct CallCountTests {
             try await waitUntil { await scheduler.runningCount == 0 && h.clock.sleeperCount >= 2 }
             try await engine.stop()
             #expect(reads() == 2)
-            #expect(try await h.session(created).hppStatus == "IN_PROGRESS")
+            #expect(try await h.session(created).hppStatus?.rawValue == "IN_PROGRESS")
         }
     }
 

@@ -3,6 +3,7 @@ import KlarnaAPI
 import KlarnaSandbox
 import Synchronization
 import Testing
+import TestSupport
 @testable import Engine
 @testable import ReconcilerCore
 @testable import ReconcilerStore

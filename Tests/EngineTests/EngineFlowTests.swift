@@ -1,6 +1,7 @@
 import Foundation
 import KlarnaSandbox
 import Testing
+import TestSupport
 @testable import Engine
 @testable import ReconcilerCore
 @testable import ReconcilerStore
@@ -205,7 +206,7 @@ struct EngineModeTests {
             let abandoned = try await h.track(SessionSpec(schedule: [ScheduleStep(afterSeconds: 10, status: "IN_PROGRESS")]))
             try await h.run(for: .seconds(60))
             #expect(try await h.store.timeline(for: "no-such-session").outcomes.map(\.outcome.kind) == [.needsAttention])
-            #expect(try await h.session(abandoned).hppStatus == "IN_PROGRESS")
+            #expect(try await h.session(abandoned).hppStatus?.rawValue == "IN_PROGRESS")
             // Klarna expires it early (the consumer's KP session ran out): the next read is a 404.
             try h.sandbox.expire(.hppSession, id: abandoned.hppSessionId)
             try await h.run(for: .seconds(60))
@@ -242,7 +243,7 @@ struct PaymentRequestTests {
             let id = h.sandbox.createPaymentRequest(state: "IN_PROGRESS")
             try await hint(h, id)
             try await h.run(for: .seconds(60))
-            #expect(try await h.store.paymentRequest(id)?.state == "IN_PROGRESS")
+            #expect(try await h.store.paymentRequest(id)?.state == .inProgress)
             #expect(try await h.store.paymentRequest(id)?.isOpen == true)
             try h.sandbox.setPaymentRequestState(id, "COMPLETED")
             try await hint(h, id)

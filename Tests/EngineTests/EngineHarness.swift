@@ -3,7 +3,6 @@ import HTTPServer
 import KlarnaAPI
 import KlarnaSandbox
 import Logging
-import Synchronization
 import Testing
 import TestSupport
 @testable import Engine
@@ -128,63 +127,5 @@ struct EngineHarness {
         #expect(captures.values.allSatisfy { $0.count <= capturesPerOrder }, "an order was captured too often: \(captures.mapValues(\.count))", sourceLocation: sourceLocation)
         let tokens = Dictionary(grouping: sandbox.effects(kind: .customerTokenCreated), by: { $0.kpSessionId ?? "" })
         #expect(tokens.values.allSatisfy { $0.count == 1 }, "two customer tokens for one session", sourceLocation: sourceLocation)
-    }
-}
-
-/// The real store with faults a test cannot cause on demand: the commit recording a confirmed intent fails the
-/// first `failConfirmedCommits` times (a full disk at the worst moment), and every ingest fails while `failIngest`.
-/// Only the engine's and ingest's roles: what it fakes is what those two see.
-final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
-    let store: SQLiteStore
-    private let remaining = Mutex(0)
-    private let ingestFails: Bool
-    /// Reads of a session or an order by the engine.
-    let unitReads = Mutex(0)
-
-    init(_ store: SQLiteStore, failConfirmedCommits: Int = 0, failIngest: Bool = false) {
-        self.store = store
-        ingestFails = failIngest
-        remaining.withLock { $0 = failConfirmedCommits }
-    }
-
-    struct DiskFull: Error {}
-
-    func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
-        if change.intents.contains(where: { $0.state == .confirmed }) {
-            let fail = remaining.withLock { left -> Bool in
-                defer { left = max(0, left - 1) }
-                return left > 0
-            }
-            if fail { throw DiskFull() }
-        }
-        try await store.commit(change, at: at, fencedBy: key)
-    }
-
-    func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
-        if ingestFails { throw DiskFull() }
-        return try await store.ingest(record, at: at)
-    }
-
-    func session(_ id: String) async throws -> TrackedSession? {
-        unitReads.withLock { $0 += 1 }
-        return try await store.session(id)
-    }
-    func order(_ id: String) async throws -> TrackedOrder? {
-        unitReads.withLock { $0 += 1 }
-        return try await store.order(id)
-    }
-    func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? { try await store.paymentRequest(id) }
-    func intent(_ key: String) async throws -> Intent? { try await store.intent(key) }
-    func intents(subject: String) async throws -> [Intent] { try await store.intents(subject: subject) }
-    func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
-    func operatorControls(for key: WorkKey) async throws -> OperatorControls { try await store.operatorControls(for: key) }
-    func untrackedNotifiedOrders(since: Date, limit: Int) async throws -> [String] { try await store.untrackedNotifiedOrders(since: since, limit: limit) }
-    func settlementLines(merchantReference: String, limit: Int) async throws -> [SettledLine] {
-        try await store.settlementLines(merchantReference: merchantReference, limit: limit)
-    }
-    func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult { try await store.track(session, event: event, at: at) }
-    func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult { try await store.requestCapture(orderID: orderID, amount: amount, at: at) }
-    func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
-        try await store.recordRejection(source: source, status: status, error: error, detail: detail, at: at)
     }
 }

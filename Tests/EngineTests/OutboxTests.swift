@@ -4,6 +4,7 @@ import KlarnaAPI
 import Logging
 import Synchronization
 import Testing
+import TestSupport
 @testable import Engine
 @testable import ReconcilerCore
 import ReconcilerStore
@@ -11,13 +12,11 @@ import ReconcilerStore
 
 @Suite("Outbox and notifications")
 struct OutboxTests {
-    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
-
     func storeWithOutcomes(_ directory: TemporaryDirectory, count: Int) async throws -> SQLiteStore {
         let store = try SQLiteStore(path: directory.path + "/s.sqlite")
         var change = Change()
         change.outcomes = (0..<count).map { Outcome(kind: $0 % 2 == 0 ? .orderPlaced : .captured, reason: "r\($0)", hppSessionID: "h\($0)", orderID: "o\($0)", amount: 100 * $0, currency: "EUR") }
-        try await store.commit(change, at: t0)
+        try await store.commit(change, at: Fixtures.t0)
         return store
     }
 
@@ -37,7 +36,7 @@ struct OutboxTests {
         defer { directory.remove() }
         let store = try await storeWithOutcomes(directory, count: 5)
         let writer = try OutboxWriter(directory: directory.path + "/outbox")
-        let delivery = OutcomeDeliveryService(store: store, writer: writer, notifier: nil, clock: ManualClock(now: t0), bell: Doorbell(), logger: Logger(label: "t"))
+        let delivery = OutcomeDeliveryService(store: store, writer: writer, notifier: nil, clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
         await delivery.deliverBatch()
         let names = try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").sorted()
         #expect(names.count == 5)
@@ -49,7 +48,7 @@ struct OutboxTests {
         #expect(json["order_id"] as? String == "o1")
         #expect(json["amount"] as? Int == 100)
         #expect((json["idempotency_key"] as? String)?.count == 36)
-        #expect(try await store.undeliveredOutcomes(now: t0, limit: 10).isEmpty)
+        #expect(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).isEmpty)
         // Delivering again writes nothing new.
         await delivery.deliverBatch()
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 5)
@@ -60,7 +59,7 @@ struct OutboxTests {
         let outcome = Outcome(
             kind: .settlementMismatch, reason: "r", orderID: "o-1", amount: 12_100, currency: "SEK", captureID: "c-1",
             paymentReference: "XISA93DJ", finding: .amountMismatch, refundID: "r-1", expectedAmount: 12_000)
-        let stored = StoredOutcome(id: 7, at: t0, outcome: outcome, outboxWritten: false, notified: false, notifyAttempts: 0, notifyNextAt: nil)
+        let stored = StoredOutcome(id: 7, at: Fixtures.t0, outcome: outcome, outboxWritten: false, notified: false, notifyAttempts: 0, notifyNextAt: nil)
         let data = try OutcomeDocument.encoder.encode(OutcomeDocument(stored))
         let json = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         #expect(json["outcome"] as? String == "settlement_mismatch")
@@ -72,7 +71,7 @@ struct OutboxTests {
         #expect(json["expected_amount"] as? Int == 12_000)
         // A payment's outcome has none of them.
         let captured = StoredOutcome(
-            id: 8, at: t0, outcome: Outcome(kind: .captured, reason: "r", orderID: "o-1"), outboxWritten: false, notified: false,
+            id: 8, at: Fixtures.t0, outcome: Outcome(kind: .captured, reason: "r", orderID: "o-1"), outboxWritten: false, notified: false,
             notifyAttempts: 0, notifyNextAt: nil)
         let plain = try #require(try JSONSerialization.jsonObject(with: try OutcomeDocument.encoder.encode(OutcomeDocument(captured))) as? [String: Any])
         #expect(plain["payment_reference"] == nil && plain["finding"] == nil && plain["expected_amount"] == nil)
@@ -84,7 +83,7 @@ struct OutboxTests {
         defer { directory.remove() }
         let store = try await storeWithOutcomes(directory, count: 1)
         let writer = try OutboxWriter(directory: directory.path + "/outbox")
-        let stored = try #require(try await store.undeliveredOutcomes(now: t0, limit: 1).first)
+        let stored = try #require(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 1).first)
         try await writer.write(OutcomeDocument(stored))
         try await writer.write(OutcomeDocument(stored))
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 1)
@@ -100,13 +99,13 @@ struct OutboxTests {
         let tmp = directory.path + "/outbox/tmp"
         try FileManager.default.removeItem(atPath: tmp)
         _ = FileManager.default.createFile(atPath: tmp, contents: Data())
-        let delivery = OutcomeDeliveryService(store: store, writer: writer, notifier: nil, clock: ManualClock(now: t0), bell: Doorbell(), logger: Logger(label: "t"))
+        let delivery = OutcomeDeliveryService(store: store, writer: writer, notifier: nil, clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
         await delivery.deliverBatch()
-        #expect(try await store.undeliveredOutcomes(now: t0, limit: 10).count == 2)
+        #expect(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).count == 2)
         try FileManager.default.removeItem(atPath: tmp)
         try FileManager.default.createDirectory(atPath: tmp, withIntermediateDirectories: false)
         await delivery.deliverBatch()
-        #expect(try await store.undeliveredOutcomes(now: t0, limit: 10).isEmpty)
+        #expect(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).isEmpty)
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 2)
     }
 
@@ -127,7 +126,7 @@ struct OutboxTests {
         let serving = Task { try await server.run() }
         defer { serving.cancel() }
         let store = try await storeWithOutcomes(directory, count: 1)
-        let clock = ManualClock(now: t0)
+        let clock = ManualClock(now: Fixtures.t0)
         let transport = CurlTransport(configuration: .init())
         defer { transport.shutdown() }
         let delivery = try notifyingDelivery(
@@ -162,7 +161,7 @@ struct OutboxTests {
         let serving = Task { try await server.run() }
         defer { serving.cancel() }
         let store = try await storeWithOutcomes(directory, count: 1)
-        let clock = ManualClock(now: t0)
+        let clock = ManualClock(now: Fixtures.t0)
         let transport = CurlTransport(configuration: .init())
         defer { transport.shutdown() }
         let delivery = try notifyingDelivery(

@@ -52,7 +52,7 @@ struct ResponseShapeTests {
             #expect(h.effects(.captured, order: try await h.order(of: reviewed).orderID).map(\.amount) == [4_000])
 
             // The payment request, read until COMPLETED (within its three hours).
-            #expect(try await h.store.paymentRequest(request)?.state == "IN_PROGRESS")
+            #expect(try await h.store.paymentRequest(request)?.state == .inProgress)
             try h.sandbox.setPaymentRequestState(request, "COMPLETED")
             try await Self.hint(h, request)
             try await h.run(for: .seconds(60))
@@ -208,7 +208,7 @@ struct ReadFallbackTests {
             status: .partCaptured, fraudStatus: .accepted, remainingAuthorizedAmount: 6_000, captures: [Capture(captureID: "c-1", capturedAmount: 4_000)])
         let observation = try Reconciler.observation(listed, of: Self.order).get()
         #expect(observation == OrderObservation(
-            status: "PART_CAPTURED", fraudStatus: "ACCEPTED", orderAmount: 10_000, capturedAmount: 4_000, remainingAuthorizedAmount: 6_000,
+            status: .partCaptured, fraudStatus: .accepted, orderAmount: 10_000, capturedAmount: 4_000, remainingAuthorizedAmount: 6_000,
             captures: [OrderMovements.Movement(id: "c-1", amount: 4_000, at: nil)]))
         var known = Self.order
         known.orderAmount = 12_000

@@ -14,15 +14,11 @@ struct RetentionTests {
     var now: Date { old.addingTimeInterval(100 * 86_400) }
     let policy = RetentionPolicy(closedPayments: .seconds(90 * 86_400), events: .seconds(180 * 86_400), rejections: .seconds(30 * 86_400))
 
-    func session(_ id: String) -> TrackedSession {
-        TrackedSession(hppSessionID: id, kpSessionID: "kp-\(id)", mode: PlaceOrderMode.none, merchantReference: id, capturePolicy: .immediate, purpose: .buy, trackedAt: old)
-    }
-
     /// Tracks `id` at `at` and, when `closed`, closes it with an outcome (delivered when `delivered`) and an intent.
     func payment(_ store: SQLiteStore, _ id: String, at: Date, closed: Bool = true, delivered: Bool = true, intent: Intent.State = .confirmed) async throws {
-        _ = try await store.track(session(id), event: DomainEvent("tracked", "t"), at: at)
+        _ = try await store.track(Fixtures.session(id, reference: id, policy: .immediate, at: old), event: DomainEvent("tracked", "t"), at: at)
         guard closed else { return }
-        var done = session(id)
+        var done = Fixtures.session(id, reference: id, policy: .immediate, at: old)
         done.phase = .closed
         done.nextDueAt = nil
         var change = Change()

@@ -7,68 +7,66 @@ import ReconcilerStore
 
 @Suite("Scheduler")
 struct SchedulerTests {
-    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
-
     @Test("Hands out due keys in due order, up to the capacity")
     func order() async {
         let scheduler = Scheduler()
-        await scheduler.schedule(.session("c"), at: t0.addingTimeInterval(3))
-        await scheduler.schedule(.session("a"), at: t0.addingTimeInterval(1))
-        await scheduler.schedule(.session("b"), at: t0.addingTimeInterval(2))
-        await scheduler.schedule(.session("later"), at: t0.addingTimeInterval(100))
-        #expect(await scheduler.take(now: t0, capacity: 10).isEmpty)
-        #expect(await scheduler.take(now: t0.addingTimeInterval(5), capacity: 2).map(\.key) == [.session("a"), .session("b")])
-        #expect(await scheduler.take(now: t0.addingTimeInterval(5), capacity: 2).map(\.key) == [.session("c")])
-        #expect(await scheduler.nextDue() == t0.addingTimeInterval(100))
+        await scheduler.schedule(.session("c"), at: Fixtures.t0.addingTimeInterval(3))
+        await scheduler.schedule(.session("a"), at: Fixtures.t0.addingTimeInterval(1))
+        await scheduler.schedule(.session("b"), at: Fixtures.t0.addingTimeInterval(2))
+        await scheduler.schedule(.session("later"), at: Fixtures.t0.addingTimeInterval(100))
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 10).isEmpty)
+        #expect(await scheduler.take(now: Fixtures.t0.addingTimeInterval(5), capacity: 2).map(\.key) == [.session("a"), .session("b")])
+        #expect(await scheduler.take(now: Fixtures.t0.addingTimeInterval(5), capacity: 2).map(\.key) == [.session("c")])
+        #expect(await scheduler.nextDue() == Fixtures.t0.addingTimeInterval(100))
     }
 
     @Test("Rescheduling replaces the plan; a wake only moves it earlier")
     func reschedule() async {
         let scheduler = Scheduler()
-        await scheduler.schedule(.order("o"), at: t0.addingTimeInterval(10))
-        await scheduler.schedule(.order("o"), at: t0.addingTimeInterval(50))
-        #expect(await scheduler.nextDue() == t0.addingTimeInterval(50))
-        await scheduler.wake(.order("o"), at: t0.addingTimeInterval(60))
-        #expect(await scheduler.nextDue() == t0.addingTimeInterval(50))
-        await scheduler.wake(.order("o"), at: t0.addingTimeInterval(5))
-        #expect(await scheduler.nextDue() == t0.addingTimeInterval(5))
-        #expect(await scheduler.take(now: t0.addingTimeInterval(100), capacity: 10).map(\.key) == [.order("o")])
+        await scheduler.schedule(.order("o"), at: Fixtures.t0.addingTimeInterval(10))
+        await scheduler.schedule(.order("o"), at: Fixtures.t0.addingTimeInterval(50))
+        #expect(await scheduler.nextDue() == Fixtures.t0.addingTimeInterval(50))
+        await scheduler.wake(.order("o"), at: Fixtures.t0.addingTimeInterval(60))
+        #expect(await scheduler.nextDue() == Fixtures.t0.addingTimeInterval(50))
+        await scheduler.wake(.order("o"), at: Fixtures.t0.addingTimeInterval(5))
+        #expect(await scheduler.nextDue() == Fixtures.t0.addingTimeInterval(5))
+        #expect(await scheduler.take(now: Fixtures.t0.addingTimeInterval(100), capacity: 10).map(\.key) == [.order("o")])
         #expect(await scheduler.scheduledCount == 0)
     }
 
     @Test("A key another daemon took is forgotten: its plan and hint go, and a running one is dropped when its worker is done")
     func forget() async {
         let scheduler = Scheduler()
-        await scheduler.schedule(.session("waiting"), at: t0)
-        await scheduler.wake(.session("waiting"), at: t0)
-        await scheduler.schedule(.session("running"), at: t0)
-        #expect(await scheduler.take(now: t0, capacity: 1).map(\.key) == [.session("waiting")])
-        await scheduler.finished(.session("waiting"), next: WorkPlan(due: t0, urgency: .routine))
+        await scheduler.schedule(.session("waiting"), at: Fixtures.t0)
+        await scheduler.wake(.session("waiting"), at: Fixtures.t0)
+        await scheduler.schedule(.session("running"), at: Fixtures.t0)
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 1).map(\.key) == [.session("waiting")])
+        await scheduler.finished(.session("waiting"), next: WorkPlan(due: Fixtures.t0, urgency: .routine))
         await scheduler.forget(.session("waiting"))
         #expect(await !scheduler.has(.session("waiting")))
-        #expect(await scheduler.take(now: t0, capacity: 1).map(\.key) == [.session("running")])
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 1).map(\.key) == [.session("running")])
         await scheduler.forget(.session("running"))
-        await scheduler.wake(.session("other"), at: t0)
-        await scheduler.finished(.session("running"), next: WorkPlan(due: t0, urgency: .inMotion))
+        await scheduler.wake(.session("other"), at: Fixtures.t0)
+        await scheduler.finished(.session("running"), next: WorkPlan(due: Fixtures.t0, urgency: .inMotion))
         #expect(await !scheduler.has(.session("running")), "what the worker wanted next is dropped")
-        #expect(await scheduler.take(now: t0, capacity: 10).map(\.key) == [.session("other")])
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 10).map(\.key) == [.session("other")])
         // Claimed again later: planned as any key.
         await scheduler.forget(.session("again"))
-        await scheduler.schedule(.session("again"), at: t0)
-        #expect(await scheduler.take(now: t0, capacity: 10).map(\.key) == [.session("again")])
+        await scheduler.schedule(.session("again"), at: Fixtures.t0)
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 10).map(\.key) == [.session("again")])
     }
 
     @Test("A running key is never handed out twice; a wake during the run runs it again afterwards")
     func perKeySerialization() async {
         let scheduler = Scheduler()
-        await scheduler.schedule(.session("s"), at: t0)
-        #expect(await scheduler.take(now: t0, capacity: 10).map(\.key) == [.session("s")])
-        await scheduler.wake(.session("s"), at: t0)
-        await scheduler.schedule(.session("s"), at: t0)
-        #expect(await scheduler.take(now: t0.addingTimeInterval(1), capacity: 10).isEmpty)
+        await scheduler.schedule(.session("s"), at: Fixtures.t0)
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 10).map(\.key) == [.session("s")])
+        await scheduler.wake(.session("s"), at: Fixtures.t0)
+        await scheduler.schedule(.session("s"), at: Fixtures.t0)
+        #expect(await scheduler.take(now: Fixtures.t0.addingTimeInterval(1), capacity: 10).isEmpty)
         // The worker says "again in an hour"; the wake during the run wins.
-        await scheduler.finished(.session("s"), next: WorkPlan(due: t0.addingTimeInterval(3_600), urgency: .inMotion))
-        #expect(await scheduler.take(now: t0.addingTimeInterval(1), capacity: 10).map(\.key) == [.session("s")])
+        await scheduler.finished(.session("s"), next: WorkPlan(due: Fixtures.t0.addingTimeInterval(3_600), urgency: .inMotion))
+        #expect(await scheduler.take(now: Fixtures.t0.addingTimeInterval(1), capacity: 10).map(\.key) == [.session("s")])
         await scheduler.finished(.session("s"), next: nil)
         #expect(await scheduler.nextDue() == nil)
     }
@@ -76,25 +74,25 @@ struct SchedulerTests {
     @Test("A wake marks the next run as hinted, once; a plain schedule does not")
     func hints() async {
         let scheduler = Scheduler()
-        await scheduler.schedule(.order("o"), at: t0)
-        #expect(await scheduler.take(now: t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: false)])
-        await scheduler.wake(.order("o"), at: t0)
-        await scheduler.finished(.order("o"), next: WorkPlan(due: t0.addingTimeInterval(3_600), urgency: .inMotion))
-        #expect(await scheduler.take(now: t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: true)])
-        await scheduler.finished(.order("o"), next: WorkPlan(due: t0, urgency: .inMotion))
-        #expect(await scheduler.take(now: t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: false)])
+        await scheduler.schedule(.order("o"), at: Fixtures.t0)
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: false)])
+        await scheduler.wake(.order("o"), at: Fixtures.t0)
+        await scheduler.finished(.order("o"), next: WorkPlan(due: Fixtures.t0.addingTimeInterval(3_600), urgency: .inMotion))
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: true)])
+        await scheduler.finished(.order("o"), next: WorkPlan(due: Fixtures.t0, urgency: .inMotion))
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 1) == [Scheduler.Job(key: .order("o"), hinted: false)])
     }
 
     @Test("A finished key with nothing to do disappears; running count tracks workers")
     func finishing() async {
         let scheduler = Scheduler()
-        for index in 0..<5 { await scheduler.schedule(.order("\(index)"), at: t0) }
-        let taken = await scheduler.take(now: t0, capacity: 3)
+        for index in 0..<5 { await scheduler.schedule(.order("\(index)"), at: Fixtures.t0) }
+        let taken = await scheduler.take(now: Fixtures.t0, capacity: 3)
         #expect(taken.count == 3)
         #expect(await scheduler.runningCount == 3)
         for job in taken { await scheduler.finished(job.key, next: nil) }
         #expect(await scheduler.runningCount == 0)
-        #expect(await scheduler.take(now: t0, capacity: 10).count == 2)
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 10).count == 2)
     }
 
     @Test("Scales: 100,000 keys come out in due order")
@@ -102,7 +100,7 @@ struct SchedulerTests {
         let scheduler = Scheduler()
         var generator = SystemRandomNumberGenerator()
         for index in 0..<100_000 {
-            await scheduler.schedule(.session("\(index)"), at: t0.addingTimeInterval(Double(generator.next() % 1_000_000)))
+            await scheduler.schedule(.session("\(index)"), at: Fixtures.t0.addingTimeInterval(Double(generator.next() % 1_000_000)))
         }
         var previous = Date.distantPast
         var count = 0
@@ -117,8 +115,6 @@ struct SchedulerTests {
 
 @Suite("Scheduler: urgency and the rate budget")
 struct SchedulerBudgetTests {
-    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
-
     func poll(tracked ago: TimeInterval, read: TimeInterval?, hint: TimeInterval? = nil, now: Date) -> PollProfile {
         PollProfile(
             trackedAt: now.addingTimeInterval(-ago), lastReadAt: read.map { now.addingTimeInterval(-$0) },
@@ -128,42 +124,42 @@ struct SchedulerBudgetTests {
     @Test("Due keys go out most urgent first, by due time within a level")
     func urgencyFirst() async {
         let scheduler = Scheduler()
-        await scheduler.schedule(.session("poll"), at: t0, urgency: .routine)
-        await scheduler.schedule(.session("hinted"), at: t0, urgency: .hinted)
-        await scheduler.schedule(.order("capture-late"), at: t0.addingTimeInterval(1), urgency: .inMotion)
-        await scheduler.schedule(.order("capture"), at: t0, urgency: .inMotion)
-        await scheduler.schedule(.session("token-expiring"), at: t0.addingTimeInterval(2), urgency: .deadline)
-        let jobs = await scheduler.take(now: t0.addingTimeInterval(5), capacity: 10)
+        await scheduler.schedule(.session("poll"), at: Fixtures.t0, urgency: .routine)
+        await scheduler.schedule(.session("hinted"), at: Fixtures.t0, urgency: .hinted)
+        await scheduler.schedule(.order("capture-late"), at: Fixtures.t0.addingTimeInterval(1), urgency: .inMotion)
+        await scheduler.schedule(.order("capture"), at: Fixtures.t0, urgency: .inMotion)
+        await scheduler.schedule(.session("token-expiring"), at: Fixtures.t0.addingTimeInterval(2), urgency: .deadline)
+        let jobs = await scheduler.take(now: Fixtures.t0.addingTimeInterval(5), capacity: 10)
         #expect(jobs.map(\.key) == [.session("token-expiring"), .order("capture"), .order("capture-late"), .session("hinted"), .session("poll")])
         #expect(jobs.map(\.urgency) == [.deadline, .inMotion, .inMotion, .hinted, .routine])
     }
 
     @Test("Routine reads go out only as fast as the budget has spare tokens, each with its token prepaid")
     func pollsFitTheBudget() async throws {
-        let clock = ManualClock(now: t0)
+        let clock = ManualClock(now: Fixtures.t0)
         let budget = RateLimiter(ratePerSecond: 50, burst: 10, clock: clock)
         let scheduler = Scheduler()
         for index in 0..<1_000 {
-            await scheduler.schedule(.session("s\(index)"), at: t0, urgency: .routine, poll: poll(tracked: 60, read: 2, now: t0))
+            await scheduler.schedule(.session("s\(index)"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 60, read: 2, now: Fixtures.t0))
         }
-        let burst = await scheduler.take(now: t0, capacity: 100, budget: budget)
+        let burst = await scheduler.take(now: Fixtures.t0, capacity: 100, budget: budget)
         #expect(burst.count == 10)
         #expect(burst.allSatisfy { $0.prepaid && $0.urgency == .routine })
-        #expect(await scheduler.take(now: t0, capacity: 100, budget: budget).isEmpty)
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 100, budget: budget).isEmpty)
         // The dispatcher sleeps until the next token, not until the next due time (which has passed).
         let next = try #require(await scheduler.nextDue(budget: budget))
-        #expect(abs(next.timeIntervalSince(t0) - 0.02) < 1e-6)
+        #expect(abs(next.timeIntervalSince(Fixtures.t0) - 0.02) < 1e-6)
         clock.advance(by: .milliseconds(20))
         #expect(await scheduler.take(now: clock.now, capacity: 100, budget: budget).count == 1)
     }
 
     @Test("A side effect enqueued behind 10,000 due polls starts within one token interval")
     func sideEffectBehindPolls() async throws {
-        let clock = ManualClock(now: t0)
+        let clock = ManualClock(now: Fixtures.t0)
         let budget = RateLimiter(ratePerSecond: 50, burst: 10, clock: clock)
         let scheduler = Scheduler()
         for index in 0..<10_000 {
-            await scheduler.schedule(.session("s\(index)"), at: t0, urgency: .routine, poll: poll(tracked: 120, read: 10, now: t0))
+            await scheduler.schedule(.session("s\(index)"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 120, read: 10, now: Fixtures.t0))
         }
         // Polls run for a while: each takes its prepaid token and comes back due again.
         for _ in 0..<100 {
@@ -194,11 +190,11 @@ struct SchedulerBudgetTests {
     @Test("Routine reads are chosen by value: a never-read session, then one at the typical completion age, then one abandoned an hour ago; callbacks make polling a safety net")
     func byValue() async {
         let scheduler = Scheduler()
-        let now = t0
-        await scheduler.schedule(.session("abandoned"), at: t0.addingTimeInterval(-100), urgency: .routine, poll: poll(tracked: 3_600, read: 60, now: now))
-        await scheduler.schedule(.session("typical"), at: t0, urgency: .routine, poll: poll(tracked: 170, read: 20, now: now))
-        await scheduler.schedule(.session("callbacks"), at: t0, urgency: .routine, poll: poll(tracked: 170, read: 20, hint: 30, now: now))
-        await scheduler.schedule(.session("new"), at: t0, urgency: .routine, poll: poll(tracked: 1, read: nil, now: now))
+        let now = Fixtures.t0
+        await scheduler.schedule(.session("abandoned"), at: Fixtures.t0.addingTimeInterval(-100), urgency: .routine, poll: poll(tracked: 3_600, read: 60, now: now))
+        await scheduler.schedule(.session("typical"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 170, read: 20, now: now))
+        await scheduler.schedule(.session("callbacks"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 170, read: 20, hint: 30, now: now))
+        await scheduler.schedule(.session("new"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 1, read: nil, now: now))
         var order: [WorkKey] = []
         for _ in 0..<4 { order += await scheduler.take(now: now, capacity: 1).map(\.key) }
         #expect(order == [.session("new"), .session("typical"), .session("callbacks"), .session("abandoned")])
@@ -207,39 +203,39 @@ struct SchedulerBudgetTests {
     @Test("No poll starves: every fairEvery-th routine pick goes to the read due longest, whatever its value")
     func noStarvation() async {
         let scheduler = Scheduler()
-        await scheduler.schedule(.session("abandoned"), at: t0.addingTimeInterval(-7_200), urgency: .routine, poll: poll(tracked: 86_000, read: 7_200, now: t0))
+        await scheduler.schedule(.session("abandoned"), at: Fixtures.t0.addingTimeInterval(-7_200), urgency: .routine, poll: poll(tracked: 86_000, read: 7_200, now: Fixtures.t0))
         for index in 0..<100 {
-            await scheduler.schedule(.session("hot\(index)"), at: t0, urgency: .routine, poll: poll(tracked: 180, read: 5, now: t0))
+            await scheduler.schedule(.session("hot\(index)"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 180, read: 5, now: Fixtures.t0))
         }
         var picks: [WorkKey] = []
-        for _ in 0..<Scheduler.fairEvery { picks += await scheduler.take(now: t0, capacity: 1).map(\.key) }
+        for _ in 0..<Scheduler.fairEvery { picks += await scheduler.take(now: Fixtures.t0, capacity: 1).map(\.key) }
         #expect(picks.contains(.session("abandoned")))
     }
 
     @Test("When urgent callers use the whole budget, one routine read at a time still joins its queue")
     func routineUnderSaturation() async throws {
-        let clock = ManualClock(now: t0)
+        let clock = ManualClock(now: Fixtures.t0)
         let budget = RateLimiter(ratePerSecond: 1, burst: 1, clock: clock)
         try await budget.acquire(.inMotion)
         let urgent = Task { try await budget.acquire(.inMotion) }
         try await waitUntil { budget.waiting == 1 }
         let scheduler = Scheduler()
-        for index in 0..<3 { await scheduler.schedule(.session("s\(index)"), at: t0, urgency: .routine) }
-        let jobs = await scheduler.take(now: t0, capacity: 10, budget: budget)
+        for index in 0..<3 { await scheduler.schedule(.session("s\(index)"), at: Fixtures.t0, urgency: .routine) }
+        let jobs = await scheduler.take(now: Fixtures.t0, capacity: 10, budget: budget)
         #expect(jobs.count == 1)
         #expect(jobs.first?.prepaid == false)
-        #expect(await scheduler.take(now: t0, capacity: 10, budget: budget).isEmpty)
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 10, budget: budget).isEmpty)
         urgent.cancel()
     }
 
     @Test("A wake makes a key a hinted read; it keeps a higher urgency it already had")
     func wakeUrgency() async {
         let scheduler = Scheduler()
-        await scheduler.schedule(.session("poll"), at: t0.addingTimeInterval(60), urgency: .routine)
-        await scheduler.schedule(.order("capture"), at: t0.addingTimeInterval(60), urgency: .inMotion)
-        await scheduler.wake(.session("poll"), at: t0)
-        await scheduler.wake(.order("capture"), at: t0)
-        let jobs = await scheduler.take(now: t0, capacity: 10)
+        await scheduler.schedule(.session("poll"), at: Fixtures.t0.addingTimeInterval(60), urgency: .routine)
+        await scheduler.schedule(.order("capture"), at: Fixtures.t0.addingTimeInterval(60), urgency: .inMotion)
+        await scheduler.wake(.session("poll"), at: Fixtures.t0)
+        await scheduler.wake(.order("capture"), at: Fixtures.t0)
+        let jobs = await scheduler.take(now: Fixtures.t0, capacity: 10)
         #expect(jobs == [Scheduler.Job(key: .order("capture"), hinted: true, urgency: .inMotion), Scheduler.Job(key: .session("poll"), hinted: true, urgency: .hinted)])
     }
 }

@@ -15,8 +15,6 @@ import TestSupport
 /// retention and a cap, checked every minute.
 @Suite("Unauthenticated traffic: refusals recorded, the store bounded")
 struct UnverifiedRetentionTests {
-    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
-
     /// The ingest socket's handler over `store`, reading with no callback key or signing keys (OM notifications and
     /// track requests need none).
     func ingestHandler(_ store: SQLiteStore, clock: any WallClock) -> @Sendable (ServerRequest) async -> ServerReply {
@@ -44,17 +42,17 @@ struct UnverifiedRetentionTests {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let store = try SQLiteStore(path: directory.path + "/state.sqlite")
-        let handler = ingestHandler(store, clock: ManualClock(now: t0))
+        let handler = ingestHandler(store, clock: ManualClock(now: Fixtures.t0))
 
         let wrongMethod = await send(handler, "GET", "/v1/webhooks/hpp-status?kp_session_id=kp-1&token=secret-token")
         #expect(wrongMethod.status == 405 && wrongMethod.body.contains(#""error":"method_not_allowed""#), "\(wrongMethod.body)")
-        var summary = try await store.summary(now: t0)
+        var summary = try await store.summary(now: Fixtures.t0)
         #expect(summary.rejectionsLastDay == 1)
         #expect(summary.lastRejection?.hasSuffix("socket 405 method_not_allowed: GET is not allowed on /v1/webhooks/hpp-status") == true, "\(summary.lastRejection ?? "none")")
 
         let unknownRoute = await send(handler, "POST", "/v1/webhook/om-notification?token=secret-token", notification("o-1"))
         #expect(unknownRoute.status == 404 && unknownRoute.body.contains(#""error":"not_found""#), "\(unknownRoute.body)")
-        summary = try await store.summary(now: t0)
+        summary = try await store.summary(now: Fixtures.t0)
         #expect(summary.rejectionsLastDay == 2)
         #expect(summary.lastRejection?.hasSuffix("socket 404 not_found: no route POST /v1/webhook/om-notification") == true, "\(summary.lastRejection ?? "none")")
         #expect(summary.lastRejection?.contains("secret-token") == false)
@@ -68,9 +66,9 @@ struct UnverifiedRetentionTests {
         var change = Change()
         change.newOrders = [TrackedOrder(
             orderID: "o-known", hppSessionID: nil, kpSessionID: nil, merchantReference: "known", capturePolicy: .immediate, placedBy: .placeOrder,
-            createdAt: t0)]
-        try await store.commit(change, at: t0)
-        let clock = ManualClock(now: t0)
+            createdAt: Fixtures.t0)]
+        try await store.commit(change, at: Fixtures.t0)
+        let clock = ManualClock(now: Fixtures.t0)
         let handler = ingestHandler(store, clock: clock)
         for order in ["o-known", "o-unknown"] {
             let answer = await send(handler, "POST", "/v1/webhooks/om-notification", notification(order))
@@ -93,17 +91,17 @@ struct UnverifiedRetentionTests {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let store = try SQLiteStore(path: directory.path + "/state.sqlite")
-        let clock = ManualClock(now: t0)
+        let clock = ManualClock(now: Fixtures.t0)
         let handler = ingestHandler(store, clock: clock)
         // Long past its retention, but within the cap: only a pass removes it.
         let old = try await store.ingest(
             IngestRecord(
                 dedupeKey: "\(RetentionPolicy.omNotificationKeyPrefix)o-old:FRAUD_RISK_STOPPED", kind: RetentionPolicy.omNotificationKind, source: "socket",
                 summary: "OM notification FRAUD_RISK_STOPPED for order o-old", action: .hintOrder(orderID: "o-old")),
-            at: t0.addingTimeInterval(-30 * 86_400))
+            at: Fixtures.t0.addingTimeInterval(-30 * 86_400))
         #expect(old == .accepted(wake: []))
         for _ in 0..<5 { #expect(await send(handler, "PUT", "/v1/sessions").status == 405) }
-        #expect(try await store.summary(now: t0).rejectionsLastDay == 5)
+        #expect(try await store.summary(now: Fixtures.t0).rejectionsLastDay == 5)
 
         let policy = RetentionPolicy(rejections: .seconds(7 * 86_400), unknownNotifications: .seconds(7 * 86_400), unverifiedRowCap: 2)
         let pruner = Pruner(store: store, policy: policy, doneDirectory: nil, clock: clock)

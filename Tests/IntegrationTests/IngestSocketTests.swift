@@ -504,7 +504,7 @@ struct EveryKindBothPathsTests {
         // KP authorization callback for a tracked session: the engine reads HPP at once instead of at the next poll.
         let authorized = try fixture.sandbox.createSession(SessionSpec(merchantReference: "kp-cb"))
         #expect(try await fixture.cli(["track", authorized.hppSessionId, "--kp-session", authorized.kpSessionId, "--reference", "kp-cb", "--capture", "on_request"]).status == 0)
-        try await waitUntil(timeout: .seconds(30)) { try await store.session(authorized.hppSessionId)?.hppStatus == "WAITING" }
+        try await waitUntil(timeout: .seconds(30)) { try await store.session(authorized.hppSessionId)?.hppStatus?.rawValue == "WAITING" }
         // Delivered while the session is open (the callback's token is only a hint: the daemon takes the real one
         // from its own read of HPP).
         try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/kp-authorization",

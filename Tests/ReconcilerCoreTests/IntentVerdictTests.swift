@@ -1,18 +1,18 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import ReconcilerCore
 
 @Suite("Intent verdict")
 struct IntentVerdictTests {
-    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
     let policy = RetryPolicy(initialDelay: .seconds(1), multiplier: 2, maxDelay: .seconds(30), maxAttempts: 4)
     let half = FixedRandom(value: 0.5)
     let settle = Duration.seconds(120)
 
-    /// An intent of `kind` whose `attempts`-th attempt was just sent at `t0`.
+    /// An intent of `kind` whose `attempts`-th attempt was just sent at `Fixtures.t0`.
     func sent(_ kind: Intent.Kind = .placeOrder, attempts: Int) -> Intent {
-        var intent = Intent(key: "key-1", kind: kind, subject: "s", now: t0)
-        for _ in 0..<attempts { intent = intent.sending(now: t0) }
+        var intent = Intent(key: "key-1", kind: kind, subject: "s", now: Fixtures.t0)
+        for _ in 0..<attempts { intent = intent.sending(now: Fixtures.t0) }
         return intent
     }
 
@@ -21,22 +21,22 @@ struct IntentVerdictTests {
     }
 
     func decide(_ intent: Intent, _ failure: CallFailure, now: Date? = nil, deadline: Date? = nil) -> IntentVerdict {
-        IntentVerdict.decide(intent: intent, failure: failure, now: now ?? t0, deadline: deadline, policy: policy, createOrderSettle: settle, random: half)
+        IntentVerdict.decide(intent: intent, failure: failure, now: now ?? Fixtures.t0, deadline: deadline, policy: policy, createOrderSettle: settle, random: half)
     }
 
     @Test("A capture whose answer was lost takes the newest capture of its amount that no other capture intent claims")
     func resolvedCaptureID() {
-        let capture = Intent(key: "cap-key", kind: .capture, subject: "o-1", amount: 3_000, now: t0)
+        let capture = Intent(key: "cap-key", kind: .capture, subject: "o-1", amount: 3_000, now: Fixtures.t0)
         let captures = [
-            OrderMovements.Movement(id: "earlier", amount: 3_000, at: t0),
-            OrderMovements.Movement(id: "portal", amount: 1_000, at: t0),
-            OrderMovements.Movement(id: "mine", amount: 3_000, at: t0),
-            OrderMovements.Movement(id: "portal-2", amount: 500, at: t0),
+            OrderMovements.Movement(id: "earlier", amount: 3_000, at: Fixtures.t0),
+            OrderMovements.Movement(id: "portal", amount: 1_000, at: Fixtures.t0),
+            OrderMovements.Movement(id: "mine", amount: 3_000, at: Fixtures.t0),
+            OrderMovements.Movement(id: "portal-2", amount: 500, at: Fixtures.t0),
         ]
         #expect(capture.resolvedCaptureID(among: captures, claimed: []) == "mine")
         #expect(capture.resolvedCaptureID(among: captures, claimed: ["mine"]) == "earlier")
         #expect(capture.resolvedCaptureID(among: captures, claimed: ["mine", "earlier"]) == nil)
-        #expect(Intent(key: "x", kind: .cancelOrder, subject: "o-1", now: t0).resolvedCaptureID(among: captures, claimed: []) == nil)
+        #expect(Intent(key: "x", kind: .cancelOrder, subject: "o-1", now: Fixtures.t0).resolvedCaptureID(among: captures, claimed: []) == nil)
     }
 
     @Test("An unclear answer below the attempt limit makes the intent ambiguous and comes back after a jittered backoff (a create-order after its settle period: CreateOrderSettleTests)")
@@ -46,7 +46,7 @@ struct IntentVerdictTests {
             Issue.record("expected tryAgain"); return
         }
         // Ceiling after attempt 2 is 2 s; half of it.
-        #expect(at == t0.addingTimeInterval(1))
+        #expect(at == Fixtures.t0.addingTimeInterval(1))
         #expect(next.state == .ambiguous)
         #expect(next.needsResolution)
         #expect(next.lastError == "HTTP 503 SERVICE_UNAVAILABLE")
@@ -75,7 +75,7 @@ struct IntentVerdictTests {
 
     @Test("A clear, retryable failure goes back to intended with a backoff")
     func retryableWithBackoff() {
-        let now = t0.addingTimeInterval(2)
+        let now = Fixtures.t0.addingTimeInterval(2)
         guard case .tryAgain(let next, let at, let event) = decide(sent(attempts: 2), failure(), now: now) else {
             Issue.record("expected tryAgain"); return
         }
@@ -90,7 +90,7 @@ struct IntentVerdictTests {
 
     @Test("The backoff never passes the deadline (the authorization token's expiry)")
     func backoffCappedAtDeadline() {
-        let deadline = t0.addingTimeInterval(0.4)
+        let deadline = Fixtures.t0.addingTimeInterval(0.4)
         guard case .tryAgain(let retried, let at, let event) = decide(sent(attempts: 3), failure(), deadline: deadline) else {
             Issue.record("expected tryAgain"); return
         }
@@ -108,7 +108,7 @@ struct IntentVerdictTests {
         guard case .tryAgain(_, let at, _) = decide(sent(attempts: 1), failure(.retry(notBefore: .seconds(20)))) else {
             Issue.record("expected tryAgain"); return
         }
-        #expect(at == t0.addingTimeInterval(20.5))
+        #expect(at == Fixtures.t0.addingTimeInterval(20.5))
     }
 
     @Test("A failure that is not retryable fails the intent")
@@ -132,9 +132,9 @@ struct IntentVerdictTests {
         var patient = policy
         patient.deadline = .seconds(60)
         let late = IntentVerdict.decide(
-            intent: sent(attempts: 1), failure: failure(), now: t0.addingTimeInterval(59.9), deadline: nil, policy: patient,
+            intent: sent(attempts: 1), failure: failure(), now: Fixtures.t0.addingTimeInterval(59.9), deadline: nil, policy: patient,
             createOrderSettle: settle, random: half)
-        #expect(late == .giveUp(sent(attempts: 1).failed("HTTP 503 SERVICE_UNAVAILABLE", now: t0.addingTimeInterval(59.9)), reason: "the retry deadline would be exceeded"))
+        #expect(late == .giveUp(sent(attempts: 1).failed("HTTP 503 SERVICE_UNAVAILABLE", now: Fixtures.t0.addingTimeInterval(59.9)), reason: "the retry deadline would be exceeded"))
     }
 
     @Test("Kinds Klarna deduplicates say they retry with the same idempotency key; the others do not", arguments: Intent.Kind.allCases)
@@ -149,11 +149,11 @@ struct IntentVerdictTests {
     @Test("The same seed gives the same verdict")
     func seededIsReproducible() {
         let first = IntentVerdict.decide(
-            intent: sent(attempts: 2), failure: failure(), now: t0, deadline: nil, policy: policy, createOrderSettle: settle, random: SeededRandomSource(seed: 9))
+            intent: sent(attempts: 2), failure: failure(), now: Fixtures.t0, deadline: nil, policy: policy, createOrderSettle: settle, random: SeededRandomSource(seed: 9))
         let second = IntentVerdict.decide(
-            intent: sent(attempts: 2), failure: failure(), now: t0, deadline: nil, policy: policy, createOrderSettle: settle, random: SeededRandomSource(seed: 9))
+            intent: sent(attempts: 2), failure: failure(), now: Fixtures.t0, deadline: nil, policy: policy, createOrderSettle: settle, random: SeededRandomSource(seed: 9))
         #expect(first == second)
         guard case .tryAgain(_, let at, _) = first else { Issue.record("expected tryAgain"); return }
-        #expect(at >= t0 && at < t0.addingTimeInterval(2))
+        #expect(at >= Fixtures.t0 && at < Fixtures.t0.addingTimeInterval(2))
     }
 }

@@ -1,14 +1,13 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import ReconcilerCore
 
 /// Klarna's payout formula over the totals, and the lines summed by type against the totals.
 @Suite("Payout formula")
 struct PayoutFormulaTests {
-    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
-
     func payout(_ totals: SettledTotals) -> SettledPayout {
-        SettledPayout(paymentReference: "P1", payoutDate: t0, currency: "EUR", settlementType: "NET", totals: totals)
+        SettledPayout(paymentReference: "P1", payoutDate: Fixtures.t0, currency: "EUR", settlementType: "NET", totals: totals)
     }
 
     func line(_ ordinal: Int, _ kind: SettlementKind, _ amount: Int, vat: Int? = nil) -> SettledLine {

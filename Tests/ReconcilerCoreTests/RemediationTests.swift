@@ -1,33 +1,21 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import ReconcilerCore
 
 /// Where operator requests apply, why they are refused, and what re-driving a payment changes.
 @Suite("Remediation rules")
 struct RemediationTests {
-    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
-
     func session(_ phase: TrackedSession.Phase = .polling, outcome: OutcomeKind? = nil, token: String? = nil, tokenExpires: TimeInterval = 3_600) -> TrackedSession {
-        var session = TrackedSession(
-            hppSessionID: "hpp-1", kpSessionID: "kp-1", mode: PlaceOrderMode.none, merchantReference: "ref", capturePolicy: .immediate,
-            purpose: .buy, trackedAt: t0)
-        session.phase = phase
-        session.outcome = outcome
-        session.authorizationToken = token
-        if token != nil { session.tokenExpiresAt = t0.addingTimeInterval(tokenExpires) }
-        return session
+        Fixtures.session(
+            "hpp-1", kp: "kp-1", reference: "ref", policy: .immediate, phase: phase, outcome: outcome, token: token,
+            tokenExpiresAt: token == nil ? nil : Fixtures.t0.addingTimeInterval(tokenExpires))
     }
 
     func order(_ phase: TrackedOrder.Phase = .awaitingCapture, outcome: OutcomeKind? = nil, captured: Int = 0, remaining: Int = 10_000) -> TrackedOrder {
-        var order = TrackedOrder(
-            orderID: "o-1", hppSessionID: "hpp-1", kpSessionID: "kp-1", merchantReference: "ref", capturePolicy: .onRequest, placedBy: PlaceOrderMode.none,
-            createdAt: t0)
-        order.phase = phase
-        order.outcome = outcome
-        order.orderAmount = 10_000
-        order.capturedAmount = captured
-        order.remainingAuthorizedAmount = remaining
-        return order
+        Fixtures.order(
+            "o-1", session: "hpp-1", kp: "kp-1", reference: "ref", placedBy: PlaceOrderMode.none, phase: phase, outcome: outcome,
+            amount: 10_000, captured: captured, remaining: remaining)
     }
 
     func view(sessions: [TrackedSession] = [], orders: [TrackedOrder] = [], intents: [Intent] = [], held: Set<RemediationTarget> = []) -> PaymentView {
@@ -42,52 +30,52 @@ struct RemediationTests {
     @Test("Nothing tracked is 404 for every action")
     func unknown() {
         for action in OperatorAction.allCases {
-            #expect(refusal(Remediation.targets(action, payment: view(), now: t0))?.status == 404)
+            #expect(refusal(Remediation.targets(action, payment: view(), now: Fixtures.t0))?.status == 404)
         }
     }
 
     @Test("hold takes the open parts, refuses a finished payment and one held already; release takes only held parts")
     func holdAndRelease() throws {
         let open = view(sessions: [session(.ordered)], orders: [order()])
-        #expect(try Remediation.targets(.hold, payment: open, now: t0).get() == [.order("o-1")])
-        #expect(refusal(Remediation.targets(.hold, payment: view(sessions: [session(.ordered)], orders: [order(.closed, outcome: .captured)]), now: t0))?.reason
+        #expect(try Remediation.targets(.hold, payment: open, now: Fixtures.t0).get() == [.order("o-1")])
+        #expect(refusal(Remediation.targets(.hold, payment: view(sessions: [session(.ordered)], orders: [order(.closed, outcome: .captured)]), now: Fixtures.t0))?.reason
             .contains("nothing to hold: order o-1 is captured") == true)
         let held = view(sessions: [session(.ordered)], orders: [order()], held: [.order("o-1")])
-        #expect(refusal(Remediation.targets(.hold, payment: held, now: t0))?.reason == "already held")
-        #expect(try Remediation.targets(.release, payment: held, now: t0).get() == [.order("o-1")])
-        #expect(refusal(Remediation.targets(.release, payment: open, now: t0))?.reason == "not held")
+        #expect(refusal(Remediation.targets(.hold, payment: held, now: Fixtures.t0))?.reason == "already held")
+        #expect(try Remediation.targets(.release, payment: held, now: Fixtures.t0).get() == [.order("o-1")])
+        #expect(refusal(Remediation.targets(.release, payment: open, now: Fixtures.t0))?.reason == "not held")
     }
 
     @Test("retry refuses a payment that is fine or held, and takes a needs_attention order before its session")
     func retryTargets() throws {
         let fine = view(sessions: [session(.ordered)], orders: [order(.closed, outcome: .captured)])
-        #expect(refusal(Remediation.targets(.retry, payment: fine, now: t0))?.reason == "nothing to retry: order o-1 is captured")
-        #expect(refusal(Remediation.targets(.retry, payment: view(sessions: [session()]), now: t0))?.reason.contains("nothing to retry") == true)
+        #expect(refusal(Remediation.targets(.retry, payment: fine, now: Fixtures.t0))?.reason == "nothing to retry: order o-1 is captured")
+        #expect(refusal(Remediation.targets(.retry, payment: view(sessions: [session()]), now: Fixtures.t0))?.reason.contains("nothing to retry") == true)
         let stuck = view(sessions: [session(.ordered)], orders: [order(.closed, outcome: .needsAttention)])
-        #expect(try Remediation.targets(.retry, payment: stuck, now: t0).get() == [.order("o-1")])
+        #expect(try Remediation.targets(.retry, payment: stuck, now: Fixtures.t0).get() == [.order("o-1")])
         let heldStuck = view(sessions: [session(.ordered)], orders: [order(.closed, outcome: .needsAttention)], held: [.order("o-1")])
-        #expect(refusal(Remediation.targets(.retry, payment: heldStuck, now: t0))?.reason.contains("held") == true)
-        #expect(refusal(Remediation.targets(.retry, payment: stuck, orderID: "o-2", now: t0))?.reason.contains("exists already") == true)
-        #expect(refusal(Remediation.targets(.hold, payment: stuck, orderID: "o-2", now: t0))?.status == 400)
+        #expect(refusal(Remediation.targets(.retry, payment: heldStuck, now: Fixtures.t0))?.reason.contains("held") == true)
+        #expect(refusal(Remediation.targets(.retry, payment: stuck, orderID: "o-2", now: Fixtures.t0))?.reason.contains("exists already") == true)
+        #expect(refusal(Remediation.targets(.hold, payment: stuck, orderID: "o-2", now: Fixtures.t0))?.status == 400)
     }
 
     @Test("retry of a session whose token expired is refused: Klarna no longer accepts it")
     func expiredToken() throws {
         let expired = session(.closed, outcome: .expired, token: "tok-123456", tokenExpires: 3_600)
-        let answer = Remediation.targets(.retry, payment: view(sessions: [expired]), now: t0.addingTimeInterval(3_601))
+        let answer = Remediation.targets(.retry, payment: view(sessions: [expired]), now: Fixtures.t0.addingTimeInterval(3_601))
         #expect(refusal(answer)?.reason.contains("authorization token expired") == true)
         // Before its expiry the same session may be re-driven.
-        #expect(try Remediation.targets(.retry, payment: view(sessions: [expired]), now: t0.addingTimeInterval(60)).get() == [.session("hpp-1")])
+        #expect(try Remediation.targets(.retry, payment: view(sessions: [expired]), now: Fixtures.t0.addingTimeInterval(60)).get() == [.session("hpp-1")])
     }
 
     @Test("retry of an authorized session goes back to its intent, made unclear so that Klarna is read before any attempt")
     func retryAuthorized() {
         let stuck = session(.closed, outcome: .needsAttention, token: "tok-123456")
-        let failed = Intent(key: "k", kind: .placeOrder, subject: "hpp-1", now: t0).sending(now: t0).failed("HTTP 400", now: t0)
-        let (step, intent) = stuck.retried(intents: [failed], orderID: nil, by: "uid 0 (root) via the command line", now: t0)
+        let failed = Intent(key: "k", kind: .placeOrder, subject: "hpp-1", now: Fixtures.t0).sending(now: Fixtures.t0).failed("HTTP 400", now: Fixtures.t0)
+        let (step, intent) = stuck.retried(intents: [failed], orderID: nil, by: "uid 0 (root) via the command line", now: Fixtures.t0)
         #expect(step.session.phase == .authorized)
         #expect(step.session.outcome == nil)
-        #expect(step.session.nextDueAt == t0)
+        #expect(step.session.nextDueAt == Fixtures.t0)
         #expect(intent?.state == .ambiguous)
         #expect(intent?.needsResolution == true)
         #expect(step.events.first?.message.contains("uid 0 (root)") == true)
@@ -96,22 +84,22 @@ struct RemediationTests {
     @Test("retry --order-id records the order Klarna placed and hands the session over to it")
     func retryWithOrderID() {
         let stuck = session(.closed, outcome: .needsAttention, token: "tok-123456")
-        let unclear = Intent(key: "k", kind: .placeOrder, subject: "hpp-1", now: t0).sending(now: t0).ambiguous("reset", now: t0)
-        #expect(stuck.retryRefusal(orderID: "o-9", now: t0) == nil)
-        let (step, intent) = stuck.retried(intents: [unclear], orderID: "o-9", by: "someone", now: t0)
+        let unclear = Intent(key: "k", kind: .placeOrder, subject: "hpp-1", now: Fixtures.t0).sending(now: Fixtures.t0).ambiguous("reset", now: Fixtures.t0)
+        #expect(stuck.retryRefusal(orderID: "o-9", now: Fixtures.t0) == nil)
+        let (step, intent) = stuck.retried(intents: [unclear], orderID: "o-9", by: "someone", now: Fixtures.t0)
         #expect(step.session.phase == .ordered)
         #expect(step.session.orderID == "o-9")
         #expect(step.handOff == OrderHandOff(orderID: "o-9", placedBy: PlaceOrderMode.none))
         #expect(intent?.state == .confirmed && intent?.result == "o-9")
         // A session that never reached create-order has no lost order id.
-        #expect(session(.closed, outcome: .needsAttention).retryRefusal(orderID: "o-9", now: t0) != nil)
+        #expect(session(.closed, outcome: .needsAttention).retryRefusal(orderID: "o-9", now: Fixtures.t0) != nil)
     }
 
     @Test("retry of an order whose capture failed takes the capture up again under its own key, after a read")
     func retryOrder() {
         let stuck = order(.closed, outcome: .needsAttention)
-        let capture = Intent(key: "cap", kind: .capture, subject: "o-1", amount: 10_000, now: t0).sending(now: t0).failed("HTTP 400", now: t0)
-        let (step, intent) = stuck.retried(intents: [capture], by: "someone", now: t0)
+        let capture = Intent(key: "cap", kind: .capture, subject: "o-1", amount: 10_000, now: Fixtures.t0).sending(now: Fixtures.t0).failed("HTTP 400", now: Fixtures.t0)
+        let (step, intent) = stuck.retried(intents: [capture], by: "someone", now: Fixtures.t0)
         #expect(step.order.phase == .checking && step.order.outcome == nil)
         #expect(step.order.activeIntent == "cap")
         #expect(intent?.key == "cap" && intent?.state == .ambiguous)
@@ -136,7 +124,7 @@ struct RemediationTests {
         let cancelled = order().cancelledOnRequest()
         #expect(cancelled.order.outcome == .cancelled && cancelled.outcomes.map(\.kind) == [.cancelled])
         // A closed, uncaptured order (capture policy never) reopens to follow its cancel.
-        let reopened = order(.closed, outcome: .orderPlaced).operatorIntent(.cancel, key: "c", by: "someone", now: t0)
+        let reopened = order(.closed, outcome: .orderPlaced).operatorIntent(.cancel, key: "c", by: "someone", now: Fixtures.t0)
         #expect(reopened.order.isOpen && reopened.order.activeIntent == "c")
     }
 
@@ -146,7 +134,7 @@ struct RemediationTests {
         other.hppSessionID = "hpp-2"
         var second = order(.closed, outcome: .needsAttention)
         second.orderID = "o-2"
-        let answer = Remediation.targets(.cancel, payment: view(sessions: [session(.ordered), other], orders: [order(), second]), now: t0)
+        let answer = Remediation.targets(.cancel, payment: view(sessions: [session(.ordered), other], orders: [order(), second]), now: Fixtures.t0)
         #expect(refusal(answer)?.reason.contains("matches 2 payments") == true)
     }
 

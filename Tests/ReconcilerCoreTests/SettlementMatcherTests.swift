@@ -1,15 +1,15 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import ReconcilerCore
 
 /// Matching a payout's lines against the ledger: what each line matched, and every finding.
 @Suite("Settlement matcher")
 struct SettlementMatcherTests {
-    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
     let ref = "XISA93DJ"
 
     func payout(_ totals: SettledTotals) -> SettledPayout {
-        SettledPayout(paymentReference: ref, payoutDate: t0, currency: "EUR", settlementType: "NET", totals: totals)
+        SettledPayout(paymentReference: ref, payoutDate: Fixtures.t0, currency: "EUR", settlementType: "NET", totals: totals)
     }
 
     func line(
@@ -28,12 +28,12 @@ struct SettlementMatcherTests {
         settledBy: SettledLineKey? = nil
     ) -> LedgerCapture {
         LedgerCapture(
-            orderID: order, captureID: id, amount: amount, currency: currency, capturedAt: t0, source: source,
+            orderID: order, captureID: id, amount: amount, currency: currency, capturedAt: Fixtures.t0, source: source,
             settledBy: settledBy)
     }
 
     func refund(_ id: String?, _ amount: Int, order: String = "o-1", source: LedgerSource = .daemon, settledBy: SettledLineKey? = nil) -> LedgerRefund {
-        LedgerRefund(orderID: order, refundID: id, amount: amount, at: t0, source: source, settledBy: settledBy)
+        LedgerRefund(orderID: order, refundID: id, amount: amount, at: Fixtures.t0, source: source, settledBy: settledBy)
     }
 
     func ledger(_ id: String = "o-1", captures: [LedgerCapture] = [], refunds: [LedgerRefund] = []) -> LedgerOrder {

@@ -1,12 +1,12 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import ReconcilerCore
 
 /// What the settlement service records: findings and overdue captures as outcomes, the captures and refunds an order
 /// read shows that the ledger lacks, and where a sync starts.
 @Suite("Settlement outcomes, drift and the sync window")
 struct SettlementOutcomesTests {
-    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
     let ref = "XISA93DJ"
 
     func line(_ ordinal: Int, _ kind: SettlementKind, _ amount: Int, order: String? = "o-1", capture: String? = nil, refund: String? = nil, currency: String = "EUR") -> SettledLine {
@@ -17,7 +17,7 @@ struct SettlementOutcomesTests {
 
     func payout(settlement: Int, sale: Int = 0, returns: Int = 0, reversal: Int = 0, date: Date? = nil, reference: String? = nil) -> SettledPayout {
         SettledPayout(
-            paymentReference: reference ?? ref, payoutDate: date ?? t0, currency: "EUR", settlementType: "NET",
+            paymentReference: reference ?? ref, payoutDate: date ?? Fixtures.t0, currency: "EUR", settlementType: "NET",
             totals: SettledTotals(saleAmount: sale, returnAmount: returns, reversalAmount: reversal, settlementAmount: settlement))
     }
 
@@ -26,7 +26,7 @@ struct SettlementOutcomesTests {
     }
 
     func capture(_ id: String?, _ amount: Int) -> LedgerCapture {
-        LedgerCapture(orderID: "o-1", captureID: id, amount: amount, currency: "EUR", capturedAt: t0, source: .daemon)
+        LedgerCapture(orderID: "o-1", captureID: id, amount: amount, currency: "EUR", capturedAt: Fixtures.t0, source: .daemon)
     }
 
     // MARK: - Findings as outcomes
@@ -78,7 +78,7 @@ struct SettlementOutcomesTests {
 
     @Test("An overdue capture becomes capture_unsettled with its order, capture, amount and currency")
     func overdue() throws {
-        let check = UnsettledCaptures.check([capture("c-1", 5_000)], now: t0.addingTimeInterval(15 * 86_400), settleWithinDays: 14, flagged: [])
+        let check = UnsettledCaptures.check([capture("c-1", 5_000)], now: Fixtures.t0.addingTimeInterval(15 * 86_400), settleWithinDays: 14, flagged: [])
         let overdue = try #require(check.overdue.first)
         #expect(Outcome(overdue: overdue) == Outcome(
             kind: .captureUnsettled, reason: overdue.reason, orderID: "o-1", amount: 5_000, currency: "EUR", captureID: "c-1"))
@@ -92,11 +92,11 @@ struct SettlementOutcomesTests {
 
     @Test("A capture and a refund on Klarna's order that the ledger lacks are observed entries, with Klarna's times; what the ledger has is not")
     func driftFromARead() {
-        let made = t0.addingTimeInterval(3_600)
+        let made = Fixtures.t0.addingTimeInterval(3_600)
         let read = OrderMovements(
             orderID: "o-1", currency: "EUR", captures: [movement("c-1", 10_000), movement("c-2", 2_500, at: made)],
             refunds: [movement("r-1", 1_000, at: made)])
-        let drift = LedgerDrift(read: read, ledger: order(captures: [capture("c-1", 10_000)]), readAt: t0.addingTimeInterval(7_200))
+        let drift = LedgerDrift(read: read, ledger: order(captures: [capture("c-1", 10_000)]), readAt: Fixtures.t0.addingTimeInterval(7_200))
         #expect(drift.captures == [LedgerCapture(orderID: "o-1", captureID: "c-2", amount: 2_500, currency: "EUR", capturedAt: made, source: .observed)])
         #expect(drift.refunds == [LedgerRefund(orderID: "o-1", refundID: "r-1", amount: 1_000, at: made, source: .observed)])
         #expect(!drift.isEmpty)
@@ -105,19 +105,19 @@ struct SettlementOutcomesTests {
     @Test("Nothing is drift when the ledger has it all: by id, or an id-less entry of the amount standing for one movement")
     func noDrift() {
         let read = OrderMovements(orderID: "o-1", currency: nil, captures: [movement("c-1", 10_000), movement("c-2", 500)], refunds: [movement("r-1", 0)])
-        let drift = LedgerDrift(read: read, ledger: order(captures: [capture("c-1", 10_000), capture(nil, 500)]), readAt: t0)
+        let drift = LedgerDrift(read: read, ledger: order(captures: [capture("c-1", 10_000), capture(nil, 500)]), readAt: Fixtures.t0)
         #expect(drift.isEmpty)
         // One id-less entry stands for one movement only; a movement Klarna lists twice counts once; no time: the read's.
         let twice = OrderMovements(orderID: "o-1", currency: nil, captures: [movement("c-2", 500), movement("c-3", 500), movement("c-3", 500)], refunds: [])
-        let more = LedgerDrift(read: twice, ledger: order(captures: [capture(nil, 500)]), readAt: t0)
+        let more = LedgerDrift(read: twice, ledger: order(captures: [capture(nil, 500)]), readAt: Fixtures.t0)
         #expect(more.captures.map(\.captureID) == ["c-3"])
-        #expect(more.captures.first?.capturedAt == t0)
+        #expect(more.captures.first?.capturedAt == Fixtures.t0)
         #expect(more.captures.first?.currency == "EUR")
     }
 
     @Test("A drift entry's outcome says what was done outside the daemon, on which order, for which payout")
     func driftOutcome() {
-        let observed = LedgerCapture(orderID: "o-1", captureID: "c-2", amount: 2_500, currency: "EUR", capturedAt: t0, source: .observed)
+        let observed = LedgerCapture(orderID: "o-1", captureID: "c-2", amount: 2_500, currency: "EUR", capturedAt: Fixtures.t0, source: .observed)
         let outcome = Outcome(observed: observed, of: order(), paymentReference: ref)
         #expect(outcome.kind == .settlementDrift)
         #expect(outcome.finding == .unknownCapture)
@@ -125,7 +125,7 @@ struct SettlementOutcomesTests {
         #expect(outcome.merchantReference == "1001")
         #expect(outcome.paymentReference == ref)
         #expect(outcome.reason == "capture c-2 of 2500 EUR made 2027-01-15T08:00:00Z on order o-1 is not the daemon's: captured outside it (Merchant Portal?); recorded as observed")
-        let refund = LedgerRefund(orderID: "o-1", refundID: "r-1", amount: 700, at: t0, source: .observed)
+        let refund = LedgerRefund(orderID: "o-1", refundID: "r-1", amount: 700, at: Fixtures.t0, source: .observed)
         let refunded = Outcome(observed: refund, of: order(), currency: nil, paymentReference: nil)
         #expect(refunded.finding == .unknownRefund)
         #expect(refunded.refundID == "r-1")
@@ -150,19 +150,19 @@ struct SettlementOutcomesTests {
 
     @Test("The first sync lists from now less the lookback; later ones from the newest payout less the overlap")
     func window() {
-        let now = t0.addingTimeInterval(30 * 86_400)
-        #expect(SettlementSync.windowStart(newestPayoutDate: nil, now: now, lookback: .seconds(30 * 86_400)) == t0)
-        let newest = t0.addingTimeInterval(20 * 86_400)
-        #expect(SettlementSync.windowStart(newestPayoutDate: newest, now: now, lookback: .seconds(86_400)) == t0.addingTimeInterval(13 * 86_400))
+        let now = Fixtures.t0.addingTimeInterval(30 * 86_400)
+        #expect(SettlementSync.windowStart(newestPayoutDate: nil, now: now, lookback: .seconds(30 * 86_400)) == Fixtures.t0)
+        let newest = Fixtures.t0.addingTimeInterval(20 * 86_400)
+        #expect(SettlementSync.windowStart(newestPayoutDate: newest, now: now, lookback: .seconds(86_400)) == Fixtures.t0.addingTimeInterval(13 * 86_400))
         // A payout dated after now (a clock behind Klarna's) does not move the window past now less the overlap.
-        #expect(SettlementSync.windowStart(newestPayoutDate: now.addingTimeInterval(86_400), now: now, lookback: .seconds(1)) == t0.addingTimeInterval(23 * 86_400))
+        #expect(SettlementSync.windowStart(newestPayoutDate: now.addingTimeInterval(86_400), now: now, lookback: .seconds(1)) == Fixtures.t0.addingTimeInterval(23 * 86_400))
     }
 
     @Test("Only payouts not recorded are reconciled, each once, oldest first")
     func toReconcile() {
-        let a = payout(settlement: 1, date: t0, reference: "AAAA")
-        let b = payout(settlement: 2, date: t0.addingTimeInterval(60), reference: "BBBB")
-        let c = payout(settlement: 3, date: t0, reference: "CCCC")
+        let a = payout(settlement: 1, date: Fixtures.t0, reference: "AAAA")
+        let b = payout(settlement: 2, date: Fixtures.t0.addingTimeInterval(60), reference: "BBBB")
+        let c = payout(settlement: 3, date: Fixtures.t0, reference: "CCCC")
         #expect(SettlementSync.toReconcile([b, c, a, b], recorded: ["CCCC"]) == [a, b])
     }
 

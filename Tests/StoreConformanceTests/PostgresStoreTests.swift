@@ -106,10 +106,6 @@ struct PostgresStoreTests {
         }
     }
 
-    func session(_ id: String, at: Date) -> TrackedSession {
-        TrackedSession(hppSessionID: id, kpSessionID: "kp-\(id)", mode: nil, merchantReference: nil, capturePolicy: .onRequest, purpose: .buy, trackedAt: at)
-    }
-
     func daemonStore(_ location: PostgresLocation, _ server: PostgresServer, _ host: String) async throws -> PostgresStore {
         let store = try await PostgresStore.open(location, password: server.password, daemon: DaemonIdentity(host: host, pid: 1, started: Date()), logger: logger)
         try await store.register(at: Date())
@@ -123,7 +119,7 @@ struct PostgresStoreTests {
         // One connection: the statements and the look at them share it (a session's prepared statements are its own).
         let store = try await PostgresStore.open(location, password: server.password, connections: 1, logger: logger)
         defer { store.close() }
-        for index in 0..<3 { _ = try await store.track(session("hpp-prepared-\(index)", at: Date()), event: DomainEvent("tracked", "test"), at: Date()) }
+        for index in 0..<3 { _ = try await store.track(Fixtures.session("hpp-prepared-\(index)", mode: nil, reference: nil, at: Date()), event: DomainEvent("tracked", "test"), at: Date()) }
         let prepared = try await store.rows(
             "SELECT name, generic_plans + custom_plans FROM pg_prepared_statements WHERE name LIKE 'klarna_reconciler.%' ORDER BY name"
         ).map { try $0.decode((String, Int).self) }
@@ -166,7 +162,7 @@ struct PostgresStoreTests {
         let b = try await daemonStore(location, server, "host-b")
         defer { a.close(); b.close() }
         let key = WorkKey.session("hpp-lease")
-        _ = try await a.track(session("hpp-lease", at: Date()), event: DomainEvent("tracked", "test"), at: Date())
+        _ = try await a.track(Fixtures.session("hpp-lease", mode: nil, reference: nil, at: Date()), event: DomainEvent("tracked", "test"), at: Date())
 
         let first = try await a.claimWork(ttl: .seconds(4), limit: 10, liveDaemons: 1, patience: .zero)
         #expect(first.map(\.key) == [key])
@@ -234,7 +230,7 @@ struct PostgresStoreTests {
         let a = try await daemonStore(location, server, "host-a")
         let b = try await daemonStore(location, server, "host-b")
         defer { a.close(); b.close() }
-        for index in 0..<10 { _ = try await a.track(session("hpp-spread-\(index)", at: Date()), event: DomainEvent("tracked", "test"), at: Date()) }
+        for index in 0..<10 { _ = try await a.track(Fixtures.session("hpp-spread-\(index)", mode: nil, reference: nil, at: Date()), event: DomainEvent("tracked", "test"), at: Date()) }
         #expect(try await a.claimWork(ttl: .seconds(30), limit: 64, liveDaemons: 2, patience: .seconds(60)).count == 5)
         #expect(try await a.claimWork(ttl: .seconds(30), limit: 64, liveDaemons: 2, patience: .seconds(60)).isEmpty, "its share is taken")
         #expect(try await b.claimWork(ttl: .seconds(30), limit: 3, liveDaemons: 2, patience: .seconds(60)).count == 3)
@@ -246,7 +242,7 @@ struct PostgresStoreTests {
     /// Tracks session `id` through `store`, claims it and commits it closed under its lease: work that has ended,
     /// its lease not released yet (the wakeup its tracking left waits). Returns its key.
     func claimAndClose(_ store: PostgresStore, _ id: String) async throws -> WorkKey {
-        var tracked = session(id, at: Date())
+        var tracked = Fixtures.session(id, mode: nil, reference: nil, at: Date())
         _ = try await store.track(tracked, event: DomainEvent("tracked", "test"), at: Date())
         let key = WorkKey.session(id)
         #expect(try await store.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero).map(\.key) == [key])
@@ -351,7 +347,7 @@ struct PostgresStoreTests {
         let listening = Task { await a.listenForWork { heard.add() } }
         defer { listening.cancel() }
         try await waitUntil { heard.value >= 1 }  // the first call is on connecting
-        _ = try await writer.track(session("hpp-heard", at: Date()), event: DomainEvent("tracked", "test"), at: Date())
+        _ = try await writer.track(Fixtures.session("hpp-heard", mode: nil, reference: nil, at: Date()), event: DomainEvent("tracked", "test"), at: Date())
         try await waitUntil(timeout: .seconds(5)) { heard.value >= 2 }
         // Another daemon's delivery wakes a key it may not hold.
         let hint = IngestRecord(

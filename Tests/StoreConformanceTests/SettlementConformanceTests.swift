@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import ReconcilerCore
 import ReconcilerStore
 
@@ -9,28 +10,22 @@ import ReconcilerStore
 /// matched by hand, not by the matcher.
 @Suite("Store conformance: settlements")
 struct SettlementConformanceTests {
-    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
-
     func order(_ id: String, currency: String? = "EUR", reference: String? = nil, session: String? = nil) -> TrackedOrder {
-        var order = TrackedOrder(
-            orderID: id, hppSessionID: session, kpSessionID: nil, merchantReference: reference, capturePolicy: .immediate,
-            placedBy: .placeOrder, createdAt: t0)
-        order.currency = currency
-        return order
+        Fixtures.order(id, session: session, reference: reference, policy: .immediate, currency: currency)
     }
 
     func capture(_ order: String, _ id: String?, _ amount: Int, at seconds: TimeInterval = 0, source: LedgerSource = .daemon) -> LedgerCapture {
-        LedgerCapture(orderID: order, captureID: id, amount: amount, currency: "EUR", capturedAt: t0.addingTimeInterval(seconds), source: source)
+        LedgerCapture(orderID: order, captureID: id, amount: amount, currency: "EUR", capturedAt: Fixtures.t0.addingTimeInterval(seconds), source: source)
     }
 
-    func day(_ count: Int) -> Date { t0.addingTimeInterval(TimeInterval(count) * 86_400) }
+    func day(_ count: Int) -> Date { Fixtures.t0.addingTimeInterval(TimeInterval(count) * 86_400) }
 
     /// Orders placed and captures confirmed, as the engine's steps commit them.
     func place(_ store: any ReconcilerStore, _ orders: [TrackedOrder], captures: [LedgerCapture] = []) async throws {
         var change = Change()
         change.newOrders = orders
         change.ledgerCaptures = captures
-        try await store.commit(change, at: t0)
+        try await store.commit(change, at: Fixtures.t0)
     }
 
     func sale(_ reference: String, _ ordinal: Int, order: String?, capture: String?, amount: Int) -> SettledLine {
@@ -67,7 +62,7 @@ struct SettlementConformanceTests {
             // A commit retried after a lost answer carries the same capture again.
             var again = Change()
             again.ledgerCaptures = [first, idless, idless]
-            try await s.store.commit(again, at: t0)
+            try await s.store.commit(again, at: Fixtures.t0)
             let ledger = try await s.store.ledger(orderIDs: ["o-1", "o-2", "o-unknown", "o-1"])
             #expect(ledger == [
                 "o-1": LedgerOrder(orderID: "o-1", merchantReference: "shop-1", currency: "EUR", captures: [first, idless]),
@@ -82,8 +77,8 @@ struct SettlementConformanceTests {
         try await StoreUnderTest.with(backend) { s in
             let cap1 = capture("o-1", "cap-1", 1_000), cap2 = capture("o-2", "cap-2", 2_000, at: 1)
             try await place(s.store, [order("o-1"), order("o-2")], captures: [cap1, cap2])
-            let refund = LedgerRefund(orderID: "o-1", refundID: "ref-1", amount: 300, at: t0.addingTimeInterval(2), source: .observed)
-            #expect(try await s.store.recordDrift([DriftEntry(.refund(refund), outcome: finding("refund outside", order: "o-1"))], at: t0) == 1)
+            let refund = LedgerRefund(orderID: "o-1", refundID: "ref-1", amount: 300, at: Fixtures.t0.addingTimeInterval(2), source: .observed)
+            #expect(try await s.store.recordDrift([DriftEntry(.refund(refund), outcome: finding("refund outside", order: "o-1"))], at: Fixtures.t0) == 1)
             let returned = SettledLine(paymentReference: "PAY-1", ordinal: 1, kind: .return, amount: 300, orderID: "o-1", refundID: "ref-1", currency: "EUR")
             let orphan = sale("PAY-1", 2, order: "o-9", capture: nil, amount: 900)
             let first = payout("PAY-1", day: 3, [
@@ -152,18 +147,18 @@ struct SettlementConformanceTests {
             let own = capture("o-1", "cap-1", 1_000)
             try await place(s.store, [order("o-1")], captures: [own])
             let outside = capture("o-1", "cap-x", 300, at: 5, source: .observed)
-            let refund = LedgerRefund(orderID: "o-1", refundID: nil, amount: 100, at: t0.addingTimeInterval(6), source: .observed)
+            let refund = LedgerRefund(orderID: "o-1", refundID: nil, amount: 100, at: Fixtures.t0.addingTimeInterval(6), source: .observed)
             let entries = [
                 DriftEntry(.capture(outside), outcome: finding("cap-x outside", order: "o-1")),
                 DriftEntry(.refund(refund), outcome: finding("refund outside", order: "o-1")),
                 // The daemon's own capture, seen on the read: the ledger has it.
                 DriftEntry(.capture(capture("o-1", "cap-1", 1_000, source: .observed)), outcome: finding("not drift", order: "o-1")),
             ]
-            #expect(try await s.store.recordDrift(entries, at: t0) == 2)
-            #expect(try await s.store.recordDrift(entries, at: t0) == 0)
+            #expect(try await s.store.recordDrift(entries, at: Fixtures.t0) == 2)
+            #expect(try await s.store.recordDrift(entries, at: Fixtures.t0) == 0)
             #expect(try await undelivered(s.store).map(\.reason) == ["cap-x outside", "refund outside"])
             #expect(try await s.store.ledger(orderIDs: ["o-1"])["o-1"] == LedgerOrder(orderID: "o-1", currency: "EUR", captures: [own, outside], refunds: [refund]))
-            #expect(try await s.store.recordDrift([], at: t0) == 0)
+            #expect(try await s.store.recordDrift([], at: Fixtures.t0) == 0)
         }
     }
 
@@ -195,13 +190,13 @@ struct SettlementConformanceTests {
             let idless = capture("o-1", nil, 400, at: 40)
             try await place(s.store, [order("o-1"), order("o-2"), order("o-3")], captures: [c, a, b, idless])
             #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 0, payouts: 0, newestPayoutDate: nil))
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: t0.addingTimeInterval(100), limit: 10) == [a, b, c, idless])
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: t0.addingTimeInterval(100), limit: 2) == [a, b])
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: t0.addingTimeInterval(20), limit: 10) == [a, b])
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: t0.addingTimeInterval(5), limit: 10).isEmpty)
-            #expect(try await s.store.unsettledCaptures(capturedFrom: t0.addingTimeInterval(20), capturedBefore: t0.addingTimeInterval(30), limit: 10) == [b, c])
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 10) == [a, b, c, idless])
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 2) == [a, b])
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(20), limit: 10) == [a, b])
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(5), limit: 10).isEmpty)
+            #expect(try await s.store.unsettledCaptures(capturedFrom: Fixtures.t0.addingTimeInterval(20), capturedBefore: Fixtures.t0.addingTimeInterval(30), limit: 10) == [b, c])
             #expect(try await s.store.flagUnsettled([UnsettledFlag(key: idless.key, outcome: finding("unsettled"))], at: day(9)) == 1)
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: t0.addingTimeInterval(100), limit: 10) == [a, b, c])
+            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 10) == [a, b, c])
         }
     }
 
@@ -272,18 +267,18 @@ struct SettlementConformanceTests {
                 change.intents = [intent]
                 try await s.store.commit(change, at: at)
             }
-            let started = Intent(key: "capture-o-1", kind: .capture, subject: "o-1", amount: 1_000, now: t0).sending(now: t0)
-            try await confirm(started.confirmed(result: "cap-1", now: t0.addingTimeInterval(5)), at: t0.addingTimeInterval(5))
-            let idless = Intent(key: "capture-o-2", kind: .capture, subject: "o-2", amount: 2_000, now: t0).sending(now: t0)
-            try await confirm(idless.confirmed(result: nil, now: t0.addingTimeInterval(7.5)), at: t0.addingTimeInterval(7.5))
-            try await confirm(Intent(key: "capture-o-1-b", kind: .capture, subject: "o-1", amount: 500, now: t0).failed("refused", now: t0), at: t0)
-            try await confirm(Intent(key: "place-hpp", kind: .placeOrder, subject: "hpp", now: t0).confirmed(result: "o-1", now: t0), at: t0)
+            let started = Intent(key: "capture-o-1", kind: .capture, subject: "o-1", amount: 1_000, now: Fixtures.t0).sending(now: Fixtures.t0)
+            try await confirm(started.confirmed(result: "cap-1", now: Fixtures.t0.addingTimeInterval(5)), at: Fixtures.t0.addingTimeInterval(5))
+            let idless = Intent(key: "capture-o-2", kind: .capture, subject: "o-2", amount: 2_000, now: Fixtures.t0).sending(now: Fixtures.t0)
+            try await confirm(idless.confirmed(result: nil, now: Fixtures.t0.addingTimeInterval(7.5)), at: Fixtures.t0.addingTimeInterval(7.5))
+            try await confirm(Intent(key: "capture-o-1-b", kind: .capture, subject: "o-1", amount: 500, now: Fixtures.t0).failed("refused", now: Fixtures.t0), at: Fixtures.t0)
+            try await confirm(Intent(key: "place-hpp", kind: .placeOrder, subject: "hpp", now: Fixtures.t0).confirmed(result: "o-1", now: Fixtures.t0), at: Fixtures.t0)
 
             // The settlement migration undone: it runs again when the next handle opens the store.
             try await s.rewindSettlementMigration("DROP TABLE settlement_lines; DROP TABLE payouts; DROP TABLE ledger")
             let migrated = try await s.openAnother()
-            let capture1 = LedgerCapture(orderID: "o-1", captureID: "cap-1", amount: 1_000, currency: "EUR", capturedAt: t0.addingTimeInterval(5), source: .daemon)
-            let capture2 = LedgerCapture(orderID: "o-2", captureID: nil, amount: 2_000, currency: "SEK", capturedAt: t0.addingTimeInterval(7.5), source: .daemon)
+            let capture1 = LedgerCapture(orderID: "o-1", captureID: "cap-1", amount: 1_000, currency: "EUR", capturedAt: Fixtures.t0.addingTimeInterval(5), source: .daemon)
+            let capture2 = LedgerCapture(orderID: "o-2", captureID: nil, amount: 2_000, currency: "SEK", capturedAt: Fixtures.t0.addingTimeInterval(7.5), source: .daemon)
             #expect(try await migrated.ledger(orderIDs: ["o-1", "o-2"]) == [
                 "o-1": LedgerOrder(orderID: "o-1", merchantReference: "shop-1", currency: "EUR", captures: [capture1]),
                 "o-2": LedgerOrder(orderID: "o-2", currency: "SEK", captures: [capture2]),
@@ -291,7 +286,7 @@ struct SettlementConformanceTests {
             // Keyed as the core keys them: the same captures committed again are not new.
             var again = Change()
             again.ledgerCaptures = [capture1, capture2]
-            try await migrated.commit(again, at: t0)
+            try await migrated.commit(again, at: Fixtures.t0)
             #expect(try await migrated.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: day(1), limit: 10) == [capture1, capture2])
             #expect(capture2.key.captureID == "~2000@1800000007")
         }
@@ -302,7 +297,7 @@ struct SettlementConformanceTests {
         try await StoreUnderTest.with(backend) { s in
             var session = TrackedSession(
                 hppSessionID: "hpp-p", kpSessionID: "kp-p", mode: PlaceOrderMode.none, merchantReference: nil, capturePolicy: .immediate,
-                purpose: .buy, trackedAt: t0)
+                purpose: .buy, trackedAt: Fixtures.t0)
             session.phase = .closed
             session.orderID = "o-p"
             var closed = order("o-p", session: "hpp-p")
@@ -312,9 +307,9 @@ struct SettlementConformanceTests {
             change.sessions = [session]
             change.newOrders = [closed]
             change.ledgerCaptures = [captured]
-            try await s.store.commit(change, at: t0)
+            try await s.store.commit(change, at: Fixtures.t0)
             let cutoffs = PruneCutoffs(
-                closedPaymentsBefore: t0.addingTimeInterval(1), eventsBefore: nil, rejectionsBefore: nil, spoolDoneBefore: nil, outboxAcknowledgedBefore: nil)
+                closedPaymentsBefore: Fixtures.t0.addingTimeInterval(1), eventsBefore: nil, rejectionsBefore: nil, spoolDoneBefore: nil, outboxAcknowledgedBefore: nil)
             #expect(try await s.store.prune(cutoffs, limit: 10, dryRun: false).payments == 1)
             #expect(try await s.store.order("o-p") == nil)
             #expect(try await s.store.ledger(orderIDs: ["o-p"]) == ["o-p": LedgerOrder(orderID: "o-p", captures: [captured])])

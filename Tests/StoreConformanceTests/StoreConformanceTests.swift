@@ -7,16 +7,6 @@ import ReconcilerStore
 /// What every store promises, checked on SQLite and on PostgreSQL, test for test.
 @Suite("Store conformance")
 struct StoreConformanceTests {
-    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
-
-    func session(_ id: String = "hpp-1", reference: String? = "ref-1") -> TrackedSession {
-        TrackedSession(hppSessionID: id, kpSessionID: "kp-\(id)", mode: PlaceOrderMode.none, merchantReference: reference, capturePolicy: .onRequest, purpose: .buy, trackedAt: t0)
-    }
-
-    func order(_ id: String, session: String? = nil, policy: CapturePolicy = .onRequest, reference: String? = nil) -> TrackedOrder {
-        TrackedOrder(orderID: id, hppSessionID: session, kpSessionID: nil, merchantReference: reference, capturePolicy: policy, placedBy: .placeOrder, createdAt: t0)
-    }
-
     func hint(_ key: String, _ id: String) -> IngestRecord {
         IngestRecord(dedupeKey: key, kind: "hpp_status", source: "socket", summary: "status callback", action: .hintSession(hppSessionID: id, trackIfUnknown: nil))
     }
@@ -24,15 +14,15 @@ struct StoreConformanceTests {
     @Test("Tracking twice keeps the first registration and says so", arguments: Backend.allCases)
     func trackIdempotent(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            #expect(try await s.store.track(session(), event: DomainEvent("tracked", "first"), at: t0) == .tracked(session()))
-            var other = session()
+            #expect(try await s.store.track(Fixtures.session(), event: DomainEvent("tracked", "first"), at: Fixtures.t0) == .tracked(Fixtures.session()))
+            var other = Fixtures.session()
             other.merchantReference = "changed"
-            guard case .existing(let existing) = try await s.store.track(other, event: DomainEvent("tracked", "second"), at: t0) else {
+            guard case .existing(let existing) = try await s.store.track(other, event: DomainEvent("tracked", "second"), at: Fixtures.t0) else {
                 Issue.record("expected existing")
                 return
             }
-            #expect(existing == session())
-            #expect(try await s.store.session("hpp-1") == session())
+            #expect(existing == Fixtures.session())
+            #expect(try await s.store.session("hpp-1") == Fixtures.session())
             #expect(try await s.store.timeline(for: "hpp-1").events.map(\.message) == ["first"])
         }
     }
@@ -40,22 +30,22 @@ struct StoreConformanceTests {
     @Test("A commit is all or nothing", arguments: Backend.allCases)
     func atomicCommit(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(session(), event: DomainEvent("tracked", "t"), at: t0)
-            var changed = session()
+            _ = try await s.store.track(Fixtures.session(), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            var changed = Fixtures.session()
             changed.phase = .closed
             var change = Change()
             change.sessions = [changed]
             change.outcomes = [changed.outcome(.cancelled, "x")]
             change.events = [NewEvent(hppSessionID: "hpp-1", orderID: nil, DomainEvent("k", "m"))]
-            try await s.store.commit(change, at: t0)
+            try await s.store.commit(change, at: Fixtures.t0)
             #expect(try await s.store.session("hpp-1")?.phase == .closed)
 
             // A change whose intent cannot be written: the session written before it in the same commit must not stick.
             var failing = Change()
-            failing.sessions = [session("hpp-2")]
-            failing.intents = [Intent(key: "k", kind: .capture, subject: "x", now: t0)]
+            failing.sessions = [Fixtures.session("hpp-2")]
+            failing.intents = [Intent(key: "k", kind: .capture, subject: "x", now: Fixtures.t0)]
             try await s.dropTable("intents")
-            await #expect(throws: (any Error).self) { try await s.store.commit(failing, at: t0) }
+            await #expect(throws: (any Error).self) { try await s.store.commit(failing, at: Fixtures.t0) }
             #expect(try await s.store.session("hpp-2") == nil)
         }
     }
@@ -63,23 +53,23 @@ struct StoreConformanceTests {
     @Test("Every value comes back as it was committed: sessions, orders, payment requests, intents", arguments: Backend.allCases)
     func roundTrip(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            var authorized = session("hpp-rt")
+            var authorized = Fixtures.session("hpp-rt")
             authorized.phase = .authorized
-            authorized.tokenExpiresAt = t0.addingTimeInterval(3_600)
-            authorized.lastReadAt = t0.addingTimeInterval(0.123_456)
-            var placed = order("o-rt", session: "hpp-rt", reference: "ref-1")
-            placed.nextDueAt = t0.addingTimeInterval(60)
-            var intent = Intent(key: "place:hpp-rt", kind: .placeOrder, subject: "hpp-rt", amount: 1_234, now: t0)
+            authorized.tokenExpiresAt = Fixtures.t0.addingTimeInterval(3_600)
+            authorized.lastReadAt = Fixtures.t0.addingTimeInterval(0.123_456)
+            var placed = Fixtures.order("o-rt", session: "hpp-rt", reference: "ref-1")
+            placed.nextDueAt = Fixtures.t0.addingTimeInterval(60)
+            var intent = Intent(key: "place:hpp-rt", kind: .placeOrder, subject: "hpp-rt", amount: 1_234, now: Fixtures.t0)
             intent.state = .sent
             intent.attempts = 2
-            intent.nextAttemptAt = t0.addingTimeInterval(30)
-            let request = TrackedPaymentRequest(paymentRequestID: "pr-1", trackedAt: t0)
+            intent.nextAttemptAt = Fixtures.t0.addingTimeInterval(30)
+            let request = TrackedPaymentRequest(paymentRequestID: "pr-1", trackedAt: Fixtures.t0)
             var change = Change()
             change.sessions = [authorized]
             change.newOrders = [placed]
             change.intents = [intent]
             change.paymentRequests = [request]
-            try await s.store.commit(change, at: t0)
+            try await s.store.commit(change, at: Fixtures.t0)
             #expect(try await s.store.session("hpp-rt") == authorized)
             #expect(try await s.store.order("o-rt") == placed)
             #expect(try await s.store.intent("place:hpp-rt") == intent)
@@ -91,11 +81,11 @@ struct StoreConformanceTests {
             again.phase = .closed
             var insertOnly = Change()
             insertOnly.newOrders = [again]
-            try await s.store.commit(insertOnly, at: t0)
+            try await s.store.commit(insertOnly, at: Fixtures.t0)
             #expect(try await s.store.order("o-rt") == placed)
             var update = Change()
             update.orders = [again]
-            try await s.store.commit(update, at: t0)
+            try await s.store.commit(update, at: Fixtures.t0)
             #expect(try await s.store.order("o-rt") == again)
         }
     }
@@ -103,24 +93,24 @@ struct StoreConformanceTests {
     @Test("Open work lists what is due with its plan's inputs; closed items drop out", arguments: Backend.allCases)
     func openWork(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            var a = session("a")
-            a.lastReadAt = t0.addingTimeInterval(5)
-            a.expiresAt = t0.addingTimeInterval(7_200)
-            _ = try await s.store.track(a, event: DomainEvent("tracked", "t"), at: t0)
-            _ = try await s.store.track(session("b"), event: DomainEvent("tracked", "t"), at: t0)
-            var closed = session("b")
+            var a = Fixtures.session("a")
+            a.lastReadAt = Fixtures.t0.addingTimeInterval(5)
+            a.expiresAt = Fixtures.t0.addingTimeInterval(7_200)
+            _ = try await s.store.track(a, event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            var closed = Fixtures.session("b")
             closed.phase = .closed
             var change = Change()
             change.sessions = [closed]
-            var pending = order("o-1", session: "b")
+            var pending = Fixtures.order("o-1", session: "b")
             pending.phase = .pendingFraud
             change.newOrders = [pending]
-            change.paymentRequests = [TrackedPaymentRequest(paymentRequestID: "pr-1", trackedAt: t0)]
-            try await s.store.commit(change, at: t0)
+            change.paymentRequests = [TrackedPaymentRequest(paymentRequestID: "pr-1", trackedAt: Fixtures.t0)]
+            try await s.store.commit(change, at: Fixtures.t0)
             let work = try await s.store.openWork()
             #expect(Set(work.map(\.key)) == [.session("a"), .order("o-1"), .paymentRequest("pr-1")])
             let sessionWork = try #require(work.first { $0.key == .session("a") })
-            #expect(sessionWork.kind == .session(.polling, PollProfile(trackedAt: t0, lastReadAt: a.lastReadAt, lastHintAt: nil, expiresAt: a.expiresAt)))
+            #expect(sessionWork.kind == .session(.polling, PollProfile(trackedAt: Fixtures.t0, lastReadAt: a.lastReadAt, lastHintAt: nil, expiresAt: a.expiresAt)))
             #expect(sessionWork.due == a.nextDueAt)
             #expect(work.first { $0.key == .order("o-1") }?.kind == .order(.pendingFraud))
         }
@@ -129,14 +119,14 @@ struct StoreConformanceTests {
     @Test("Wakeups left by other processes are taken once, in order", arguments: Backend.allCases)
     func wakeups(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
-            _ = try await s.store.track(session("b"), event: DomainEvent("tracked", "t"), at: t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
             let first = try await s.store.wakeups(after: 0, includingDelivered: false)
             #expect(first.keys == [.session("a"), .session("b")])
             let second = try await s.store.wakeups(after: first.last, includingDelivered: false)
             #expect(second.keys.isEmpty)
             #expect(second.last == first.last)
-            _ = try await s.store.track(session("c"), event: DomainEvent("tracked", "t"), at: t0)
+            _ = try await s.store.track(Fixtures.session("c"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
             let third = try await s.store.wakeups(after: second.last, includingDelivered: false)
             #expect(third.keys == [.session("c")])
             #expect(third.last > second.last)
@@ -146,12 +136,12 @@ struct StoreConformanceTests {
     @Test("Wakeups a delivery's ingest wrote are for a restart only: the running daemon woke itself already", arguments: Backend.allCases)
     func deliveredWakeups(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
-            #expect(try await s.store.ingest(hint("e-1", "a"), at: t0) == .accepted(wake: [.session("a")]))
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            #expect(try await s.store.ingest(hint("e-1", "a"), at: Fixtures.t0) == .accepted(wake: [.session("a")]))
             let running = try await s.store.wakeups(after: 0, includingDelivered: false)
             #expect(running.keys == [.session("a")])
             #expect(try await s.store.wakeups(after: running.last, includingDelivered: false).keys.isEmpty)
-            _ = try await s.store.ingest(hint("e-2", "a"), at: t0)
+            _ = try await s.store.ingest(hint("e-2", "a"), at: Fixtures.t0)
             #expect(try await s.store.wakeups(after: 0, includingDelivered: true).keys == [.session("a")])
         }
     }
@@ -159,67 +149,67 @@ struct StoreConformanceTests {
     @Test("A delivery is recorded once: a repeat is acknowledged, counted and not processed again", arguments: Backend.allCases)
     func ingestDedupe(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
-            #expect(try await s.store.ingest(hint("e-1", "a"), at: t0) == .accepted(wake: [.session("a")]))
-            #expect(try await s.store.ingest(hint("e-1", "a"), at: t0.addingTimeInterval(5)) == .repeated(firstSeen: t0))
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            #expect(try await s.store.ingest(hint("e-1", "a"), at: Fixtures.t0) == .accepted(wake: [.session("a")]))
+            #expect(try await s.store.ingest(hint("e-1", "a"), at: Fixtures.t0.addingTimeInterval(5)) == .repeated(firstSeen: Fixtures.t0))
             #expect(try await s.store.timeline(for: "a").events.filter { $0.kind == "webhook" }.count == 1)
             // A hint for a session nobody tracks, without a verified session to start: nothing to wake.
-            #expect(try await s.store.ingest(hint("e-2", "unknown"), at: t0) == .accepted(wake: []))
+            #expect(try await s.store.ingest(hint("e-2", "unknown"), at: Fixtures.t0) == .accepted(wake: []))
             // A verified callback for a new session starts tracking it.
-            let fresh = session("new")
+            let fresh = Fixtures.session("new")
             let tracking = IngestRecord(dedupeKey: "e-3", kind: "hpp_status", source: "socket", summary: "s", action: .hintSession(hppSessionID: "new", trackIfUnknown: fresh))
-            #expect(try await s.store.ingest(tracking, at: t0) == .accepted(wake: [.session("new")]))
+            #expect(try await s.store.ingest(tracking, at: Fixtures.t0) == .accepted(wake: [.session("new")]))
             #expect(try await s.store.session("new") == fresh)
             // A track request for a tracked session is a repeat.
             let track = IngestRecord(dedupeKey: nil, kind: "track", source: "socket", summary: "s", action: .track(fresh))
-            #expect(try await s.store.ingest(track, at: t0) == .repeated(firstSeen: t0))
+            #expect(try await s.store.ingest(track, at: Fixtures.t0) == .repeated(firstSeen: Fixtures.t0))
         }
     }
 
     @Test("Deliveries found together are each recorded as alone, in order: a repeat within them is a repeat, a refusal refuses itself only", arguments: Backend.allCases)
     func batchIngest(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
             let capture = IngestRecord(dedupeKey: "cap-x", kind: "capture", source: "spool:c.json", summary: "capture", action: .capture(orderID: "o-x", amount: 1))
-            let results = try await s.store.ingest([hint("b-1", "a"), capture, hint("b-1", "a"), hint("b-2", "a")], at: t0)
+            let results = try await s.store.ingest([hint("b-1", "a"), capture, hint("b-1", "a"), hint("b-2", "a")], at: Fixtures.t0)
             #expect(results == [
                 .accepted(wake: [.session("a")]), .refused(status: 404, error: "unknown_order", detail: "order o-x is not tracked"),
-                .repeated(firstSeen: t0), .accepted(wake: [.session("a")]),
+                .repeated(firstSeen: Fixtures.t0), .accepted(wake: [.session("a")]),
             ])
             #expect(try await s.store.timeline(for: "a").events.filter { $0.kind == "webhook" }.count == 2)
             // The refused one left nothing behind: once its order is tracked, the same delivery is accepted.
             var change = Change()
-            change.newOrders = [order("o-x")]
-            try await s.store.commit(change, at: t0)
-            #expect(try await s.store.ingest([capture], at: t0) == [.accepted(wake: [.order("o-x")])])
+            change.newOrders = [Fixtures.order("o-x")]
+            try await s.store.commit(change, at: Fixtures.t0)
+            #expect(try await s.store.ingest([capture], at: Fixtures.t0) == [.accepted(wake: [.order("o-x")])])
         }
     }
 
     @Test("Order notifications, KP callbacks and payment request events wake what they name, and only what is tracked", arguments: Backend.allCases)
     func ingestHints(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
-            _ = try await s.store.track(session("b"), event: DomainEvent("tracked", "t"), at: t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
             var change = Change()
-            change.newOrders = [order("o-1", session: "a")]
-            try await s.store.commit(change, at: t0)
+            change.newOrders = [Fixtures.order("o-1", session: "a")]
+            try await s.store.commit(change, at: Fixtures.t0)
             func record(_ key: String, _ action: IngestRecord.Action) -> IngestRecord {
                 IngestRecord(dedupeKey: key, kind: "k", source: "socket", summary: "hint \(key)", warning: key == "n-1" ? "late" : nil, action: action)
             }
-            #expect(try await s.store.ingest(record("n-1", .hintOrder(orderID: "o-1")), at: t0) == .accepted(wake: [.order("o-1")]))
-            #expect(try await s.store.ingest(record("n-2", .hintOrder(orderID: "o-unknown")), at: t0) == .accepted(wake: []))
+            #expect(try await s.store.ingest(record("n-1", .hintOrder(orderID: "o-1")), at: Fixtures.t0) == .accepted(wake: [.order("o-1")]))
+            #expect(try await s.store.ingest(record("n-2", .hintOrder(orderID: "o-unknown")), at: Fixtures.t0) == .accepted(wake: []))
             let noted = try #require(try await s.store.timeline(for: "o-1").events.first { $0.message == "hint n-1" })
             #expect(noted.hppSessionID == "a" && noted.orderID == "o-1" && noted.detail["warning"] == "late" && noted.detail["source"] == "socket")
-            #expect(try await s.store.ingest(record("k-1", .hintSessionsOfPayment(kpSessionID: "kp-b")), at: t0) == .accepted(wake: [.session("b")]))
-            #expect(try await s.store.ingest(record("k-2", .hintSessionsOfPayment(kpSessionID: "kp-none")), at: t0) == .accepted(wake: []))
+            #expect(try await s.store.ingest(record("k-1", .hintSessionsOfPayment(kpSessionID: "kp-b")), at: Fixtures.t0) == .accepted(wake: [.session("b")]))
+            #expect(try await s.store.ingest(record("k-2", .hintSessionsOfPayment(kpSessionID: "kp-none")), at: Fixtures.t0) == .accepted(wake: []))
 
-            let request = TrackedPaymentRequest(paymentRequestID: "pr-1", trackedAt: t0)
-            #expect(try await s.store.ingest(record("p-1", .hintPaymentRequest(request)), at: t0) == .accepted(wake: [.paymentRequest("pr-1")]))
+            let request = TrackedPaymentRequest(paymentRequestID: "pr-1", trackedAt: Fixtures.t0)
+            #expect(try await s.store.ingest(record("p-1", .hintPaymentRequest(request)), at: Fixtures.t0) == .accepted(wake: [.paymentRequest("pr-1")]))
             #expect(try await s.store.paymentRequest("pr-1")?.paymentRequestID == "pr-1")
-            #expect(try await s.store.ingest(record("p-2", .hintPaymentRequest(request)), at: t0.addingTimeInterval(9)) == .accepted(wake: [.paymentRequest("pr-1")]))
-            #expect(try await s.store.paymentRequest("pr-1") == request.hinted(now: t0.addingTimeInterval(9)))
-            #expect(try await s.store.ingest(record("r-1", .recordOnly), at: t0) == .accepted(wake: []))
-            #expect(try await s.store.ingest(record("r-1", .recordOnly), at: t0.addingTimeInterval(1)) == .repeated(firstSeen: t0))
+            #expect(try await s.store.ingest(record("p-2", .hintPaymentRequest(request)), at: Fixtures.t0.addingTimeInterval(9)) == .accepted(wake: [.paymentRequest("pr-1")]))
+            #expect(try await s.store.paymentRequest("pr-1") == request.hinted(now: Fixtures.t0.addingTimeInterval(9)))
+            #expect(try await s.store.ingest(record("r-1", .recordOnly), at: Fixtures.t0) == .accepted(wake: []))
+            #expect(try await s.store.ingest(record("r-1", .recordOnly), at: Fixtures.t0.addingTimeInterval(1)) == .repeated(firstSeen: Fixtures.t0))
             let woken = try await s.store.wakeups(after: 0, includingDelivered: true).keys
             #expect(woken == [.session("a"), .session("b"), .order("o-1"), .session("b"), .paymentRequest("pr-1"), .paymentRequest("pr-1")])
         }
@@ -229,14 +219,14 @@ struct StoreConformanceTests {
     func refusedIngest(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             let capture = IngestRecord(dedupeKey: "cap-1", kind: "capture", source: "socket", summary: "capture", action: .capture(orderID: "o-1", amount: 500))
-            #expect(try await s.store.ingest(capture, at: t0) == .refused(status: 404, error: "unknown_order", detail: "order o-1 is not tracked"))
-            try await s.store.recordRejection(source: "socket", status: 404, error: "unknown_order", detail: "order o-1 is not tracked", at: t0)
+            #expect(try await s.store.ingest(capture, at: Fixtures.t0) == .refused(status: 404, error: "unknown_order", detail: "order o-1 is not tracked"))
+            try await s.store.recordRejection(source: "socket", status: 404, error: "unknown_order", detail: "order o-1 is not tracked", at: Fixtures.t0)
             var change = Change()
-            change.newOrders = [order("o-1")]
-            try await s.store.commit(change, at: t0)
-            #expect(try await s.store.ingest(capture, at: t0) == .accepted(wake: [.order("o-1")]))
+            change.newOrders = [Fixtures.order("o-1")]
+            try await s.store.commit(change, at: Fixtures.t0)
+            #expect(try await s.store.ingest(capture, at: Fixtures.t0) == .accepted(wake: [.order("o-1")]))
             #expect(try await s.store.oldestCaptureRequest(orderID: "o-1")?.amount == 500)
-            let summary = try await s.store.summary(now: t0)
+            let summary = try await s.store.summary(now: Fixtures.t0)
             #expect(summary.rejectionsLastDay == 1)
             #expect(summary.lastRejection?.contains("socket 404 unknown_order: order o-1 is not tracked") == true)
         }
@@ -245,19 +235,19 @@ struct StoreConformanceTests {
     @Test("Capture requests: only for open on_request orders, oldest first", arguments: Backend.allCases)
     func captureRequests(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            #expect(try await s.store.requestCapture(orderID: "nope", amount: nil, at: t0) == .unknownOrder)
+            #expect(try await s.store.requestCapture(orderID: "nope", amount: nil, at: Fixtures.t0) == .unknownOrder)
             var change = Change()
-            change.newOrders = [order("o-1", session: "h"), order("o-2", session: "h2", policy: .immediate)]
-            try await s.store.commit(change, at: t0)
-            guard case .accepted(let first) = try await s.store.requestCapture(orderID: "o-1", amount: 100, at: t0) else { Issue.record("refused"); return }
-            _ = try await s.store.requestCapture(orderID: "o-1", amount: nil, at: t0.addingTimeInterval(1))
-            #expect(try await s.store.oldestCaptureRequest(orderID: "o-1") == CaptureRequestItem(id: first, orderID: "o-1", amount: 100, requestedAt: t0))
-            guard case .refused(let reason) = try await s.store.requestCapture(orderID: "o-2", amount: nil, at: t0) else { Issue.record("accepted"); return }
+            change.newOrders = [Fixtures.order("o-1", session: "h"), Fixtures.order("o-2", session: "h2", policy: .immediate)]
+            try await s.store.commit(change, at: Fixtures.t0)
+            guard case .accepted(let first) = try await s.store.requestCapture(orderID: "o-1", amount: 100, at: Fixtures.t0) else { Issue.record("refused"); return }
+            _ = try await s.store.requestCapture(orderID: "o-1", amount: nil, at: Fixtures.t0.addingTimeInterval(1))
+            #expect(try await s.store.oldestCaptureRequest(orderID: "o-1") == CaptureRequestItem(id: first, orderID: "o-1", amount: 100, requestedAt: Fixtures.t0))
+            guard case .refused(let reason) = try await s.store.requestCapture(orderID: "o-2", amount: nil, at: Fixtures.t0) else { Issue.record("accepted"); return }
             #expect(reason.contains("immediate"))
 
             var done = Change()
             done.finishedCaptureRequests = [(id: first, state: "done", note: "captured")]
-            try await s.store.commit(done, at: t0)
+            try await s.store.commit(done, at: Fixtures.t0)
             #expect(try await s.store.oldestCaptureRequest(orderID: "o-1")?.amount == nil)
             #expect(try await s.store.wakeups(after: 0, includingDelivered: false).keys.contains(.order("o-1")))
         }
@@ -266,24 +256,24 @@ struct StoreConformanceTests {
     @Test("show finds a payment by HPP id, KP id, order id or merchant reference", arguments: Backend.allCases)
     func timelineLookup(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(session("hpp-9", reference: "shop-42"), event: DomainEvent("tracked", "t"), at: t0)
-            var ordered = session("hpp-9", reference: "shop-42")
+            _ = try await s.store.track(Fixtures.session("hpp-9", reference: "shop-42"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            var ordered = Fixtures.session("hpp-9", reference: "shop-42")
             ordered.phase = .ordered
             ordered.orderID = "o-9"
             var change = Change()
             change.sessions = [ordered]
-            change.newOrders = [order("o-9", session: "hpp-9", reference: "shop-42")]
+            change.newOrders = [Fixtures.order("o-9", session: "hpp-9", reference: "shop-42")]
             change.events = [NewEvent(hppSessionID: "hpp-9", orderID: "o-9", DomainEvent("order_placed", "placed"), detail: ["intent": "k"])]
             change.outcomes = [Outcome(kind: .orderPlaced, reason: "r", hppSessionID: "hpp-9", orderID: "o-9")]
-            change.intents = [Intent(key: "place:hpp-9", kind: .placeOrder, subject: "hpp-9", now: t0), Intent(key: "capture:o-9", kind: .capture, subject: "o-9", now: t0.addingTimeInterval(1))]
-            try await s.store.commit(change, at: t0.addingTimeInterval(1))
+            change.intents = [Intent(key: "place:hpp-9", kind: .placeOrder, subject: "hpp-9", now: Fixtures.t0), Intent(key: "capture:o-9", kind: .capture, subject: "o-9", now: Fixtures.t0.addingTimeInterval(1))]
+            try await s.store.commit(change, at: Fixtures.t0.addingTimeInterval(1))
             for id in ["hpp-9", "kp-hpp-9", "o-9", "shop-42"] {
                 let found = try await s.store.timeline(for: id)
                 #expect(found.sessions.map(\.hppSessionID) == ["hpp-9"], "\(id)")
                 #expect(found.orders.map(\.orderID) == ["o-9"], "\(id)")
                 #expect(found.events.map(\.kind) == ["tracked", "order_placed"], "\(id)")
                 #expect(found.events.last?.detail == ["intent": "k"])
-                #expect(found.events.last?.at == t0.addingTimeInterval(1))
+                #expect(found.events.last?.at == Fixtures.t0.addingTimeInterval(1))
                 #expect(found.outcomes.map(\.outcome.kind) == [.orderPlaced])
                 #expect(found.intents.map(\.key) == ["place:hpp-9", "capture:o-9"])
             }
@@ -296,14 +286,14 @@ struct StoreConformanceTests {
     @Test("list filters by phase, outcome, intent state or kind, newest first", arguments: Backend.allCases)
     func listing(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
-            _ = try await s.store.track(session("b"), event: DomainEvent("tracked", "t"), at: t0.addingTimeInterval(1))
-            var closed = session("c")
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent("tracked", "t"), at: Fixtures.t0.addingTimeInterval(1))
+            var closed = Fixtures.session("c")
             closed.phase = .closed
             var change = Change()
             change.sessions = [closed]
-            change.intents = [Intent(key: "cap", kind: .capture, subject: "o", now: t0)]
-            try await s.store.commit(change, at: t0.addingTimeInterval(2))
+            change.intents = [Intent(key: "cap", kind: .capture, subject: "o", now: Fixtures.t0)]
+            try await s.store.commit(change, at: Fixtures.t0.addingTimeInterval(2))
             #expect(try await s.store.list(phase: nil, limit: 10).sessions.map(\.hppSessionID) == ["c", "b", "a"])
             #expect(try await s.store.list(phase: nil, limit: 2).sessions.count == 2)
             #expect(try await s.store.list(phase: "polling", limit: 10).sessions.map(\.hppSessionID) == ["b", "a"])
@@ -315,38 +305,38 @@ struct StoreConformanceTests {
     @Test("status counts, oldest open item, next deadline, backlog and Klarna health", arguments: Backend.allCases)
     func summary(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            var a = session("a")
-            a.expiresAt = t0.addingTimeInterval(7_200)
-            _ = try await s.store.track(a, event: DomainEvent("tracked", "t"), at: t0)
-            var b = session("b")
-            b.trackedAt = t0.addingTimeInterval(10)
-            b.nextDueAt = t0.addingTimeInterval(500)
+            var a = Fixtures.session("a")
+            a.expiresAt = Fixtures.t0.addingTimeInterval(7_200)
+            _ = try await s.store.track(a, event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            var b = Fixtures.session("b")
+            b.trackedAt = Fixtures.t0.addingTimeInterval(10)
+            b.nextDueAt = Fixtures.t0.addingTimeInterval(500)
             b.phase = .authorized
-            b.tokenExpiresAt = t0.addingTimeInterval(3_600)
-            _ = try await s.store.track(b, event: DomainEvent("tracked", "t"), at: t0)
+            b.tokenExpiresAt = Fixtures.t0.addingTimeInterval(3_600)
+            _ = try await s.store.track(b, event: DomainEvent("tracked", "t"), at: Fixtures.t0)
             var change = Change()
             change.health = [(name: "klarna_ok", detail: ""), (name: "klarna_error", detail: "HTTP 503")]
             change.outcomes = [Outcome(kind: .cancelled, reason: "r", hppSessionID: "x")]
-            try await s.store.commit(change, at: t0.addingTimeInterval(5))
-            let summary = try await s.store.summary(now: t0.addingTimeInterval(100))
+            try await s.store.commit(change, at: Fixtures.t0.addingTimeInterval(5))
+            let summary = try await s.store.summary(now: Fixtures.t0.addingTimeInterval(100))
             #expect(summary.sessionsByPhase == ["polling": 1, "authorized": 1])
             #expect(summary.outcomesByKind == ["cancelled": 1])
             #expect(summary.oldestOpenID == "a")
-            #expect(summary.oldestOpenSince == t0)
+            #expect(summary.oldestOpenSince == Fixtures.t0)
             #expect(summary.nextDeadlineWhat == "session b")
-            #expect(summary.nextDeadline == t0.addingTimeInterval(3_600))
+            #expect(summary.nextDeadline == Fixtures.t0.addingTimeInterval(3_600))
             #expect(summary.backlog == 1)
-            #expect(summary.nextDueAt == t0)
+            #expect(summary.nextDueAt == Fixtures.t0)
             #expect(summary.undeliveredOutcomes == 1)
             #expect(summary.lastKlarnaErrorDetail == "HTTP 503")
-            #expect(summary.lastKlarnaSuccess == t0.addingTimeInterval(5))
+            #expect(summary.lastKlarnaSuccess == Fixtures.t0.addingTimeInterval(5))
             let live = try await s.store.liveStatus()
-            #expect(live.lastKlarnaError == t0.addingTimeInterval(5))
+            #expect(live.lastKlarnaError == Fixtures.t0.addingTimeInterval(5))
             #expect(live.unfinishedIntents == 0)
             let snapshot = try await s.store.stateSnapshot()
             #expect(snapshot.openSessionsByPhase == ["polling": 1, "authorized": 1])
-            #expect(snapshot.oldestOpenSince == t0)
-            #expect(snapshot.nextDeadline == t0.addingTimeInterval(3_600))
+            #expect(snapshot.oldestOpenSince == Fixtures.t0)
+            #expect(snapshot.nextDeadline == Fixtures.t0.addingTimeInterval(3_600))
             #expect(snapshot.outboxBacklog == 1 && snapshot.notifyBacklog == 1)
             try await s.store.probeWrites()
         }
@@ -357,23 +347,23 @@ struct StoreConformanceTests {
         try await StoreUnderTest.with(backend) { s in
             var change = Change()
             change.outcomes = [Outcome(kind: .captured, reason: "r", hppSessionID: "a", orderID: "o-a"), Outcome(kind: .cancelled, reason: "r", hppSessionID: "b")]
-            try await s.store.commit(change, at: t0)
-            let pending = try await s.store.undeliveredOutcomes(now: t0, limit: 10)
+            try await s.store.commit(change, at: Fixtures.t0)
+            let pending = try await s.store.undeliveredOutcomes(now: Fixtures.t0, limit: 10)
             #expect(pending.map(\.outcome.kind) == [.captured, .cancelled])
-            #expect(pending.allSatisfy { !$0.outboxWritten && !$0.notified && $0.at == t0 })
-            #expect(try await s.store.undeliveredOutcomes(now: t0, limit: 1).count == 1)
+            #expect(pending.allSatisfy { !$0.outboxWritten && !$0.notified && $0.at == Fixtures.t0 })
+            #expect(try await s.store.undeliveredOutcomes(now: Fixtures.t0, limit: 1).count == 1)
             let (first, second) = (pending[0].id, pending[1].id)
             try await s.store.markOutboxWritten(first)
             try await s.store.markOutboxWritten(second)
-            try await s.store.notifyFailed(first, nextAt: t0.addingTimeInterval(60))
+            try await s.store.notifyFailed(first, nextAt: Fixtures.t0.addingTimeInterval(60))
             try await s.store.markNotified(second)
-            #expect(try await s.store.undeliveredOutcomes(now: t0, limit: 10).isEmpty)
-            let due = try await s.store.undeliveredOutcomes(now: t0.addingTimeInterval(60), limit: 10)
+            #expect(try await s.store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).isEmpty)
+            let due = try await s.store.undeliveredOutcomes(now: Fixtures.t0.addingTimeInterval(60), limit: 10)
             #expect(due.map(\.id) == [first])
             #expect(due.first?.notifyAttempts == 1)
-            #expect(due.first?.notifyNextAt == t0.addingTimeInterval(60))
+            #expect(due.first?.notifyNextAt == Fixtures.t0.addingTimeInterval(60))
             try await s.store.notifyFailed(first, nextAt: nil)  // given up
-            #expect(try await s.store.undeliveredOutcomes(now: t0.addingTimeInterval(3_600), limit: 10).isEmpty)
+            #expect(try await s.store.undeliveredOutcomes(now: Fixtures.t0.addingTimeInterval(3_600), limit: 10).isEmpty)
         }
     }
 
@@ -381,16 +371,16 @@ struct StoreConformanceTests {
     func reloadMailbox(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             #expect(try await s.store.newestReloadRequest() == nil)
-            let first = try await s.store.requestReload(at: t0)
-            let second = try await s.store.requestReload(at: t0)
+            let first = try await s.store.requestReload(at: Fixtures.t0)
+            let second = try await s.store.requestReload(at: Fixtures.t0)
             #expect(try await s.store.newestReloadRequest() == second)
             #expect(try await s.store.reloadAnswer(first) == nil)
-            try await s.store.answerReloads(through: second, ok: false, message: "config error: x", at: t0)
+            try await s.store.answerReloads(through: second, ok: false, message: "config error: x", at: Fixtures.t0)
             #expect(try await s.store.reloadAnswer(first) == ReloadAnswer(ok: false, message: "config error: x"))
             #expect(try await s.store.reloadAnswer(second) == ReloadAnswer(ok: false, message: "config error: x"))
             #expect(try await s.store.newestReloadRequest() == nil)
-            let third = try await s.store.requestReload(at: t0)
-            try await s.store.answerReloads(through: third, ok: true, message: "reloaded", at: t0)
+            let third = try await s.store.requestReload(at: Fixtures.t0)
+            try await s.store.answerReloads(through: third, ok: true, message: "reloaded", at: Fixtures.t0)
             #expect(try await s.store.reloadAnswer(second)?.message == "config error: x", "an answered request was answered again")
             #expect(try await s.store.reloadAnswer(third) == ReloadAnswer(ok: true, message: "reloaded"))
         }
@@ -399,13 +389,13 @@ struct StoreConformanceTests {
     @Test("Operator requests wait for the engine's answer; holds are placed, listed and lifted", arguments: Backend.allCases)
     func operatorRequests(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
             var change = Change()
-            change.newOrders = [order("o-a", session: "a")]
-            try await s.store.commit(change, at: t0)
-            let asked = OperatorRequest(key: .session("a"), action: .hold, requestedBy: "uid 1000 (alice)", requestedAt: t0)
-            let retry = OperatorRequest(key: .order("o-a"), action: .retry, orderID: "o-x", requestedBy: "uid 0 (root)", requestedAt: t0)
-            let ids = try await s.store.submit([asked, retry], delivered: false, at: t0)
+            change.newOrders = [Fixtures.order("o-a", session: "a")]
+            try await s.store.commit(change, at: Fixtures.t0)
+            let asked = OperatorRequest(key: .session("a"), action: .hold, requestedBy: "uid 1000 (alice)", requestedAt: Fixtures.t0)
+            let retry = OperatorRequest(key: .order("o-a"), action: .retry, orderID: "o-x", requestedBy: "uid 0 (root)", requestedAt: Fixtures.t0)
+            let ids = try await s.store.submit([asked, retry], delivered: false, at: Fixtures.t0)
             #expect(ids.count == 2)
             #expect(Set(try await s.store.keysWithPendingOperatorRequests()) == [.session("a"), .order("o-a")])
             let controls = try await s.store.operatorControls(for: .session("a"))
@@ -419,20 +409,20 @@ struct StoreConformanceTests {
             var answer = Change()
             answer.holds = [(key: .session("a"), by: "uid 1000 (alice)")]
             answer.answeredRequests = [(id: ids[0], state: .done, note: "held")]
-            try await s.store.commit(answer, at: t0.addingTimeInterval(1))
+            try await s.store.commit(answer, at: Fixtures.t0.addingTimeInterval(1))
             #expect(try await s.store.operatorControls(for: .session("a")) == OperatorControls(held: true, pending: []))
             #expect(try await s.store.operatorRequests(ids).map(\.state) == [.done, .pending])
             #expect(try await s.store.operatorRequests(ids).first?.note == "held")
-            #expect(try await s.store.holds([.session("a"), .order("o-a")]) == [.session("a"): Hold(since: t0.addingTimeInterval(1), by: "uid 1000 (alice)")])
+            #expect(try await s.store.holds([.session("a"), .order("o-a")]) == [.session("a"): Hold(since: Fixtures.t0.addingTimeInterval(1), by: "uid 1000 (alice)")])
             #expect(try await s.store.list(phase: "held", limit: 10).sessions.map(\.hppSessionID) == ["a"])
-            #expect(try await s.store.summary(now: t0).held == 1)
+            #expect(try await s.store.summary(now: Fixtures.t0).held == 1)
             #expect(try await s.store.payment("a").held == [.session("a")])
 
             // One commit that lifts one hold and places another; a hold placed and lifted in one commit is lifted.
             var release = Change()
             release.releases = [.session("a"), .order("o-b")]
             release.holds = [(key: .order("o-a"), by: "uid 1000 (alice)"), (key: .order("o-b"), by: "uid 1000 (alice)")]
-            try await s.store.commit(release, at: t0)
+            try await s.store.commit(release, at: Fixtures.t0)
             #expect(try await s.store.holds([.session("a")]).isEmpty)
             #expect(try await s.store.heldOrders(among: ["o-a", "o-b", "o-c"]) == ["o-a"])
             #expect(try await s.store.keysWithPendingOperatorRequests() == [.order("o-a")])
@@ -443,19 +433,19 @@ struct StoreConformanceTests {
     func prune(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             func payment(_ id: String, closed: Bool = true, intent: Intent.State = .confirmed, delivered: Bool = true) async throws {
-                _ = try await s.store.track(session(id), event: DomainEvent("tracked", "t"), at: t0)
+                _ = try await s.store.track(Fixtures.session(id), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
                 guard closed else { return }
-                var done = session(id)
+                var done = Fixtures.session(id)
                 done.phase = .closed
                 var change = Change()
                 change.sessions = [done]
                 change.outcomes = [done.outcome(.cancelled, "consumer cancelled")]
-                var sideEffect = Intent(key: "intent-\(id)", kind: .placeOrder, subject: id, now: t0)
+                var sideEffect = Intent(key: "intent-\(id)", kind: .placeOrder, subject: id, now: Fixtures.t0)
                 sideEffect.state = intent
                 change.intents = [sideEffect]
-                try await s.store.commit(change, at: t0)
+                try await s.store.commit(change, at: Fixtures.t0)
                 guard delivered else { return }
-                for outcome in try await s.store.undeliveredOutcomes(now: t0, limit: 100) where outcome.outcome.hppSessionID == id {
+                for outcome in try await s.store.undeliveredOutcomes(now: Fixtures.t0, limit: 100) where outcome.outcome.hppSessionID == id {
                     try await s.store.markOutboxWritten(outcome.id)
                     try await s.store.markNotified(outcome.id)
                 }
@@ -465,9 +455,9 @@ struct StoreConformanceTests {
             try await payment("open", closed: false)
             try await payment("unsettled", intent: .ambiguous)
             try await payment("undelivered", delivered: false)
-            try await s.store.recordRejection(source: "socket", status: 400, error: "bad_json", detail: "x", at: t0)
+            try await s.store.recordRejection(source: "socket", status: 400, error: "bad_json", detail: "x", at: Fixtures.t0)
             let cutoffs = PruneCutoffs(
-                closedPaymentsBefore: t0.addingTimeInterval(1), eventsBefore: nil, rejectionsBefore: t0.addingTimeInterval(1), spoolDoneBefore: nil,
+                closedPaymentsBefore: Fixtures.t0.addingTimeInterval(1), eventsBefore: nil, rejectionsBefore: Fixtures.t0.addingTimeInterval(1), spoolDoneBefore: nil,
                 outboxAcknowledgedBefore: nil)
             let counted = try await s.store.prune(cutoffs, limit: -1, dryRun: true)
             #expect(counted.payments == 2 && counted.rejections == 1)
@@ -490,14 +480,14 @@ struct StoreConformanceTests {
     @Test("Two handles deliver the same webhooks at once: each is accepted exactly once, each repeat names the first's time", arguments: Backend.allCases)
     func concurrentDeliveries(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(session("a"), event: DomainEvent("tracked", "t"), at: t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
             let other = try await s.openAnother()
             // Each attempt at its own time, so that a repeat's first-seen time says which delivery it found.
             let results = try await withThrowingTaskGroup(of: (Int, IngestResult).self) { group in
                 for attempt in 0..<60 {
                     let store = attempt.isMultiple(of: 2) ? s.store : other
                     let record = hint("event-\(attempt % 12)", "a")
-                    group.addTask { (attempt, try await store.ingest(record, at: t0.addingTimeInterval(Double(attempt)))) }
+                    group.addTask { (attempt, try await store.ingest(record, at: Fixtures.t0.addingTimeInterval(Double(attempt)))) }
                 }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
@@ -507,7 +497,7 @@ struct StoreConformanceTests {
             for (attempt, result) in results {
                 guard case .repeated(let firstSeen) = result else { continue }
                 let first = try #require(accepted.first { $0.0 % 12 == attempt % 12 })
-                #expect(firstSeen == t0.addingTimeInterval(Double(first.0)))
+                #expect(firstSeen == Fixtures.t0.addingTimeInterval(Double(first.0)))
             }
             #expect(results.filter { if case .repeated = $0.1 { true } else { false } }.count == 48)
             #expect(try await s.store.timeline(for: "a").events.filter { $0.kind == "webhook" }.count == 12)
@@ -523,8 +513,8 @@ struct StoreConformanceTests {
                     let id = "cb-\(attempt % 40)"
                     let record = IngestRecord(
                         dedupeKey: "callback-\(attempt % 40)", kind: "hpp_status", source: "socket", summary: "status callback",
-                        action: .hintSession(hppSessionID: id, trackIfUnknown: session(id)))
-                    group.addTask { [store = s.store] in (attempt, try await store.ingest(record, at: t0)) }
+                        action: .hintSession(hppSessionID: id, trackIfUnknown: Fixtures.session(id)))
+                    group.addTask { [store = s.store] in (attempt, try await store.ingest(record, at: Fixtures.t0)) }
                 }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
@@ -546,8 +536,8 @@ struct StoreConformanceTests {
             let results = try await withThrowingTaskGroup(of: TrackResult.self) { group in
                 for attempt in 0..<40 {
                     let store = attempt.isMultiple(of: 2) ? s.store : other
-                    let tracked = session("s-\(attempt % 8)")
-                    group.addTask { try await store.track(tracked, event: DomainEvent("tracked", "t"), at: t0) }
+                    let tracked = Fixtures.session("s-\(attempt % 8)")
+                    group.addTask { try await store.track(tracked, event: DomainEvent("tracked", "t"), at: Fixtures.t0) }
                 }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
@@ -565,7 +555,7 @@ struct StoreConformanceTests {
                 for writer in 0..<4 {
                     let store = writer.isMultiple(of: 2) ? s.store : other
                     group.addTask {
-                        for index in 0..<25 { _ = try await store.track(session("w\(writer)-\(index)"), event: DomainEvent("tracked", "t"), at: t0) }
+                        for index in 0..<25 { _ = try await store.track(Fixtures.session("w\(writer)-\(index)"), event: DomainEvent("tracked", "t"), at: Fixtures.t0) }
                         return []
                     }
                 }

@@ -11,10 +11,10 @@ extension Reconciler {
 
     /// Places the order or creates the customer token for an authorized session, exactly once. `carried` (what the
     /// read that authorized the session found) goes into this step's first commit, whichever path it takes.
-    func driveSessionIntent(_ kind: Intent.Kind, _ session: TrackedSession, carrying carried: Change) async throws -> StepResult {
+    func driveSessionIntent(_ kind: SessionIntentKind, _ session: TrackedSession, carrying carried: Change) async throws -> StepResult {
         var now = clock.now
-        let key = IdempotencyKey.make(kind, session.kpSessionID)
-        var intent = try await store.intent(key) ?? Intent(key: key, kind: kind, subject: session.hppSessionID, now: now)
+        let key = IdempotencyKey.make(kind.intentKind, session.kpSessionID)
+        var intent = try await store.intent(key) ?? Intent(key: key, kind: kind.intentKind, subject: session.hppSessionID, now: now)
         var change = carried
         var paymentSession: PaymentSession?
         let urgency = Urgency.inMotion(now: now, deadline: session.tokenExpiresAt, margin: Urgency.tokenDeadlineMargin)
@@ -91,7 +91,7 @@ extension Reconciler {
         guard let kp = paymentSession, let token = session.authorizationToken else {
             return try await closeSession(session, .needsAttention, "authorized session has no authorization token", change: change)
         }
-        if let unusable = kp.unusable(for: kind) { return try await closeSession(session, .needsAttention, unusable, change: change) }
+        if let unusable = kp.unusable(for: kind.intentKind) { return try await closeSession(session, .needsAttention, unusable, change: change) }
         if kind == .placeOrder, kp.status == .complete {
             change.intents = [intent.failed("KP session already complete before the first attempt", now: now)]
             return try await closeSession(session, .needsAttention,
@@ -104,7 +104,7 @@ extension Reconciler {
         try await rateLimiter?.spend(urgency)
         now = clock.now
         change.intents = [intent]
-        if let deferred = try await deferredForStop(change, "\(kind.rawValue) for KP session \(session.kpSessionID)", now: now) { return deferred }
+        if let deferred = try await deferredForStop(change, "\(kind.intentKind.rawValue) for KP session \(session.kpSessionID)", now: now) { return deferred }
         // Persist "sent" before the request leaves: a crash from here on is resolved by reading Klarna first.
         intent = intent.sending(now: now)
         change.intents = [intent]
@@ -122,7 +122,7 @@ extension Reconciler {
             switch result {
             case .success(let created):
                 change.intents = [intent.confirmed(result: created.orderID, now: now)]
-                let step = session.orderPlaced(orderID: created.orderID, fraudStatus: created.fraudStatus?.rawValue ?? "—")
+                let step = session.orderPlaced(orderID: created.orderID, fraudStatus: created.fraudStatus)
                 record(step, into: &change, detail: ["intent": key, "attempt": "\(intent.attempts)"])
                 if let handOff = step.handOff {
                     let order = step.session.order(for: handOff, createdAt: now)
@@ -139,7 +139,7 @@ extension Reconciler {
                 try await commit(change, now: now)
                 return StepResult(next: nil, wake: [.order(created.orderID)])
             case .failure(let error):
-                return try await sessionIntentFailed(session, intent, error, change: change)
+                return try await sessionIntentFailed(kind, session, intent, error, change: change)
             }
         case .customerToken:
             let request = try CustomerTokenRequest(session: kp, description: settings.customerTokenDescription)
@@ -153,14 +153,14 @@ extension Reconciler {
                 try await commit(change, now: now)
                 return StepResult(next: step.session.nextDueAt)
             case .failure(let error):
-                return try await sessionIntentFailed(session, intent, error, change: change)
+                return try await sessionIntentFailed(kind, session, intent, error, change: change)
             }
-        default:
-            preconditionFailure("\(kind) is not a session intent")
         }
     }
 
-    private func sessionIntentFailed(_ session: TrackedSession, _ intent: Intent, _ error: KlarnaAPIError, change: Change) async throws -> StepResult {
+    private func sessionIntentFailed(
+        _ kind: SessionIntentKind, _ session: TrackedSession, _ intent: Intent, _ error: KlarnaAPIError, change: Change
+    ) async throws -> StepResult {
         var change = change
         let now = clock.now
         let detail = Self.detail(error).merging(["intent": intent.key, "attempt": "\(intent.attempts)"]) { $1 }
@@ -175,21 +175,9 @@ extension Reconciler {
             return StepResult(next: at)
         case .giveUp(let failed, let reason):
             change.intents = [failed]
-            let kind: OutcomeKind
-            let why: String
-            switch (error.status, error.errorCode) {
-            case (404, _):
-                kind = .expired
-                why = "Klarna refused the authorization token (\(Self.short(error))): it expired or was released"
-            case (403, "REJECTED"):
-                kind = .rejected
-                why = "Klarna rejected the \(intent.kind == .placeOrder ? "order" : "customer token") (\(Self.short(error)))"
-            default:
-                kind = .needsAttention
-                why = "\(intent.kind.rawValue) failed: \(Self.short(error)); \(reason)"
-            }
+            let (outcome, why) = SessionIntentRules.giveUp(kind, status: error.status, errorCode: error.errorCode, error: Self.short(error), retryReason: reason)
             change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent("failed", why), detail: detail))
-            return try await closeSession(session, kind, why, change: change)
+            return try await closeSession(session, outcome, why, change: change)
         }
     }
 
@@ -223,25 +211,28 @@ extension Reconciler {
         var intent = intent
         var change = Change()
         var now = clock.now
+        guard case .order(let kind) = intent.kind.target else {
+            // Only a store edited by hand holds a session's intent on an order: stop rather than guess.
+            record(order.intentFailed("intent \(intent.key) (\(intent.kind.rawValue)) is not an order's side effect"), into: &change)
+            try await commit(change, now: now)
+            return StepResult(next: nil)
+        }
         let urgency = Urgency.inMotion(now: now, deadline: order.expiresAt, margin: settings.deadlines.authorizationWarnBefore)
         if intent.needsResolution {
             switch try await klarna(&change, urgency, { try await client.readOrder(id: order.orderID) }) {
             case .failure(let error):
                 return try await orderReadFailed(order, error, now: now, change: change)
             case .success(let read):
-                let done: Bool = switch intent.kind {
-                case .capture: (read.capturedTotal ?? 0) >= (intent.expectedCapturedTotal ?? .max)
-                case .cancelOrder: read.status == .cancelled
-                case .releaseRemaining: (read.capturedTotal ?? 0) > 0 && read.remainingAuthorizedAmount == 0
-                default: read.expiresAt.map { new in order.expiresAt.map { new > $0 } ?? true } ?? false
-                }
-                if done {
+                let facts = OrderFacts(
+                    status: read.status, capturedTotal: read.capturedTotal, remainingAuthorizedAmount: read.remainingAuthorizedAmount,
+                    expiresAt: read.expiresAt)
+                if OrderIntentRules.isDone(kind, facts: facts, expectedCapturedTotal: intent.expectedCapturedTotal, knownExpiry: order.expiresAt) {
                     let claimed = try await store.intents(subject: order.orderID)
                         .filter { $0.kind == .capture && $0.state == .confirmed && $0.key != intent.key }.compactMap(\.result)
                     let captureID = intent.resolvedCaptureID(among: OrderMovements(read, orderID: order.orderID).captures, claimed: Set(claimed))
                     change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
                         "resolved", "Klarna's order shows the \(intent.kind.rawValue) was done"), detail: ["intent": intent.key]))
-                    return try await orderIntentSucceeded(order, intent, captureID: captureID, change: change)
+                    return try await orderIntentSucceeded(kind, order, intent, captureID: captureID, change: change)
                 }
                 change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
                     "resolved", "Klarna's order shows no \(intent.kind.rawValue) yet: sending again with the same idempotency key"), detail: ["intent": intent.key]))
@@ -260,11 +251,11 @@ extension Reconciler {
         if let deferred = try await deferredForStop(change, "\(intent.kind.rawValue) of order \(order.orderID)", now: now) { return deferred }
         intent = intent.sending(now: now)
         change.intents = [intent]
-        let what = switch intent.kind {
+        let what = switch kind {
         case .capture: "capturing \(intent.amount ?? 0)"
         case .cancelOrder: "cancelling the order"
         case .releaseRemaining: "releasing the remaining authorization"
-        default: "extending the authorization"
+        case .extendAuthorization: "extending the authorization"
         }
         change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent("attempt", "\(what), attempt \(intent.attempts)"),
                                       detail: ["intent": intent.key, "attempt": "\(intent.attempts)"]))
@@ -274,7 +265,7 @@ extension Reconciler {
         let key = intent.key
         let result: Result<String?, KlarnaAPIError>
         let id = order.orderID
-        switch intent.kind {
+        switch kind {
         case .capture:
             let request = CaptureRequest(capturedAmount: intent.amount ?? 0, reference: order.merchantReference)
             result = try await klarna(&change, urgency, budgetSpent: true, { try await client.createCapture(orderID: id, request: request, idempotencyKey: key).captureID })
@@ -282,13 +273,13 @@ extension Reconciler {
             result = try await klarna(&change, urgency, budgetSpent: true, { try await client.cancelOrder(orderID: id, idempotencyKey: key) }).map { nil }
         case .releaseRemaining:
             result = try await klarna(&change, urgency, budgetSpent: true, { try await client.releaseRemainingAuthorization(orderID: id, idempotencyKey: key) }).map { nil }
-        default:
+        case .extendAuthorization:
             result = try await klarna(&change, urgency, budgetSpent: true, { try await client.extendAuthorizationTime(orderID: id, idempotencyKey: key) }).map { nil }
         }
         now = clock.now
         switch result {
         case .success(let captureID):
-            return try await orderIntentSucceeded(order, intent, captureID: captureID, change: change)
+            return try await orderIntentSucceeded(kind, order, intent, captureID: captureID, change: change)
         case .failure(let error):
             let detail = Self.detail(error).merging(["intent": key, "attempt": "\(intent.attempts)"]) { $1 }
             switch verdict(intent, error, now: now, deadline: nil) {
@@ -303,39 +294,39 @@ extension Reconciler {
                 if let requestID = intent.captureRequestID {
                     change.finishedCaptureRequests.append((requestID, "refused", Self.short(error)))
                 }
-                if intent.kind == .cancelOrder || intent.kind == .releaseRemaining {
-                    // An operator asked to stop the money: never fall back into the capture policy. The order waits
-                    // for a person (`retry` reads it again; a cancel or release may be asked for again).
+                switch OrderIntentRules.giveUp(kind, status: error.status) {
+                case .waitForOperator:
+                    // `retry` reads the order again; a cancel or release may be asked for again.
                     record(order.intentFailed("\(intent.kind.rawValue) asked by an operator did not happen: \(Self.short(error)); \(reason)"), into: &change, detail: detail)
                     try await commit(change, now: now)
                     return StepResult(next: nil)
-                }
-                if intent.kind == .extendAuthorization || error.status == 403 {
-                    // Klarna said no for a reason the order shows (cancelled, expired, over-capture, not extendable),
-                    // or an extension did not get through: read the order and let the order rules decide.
+                case .readOrder:
                     record(order.intentRefused(intent.kind, error: Self.short(error), now: now), into: &change, detail: detail)
                     try await commit(change, now: now)
                     return StepResult(next: now)
+                case .fail:
+                    record(order.intentFailed("\(intent.kind.rawValue) failed: \(Self.short(error)); \(reason)"), into: &change, detail: detail)
+                    try await commit(change, now: now)
+                    return StepResult(next: nil)
                 }
-                record(order.intentFailed("\(intent.kind.rawValue) failed: \(Self.short(error)); \(reason)"), into: &change, detail: detail)
-                try await commit(change, now: now)
-                return StepResult(next: nil)
             }
         }
     }
 
-    private func orderIntentSucceeded(_ order: TrackedOrder, _ intent: Intent, captureID: String?, change: Change) async throws -> StepResult {
+    private func orderIntentSucceeded(
+        _ kind: OrderIntentKind, _ order: TrackedOrder, _ intent: Intent, captureID: String?, change: Change
+    ) async throws -> StepResult {
         var change = change
         let now = clock.now
         change.intents = [intent.confirmed(result: captureID, now: now)]
         let step: OrderStep
-        switch intent.kind {
+        switch kind {
         case .capture:
             step = order.captureConfirmed(amount: intent.amount ?? 0, captureID: captureID, now: now)
             if let requestID = intent.captureRequestID { change.finishedCaptureRequests.append((requestID, "done", "captured \(intent.amount ?? 0)")) }
         case .cancelOrder: step = order.cancelledOnRequest()
         case .releaseRemaining: step = order.remainingReleased()
-        default: step = order.authorizationExtended(now: now)
+        case .extendAuthorization: step = order.authorizationExtended(now: now)
         }
         record(step, into: &change, detail: ["intent": intent.key, "attempt": "\(intent.attempts)"])
         try await commit(change, now: now)

@@ -115,7 +115,7 @@ extension Reconciler {
         }
         let (sum, overflow) = captured.addingReportingOverflow(remaining)
         return .success(OrderObservation(
-            status: status.rawValue, fraudStatus: fraudStatus.rawValue,
+            status: status, fraudStatus: fraudStatus,
             orderAmount: read.orderAmount ?? order.orderAmount ?? (overflow ? .max : sum), capturedAmount: captured,
             remainingAuthorizedAmount: remaining, currency: read.purchaseCurrency, expiresAt: read.expiresAt,
             klarnaReference: read.klarnaReference, captures: OrderMovements(read, orderID: order.orderID).captures))

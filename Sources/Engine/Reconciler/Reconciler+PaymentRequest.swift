@@ -16,11 +16,11 @@ extension Reconciler {
         switch result {
         case .success(let read):
             step = request.applying(
-                state: read.state.rawValue, expiresAt: read.expiresAt, sessionToken: read.klarnaNetworkSessionToken, now: now,
+                state: read.state, expiresAt: read.expiresAt, sessionToken: read.klarnaNetworkSessionToken, now: now,
                 recheck: settings.polling.maxInterval)
         case .failure(let error) where error.status == 404:
             // Klarna deletes payment requests when they expire.
-            step = request.applying(state: "EXPIRED", expiresAt: nil, sessionToken: nil, now: now, recheck: settings.polling.maxInterval)
+            step = request.applying(state: .expired, expiresAt: nil, sessionToken: nil, now: now, recheck: settings.polling.maxInterval)
         case .failure(let error):
             step = request.readFailed(Self.short(error), now: now, retryAfter: readDelay(failures: request.consecutiveFailures + 1, error), grace: settings.polling.expiryGrace)
         }

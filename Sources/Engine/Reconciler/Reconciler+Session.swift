@@ -57,7 +57,7 @@ extension Reconciler {
         case .success(let hpp):
             // A read without a status (the spec requires none) tells no progress: the status seen before stands, and
             // before any a polled session is WAITING. Neither is final, so the session is read again.
-            let status = hpp.status?.rawValue ?? session.hppStatus ?? HPPSessionStatus.waiting.rawValue
+            let status = hpp.status ?? session.hppStatus ?? .waiting
             step = session.applying(
                 .session(status: status, updatedAt: hpp.updatedAt, expiresAt: hpp.expiresAt,
                          authorizationToken: hpp.authorizationToken, orderID: hpp.orderID, klarnaReference: hpp.klarnaReference),

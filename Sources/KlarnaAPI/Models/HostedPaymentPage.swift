@@ -1,4 +1,5 @@
 import Foundation
+import ReconcilerCore
 
 /// `GET /hpp/v1/sessions/{id}` (SessionResponseV1). The same document arrives inside HPP `status_update` callbacks.
 /// The spec requires none of its fields, so each is optional; the comments say what a reader falls back to.

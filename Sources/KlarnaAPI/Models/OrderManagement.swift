@@ -1,4 +1,5 @@
 import Foundation
+import ReconcilerCore
 
 /// `GET /ordermanagement/v1/orders/{id}` (MerchantOrderDto), the fields the daemon acts on.
 ///

@@ -1,4 +1,5 @@
 import Foundation
+import ReconcilerCore
 
 /// Klarna Network payment request, read with `GET /v2/payment/requests/{id}`.
 /// The URL and shape are inferred from Klarna's PUT/DELETE resource and release/4 samples (Klarna Network docs;

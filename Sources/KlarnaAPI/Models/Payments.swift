@@ -1,4 +1,5 @@
 import Foundation
+import ReconcilerCore
 
 /// One order line; amounts are integer minor units (cents), quantities whole units.
 public struct OrderLine: Codable, Hashable, Sendable {

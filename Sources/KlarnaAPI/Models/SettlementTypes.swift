@@ -1,3 +1,5 @@
+import ReconcilerCore
+
 /// Settlements `Transaction.type` (SETTLEMENTS.md §3). The spec's enum; Klarna adds kinds without notice.
 ///
 /// The type carries the sign: Klarna's JSON `amount` per type is not documented (§2), so the matcher decides.

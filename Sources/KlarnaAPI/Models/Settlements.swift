@@ -1,4 +1,5 @@
 import Foundation
+import ReconcilerCore
 
 /// `GET /settlements/v1/payouts/{payment_reference}`: one bank transfer from Klarna, in one currency.
 public struct Payout: Codable, Hashable, Sendable {

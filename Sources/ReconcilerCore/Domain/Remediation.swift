@@ -198,7 +198,7 @@ extension TrackedOrder {
     public var releaseRemainingRefusal: RemediationRefusal? {
         if capturedAmount == 0 { return RemediationRefusal("order \(orderID) has no captures: use cancel") }
         if (remainingAuthorizedAmount ?? 0) <= 0 || [.captured, .cancelled, .rejected, .expired].contains(outcome) {
-            return RemediationRefusal("order \(orderID) is \(outcome?.rawValue ?? status ?? phase.rawValue) with nothing left authorized")
+            return RemediationRefusal("order \(orderID) is \(outcome?.rawValue ?? status?.rawValue ?? phase.rawValue) with nothing left authorized")
         }
         if let activeIntent { return RemediationRefusal("a side effect is under way on order \(orderID) (intent \(activeIntent)); wait for it to end") }
         return nil
@@ -245,7 +245,7 @@ extension TrackedOrder {
     public func cancelledOnRequest() -> OrderStep {
         var order = self
         order.activeIntent = nil
-        order.status = "CANCELLED"
+        order.status = .cancelled
         order.remainingAuthorizedAmount = 0
         return order.closed(.cancelled, "the order was cancelled at Klarna at an operator's request")
     }

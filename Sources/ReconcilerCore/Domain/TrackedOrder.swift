@@ -22,8 +22,8 @@ public struct TrackedOrder: Codable, Sendable, Equatable {
     public var capturePolicy: CapturePolicy
     public var placedBy: PlaceOrderMode
     public var phase: Phase
-    public var status: String?
-    public var fraudStatus: String?
+    public var status: OrderStatus?
+    public var fraudStatus: FraudStatus?
     public var orderAmount: Int?
     public var capturedAmount: Int
     public var remainingAuthorizedAmount: Int?
@@ -85,14 +85,14 @@ public struct TrackedOrder: Codable, Sendable, Equatable {
         Outcome(
             kind: kind, reason: reason, hppSessionID: hppSessionID, kpSessionID: kpSessionID, orderID: orderID,
             merchantReference: merchantReference, amount: amount ?? orderAmount, currency: currency,
-            fraudStatus: fraudStatus, captureID: captureID, klarnaReference: klarnaReference)
+            fraudStatus: fraudStatus?.rawValue, captureID: captureID, klarnaReference: klarnaReference)
     }
 }
 
 /// What a read of the order returned.
 public struct OrderObservation: Sendable, Equatable {
-    public var status: String
-    public var fraudStatus: String
+    public var status: OrderStatus
+    public var fraudStatus: FraudStatus
     public var orderAmount: Int
     public var capturedAmount: Int
     public var remainingAuthorizedAmount: Int
@@ -103,7 +103,7 @@ public struct OrderObservation: Sendable, Equatable {
     public var captures: [OrderMovements.Movement]
 
     public init(
-        status: String, fraudStatus: String, orderAmount: Int, capturedAmount: Int, remainingAuthorizedAmount: Int,
+        status: OrderStatus, fraudStatus: FraudStatus, orderAmount: Int, capturedAmount: Int, remainingAuthorizedAmount: Int,
         currency: String? = nil, expiresAt: Date? = nil, klarnaReference: String? = nil,
         captures: [OrderMovements.Movement] = []
     ) {
@@ -169,7 +169,7 @@ extension TrackedOrder {
     /// alone: those are read as before.
     public func placedAndAccepted(amount: Int, currency: String?, now: Date, deadlines: Deadlines) -> OrderStep {
         var step = applying(
-            OrderObservation(status: "AUTHORIZED", fraudStatus: "ACCEPTED", orderAmount: amount, capturedAmount: 0, remainingAuthorizedAmount: amount, currency: currency),
+            OrderObservation(status: .authorized, fraudStatus: .accepted, orderAmount: amount, capturedAmount: 0, remainingAuthorizedAmount: amount, currency: currency),
             request: nil, now: now, deadlines: deadlines)
         step.order.reads = reads
         return step
@@ -215,24 +215,25 @@ extension TrackedOrder {
             return step
         }
 
-        if observation.fraudStatus == "REJECTED" {
+        if observation.fraudStatus == .rejected {
             return close(.rejected, "Klarna rejected the order after fraud review")
         }
         switch observation.status {
-        case "CANCELLED":
+        case .cancelled:
             return close(.cancelled, "the order was cancelled at Klarna")
-        case "EXPIRED":
+        case .expired:
             return close(.expired, "the order's authorization expired at Klarna")
-        case "CAPTURED":
+        case .captured:
             return close(.captured, placedBy == .captureOrder ? "HPP captured the order (CAPTURE_ORDER)" : "the order is fully captured at Klarna", amount: observation.capturedAmount)
-        case "CLOSED":
+        case .closed:
             return observation.capturedAmount > 0
                 ? close(.captured, "the order is closed at Klarna after captures", amount: observation.capturedAmount)
                 : close(.cancelled, "the order is closed at Klarna without a capture")
         default:
+            // AUTHORIZED, PART_CAPTURED, or a status this version does not know (an open enum): the order goes on.
             break
         }
-        if observation.fraudStatus != "ACCEPTED" {
+        if observation.fraudStatus != .accepted {
             // PENDING, or a value this version does not know: never capture, keep reading.
             order.phase = .pendingFraud
             order.nextDueAt = order.capped(now.addingTimeInterval(deadlines.pendingFraudInterval.timeInterval), now: now)
@@ -323,13 +324,13 @@ extension TrackedOrder {
         step.ledgerCaptures.append(LedgerCapture(
             orderID: orderID, captureID: captureID, amount: amount, currency: currency, capturedAt: now, source: .daemon))
         if (order.remainingAuthorizedAmount ?? 0) <= 0 {
-            order.status = "CAPTURED"
+            order.status = .captured
             order.phase = .closed
             order.outcome = .captured
             order.nextDueAt = nil
         } else {
             // Part captured: read again to wait for the next request.
-            order.status = "PART_CAPTURED"
+            order.status = .partCaptured
             order.phase = .checking
             order.nextDueAt = now
         }

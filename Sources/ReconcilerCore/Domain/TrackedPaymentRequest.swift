@@ -4,7 +4,7 @@ import Foundation
 /// outcome; `COMPLETED` carries the `klarna_network_session_token` the acquiring partner authorizes with (60 min).
 public struct TrackedPaymentRequest: Codable, Sendable, Equatable {
     public var paymentRequestID: String
-    public var state: String?
+    public var state: PaymentRequestState?
     public var expiresAt: Date?
     public var outcome: OutcomeKind?
     public var trackedAt: Date
@@ -23,10 +23,17 @@ public struct TrackedPaymentRequest: Codable, Sendable, Equatable {
 
     public var isOpen: Bool { outcome == nil }
 
-    /// Final states (Klarna Network payment request states); anything else, unknown values included, is read again later.
-    public static let finalStates: [String: OutcomeKind] = [
-        "COMPLETED": .paymentRequestCompleted, "CANCELED": .cancelled, "DECLINED": .rejected, "EXPIRED": .expired,
-    ]
+    /// The outcome a final state ends the request with (Klarna Network payment request states); `nil` for the others,
+    /// unknown values included, which are read again later.
+    public static func outcome(of state: PaymentRequestState) -> OutcomeKind? {
+        switch state {
+        case .completed: .paymentRequestCompleted
+        case .canceled: .cancelled
+        case .declined: .rejected
+        case .expired: .expired
+        default: nil
+        }
+    }
 
     public struct Step: Sendable, Equatable {
         public var request: TrackedPaymentRequest
@@ -35,21 +42,21 @@ public struct TrackedPaymentRequest: Codable, Sendable, Equatable {
     }
 
     /// Applies one read. `recheck` is how long until the next read of a request that is not final.
-    public func applying(state: String, expiresAt: Date?, sessionToken: String?, now: Date, recheck: Duration) -> Step {
+    public func applying(state: PaymentRequestState, expiresAt: Date?, sessionToken: String?, now: Date, recheck: Duration) -> Step {
         var request = self
         request.reads += 1
         request.consecutiveFailures = 0
         request.lastError = nil
         request.expiresAt = expiresAt ?? request.expiresAt
         var step = Step(request: request)
-        if state != self.state { step.events.append(DomainEvent("status", "payment request \(self.state ?? "—") → \(state)")) }
+        if state != self.state { step.events.append(DomainEvent("status", "payment request \(self.state?.rawValue ?? "—") → \(state)")) }
         request.state = state
         guard isOpen else {
             request.nextDueAt = nil
             step.request = request
             return step
         }
-        if var kind = Self.finalStates[state] {
+        if var kind = Self.outcome(of: state) {
             var reason = "Klarna Network payment request \(state)"
             if kind == .paymentRequestCompleted, sessionToken == nil {
                 kind = .needsAttention

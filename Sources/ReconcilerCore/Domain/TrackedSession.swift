@@ -21,7 +21,7 @@ public struct TrackedSession: Codable, Sendable, Equatable {
     public var capturePolicy: CapturePolicy
     public var purpose: PaymentPurpose
     public var phase: Phase
-    public var hppStatus: String?
+    public var hppStatus: HPPSessionStatus?
     public var hppUpdatedAt: Date?
     public var expiresAt: Date?
     public var authorizationToken: String?
@@ -82,7 +82,7 @@ public struct TrackedSession: Codable, Sendable, Equatable {
 
 /// What an HPP read returned, in the domain's terms.
 public enum HPPObservation: Sendable, Equatable {
-    case session(status: String, updatedAt: Date?, expiresAt: Date?, authorizationToken: String?, orderID: String?, klarnaReference: String?)
+    case session(status: HPPSessionStatus, updatedAt: Date?, expiresAt: Date?, authorizationToken: String?, orderID: String?, klarnaReference: String?)
     /// `404`: "HPP session has expired or could not be found".
     case notFound
 }
@@ -109,13 +109,6 @@ public struct OrderHandOff: Sendable, Equatable {
     public var placedBy: PlaceOrderMode
 }
 
-/// HPP statuses (Klarna's HPP API reference): the final ones, and the ones this version knows. Anything not final, unknown values
-/// included, keeps polling.
-public enum HPPStatusRules {
-    public static let final: Set<String> = ["COMPLETED", "CANCELLED", "DISABLED"]
-    public static let known: Set<String> = ["WAITING", "BACK", "IN_PROGRESS", "MANUAL_ID_CHECK", "COMPLETED", "CANCELLED", "FAILED", "DISABLED", "ERROR"]
-}
-
 extension TrackedSession {
     /// Applies one read of the HPP session at `now`.
     public func applying(_ observation: HPPObservation, now: Date, schedule: PollingSchedule) -> SessionStep {
@@ -135,7 +128,7 @@ extension TrackedSession {
             session.nextDueAt = nil
             if hppStatus != nil || expiresAt.map({ now >= $0 }) == true {
                 session.outcome = .expired
-                let reason = "HPP session expired before the consumer completed it (last status \(hppStatus ?? "unknown"))"
+                let reason = "HPP session expired before the consumer completed it (last status \(hppStatus?.rawValue ?? "unknown"))"
                 return SessionStep(session: session, events: [DomainEvent("expired", reason)], outcome: session.outcome(.expired, reason))
             }
             session.outcome = .needsAttention
@@ -147,30 +140,33 @@ extension TrackedSession {
                 // Out of order (a delayed webhook or a lagging replica): never move backwards.
                 session.nextDueAt = schedule.nextPoll(now: now, anchor: pollAnchor, expiresAt: session.expiresAt)
                 return SessionStep(session: session, events: [DomainEvent(
-                    "stale_status", "ignored \(status) from \(Self.format(updatedAt)): already saw \(hppStatus ?? "?") from \(Self.format(previous))")])
+                    "stale_status", "ignored \(status) from \(Self.format(updatedAt)): already saw \(hppStatus?.rawValue ?? "?") from \(Self.format(previous))")])
             }
             var events: [DomainEvent] = []
             if status != hppStatus {
-                let note = HPPStatusRules.known.contains(status) ? "" : " (unknown to this version: treated as not final)"
-                events.append(DomainEvent("status", "HPP status \(hppStatus ?? "—") → \(status)\(note)"))
+                let note = status.isKnown ? "" : " (unknown to this version: treated as not final)"
+                events.append(DomainEvent("status", "HPP status \(hppStatus?.rawValue ?? "—") → \(status)\(note)"))
             }
             session.hppStatus = status
             session.hppUpdatedAt = updatedAt ?? session.hppUpdatedAt
             session.expiresAt = expiresAt ?? session.expiresAt
             session.klarnaReference = klarnaReference ?? session.klarnaReference
 
-            guard HPPStatusRules.final.contains(status) else {
+            switch status {
+            case .completed:
+                return session.completed(token: token, orderID: orderID, now: now, events: events)
+            case .cancelled, .disabled:
+                session.phase = .closed
+                session.outcome = .cancelled
+                session.nextDueAt = nil
+                let reason = status == .cancelled ? "the consumer cancelled the payment" : "the HPP session was disabled by the merchant"
+                return SessionStep(session: session, events: events, outcome: session.outcome(.cancelled, reason))
+            default:
+                // Not final (FAILED and ERROR included: the consumer may try again), or a status this version does not
+                // know: keep polling.
                 session.nextDueAt = schedule.nextPoll(now: now, anchor: pollAnchor, expiresAt: session.expiresAt)
                 return SessionStep(session: session, events: events)
             }
-            if status == "COMPLETED" {
-                return session.completed(token: token, orderID: orderID, now: now, events: events)
-            }
-            session.phase = .closed
-            session.outcome = .cancelled
-            session.nextDueAt = nil
-            let reason = status == "CANCELLED" ? "the consumer cancelled the payment" : "the HPP session was disabled by the merchant"
-            return SessionStep(session: session, events: events, outcome: session.outcome(.cancelled, reason))
         }
     }
 
@@ -253,21 +249,21 @@ extension TrackedSession {
     }
 
     /// The daemon placed the order with the authorization token: the session is done and its order carries on.
-    public func orderPlaced(orderID: String, fraudStatus: String) -> SessionStep {
+    public func orderPlaced(orderID: String, fraudStatus: FraudStatus?) -> SessionStep {
         var session = self
         session.orderID = orderID
         session.phase = .ordered
         session.nextDueAt = nil
         // The order's own first read records the order_placed outcome; here only the event.
         return SessionStep(
-            session: session, events: [DomainEvent("order_placed", "order \(orderID) placed, fraud_status \(fraudStatus)")],
+            session: session, events: [DomainEvent("order_placed", "order \(orderID) placed, fraud_status \(fraudStatus?.rawValue ?? "—")")],
             handOff: OrderHandOff(orderID: orderID, placedBy: PlaceOrderMode.none))
     }
 
     /// Klarna placed the order after an unclear create-order, and ``PlacedOrderSearch`` found its id (`how`: where):
     /// the session is done and its order carries on, as after ``orderPlaced(orderID:fraudStatus:)``.
     public func placedOrderFound(orderID: String, how: String) -> SessionStep {
-        var step = orderPlaced(orderID: orderID, fraudStatus: "—")
+        var step = orderPlaced(orderID: orderID, fraudStatus: nil)
         step.events = [DomainEvent("order_linked", "order \(orderID) linked to this payment: Klarna placed it after an unclear create-order, \(how)")]
         return step
     }

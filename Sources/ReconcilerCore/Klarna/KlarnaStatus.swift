@@ -1,3 +1,6 @@
+/// Klarna's status vocabularies, as the domain decides on them: open enums, since Klarna adds values without notice.
+/// They live in the core (not in the API client) so that the state machines compare statuses by type, never by string.
+
 /// A string-valued Klarna enum that stays open: values this build does not know decode as themselves instead of
 /// failing the whole response (Klarna adds statuses without notice; the daemon keeps polling on an unknown one).
 public protocol OpenEnum: RawRepresentable, Codable, Hashable, Sendable, CustomStringConvertible
@@ -39,17 +42,6 @@ public struct HPPSessionStatus: OpenEnum {
     public static let knownValues: [Self] = [
         .waiting, .back, .inProgress, .manualIDCheck, .completed, .cancelled, .failed, .disabled, .error,
     ]
-}
-
-/// HPP `options.place_order_mode`.
-public struct PlaceOrderMode: OpenEnum {
-    public let rawValue: String
-    public init(rawValue: String) { self.rawValue = rawValue }
-
-    public static let none = Self(rawValue: "NONE")
-    public static let placeOrder = Self(rawValue: "PLACE_ORDER")
-    public static let captureOrder = Self(rawValue: "CAPTURE_ORDER")
-    public static let knownValues: [Self] = [.none, .placeOrder, .captureOrder]
 }
 
 /// KP session status: `complete` once an order has been placed with its authorization.

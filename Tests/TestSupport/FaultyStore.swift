@@ -1,0 +1,65 @@
+import Foundation
+import ReconcilerCore
+import ReconcilerStore
+import SQLiteBackend
+import Synchronization
+
+/// The real store with faults a test cannot cause on demand: the commit recording a confirmed intent fails the
+/// first `failConfirmedCommits` times (a full disk at the worst moment), and every ingest fails while `failIngest`.
+/// Only the engine's and ingest's roles: what it fakes is what those two see.
+public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
+    public let store: SQLiteStore
+    private let remaining = Mutex(0)
+    private let ingestFails: Bool
+    /// Reads of a session or an order by the engine.
+    public let unitReads = Mutex(0)
+
+    public init(_ store: SQLiteStore, failConfirmedCommits: Int = 0, failIngest: Bool = false) {
+        self.store = store
+        ingestFails = failIngest
+        remaining.withLock { $0 = failConfirmedCommits }
+    }
+
+    public struct DiskFull: Error {
+        public init() {}
+    }
+
+    public func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
+        if change.intents.contains(where: { $0.state == .confirmed }) {
+            let fail = remaining.withLock { left -> Bool in
+                defer { left = max(0, left - 1) }
+                return left > 0
+            }
+            if fail { throw DiskFull() }
+        }
+        try await store.commit(change, at: at, fencedBy: key)
+    }
+
+    public func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
+        if ingestFails { throw DiskFull() }
+        return try await store.ingest(record, at: at)
+    }
+
+    public func session(_ id: String) async throws -> TrackedSession? {
+        unitReads.withLock { $0 += 1 }
+        return try await store.session(id)
+    }
+    public func order(_ id: String) async throws -> TrackedOrder? {
+        unitReads.withLock { $0 += 1 }
+        return try await store.order(id)
+    }
+    public func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? { try await store.paymentRequest(id) }
+    public func intent(_ key: String) async throws -> Intent? { try await store.intent(key) }
+    public func intents(subject: String) async throws -> [Intent] { try await store.intents(subject: subject) }
+    public func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
+    public func operatorControls(for key: WorkKey) async throws -> OperatorControls { try await store.operatorControls(for: key) }
+    public func untrackedNotifiedOrders(since: Date, limit: Int) async throws -> [String] { try await store.untrackedNotifiedOrders(since: since, limit: limit) }
+    public func settlementLines(merchantReference: String, limit: Int) async throws -> [SettledLine] {
+        try await store.settlementLines(merchantReference: merchantReference, limit: limit)
+    }
+    public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult { try await store.track(session, event: event, at: at) }
+    public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult { try await store.requestCapture(orderID: orderID, amount: amount, at: at) }
+    public func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
+        try await store.recordRejection(source: source, status: status, error: error, detail: detail, at: at)
+    }
+}
