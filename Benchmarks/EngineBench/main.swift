@@ -313,7 +313,7 @@ if phase("2") {
         let created = try sandbox.createSession(SessionSpec(orderAmount: 5_000, schedule: [ScheduleStep(afterSeconds: after, status: "COMPLETED")]))
         // The sandbox runs on real time (no offset here), so its schedule is relative to now.
         completedAt[created.kpSessionId] = Date().addingTimeInterval(after)
-        _ = try await store.track(session(created, now: Date()), event: DomainEvent("tracked", "bench"), at: Date())
+        _ = try await store.track(session(created, now: Date()), event: DomainEvent(.tracked, "bench"), at: Date())
         try await Task.sleep(for: .milliseconds(10_000 / count))
     }
     try await waitUntilDone(try SQLiteStore(path: bench.storePath, readOnly: true), timeout: 120)
@@ -406,8 +406,8 @@ if phase("4") {
             order.outcome = .captured
             order.nextDueAt = nil
             change.orders.append(order)
-            change.events.append(NewEvent(hppSessionID: "hpp-old-\(index)", orderID: nil, DomainEvent("status", "HPP status — → COMPLETED")))
-            change.events.append(NewEvent(hppSessionID: "hpp-old-\(index)", orderID: "order-old-\(index)", DomainEvent("captured", "captured 10000")))
+            change.events.append(NewEvent(hppSessionID: "hpp-old-\(index)", orderID: nil, DomainEvent(.status, "HPP status — → COMPLETED")))
+            change.events.append(NewEvent(hppSessionID: "hpp-old-\(index)", orderID: "order-old-\(index)", DomainEvent(.captured, "captured 10000")))
         }
         try await store.commit(change, at: now)
     }
@@ -430,7 +430,7 @@ if phase("5") {
     let rawStarted = ContinuousClock.now
     for index in 0..<commits {
         var change = Change()
-        change.events = [NewEvent(hppSessionID: "raw-\(index)", orderID: nil, DomainEvent("bench", "one durable commit"))]
+        change.events = [NewEvent(hppSessionID: "raw-\(index)", orderID: nil, DomainEvent(.tracked, "one durable commit"))]
         try await raw.commit(change, at: Date())
     }
     report("store_commits_per_second", String(format: "%.0f", Double(commits) / (ContinuousClock.now - rawStarted).seconds))
@@ -711,7 +711,7 @@ final class CommitProbe: Sendable {
             var index = 0
             while !Task.isCancelled {
                 var change = Change()
-                change.events = [NewEvent(hppSessionID: "probe-\(index)", orderID: nil, DomainEvent("bench", "one durable commit"))]
+                change.events = [NewEvent(hppSessionID: "probe-\(index)", orderID: nil, DomainEvent(.tracked, "one durable commit"))]
                 let started = ContinuousClock.now
                 try await store.commit(change, at: Date())
                 latencies.append((ContinuousClock.now - started).seconds * 1_000)

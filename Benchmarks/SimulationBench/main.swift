@@ -172,7 +172,7 @@ for arrival in workload.prefix(while: { $0.at < 0 }) {
     tracked.reads = 1
     tracked.lastReadAt = max(tracked.trackedAt, start.addingTimeInterval(-random.nextUnit() * 300))
     tracked.nextDueAt = schedule.nextPoll(now: tracked.lastReadAt!, anchor: tracked.trackedAt, expiresAt: tracked.expiresAt)
-    _ = try await store.track(tracked, event: DomainEvent("tracked", "simulation"), at: start)
+    _ = try await store.track(tracked, event: DomainEvent(.tracked, "simulation"), at: start)
     if let plan = tracked.plan(now: start) { await scheduler.schedule(.session(session.hppSessionId), plan) }
     created.append(Created(hppSessionID: session.hppSessionId, arrival: arrival))
 }
@@ -196,7 +196,7 @@ while clock.now < horizon {
         let tracked = TrackedSession(
             hppSessionID: session.hppSessionId, kpSessionID: session.kpSessionId, mode: ReconcilerCore.PlaceOrderMode.none,
             merchantReference: nil, capturePolicy: .immediate, purpose: .buy, trackedAt: now)
-        _ = try await store.track(tracked, event: DomainEvent("tracked", "simulation"), at: now)
+        _ = try await store.track(tracked, event: DomainEvent(.tracked, "simulation"), at: now)
         if let plan = tracked.plan(now: now) { await scheduler.schedule(.session(session.hppSessionId), plan) }
         created.append(Created(hppSessionID: session.hppSessionId, arrival: arrival))
     }

@@ -40,19 +40,17 @@ enum EventLog {
 
     static func log(_ event: DomainEvent, metadata: Logger.Metadata, logger: Logger) {
         var metadata = metadata
-        metadata["event"] = .string(event.kind)
+        metadata["event"] = .string(event.kind.rawValue)
         if let id = MessageID(event: event.kind) { metadata[MessageID.metadataKey] = .string(id.rawValue) }
         logger.log(level: level(of: event.kind), "\(event.message)", metadata: metadata)
     }
 
-    static func level(of kind: String) -> Logger.Level {
-        switch kind {
-        case "needs_attention", "failed": .error
-        case "operator", "operator_refused": .notice
-        case "ambiguous", "retry", "read_failed", "authorization_expiring", "token_expired", "expired", "refused", "capture_refused", "mode_mismatch", "stale_status", "not_found":
-            .warning
-        case "status", "order_status", "attempt", "resolved", "tracked", "capture_requested": .info
-        default: .notice
+    static func level(of kind: EventKind) -> Logger.Level {
+        switch kind.severity {
+        case .error: .error
+        case .warning: .warning
+        case .notice: .notice
+        case .info: .info
         }
     }
 }

@@ -102,19 +102,4 @@ extension OperatorDesk {
             },
             holds: Dictionary(uniqueKeysWithValues: holds.map { ($0.key.description, $0.value) }))
     }
-
-    /// How the control socket and the command line exchange these answers: ISO 8601 dates, the types' own keys (a
-    /// snake_case round trip would lose `ID` in `hppSessionID`).
-    public static func encoder() -> JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        encoder.outputFormatting = [.sortedKeys]
-        return encoder
-    }
-
-    public static func decoder() -> JSONDecoder {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
-        return decoder
-    }
 }

@@ -59,12 +59,8 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
         expectedAmount = outcome.expectedAmount
     }
 
-    /// Klarna's date format and snake_case keys, like the documents it is built from.
-    public static let encoder: JSONEncoder = {
-        let encoder = KlarnaJSON.encoder()
-        encoder.keyEncodingStrategy = .convertToSnakeCase
-        return encoder
-    }()
+    /// The daemon's one JSON convention (``OperatorJSON``).
+    public static let encoder = OperatorJSON.encoder()
 }
 
 /// Writes outcome files Maildir-style: `tmp/` → fsync → `rename` into `new/` → fsync of `new/`. A reader never sees

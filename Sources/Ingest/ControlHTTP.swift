@@ -9,10 +9,30 @@ import ReconcilerStore
 /// backend.
 /// Who asked is the connecting process's uid (`SO_PEERCRED`), never something the request claims. The monitoring
 /// routes (`/v1/health`, `/v1/ready`, `/metrics`) answer here too.
+/// Routes: `GET /v2/status`, `GET /v2/payments[?state=S&limit=N]`, `GET /v2/payments/{id}`,
+/// `GET /v2/payments/{id}/settlements`, `GET /v2/settlements[?since=DATE&payout=REF]`, `POST /v2/payments/{id}/{action}`.
 public enum ControlHTTP {
     /// The header the command line sends so the timeline says "via the command line" rather than "via the control
     /// socket"; the uid comes from the socket either way.
     public static let clientHeader = "Klarna-Reconciler-Client"
+
+    /// The routes' versions: `/v2` answers in ``OperatorJSON`` (snake_case); `/v1` answers the same documents with the
+    /// types' own camelCase keys, kept for clients written against it and deprecated.
+    public enum Version: String, Sendable, CaseIterable {
+        case v1, v2
+
+        func encoder() -> JSONEncoder {
+            switch self {
+            case .v1:
+                let encoder = JSONEncoder()
+                encoder.dateEncodingStrategy = .iso8601
+                encoder.outputFormatting = [.sortedKeys]
+                return encoder
+            case .v2:
+                return OperatorJSON.encoder()
+            }
+        }
+    }
 
     /// - Parameter reports: what the settlement routes read (the daemon's store).
     public static func handler(
@@ -21,25 +41,30 @@ public enum ControlHTTP {
         { request in
             if let answer = await IngestHTTP.monitoring(control, request) { return answer }
             let parts = request.path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+            guard let version = parts.first.flatMap(Version.init(rawValue:)) else {
+                return IngestHTTP.json(404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200)); the routes are under /v2"])
+            }
+            let route = Array(parts.dropFirst())
+            func reply<T: Encodable>(_ value: T, status: Int = 200) -> ServerReply { Self.reply(value, status: status, version: version) }
             do {
-                switch (request.method, parts) {
-                case ("GET", ["v1", "status"]):
+                switch (request.method, route) {
+                case ("GET", ["status"]):
                     return reply(try await desk.status(now: Date()))
-                case ("GET", ["v1", "payments"]):
+                case ("GET", ["payments"]):
                     let limit = request.query["limit"].flatMap(Int.init) ?? 100
                     return reply(try await desk.listing(state: request.query["state"].flatMap { $0.isEmpty ? nil : $0 }, limit: min(max(1, limit), 10_000)))
-                case ("GET", let path) where path.count == 3 && path[0] == "v1" && path[1] == "payments":
-                    guard let id = paymentID(path[2]) else { return badID }
+                case ("GET", let path) where path.count == 2 && path[0] == "payments":
+                    guard let id = paymentID(path[1]) else { return badID }
                     guard let story = try await desk.story(id) else { return unknownPayment(id) }
                     return reply(story)
-                case ("GET", ["v1", "settlements"]):
-                    return try await payouts(reports, request)
-                case ("GET", let path) where path.count == 4 && path[0] == "v1" && path[1] == "payments" && path[3] == "settlements":
-                    guard let id = paymentID(path[2]) else { return badID }
+                case ("GET", ["settlements"]):
+                    return try await payouts(reports, request, version: version)
+                case ("GET", let path) where path.count == 3 && path[0] == "payments" && path[2] == "settlements":
+                    guard let id = paymentID(path[1]) else { return badID }
                     guard let story = try await desk.story(id) else { return unknownPayment(id) }
                     return reply(try await reports.settlementLines(orderIDs: story.orders.map(\.orderID)))
-                case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "payments":
-                    return try await operate(desk, request, id: path[2], action: path[3], wait: wait)
+                case ("POST", let path) where path.count == 3 && path[0] == "payments":
+                    return try await operate(desk, request, id: path[1], action: path[2], wait: wait, version: version)
                 default:
                     return IngestHTTP.json(404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200))"])
                 }
@@ -49,10 +74,12 @@ public enum ControlHTTP {
         }
     }
 
-    /// `POST /v1/payments/{id}/{hold|release|retry|cancel|release-remaining}`, body `{"order_id": …}` for a retry
+    /// `POST /v2/payments/{id}/{hold|release|retry|cancel|release-remaining}`, body `{"order_id": …}` for a retry
     /// that records a lost order id. 200 once the engine applied it; 404/409 with the reason when it does not apply;
     /// 202 when the engine did not answer within the wait (the request stays queued).
-    static func operate(_ desk: OperatorDesk, _ request: ServerRequest, id raw: String, action word: String, wait: Duration) async throws -> ServerReply {
+    static func operate(
+        _ desk: OperatorDesk, _ request: ServerRequest, id raw: String, action word: String, wait: Duration, version: Version
+    ) async throws -> ServerReply {
         guard let action = OperatorAction.allCases.first(where: { $0.word == word }) else {
             return IngestHTTP.json(404, ["error": "not_found", "detail": "no operator action \(word.prefix(40)); one of \(OperatorAction.allCases.map(\.word).joined(separator: ", "))"])
         }
@@ -78,18 +105,20 @@ public enum ControlHTTP {
             if refusal.status == 404 { return unknownPayment(id) }
             return IngestHTTP.json(refusal.status, ["error": refusal.status == 400 ? "malformed" : "refused", "detail": refusal.reason])
         case .queued(let requests):
-            return reply(OperatorReply(status: "queued", requests: requests.map(OperatorReply.Part.init), payment: nil), status: 202)
+            return reply(OperatorReply(status: .queued, requests: requests.map(OperatorReply.Part.init), payment: nil), status: 202, version: version)
         case .answered(let requests, let payment):
             let refused = requests.contains { $0.state == .refused }
             let orders = payment.orders.filter { order in requests.contains { $0.key == .order(order.orderID) } }
                 .map { OperatorReply.OrderState(orderID: $0.orderID, state: $0.outcome?.rawValue ?? $0.phase.rawValue, activeIntent: $0.activeIntent) }
-            return reply(OperatorReply(status: refused ? "refused" : "done", requests: requests.map(OperatorReply.Part.init), payment: orders), status: refused ? 409 : 200)
+            return reply(
+                OperatorReply(status: refused ? .refused : .done, requests: requests.map(OperatorReply.Part.init), payment: orders),
+                status: refused ? 409 : 200, version: version)
         }
     }
 
-    /// `GET /v1/settlements?since=DATE&payout=REF`: the recorded payouts as `settlements` prints them (``PayoutReport``),
+    /// `GET /v2/settlements?since=DATE&payout=REF`: the recorded payouts as `settlements` prints them (``PayoutReport``),
     /// oldest first; `since` as `settlements --since` takes it.
-    static func payouts(_ reports: any SettlementReports, _ request: ServerRequest) async throws -> ServerReply {
+    static func payouts(_ reports: any SettlementReports, _ request: ServerRequest, version: Version) async throws -> ServerReply {
         var since: Date?
         if let text = request.query["since"], !text.isEmpty {
             do {
@@ -99,7 +128,7 @@ public enum ControlHTTP {
             }
         }
         let payout = request.query["payout"].flatMap { $0.isEmpty ? nil : $0 }
-        return reply(try await reports.payouts(since: since, paymentReference: payout).map(\.report))
+        return reply(try await reports.payouts(since: since, paymentReference: payout).map(\.report), version: version)
     }
 
     /// What an operator route answers: each request with the daemon's note, and how the orders it touched stand.
@@ -107,13 +136,13 @@ public enum ControlHTTP {
         public struct Part: Codable, Sendable {
             public let id: Int64
             public let target: String
-            public let state: String
+            public let state: OperatorRequest.State
             public let note: String?
 
             init(_ request: OperatorRequest) {
                 id = request.id
                 target = request.key.description
-                state = request.state.rawValue
+                state = request.state
                 note = request.note
             }
         }
@@ -125,8 +154,16 @@ public enum ControlHTTP {
             public let activeIntent: String?
         }
 
-        /// `done`, `refused` (one part was), `queued`.
-        public let status: String
+        public enum Status: String, Codable, Sendable {
+            /// Applied.
+            case done
+            /// One part was refused (its note says why).
+            case refused
+            /// Recorded; the engine did not answer within the wait and applies it when it gets to it.
+            case queued
+        }
+
+        public let status: Status
         public let requests: [Part]
         public let payment: [OrderState]?
     }
@@ -143,8 +180,8 @@ public enum ControlHTTP {
         return id
     }
 
-    static func reply<T: Encodable>(_ value: T, status: Int = 200) -> ServerReply {
-        let body = (try? OperatorDesk.encoder().encode(value)).map(Array.init) ?? Array(#"{"error":"internal"}"#.utf8)
+    static func reply<T: Encodable>(_ value: T, status: Int = 200, version: Version) -> ServerReply {
+        let body = (try? version.encoder().encode(value)).map(Array.init) ?? Array(#"{"error":"internal"}"#.utf8)
         return .response(ServerResponse(status: status, headers: [("Content-Type", "application/json")], body: body + [0x0A]))
     }
 }

@@ -191,7 +191,7 @@ struct ChangeRows: Encodable {
         init(_ event: NewEvent, json: (any Encodable) throws -> String) throws {
             session = event.hppSessionID
             order_id = event.orderID
-            kind = event.event.kind
+            kind = event.event.kind.rawValue
             message = event.event.message
             detail = event.detail.isEmpty ? nil : try json(event.detail)
         }
@@ -242,7 +242,7 @@ struct ChangeRows: Encodable {
     var health: [Health] = []
 
     /// `json` encodes a stored row's `data` (and an event's detail) as the store's other writes do.
-    init(_ change: Change, health entries: [(name: String, detail: String)], json: (any Encodable) throws -> String) throws {
+    init(_ change: Change, health entries: [(key: HealthKey, detail: String)], json: (any Encodable) throws -> String) throws {
         sessions = try Self.lastOfEach(change.sessions, by: \.hppSessionID).map { Session($0, data: try json($0)) }
         func order(_ order: TrackedOrder) throws -> Order {
             Order(
@@ -272,12 +272,12 @@ struct ChangeRows: Encodable {
                 order_id: row.orderID, entry: row.entry.rawValue, entry_key: row.key, klarna_id: row.klarnaID, amount: row.amount,
                 currency: row.currency, at: Self.time(row.at), source: row.source.rawValue)
         }
-        capture_requests = Self.lastOfEach(change.finishedCaptureRequests.map { Answer(id: $0.id, state: $0.state, note: $0.note) }, by: \.id)
+        capture_requests = Self.lastOfEach(change.finishedCaptureRequests.map { Answer(id: $0.id, state: $0.state.rawValue, note: $0.note) }, by: \.id)
         releases = Array(Set(change.releases.map(\.description))).sorted()
         let released = Set(releases)
         holds = Self.lastOfEach(change.holds.filter { !released.contains($0.key.description) }.map { Hold(key: $0.key.description, by: $0.by) }, by: \.key)
         answers = Self.lastOfEach(change.answeredRequests.map { Answer(id: $0.id, state: $0.state.rawValue, note: $0.note) }, by: \.id)
-        health = Self.lastOfEach(entries.map { Health(name: $0.name, detail: $0.detail) }, by: \.name)
+        health = Self.lastOfEach(entries.map { Health(name: $0.key.rawValue, detail: $0.detail) }, by: \.name)
     }
 
     /// The last of each key, in the order their keys first appear.

@@ -44,7 +44,7 @@ extension PostgresStore {
                 let (session, order) = try await owners(db, request.key)
                 let what = request.action.word + (request.orderID.map { " --order-id \($0)" } ?? "")
                 try await insertEvent(
-                    db, NewEvent(hppSessionID: session, orderID: order, DomainEvent("operator_request", "\(what) requested by \(request.requestedBy)")),
+                    db, NewEvent(hppSessionID: session, orderID: order, DomainEvent(.operatorRequest, "\(what) requested by \(request.requestedBy)")),
                     detail: try json(["operator_request": "\(id)"]), at: at)
                 try await wake(db, request.key, delivered: delivered)
             }

@@ -266,10 +266,10 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     /// The `health` entries worth writing: a success at most once a second per handle (every daemon's steps
     /// would otherwise queue on the one `klarna_ok` row, each holding its lock until its commit); errors always.
-    private func freshHealth(_ entries: [(name: String, detail: String)]) -> [(name: String, detail: String)] {
+    private func freshHealth(_ entries: [(key: HealthKey, detail: String)]) -> [(key: HealthKey, detail: String)] {
         let now = ContinuousClock.now
         return entries.filter { entry in
-            guard entry.name == "klarna_ok" else { return true }
+            guard entry.key == .klarnaOK else { return true }
             return lastSuccessWritten.withLock { last in
                 if let last, now - last < .seconds(1) { return false }
                 last = now

@@ -58,7 +58,7 @@ enum Statements {
         bindings.append(at)
         bindings.append(event.hppSessionID)
         bindings.append(event.orderID)
-        bindings.append(event.event.kind)
+        bindings.append(event.event.kind.rawValue)
         bindings.append(event.event.message)
         bindings.append(detail)
         return bindings

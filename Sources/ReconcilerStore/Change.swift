@@ -69,9 +69,9 @@ public struct Change: Sendable {
     public var events: [NewEvent] = []
     public var outcomes: [Outcome] = []
     /// Capture requests served (`done`) or refused, with a note.
-    public var finishedCaptureRequests: [(id: Int64, state: String, note: String)] = []
+    public var finishedCaptureRequests: [(id: Int64, state: CaptureRequestState, note: String)] = []
     /// `klarna_ok` / `klarna_error` for `status`.
-    public var health: [(name: String, detail: String)] = []
+    public var health: [(key: HealthKey, detail: String)] = []
     /// Holds placed (with who asked) and lifted.
     public var holds: [(key: WorkKey, by: String)] = []
     public var releases: [WorkKey] = []
@@ -89,3 +89,8 @@ public struct Change: Sendable {
     }
 }
 
+/// The store's `health` rows: the last Klarna call that succeeded and the last that failed, for `status`.
+public enum HealthKey: String, Sendable, CaseIterable {
+    case klarnaOK = "klarna_ok"
+    case klarnaError = "klarna_error"
+}

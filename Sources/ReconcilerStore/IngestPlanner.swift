@@ -81,7 +81,7 @@ public enum IngestPlanner {
         var detail = ["source": record.source, "kind": record.kind]
         if let warning = record.warning { detail["warning"] = warning }
         func note(_ hpp: String?, _ order: String?, _ message: String) -> NewEvent {
-            NewEvent(hppSessionID: hpp, orderID: order, DomainEvent("webhook", message), detail: detail)
+            NewEvent(hppSessionID: hpp, orderID: order, DomainEvent(.webhook, message), detail: detail)
         }
         var writes = IngestWrites()
         switch (record.action, found) {
@@ -141,7 +141,7 @@ public enum IngestPlanner {
         let what = amount.map { "capture of \($0) requested by \(requestedBy)" } ?? "capture of the remaining amount requested by \(requestedBy)"
         var writes = IngestWrites()
         writes.captureRequest = CaptureRequestRow(
-            orderID: orderID, amount: amount, event: NewEvent(hppSessionID: order.hppSessionID, orderID: orderID, DomainEvent("capture_requested", what)))
+            orderID: orderID, amount: amount, event: NewEvent(hppSessionID: order.hppSessionID, orderID: orderID, DomainEvent(.captureRequested, what)))
         writes.wakeups = [.order(orderID)]
         return .write(writes)
     }

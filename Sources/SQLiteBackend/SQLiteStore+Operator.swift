@@ -40,7 +40,7 @@ extension SQLiteStore {
                 let (session, order) = try self.owners(db, request.key)
                 let what = request.action.word + (request.orderID.map { " --order-id \($0)" } ?? "")
                 try self.insertEvent(db, NewEvent(
-                    hppSessionID: session, orderID: order, DomainEvent("operator_request", "\(what) requested by \(request.requestedBy)"),
+                    hppSessionID: session, orderID: order, DomainEvent(.operatorRequest, "\(what) requested by \(request.requestedBy)"),
                     detail: ["operator_request": "\(id)"]), at: at)
                 try db.query("INSERT INTO wakeups (work_key, delivered) VALUES (?, ?)", [.text(request.key.description), .integer(delivered ? 1 : 0)])
             }

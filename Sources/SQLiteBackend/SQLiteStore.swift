@@ -141,7 +141,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             for (outcome, data) in outcomes { try self.insertOutcome(db, outcome, data: data, at: at) }
             for capture in change.ledgerCaptures { try self.insertLedger(db, LedgerRow(capture)) }
             for request in change.finishedCaptureRequests {
-                try db.query("UPDATE capture_requests SET state = ?, note = ? WHERE id = ?", [.text(request.state), .text(request.note), .integer(request.id)])
+                try db.query("UPDATE capture_requests SET state = ?, note = ? WHERE id = ?", [.text(request.state.rawValue), .text(request.note), .integer(request.id)])
             }
             for hold in change.holds {
                 try db.query(
@@ -157,7 +157,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             for entry in change.health {
                 try db.query(
                     "INSERT INTO health (name, at, detail) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET at = excluded.at, detail = excluded.detail",
-                    [.text(entry.name), SQLValue(at), .text(entry.detail)])
+                    [.text(entry.key.rawValue), SQLValue(at), .text(entry.detail)])
             }
         }
     }
@@ -203,7 +203,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     func insertEvent(_ db: SQLiteConnection, _ event: NewEvent, at: Date) throws {
         try db.query(
             "INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail) VALUES (?, ?, ?, ?, ?, ?)",
-            [SQLValue(at), SQLValue(event.hppSessionID), SQLValue(event.orderID), .text(event.event.kind), .text(event.event.message),
+            [SQLValue(at), SQLValue(event.hppSessionID), SQLValue(event.orderID), .text(event.event.kind.rawValue), .text(event.event.message),
              event.detail.isEmpty ? .null : .text(try json(event.detail))])
     }
 

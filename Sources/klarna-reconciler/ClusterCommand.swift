@@ -41,11 +41,7 @@ struct ClusterCommand: AsyncParsableCommand {
                         stoppedAt: $0.stoppedAt, leases: $0.leases, sample: $0.sample)
                 },
                 unclaimedWork: unclaimed, leaseSeconds: leaseSeconds)
-            let encoder = JSONEncoder()
-            encoder.dateEncodingStrategy = .iso8601
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            print(String(decoding: try encoder.encode(report), as: UTF8.self))
-            return
+            return try printJSON(report)
         }
         let live = daemons.filter { state($0) == "live" }.count
         print("\(live) live daemon(s) on \(settings.storeDescription); leases last \(Int(leaseSeconds)) s; \(unclaimed) unit(s) of work unclaimed")

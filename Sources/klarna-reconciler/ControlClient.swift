@@ -50,7 +50,7 @@ struct ControlClient {
         let answer = try await send("GET", target)
         if answer.status == 404 { return nil }
         guard answer.status == 200 else { throw Failed(description: "the daemon answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))") }
-        return try OperatorDesk.decoder().decode(type, from: Data(answer.body))
+        return try OperatorJSON.decoder().decode(type, from: Data(answer.body))
     }
 
     struct Failed: Error, CustomStringConvertible {

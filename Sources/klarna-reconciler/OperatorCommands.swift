@@ -40,7 +40,7 @@ struct TrackCommand: AsyncParsableCommand {
             hppSessionID: hppSessionID, kpSessionID: kpSessionID, mode: mode, merchantReference: reference,
             capturePolicy: capture ?? settings.defaultCapturePolicy, purpose: intent, trackedAt: now)
         let description = "mode \(mode.rawValue), capture \(session.capturePolicy.rawValue), intent \(intent.rawValue)"
-        switch try await store.track(session, event: DomainEvent("tracked", "tracking requested by the command line (\(description))"), at: now) {
+        switch try await store.track(session, event: DomainEvent(.tracked, "tracking requested by the command line (\(description))"), at: now) {
         case .tracked:
             print("tracking HPP session \(hppSessionID) (KP session \(kpSessionID), \(description))")
         case .existing(let existing):
@@ -90,7 +90,7 @@ struct StatusCommand: AsyncParsableCommand {
         let now = Date()
         let summary: StatusSummary
         if let client = try await ControlClient.find(settings) {
-            guard let answer = try await client.get(StatusSummary.self, "/v1/status") else { throw ControlClient.Failed(description: "the daemon has no /v1/status: restart it after an upgrade") }
+            guard let answer = try await client.get(StatusSummary.self, "/v2/status") else { throw ControlClient.Failed(description: "the daemon has no /v2/status: restart it after an upgrade") }
             summary = answer
         } else {
             summary = try await OperatorDesk(store: try await options.openStore(settings, readOnly: true)).status(now: now)
@@ -133,8 +133,8 @@ struct ListCommand: AsyncParsableCommand {
         let settings = try await options.load(needsKlarnaPassword: false)
         let listing: StoreListing
         if let client = try await ControlClient.find(settings) {
-            guard let answer = try await client.get(StoreListing.self, "/v1/payments?limit=\(max(1, limit))" + (state.map { "&state=\(ControlClient.escape($0))" } ?? "")) else {
-                throw ControlClient.Failed(description: "the daemon has no /v1/payments: restart it after an upgrade")
+            guard let answer = try await client.get(StoreListing.self, "/v2/payments?limit=\(max(1, limit))" + (state.map { "&state=\(ControlClient.escape($0))" } ?? "")) else {
+                throw ControlClient.Failed(description: "the daemon has no /v2/payments: restart it after an upgrade")
             }
             listing = answer
         } else {
@@ -170,8 +170,8 @@ struct ShowCommand: AsyncParsableCommand {
         // nil: the daemon asked serves no settlement lines (one older than this command).
         let settled: [LineReconciliation]?
         if let client = try await ControlClient.find(settings) {
-            story = try await client.get(PaymentStory.self, "/v1/payments/\(ControlClient.escape(id))")
-            settled = try await client.get([LineReconciliation].self, "/v1/payments/\(ControlClient.escape(id))/settlements")
+            story = try await client.get(PaymentStory.self, "/v2/payments/\(ControlClient.escape(id))")
+            settled = try await client.get([LineReconciliation].self, "/v2/payments/\(ControlClient.escape(id))/settlements")
         } else {
             let store = try await options.openStore(settings, readOnly: true)
             story = try await OperatorDesk(store: store).story(id)
@@ -234,11 +234,9 @@ struct ShownPayment: Encodable {
     }
 }
 
+/// `--json`: the document the operators' socket serves (``OperatorJSON``), pretty-printed.
 func printJSON<T: Encodable>(_ value: T) throws {
-    let encoder = KlarnaJSON.encoder()
-    encoder.outputFormatting.insert(.prettyPrinted)
-    encoder.keyEncodingStrategy = .convertToSnakeCase
-    print(String(decoding: try encoder.encode(value), as: UTF8.self))
+    print(String(decoding: try OperatorJSON.encoder(pretty: true).encode(value), as: UTF8.self))
 }
 
 func relative(_ date: Date, _ now: Date) -> String {

@@ -54,24 +54,24 @@ extension RemediationOptions {
     /// Through the running daemon's control socket: the same answers, the same exit codes.
     func run(_ action: OperatorAction, id: String, orderID: String?, through client: ControlClient) async throws {
         let body = try orderID.map { Array(try JSONSerialization.data(withJSONObject: ["order_id": $0])) }
-        let answer = try await client.send("POST", "/v1/payments/\(ControlClient.escape(id))/\(action.word)?wait=\(wait)", body: body)
-        if let reply = try? OperatorDesk.decoder().decode(ControlHTTP.OperatorReply.self, from: Data(answer.body)) {
+        let answer = try await client.send("POST", "/v2/payments/\(ControlClient.escape(id))/\(action.word)?wait=\(wait)", body: body)
+        if let reply = try? OperatorJSON.decoder().decode(ControlHTTP.OperatorReply.self, from: Data(answer.body)) {
             for part in reply.requests {
-                if part.state == "refused" {
+                if part.state == .refused {
                     printError("klarna-reconciler: \(action.word) of \(part.target) refused: \(part.note ?? "")")
-                } else if reply.status != "queued" {
-                    print("\(part.target): \(part.note ?? part.state)")
+                } else if reply.status != .queued {
+                    print("\(part.target): \(part.note ?? part.state.rawValue)")
                 }
             }
             for order in reply.payment ?? [] {
                 print("order \(order.orderID) is now \(order.state)\(order.activeIntent.map { " (intent \($0) under way)" } ?? "")")
             }
             switch reply.status {
-            case "done": return
-            case "queued":
+            case .done: return
+            case .queued:
                 printError("klarna-reconciler: \(action.word) \(id) recorded (request \(reply.requests.map { "\($0.id)" }.joined(separator: ", "))) but the daemon did not answer within \(wait) s; it applies it when it gets to it (klarna-reconciler show \(id))")
                 throw ExitCode(75)
-            default: throw ExitCode.failure
+            case .refused: throw ExitCode.failure
             }
         }
         let error = (try? JSONSerialization.jsonObject(with: Data(answer.body)) as? [String: String]) ?? [:]

@@ -29,8 +29,8 @@ struct SettlementsCommand: AsyncParsableCommand {
         let reports: [PayoutReport]
         if let client = try await ControlClient.find(settings) {
             let query = [since.map { "since=\(ControlClient.escape($0))" }, payout.map { "payout=\(ControlClient.escape($0))" }].compactMap { $0 }
-            guard let answer = try await client.get([PayoutReport].self, "/v1/settlements" + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))) else {
-                throw ControlClient.Failed(description: "the daemon has no /v1/settlements: restart it after an upgrade")
+            guard let answer = try await client.get([PayoutReport].self, "/v2/settlements" + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))) else {
+                throw ControlClient.Failed(description: "the daemon has no /v2/settlements: restart it after an upgrade")
             }
             reports = answer
         } else {

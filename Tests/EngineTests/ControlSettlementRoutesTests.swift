@@ -7,7 +7,7 @@ import ReconcilerStore
 import SQLiteBackend
 import Testing
 
-/// The operators' socket's settlement routes (`GET /v1/settlements`, `GET /v1/payments/{id}/settlements`), called on
+/// The operators' socket's settlement routes (`GET /v2/settlements`, `GET /v2/payments/{id}/settlements`), called on
 /// the handler the daemon serves, over a SQLite store holding one recorded payout.
 @Suite("Operators' socket: settlement routes")
 struct ControlSettlementRoutesTests {
@@ -53,59 +53,59 @@ struct ControlSettlementRoutesTests {
         return (response.status, Data(response.body))
     }
 
-    @Test("GET /v1/settlements: the payout reports, filtered by since and payout; a bad since is 400")
+    @Test("GET /v2/settlements: the payout reports, filtered by since and payout; a bad since is 400")
     func payouts() async throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let handler = makeHandler(try await recordedStore(directory))
-        let all = try await get(handler, "/v1/settlements")
+        let all = try await get(handler, "/v2/settlements")
         #expect(all.status == 200, "\(String(decoding: all.body, as: UTF8.self))")
-        let reports = try OperatorDesk.decoder().decode([PayoutReport].self, from: all.body)
+        let reports = try OperatorJSON.decoder().decode([PayoutReport].self, from: all.body)
         #expect(reports.map(\.paymentReference) == ["PAYOUT01"])
         #expect(reports.first?.unmatched.map(\.reason) == [.orderUnknown])
         #expect(reports.first?.findings.map(\.kind) == [.orphan])
 
         for (query, expected) in [("since=2026-11-02", 1), ("since=2026-11-02T07%3A00%3A01Z", 0), ("payout=PAYOUT01", 1), ("payout=NOPE", 0)] {
-            let answer = try await get(handler, "/v1/settlements?\(query)")
+            let answer = try await get(handler, "/v2/settlements?\(query)")
             #expect(answer.status == 200)
-            #expect(try OperatorDesk.decoder().decode([PayoutReport].self, from: answer.body).count == expected, "\(query)")
+            #expect(try OperatorJSON.decoder().decode([PayoutReport].self, from: answer.body).count == expected, "\(query)")
         }
-        let bad = try await get(handler, "/v1/settlements?since=yesterday")
+        let bad = try await get(handler, "/v2/settlements?since=yesterday")
         #expect(bad.status == 400 && String(decoding: bad.body, as: UTF8.self).contains("since must be a day"), "\(String(decoding: bad.body, as: UTF8.self))")
     }
 
-    @Test("GET /v1/settlements?since= with a field out of range is 400, never rolled over into the next hour, day or month")
+    @Test("GET /v2/settlements?since= with a field out of range is 400, never rolled over into the next hour, day or month")
     func sinceFieldOutOfRange() async throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let handler = makeHandler(try await recordedStore(directory))
         // Each would otherwise roll over to a moment before PAYOUT01 (2026-11-02T07:00:00Z) and list it.
         for bad in ["2026-11-01T25:00:00Z", "2026-11-01T08:61:00Z", "2026-11-01T08:00:60Z", "2026-10-32", "2026-11-01T08:00:00-15:00"] {
-            let answer = try await get(handler, "/v1/settlements?since=\(bad.replacingOccurrences(of: ":", with: "%3A"))")
+            let answer = try await get(handler, "/v2/settlements?since=\(bad.replacingOccurrences(of: ":", with: "%3A"))")
             let body = String(decoding: answer.body, as: UTF8.self)
             #expect(answer.status == 400, "\(bad): \(body)")
             #expect(body.contains(#""error":"malformed""#) && body.contains("since must be a day") && body.contains("not \(bad)"), "\(bad): \(body)")
         }
-        let lastSecond = try await get(handler, "/v1/settlements?since=2026-11-01T23%3A59%3A59Z")
+        let lastSecond = try await get(handler, "/v2/settlements?since=2026-11-01T23%3A59%3A59Z")
         #expect(lastSecond.status == 200)
-        #expect(try OperatorDesk.decoder().decode([PayoutReport].self, from: lastSecond.body).map(\.paymentReference) == ["PAYOUT01"])
+        #expect(try OperatorJSON.decoder().decode([PayoutReport].self, from: lastSecond.body).map(\.paymentReference) == ["PAYOUT01"])
     }
 
-    @Test("GET /v1/payments/{id}/settlements: the lines of the payment's orders; 404 for an unknown payment")
+    @Test("GET /v2/payments/{id}/settlements: the lines of the payment's orders; 404 for an unknown payment")
     func paymentLines() async throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let store = try await recordedStore(directory)
         let handler = makeHandler(store)
-        let answer = try await get(handler, "/v1/payments/shop-2001/settlements")
+        let answer = try await get(handler, "/v2/payments/shop-2001/settlements")
         #expect(answer.status == 200, "\(String(decoding: answer.body, as: UTF8.self))")
-        let lines = try OperatorDesk.decoder().decode([LineReconciliation].self, from: answer.body)
+        let lines = try OperatorJSON.decoder().decode([LineReconciliation].self, from: answer.body)
         #expect(lines.map(\.line.ordinal) == [0, 1])
         #expect(lines.map(\.match) == [
             .capture(CaptureKey(orderID: "order-1", captureID: "cap-1"), byAmount: false),
             .order("order-1", capture: CaptureKey(orderID: "order-1", captureID: "cap-1")),
         ])
-        let unknown = try await get(handler, "/v1/payments/nobody/settlements")
+        let unknown = try await get(handler, "/v2/payments/nobody/settlements")
         #expect(unknown.status == 404 && String(decoding: unknown.body, as: UTF8.self).contains("unknown_payment"))
     }
 }

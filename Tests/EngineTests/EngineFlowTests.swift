@@ -202,7 +202,7 @@ struct EngineModeTests {
     func notFoundAndExpired() async throws {
         try await EngineHarness.with { h in
             let unknown = TrackedSession(hppSessionID: "no-such-session", kpSessionID: "kp", mode: ReconcilerCore.PlaceOrderMode.none, merchantReference: nil, capturePolicy: .immediate, purpose: .buy, trackedAt: h.clock.now)
-            _ = try await h.store.track(unknown, event: DomainEvent("tracked", "t"), at: h.clock.now)
+            _ = try await h.store.track(unknown, event: DomainEvent(.tracked, "t"), at: h.clock.now)
             let abandoned = try await h.track(SessionSpec(schedule: [ScheduleStep(afterSeconds: 10, status: "IN_PROGRESS")]))
             try await h.run(for: .seconds(60))
             #expect(try await h.store.timeline(for: "no-such-session").outcomes.map(\.outcome.kind) == [.needsAttention])

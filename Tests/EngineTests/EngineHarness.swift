@@ -70,7 +70,7 @@ struct EngineHarness {
         let session = TrackedSession(
             hppSessionID: created.hppSessionId, kpSessionID: created.kpSessionId, mode: mode,
             merchantReference: spec.merchantReference, capturePolicy: capture, purpose: purpose, trackedAt: clock.now)
-        _ = try await store.track(session, event: DomainEvent("tracked", "test"), at: clock.now)
+        _ = try await store.track(session, event: DomainEvent(.tracked, "test"), at: clock.now)
         return created
     }
 

@@ -16,7 +16,7 @@ struct RetentionTests {
 
     /// Tracks `id` at `at` and, when `closed`, closes it with an outcome (delivered when `delivered`) and an intent.
     func payment(_ store: SQLiteStore, _ id: String, at: Date, closed: Bool = true, delivered: Bool = true, intent: Intent.State = .confirmed) async throws {
-        _ = try await store.track(Fixtures.session(id, reference: id, policy: .immediate, at: old), event: DomainEvent("tracked", "t"), at: at)
+        _ = try await store.track(Fixtures.session(id, reference: id, policy: .immediate, at: old), event: DomainEvent(.tracked, "t"), at: at)
         guard closed else { return }
         var done = Fixtures.session(id, reference: id, policy: .immediate, at: old)
         done.phase = .closed
@@ -24,7 +24,7 @@ struct RetentionTests {
         var change = Change()
         change.sessions = [done]
         change.outcomes = [done.outcome(.cancelled, "consumer cancelled")]
-        change.events = [NewEvent(hppSessionID: id, orderID: nil, DomainEvent("status", "HPP status → CANCELLED"))]
+        change.events = [NewEvent(hppSessionID: id, orderID: nil, DomainEvent(.status, "HPP status → CANCELLED"))]
         var sideEffect = Intent(key: "intent-\(id)", kind: .placeOrder, subject: id, now: at)
         sideEffect.state = intent
         change.intents = [sideEffect]

@@ -37,7 +37,7 @@ struct StoreTests {
         do {
             let store = try SQLiteStore(path: path)
             #expect(try await store.schemaVersion() == Migrations.latest)
-            _ = try await store.track(Fixtures.session(), event: DomainEvent("tracked", "test"), at: Fixtures.t0)
+            _ = try await store.track(Fixtures.session(), event: DomainEvent(.tracked, "test"), at: Fixtures.t0)
         }
         let reopened = try SQLiteStore(path: path)
         #expect(try await reopened.session("hpp-1")?.kpSessionID == "kp-hpp-1")
@@ -62,7 +62,7 @@ struct StoreTests {
         defer { directory.remove() }
         let path = directory.path + "/s.sqlite"
         let store = try SQLiteStore(path: path)
-        _ = try await store.track(Fixtures.session(), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+        _ = try await store.track(Fixtures.session(), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
         let writer = try SQLiteConnection(path: path, readOnly: false, busyTimeout: .milliseconds(50))
         try writer.execute("BEGIN IMMEDIATE")
         try writer.query("UPDATE sessions SET phase = 'closed'")
@@ -70,12 +70,12 @@ struct StoreTests {
         #expect(try await reader.session("hpp-1")?.phase == .polling)
         // A second writer waits for the busy timeout and then fails with a clear error instead of corrupting anything.
         let blocked = try SQLiteStore(path: path, busyTimeout: .milliseconds(50))
-        await #expect { try await blocked.track(Fixtures.session("hpp-2"), event: DomainEvent("t", "t"), at: Fixtures.t0) } throws: { error in
+        await #expect { try await blocked.track(Fixtures.session("hpp-2"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0) } throws: { error in
             (error as? SQLiteError)?.isBusy == true
         }
         try writer.execute("COMMIT")
         #expect(try await reader.session("hpp-1")?.phase == .polling)  // its JSON was not touched, only the column
-        _ = try await blocked.track(Fixtures.session("hpp-2"), event: DomainEvent("t", "t"), at: Fixtures.t0)
+        _ = try await blocked.track(Fixtures.session("hpp-2"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
     }
 
     @Test("Writes that queue while another commits share one transaction; each is durable when it returns")
@@ -90,7 +90,7 @@ struct StoreTests {
         let tracked = Task {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for index in 0..<200 {
-                    group.addTask { _ = try await store.track(Fixtures.session("hpp-\(index)"), event: DomainEvent("tracked", "t"), at: Fixtures.t0) }
+                    group.addTask { _ = try await store.track(Fixtures.session("hpp-\(index)"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0) }
                 }
                 try await group.waitForAll()
             }
@@ -115,9 +115,9 @@ struct StoreTests {
         let before = store.writeStatistics.submitted
         // A capture for an order nobody tracked is refused after its delivery row was written: that row must go.
         let refused = IngestRecord(dedupeKey: "capture-1", kind: "capture", source: "socket", summary: "capture", action: .capture(orderID: "nobody", amount: nil))
-        async let first = store.track(Fixtures.session("hpp-a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+        async let first = store.track(Fixtures.session("hpp-a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
         async let middle = store.ingest(refused, at: Fixtures.t0)
-        async let last = store.track(Fixtures.session("hpp-b"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+        async let last = store.track(Fixtures.session("hpp-b"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
         try await waitUntil { store.writeStatistics.submitted - before == 3 }
         try other.execute("COMMIT")
         #expect(try await first == .tracked(Fixtures.session("hpp-a")))

@@ -58,7 +58,7 @@ final class Cluster: @unchecked Sendable {
         let session = TrackedSession(
             hppSessionID: created.hppSessionId, kpSessionID: created.kpSessionId, mode: mode, merchantReference: reference, capturePolicy: capture,
             purpose: .buy, trackedAt: Date())
-        _ = try await store.track(session, event: DomainEvent("tracked", "tracked by the test"), at: Date())
+        _ = try await store.track(session, event: DomainEvent(.tracked, "tracked by the test"), at: Date())
         return created
     }
 

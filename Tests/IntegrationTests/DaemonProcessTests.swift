@@ -158,7 +158,7 @@ struct DaemonProcessTests {
                     hppSessionID: created.hppSessionId, kpSessionID: created.kpSessionId, mode: mode, merchantReference: "crash-\(index)",
                     capturePolicy: .immediate, purpose: .buy, trackedAt: Date())
                 let store = try SQLiteStore(path: fixture.storePath)
-                _ = try await store.track(session, event: DomainEvent("tracked", "crash test"), at: Date())
+                _ = try await store.track(session, event: DomainEvent(.tracked, "crash test"), at: Date())
                 acked.append(created.hppSessionId)
                 if index % 25 == 0 { try await Task.sleep(for: .milliseconds(100)) }
             }

@@ -47,7 +47,7 @@ struct CreateOrderSettleTests {
         #expect(next.state == .ambiguous)
         #expect(next.settleUntil == until && next.nextAttemptAt == until)
         #expect(next.lastError == "timeout: Operation timed out after 30001 milliseconds")
-        #expect(event.kind == "ambiguous")
+        #expect(event.kind == .ambiguous)
         #expect(event.message == "place_order attempt 1 ended without a clear answer (timeout: Operation timed out after 30001 milliseconds); it may still be on its way to Klarna: settling until \(TrackedSession.format(until)) (engine.create_order_settle_seconds, 120.0 s after it ended), then the KP session is read; no create-order before")
 
         // While it settles nothing is read or sent (a wake-up in between changes nothing and says nothing again);
@@ -77,7 +77,7 @@ struct CreateOrderSettleTests {
         }
         #expect(at == Fixtures.t0.addingTimeInterval(0.5))
         #expect(next.state == .intended && next.nextAttemptAt == at && next.settleUntil == nil)
-        #expect(event.kind == "retry")
+        #expect(event.kind == .retry)
         #expect(event.message == "place_order attempt 1 failed (connect failed: Connection refused); retrying in 0.5 s without a settle period: the request never reached Klarna, or Klarna refused it unprocessed")
         #expect(step(next, now: Fixtures.t0) == .proceed)
     }
@@ -108,7 +108,7 @@ struct CreateOrderSettleTests {
         #expect(settling.state == .ambiguous && settling.settleUntil == until && settling.nextAttemptAt == until)
         #expect(settling.attempts == 2 && settling.key == intent.key)
         #expect(settling.lastError == "the answer to attempt 2 was never recorded")
-        #expect(event == DomainEvent("settling", "place_order attempt 2 was sent at \(TrackedSession.format(sentAt)) and its answer never recorded (this daemon stopped, or another one held the payment); it may still be on its way to Klarna: settling until \(TrackedSession.format(until)) (engine.create_order_settle_seconds, 120.0 s after the attempt could last have ended, \(TrackedSession.format(latestEnd)): sent plus the longest call, 31.0 s), then the KP session is read; no create-order before"))
+        #expect(event == DomainEvent(.settling, "place_order attempt 2 was sent at \(TrackedSession.format(sentAt)) and its answer never recorded (this daemon stopped, or another one held the payment); it may still be on its way to Klarna: settling until \(TrackedSession.format(until)) (engine.create_order_settle_seconds, 120.0 s after the attempt could last have ended, \(TrackedSession.format(latestEnd)): sent plus the longest call, 31.0 s), then the KP session is read; no create-order before"))
         // Committed, it waits silently until the end, then the KP session is read.
         #expect(step(settling, now: found.addingTimeInterval(1)) == .settle(settling, until: until, event: nil))
         #expect(step(settling, now: until) == .readKlarna)

@@ -51,7 +51,7 @@ struct IntentVerdictTests {
         #expect(next.needsResolution)
         #expect(next.lastError == "HTTP 503 SERVICE_UNAVAILABLE")
         #expect(next.key == intent.key)
-        #expect(event.kind == "ambiguous")
+        #expect(event.kind == .ambiguous)
         #expect(next.settleUntil == nil)
         #expect(event.message == "capture attempt 2 ended without a clear answer (HTTP 503 SERVICE_UNAVAILABLE); reading Klarna before anything else")
     }
@@ -84,7 +84,7 @@ struct IntentVerdictTests {
         #expect(next.nextAttemptAt == at)
         #expect(next.lastError == "HTTP 503 SERVICE_UNAVAILABLE")
         #expect(next.attempts == 2)
-        #expect(event.kind == "retry")
+        #expect(event.kind == .retry)
         #expect(event.message == "place_order attempt 2 failed (HTTP 503 SERVICE_UNAVAILABLE); retrying in 1.0 s without a settle period: the request never reached Klarna, or Klarna refused it unprocessed")
     }
 

@@ -63,7 +63,7 @@ struct OrderMachineTests {
         let accepted = pending.applying(read(), request: nil, now: Fixtures.t0.addingTimeInterval(900), deadlines: deadlines)
         #expect(accepted.action == .capture(amount: 10_000, requestID: nil))
         #expect(accepted.order.phase == .capturing)
-        #expect(accepted.events.contains { $0.kind == "order_status" })
+        #expect(accepted.events.contains { $0.kind == .orderStatus })
     }
 
     @Test("REJECTED fraud closes as rejected")
@@ -146,7 +146,7 @@ struct OrderMachineTests {
 
         let warnTime = Fixtures.t0.addingTimeInterval(7 * 86_400)
         let warned = waiting.applying(read(expiresIn: 10), request: nil, now: warnTime, deadlines: deadlines)
-        #expect(warned.events.map(\.kind) == ["authorization_expiring"])
+        #expect(warned.events.map(\.kind) == [.authorizationExpiring])
         #expect(warned.order.warnedForExpiry == Fixtures.t0.addingTimeInterval(10 * 86_400))
         #expect(warned.action == nil)
         let again = warned.order.applying(read(expiresIn: 10), request: nil, now: warnTime.addingTimeInterval(3_600), deadlines: deadlines)
@@ -173,7 +173,7 @@ struct OrderMachineTests {
         #expect(extended.action == nil)
         #expect(extended.events.isEmpty)
         let later = extended.order.applying(read(expiresIn: 38), request: nil, now: Fixtures.t0.addingTimeInterval(36 * 86_400), deadlines: deadlines)
-        #expect(later.events.map(\.kind) == ["authorization_expiring"])
+        #expect(later.events.map(\.kind) == [.authorizationExpiring])
         #expect(later.action == .extendAuthorization)
     }
 
@@ -224,7 +224,7 @@ struct OrderMachineTests {
         #expect(step.order.activeIntent == nil)
         #expect(step.order.phase == .checking)
         #expect(step.order.nextDueAt == Fixtures.t0.addingTimeInterval(3))
-        #expect(step.events == [DomainEvent("authorization_extended", "Klarna extended the authorization")])
+        #expect(step.events == [DomainEvent(.authorizationExtended, "Klarna extended the authorization")])
         #expect(step.outcomes.isEmpty)
     }
 
@@ -235,7 +235,7 @@ struct OrderMachineTests {
         #expect(step.order.activeIntent == nil)
         #expect(step.order.phase == .checking)
         #expect(step.order.nextDueAt == Fixtures.t0.addingTimeInterval(2))
-        #expect(step.events.map(\.kind) == ["refused"])
+        #expect(step.events.map(\.kind) == [.refused])
         #expect(step.events.first?.message.contains("capture (HTTP 403 NOT_ALLOWED)") == true)
         #expect(step.outcomes.isEmpty)
     }

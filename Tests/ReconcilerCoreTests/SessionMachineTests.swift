@@ -22,7 +22,7 @@ struct SessionMachineTests {
         #expect(step.session.hppStatus?.rawValue == status)
         #expect(step.outcome == nil)
         #expect(step.session.nextDueAt == Fixtures.t0.addingTimeInterval(3))
-        #expect(step.events.first?.kind == "status")
+        #expect(step.events.first?.kind == .status)
         let known = HPPSessionStatus(rawValue: status).isKnown
         #expect(step.events.first?.message.contains("unknown to this version") == !known)
     }
@@ -53,7 +53,7 @@ struct SessionMachineTests {
         #expect(step.session.tokenExpiresAt == Fixtures.t0.addingTimeInterval(20 + 3_600))
         #expect(step.session.nextDueAt == now)
         #expect(step.outcome == nil)
-        #expect(step.events.map(\.kind) == ["status", "authorized"])
+        #expect(step.events.map(\.kind) == [.status, .authorized])
         // The log line shows only the token's tail.
         #expect(!step.events.map(\.message).joined().contains("tok-abcdef123456"))
     }
@@ -78,7 +78,7 @@ struct SessionMachineTests {
     func inferredMode() {
         let byToken = tracked(mode: nil).applying(read("COMPLETED", token: "t"), now: Fixtures.t0, schedule: schedule)
         #expect(byToken.session.mode == PlaceOrderMode.none)
-        #expect(byToken.events.allSatisfy { $0.kind != "mode_mismatch" })
+        #expect(byToken.events.allSatisfy { $0.kind != .modeMismatch })
         let byOrder = tracked(mode: nil).applying(read("COMPLETED", order: "o"), now: Fixtures.t0, schedule: schedule)
         #expect(byOrder.session.mode == .placeOrder)
         #expect(byOrder.handOff?.placedBy == .placeOrder)
@@ -88,10 +88,10 @@ struct SessionMachineTests {
     func modeMismatch() {
         let orderForNone = tracked(mode: PlaceOrderMode.none).applying(read("COMPLETED", order: "o"), now: Fixtures.t0, schedule: schedule)
         #expect(orderForNone.session.phase == .ordered)
-        #expect(orderForNone.events.contains { $0.kind == "mode_mismatch" })
+        #expect(orderForNone.events.contains { $0.kind == .modeMismatch })
         let tokenForPlace = tracked(mode: .placeOrder).applying(read("COMPLETED", token: "t"), now: Fixtures.t0, schedule: schedule)
         #expect(tokenForPlace.session.phase == .authorized)
-        #expect(tokenForPlace.events.contains { $0.kind == "mode_mismatch" })
+        #expect(tokenForPlace.events.contains { $0.kind == .modeMismatch })
     }
 
     @Test("COMPLETED with neither token nor order id needs attention")
@@ -108,7 +108,7 @@ struct SessionMachineTests {
         let stale = session.applying(read("WAITING", at: 5), now: Fixtures.t0.addingTimeInterval(11), schedule: schedule)
         #expect(stale.session.hppStatus == .inProgress)
         #expect(stale.session.hppUpdatedAt == Fixtures.t0.addingTimeInterval(10))
-        #expect(stale.events.map(\.kind) == ["stale_status"])
+        #expect(stale.events.map(\.kind) == [.staleStatus])
         #expect(stale.session.phase == .polling)
     }
 
@@ -197,7 +197,7 @@ struct SessionMachineTests {
         #expect(step.session.orderID == "order-9")
         #expect(step.session.nextDueAt == nil)
         #expect(!step.session.isOpen)
-        #expect(step.events == [DomainEvent("order_placed", "order order-9 placed, fraud_status ACCEPTED")])
+        #expect(step.events == [DomainEvent(.orderPlaced, "order order-9 placed, fraud_status ACCEPTED")])
         #expect(step.outcome == nil)
         #expect(step.handOff == OrderHandOff(orderID: "order-9", placedBy: PlaceOrderMode.none))
     }
@@ -219,7 +219,7 @@ struct SessionMachineTests {
         #expect(step.session.phase == .closed)
         #expect(step.session.outcome == .customerTokenCreated)
         #expect(step.session.nextDueAt == nil)
-        #expect(step.events.map(\.kind) == ["customer_token_created"])
+        #expect(step.events.map(\.kind) == [.customerTokenCreated])
         #expect(!step.events.map(\.message).joined().contains("ctok-abcdef123456"))
         #expect(step.outcome?.kind == .customerTokenCreated)
         #expect(step.outcome?.customerTokenID == "ctok-abcdef123456")

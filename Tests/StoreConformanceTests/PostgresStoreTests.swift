@@ -119,7 +119,7 @@ struct PostgresStoreTests {
         // One connection: the statements and the look at them share it (a session's prepared statements are its own).
         let store = try await PostgresStore.open(location, password: server.password, connections: 1, logger: logger)
         defer { store.close() }
-        for index in 0..<3 { _ = try await store.track(Fixtures.session("hpp-prepared-\(index)", mode: nil, reference: nil, at: Date()), event: DomainEvent("tracked", "test"), at: Date()) }
+        for index in 0..<3 { _ = try await store.track(Fixtures.session("hpp-prepared-\(index)", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date()) }
         let prepared = try await store.rows(
             "SELECT name, generic_plans + custom_plans FROM pg_prepared_statements WHERE name LIKE 'klarna_reconciler.%' ORDER BY name"
         ).map { try $0.decode((String, Int).self) }
@@ -139,7 +139,7 @@ struct PostgresStoreTests {
         defer { store.close() }
         try await store.probeWrites()  // the connection is open; nothing is prepared on it yet
         var change = Change()
-        change.health = [(name: "klarna_error", detail: "poisoned?")]
+        change.health = [(key: .klarnaError, detail: "poisoned?")]
 
         try await server.psql("DROP TABLE health", database: database)
         await #expect(throws: (any Error).self) { try await store.commit(change, at: Date()) }
@@ -147,7 +147,7 @@ struct PostgresStoreTests {
         try await server.psql("CREATE TABLE health (name text PRIMARY KEY, at timestamptz NOT NULL, detail text)", database: database)
 
         for index in 0..<3 {
-            change.health = [(name: "klarna_error", detail: "commit \(index)")]
+            change.health = [(key: .klarnaError, detail: "commit \(index)")]
             try await store.commit(change, at: Date())
         }
         #expect(try await server.psql("SELECT detail FROM health WHERE name = 'klarna_error'", database: database) == "commit 2")
@@ -162,7 +162,7 @@ struct PostgresStoreTests {
         let b = try await daemonStore(location, server, "host-b")
         defer { a.close(); b.close() }
         let key = WorkKey.session("hpp-lease")
-        _ = try await a.track(Fixtures.session("hpp-lease", mode: nil, reference: nil, at: Date()), event: DomainEvent("tracked", "test"), at: Date())
+        _ = try await a.track(Fixtures.session("hpp-lease", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date())
 
         let first = try await a.claimWork(ttl: .seconds(4), limit: 10, liveDaemons: 1, patience: .zero)
         #expect(first.map(\.key) == [key])
@@ -230,7 +230,7 @@ struct PostgresStoreTests {
         let a = try await daemonStore(location, server, "host-a")
         let b = try await daemonStore(location, server, "host-b")
         defer { a.close(); b.close() }
-        for index in 0..<10 { _ = try await a.track(Fixtures.session("hpp-spread-\(index)", mode: nil, reference: nil, at: Date()), event: DomainEvent("tracked", "test"), at: Date()) }
+        for index in 0..<10 { _ = try await a.track(Fixtures.session("hpp-spread-\(index)", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date()) }
         #expect(try await a.claimWork(ttl: .seconds(30), limit: 64, liveDaemons: 2, patience: .seconds(60)).count == 5)
         #expect(try await a.claimWork(ttl: .seconds(30), limit: 64, liveDaemons: 2, patience: .seconds(60)).isEmpty, "its share is taken")
         #expect(try await b.claimWork(ttl: .seconds(30), limit: 3, liveDaemons: 2, patience: .seconds(60)).count == 3)
@@ -243,7 +243,7 @@ struct PostgresStoreTests {
     /// its lease not released yet (the wakeup its tracking left waits). Returns its key.
     func claimAndClose(_ store: PostgresStore, _ id: String) async throws -> WorkKey {
         var tracked = Fixtures.session(id, mode: nil, reference: nil, at: Date())
-        _ = try await store.track(tracked, event: DomainEvent("tracked", "test"), at: Date())
+        _ = try await store.track(tracked, event: DomainEvent(.tracked, "test"), at: Date())
         let key = WorkKey.session(id)
         #expect(try await store.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero).map(\.key) == [key])
         tracked.phase = .closed
@@ -347,7 +347,7 @@ struct PostgresStoreTests {
         let listening = Task { await a.listenForWork { heard.add() } }
         defer { listening.cancel() }
         try await waitUntil { heard.value >= 1 }  // the first call is on connecting
-        _ = try await writer.track(Fixtures.session("hpp-heard", mode: nil, reference: nil, at: Date()), event: DomainEvent("tracked", "test"), at: Date())
+        _ = try await writer.track(Fixtures.session("hpp-heard", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date())
         try await waitUntil(timeout: .seconds(5)) { heard.value >= 2 }
         // Another daemon's delivery wakes a key it may not hold.
         let hint = IngestRecord(
@@ -460,7 +460,7 @@ struct PostgresStoreTests {
         let session = TrackedSession(
             hppSessionID: "tcp-1", kpSessionID: "kp", mode: PlaceOrderMode.none, merchantReference: nil, capturePolicy: .immediate, purpose: .buy,
             trackedAt: Date(timeIntervalSince1970: 1_800_000_000))
-        #expect(try await store.track(session, event: DomainEvent("tracked", "t"), at: session.trackedAt) == .tracked(session))
+        #expect(try await store.track(session, event: DomainEvent(.tracked, "t"), at: session.trackedAt) == .tracked(session))
         #expect(try await store.session("tcp-1") == session)
     }
 }

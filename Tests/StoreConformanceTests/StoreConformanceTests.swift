@@ -14,10 +14,10 @@ struct StoreConformanceTests {
     @Test("Tracking twice keeps the first registration and says so", arguments: Backend.allCases)
     func trackIdempotent(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            #expect(try await s.store.track(Fixtures.session(), event: DomainEvent("tracked", "first"), at: Fixtures.t0) == .tracked(Fixtures.session()))
+            #expect(try await s.store.track(Fixtures.session(), event: DomainEvent(.tracked, "first"), at: Fixtures.t0) == .tracked(Fixtures.session()))
             var other = Fixtures.session()
             other.merchantReference = "changed"
-            guard case .existing(let existing) = try await s.store.track(other, event: DomainEvent("tracked", "second"), at: Fixtures.t0) else {
+            guard case .existing(let existing) = try await s.store.track(other, event: DomainEvent(.tracked, "second"), at: Fixtures.t0) else {
                 Issue.record("expected existing")
                 return
             }
@@ -30,13 +30,13 @@ struct StoreConformanceTests {
     @Test("A commit is all or nothing", arguments: Backend.allCases)
     func atomicCommit(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(Fixtures.session(), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session(), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             var changed = Fixtures.session()
             changed.phase = .closed
             var change = Change()
             change.sessions = [changed]
             change.outcomes = [changed.outcome(.cancelled, "x")]
-            change.events = [NewEvent(hppSessionID: "hpp-1", orderID: nil, DomainEvent("k", "m"))]
+            change.events = [NewEvent(hppSessionID: "hpp-1", orderID: nil, DomainEvent(.tracked, "m"))]
             try await s.store.commit(change, at: Fixtures.t0)
             #expect(try await s.store.session("hpp-1")?.phase == .closed)
 
@@ -96,8 +96,8 @@ struct StoreConformanceTests {
             var a = Fixtures.session("a")
             a.lastReadAt = Fixtures.t0.addingTimeInterval(5)
             a.expiresAt = Fixtures.t0.addingTimeInterval(7_200)
-            _ = try await s.store.track(a, event: DomainEvent("tracked", "t"), at: Fixtures.t0)
-            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(a, event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             var closed = Fixtures.session("b")
             closed.phase = .closed
             var change = Change()
@@ -119,14 +119,14 @@ struct StoreConformanceTests {
     @Test("Wakeups left by other processes are taken once, in order", arguments: Backend.allCases)
     func wakeups(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
-            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             let first = try await s.store.wakeups(after: 0, includingDelivered: false)
             #expect(first.keys == [.session("a"), .session("b")])
             let second = try await s.store.wakeups(after: first.last, includingDelivered: false)
             #expect(second.keys.isEmpty)
             #expect(second.last == first.last)
-            _ = try await s.store.track(Fixtures.session("c"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("c"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             let third = try await s.store.wakeups(after: second.last, includingDelivered: false)
             #expect(third.keys == [.session("c")])
             #expect(third.last > second.last)
@@ -136,7 +136,7 @@ struct StoreConformanceTests {
     @Test("Wakeups a delivery's ingest wrote are for a restart only: the running daemon woke itself already", arguments: Backend.allCases)
     func deliveredWakeups(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             #expect(try await s.store.ingest(hint("e-1", "a"), at: Fixtures.t0) == .accepted(wake: [.session("a")]))
             let running = try await s.store.wakeups(after: 0, includingDelivered: false)
             #expect(running.keys == [.session("a")])
@@ -149,7 +149,7 @@ struct StoreConformanceTests {
     @Test("A delivery is recorded once: a repeat is acknowledged, counted and not processed again", arguments: Backend.allCases)
     func ingestDedupe(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             #expect(try await s.store.ingest(hint("e-1", "a"), at: Fixtures.t0) == .accepted(wake: [.session("a")]))
             #expect(try await s.store.ingest(hint("e-1", "a"), at: Fixtures.t0.addingTimeInterval(5)) == .repeated(firstSeen: Fixtures.t0))
             #expect(try await s.store.timeline(for: "a").events.filter { $0.kind == "webhook" }.count == 1)
@@ -169,7 +169,7 @@ struct StoreConformanceTests {
     @Test("Deliveries found together are each recorded as alone, in order: a repeat within them is a repeat, a refusal refuses itself only", arguments: Backend.allCases)
     func batchIngest(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             let capture = IngestRecord(dedupeKey: "cap-x", kind: "capture", source: "spool:c.json", summary: "capture", action: .capture(orderID: "o-x", amount: 1))
             let results = try await s.store.ingest([hint("b-1", "a"), capture, hint("b-1", "a"), hint("b-2", "a")], at: Fixtures.t0)
             #expect(results == [
@@ -188,8 +188,8 @@ struct StoreConformanceTests {
     @Test("Order notifications, KP callbacks and payment request events wake what they name, and only what is tracked", arguments: Backend.allCases)
     func ingestHints(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
-            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             var change = Change()
             change.newOrders = [Fixtures.order("o-1", session: "a")]
             try await s.store.commit(change, at: Fixtures.t0)
@@ -246,7 +246,7 @@ struct StoreConformanceTests {
             #expect(reason.contains("immediate"))
 
             var done = Change()
-            done.finishedCaptureRequests = [(id: first, state: "done", note: "captured")]
+            done.finishedCaptureRequests = [(id: first, state: .done, note: "captured")]
             try await s.store.commit(done, at: Fixtures.t0)
             #expect(try await s.store.oldestCaptureRequest(orderID: "o-1")?.amount == nil)
             #expect(try await s.store.wakeups(after: 0, includingDelivered: false).keys.contains(.order("o-1")))
@@ -256,14 +256,14 @@ struct StoreConformanceTests {
     @Test("show finds a payment by HPP id, KP id, order id or merchant reference", arguments: Backend.allCases)
     func timelineLookup(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(Fixtures.session("hpp-9", reference: "shop-42"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("hpp-9", reference: "shop-42"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             var ordered = Fixtures.session("hpp-9", reference: "shop-42")
             ordered.phase = .ordered
             ordered.orderID = "o-9"
             var change = Change()
             change.sessions = [ordered]
             change.newOrders = [Fixtures.order("o-9", session: "hpp-9", reference: "shop-42")]
-            change.events = [NewEvent(hppSessionID: "hpp-9", orderID: "o-9", DomainEvent("order_placed", "placed"), detail: ["intent": "k"])]
+            change.events = [NewEvent(hppSessionID: "hpp-9", orderID: "o-9", DomainEvent(.orderPlaced, "placed"), detail: ["intent": "k"])]
             change.outcomes = [Outcome(kind: .orderPlaced, reason: "r", hppSessionID: "hpp-9", orderID: "o-9")]
             change.intents = [Intent(key: "place:hpp-9", kind: .placeOrder, subject: "hpp-9", now: Fixtures.t0), Intent(key: "capture:o-9", kind: .capture, subject: "o-9", now: Fixtures.t0.addingTimeInterval(1))]
             try await s.store.commit(change, at: Fixtures.t0.addingTimeInterval(1))
@@ -286,8 +286,8 @@ struct StoreConformanceTests {
     @Test("list filters by phase, outcome, intent state or kind, newest first", arguments: Backend.allCases)
     func listing(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
-            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent("tracked", "t"), at: Fixtures.t0.addingTimeInterval(1))
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0.addingTimeInterval(1))
             var closed = Fixtures.session("c")
             closed.phase = .closed
             var change = Change()
@@ -307,15 +307,15 @@ struct StoreConformanceTests {
         try await StoreUnderTest.with(backend) { s in
             var a = Fixtures.session("a")
             a.expiresAt = Fixtures.t0.addingTimeInterval(7_200)
-            _ = try await s.store.track(a, event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(a, event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             var b = Fixtures.session("b")
             b.trackedAt = Fixtures.t0.addingTimeInterval(10)
             b.nextDueAt = Fixtures.t0.addingTimeInterval(500)
             b.phase = .authorized
             b.tokenExpiresAt = Fixtures.t0.addingTimeInterval(3_600)
-            _ = try await s.store.track(b, event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(b, event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             var change = Change()
-            change.health = [(name: "klarna_ok", detail: ""), (name: "klarna_error", detail: "HTTP 503")]
+            change.health = [(key: .klarnaOK, detail: ""), (key: .klarnaError, detail: "HTTP 503")]
             change.outcomes = [Outcome(kind: .cancelled, reason: "r", hppSessionID: "x")]
             try await s.store.commit(change, at: Fixtures.t0.addingTimeInterval(5))
             let summary = try await s.store.summary(now: Fixtures.t0.addingTimeInterval(100))
@@ -389,7 +389,7 @@ struct StoreConformanceTests {
     @Test("Operator requests wait for the engine's answer; holds are placed, listed and lifted", arguments: Backend.allCases)
     func operatorRequests(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             var change = Change()
             change.newOrders = [Fixtures.order("o-a", session: "a")]
             try await s.store.commit(change, at: Fixtures.t0)
@@ -433,7 +433,7 @@ struct StoreConformanceTests {
     func prune(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             func payment(_ id: String, closed: Bool = true, intent: Intent.State = .confirmed, delivered: Bool = true) async throws {
-                _ = try await s.store.track(Fixtures.session(id), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+                _ = try await s.store.track(Fixtures.session(id), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
                 guard closed else { return }
                 var done = Fixtures.session(id)
                 done.phase = .closed
@@ -480,7 +480,7 @@ struct StoreConformanceTests {
     @Test("Two handles deliver the same webhooks at once: each is accepted exactly once, each repeat names the first's time", arguments: Backend.allCases)
     func concurrentDeliveries(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent("tracked", "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             let other = try await s.openAnother()
             // Each attempt at its own time, so that a repeat's first-seen time says which delivery it found.
             let results = try await withThrowingTaskGroup(of: (Int, IngestResult).self) { group in
@@ -537,7 +537,7 @@ struct StoreConformanceTests {
                 for attempt in 0..<40 {
                     let store = attempt.isMultiple(of: 2) ? s.store : other
                     let tracked = Fixtures.session("s-\(attempt % 8)")
-                    group.addTask { try await store.track(tracked, event: DomainEvent("tracked", "t"), at: Fixtures.t0) }
+                    group.addTask { try await store.track(tracked, event: DomainEvent(.tracked, "t"), at: Fixtures.t0) }
                 }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
@@ -555,7 +555,7 @@ struct StoreConformanceTests {
                 for writer in 0..<4 {
                     let store = writer.isMultiple(of: 2) ? s.store : other
                     group.addTask {
-                        for index in 0..<25 { _ = try await store.track(Fixtures.session("w\(writer)-\(index)"), event: DomainEvent("tracked", "t"), at: Fixtures.t0) }
+                        for index in 0..<25 { _ = try await store.track(Fixtures.session("w\(writer)-\(index)"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0) }
                         return []
                     }
                 }

@@ -82,8 +82,8 @@ struct JournalTests {
     @Test("Outcomes and the events operators act on have a MESSAGE_ID; routine events none")
     func mapping() {
         #expect(Set(OutcomeKind.allCases.map(MessageID.init(outcome:))).count == OutcomeKind.allCases.count)
-        #expect(MessageID(event: "attempt") == .sideEffectSent)
-        #expect(MessageID(event: "ambiguous") == .sideEffectUnclear)
-        #expect(MessageID(event: "status") == nil)
+        #expect(MessageID(event: .attempt) == .sideEffectSent)
+        #expect(MessageID(event: .ambiguous) == .sideEffectUnclear)
+        #expect(MessageID(event: .status) == nil)
     }
 }

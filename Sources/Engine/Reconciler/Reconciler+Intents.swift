@@ -62,7 +62,7 @@ extension Reconciler {
                     change: change)
             case .success(let kp):
                 change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(
-                    "resolved", "KP session still incomplete after an unclear create-order and its settle period: no order exists and none is on its way, safe to try again"),
+                    .resolved, "KP session still incomplete after an unclear create-order and its settle period: no order exists and none is on its way, safe to try again"),
                     detail: ["intent": key]))
                 intent = intent.retrying(nil, at: now, now: now)
                 paymentSession = kp
@@ -109,7 +109,7 @@ extension Reconciler {
         intent = intent.sending(now: now)
         change.intents = [intent]
         change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(
-            "attempt", "\(kind == .placeOrder ? "placing the order" : "creating the customer token"), attempt \(intent.attempts)"),
+            .attempt, "\(kind == .placeOrder ? "placing the order" : "creating the customer token"), attempt \(intent.attempts)"),
             detail: ["intent": key, "attempt": "\(intent.attempts)"]))
         try await commit(change, now: now)
         change = Change()
@@ -176,7 +176,7 @@ extension Reconciler {
         case .giveUp(let failed, let reason):
             change.intents = [failed]
             let (outcome, why) = SessionIntentRules.giveUp(kind, status: error.status, errorCode: error.errorCode, error: Self.short(error), retryReason: reason)
-            change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent("failed", why), detail: detail))
+            change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(.failed, why), detail: detail))
             return try await closeSession(session, outcome, why, change: change)
         }
     }
@@ -231,11 +231,11 @@ extension Reconciler {
                         .filter { $0.kind == .capture && $0.state == .confirmed && $0.key != intent.key }.compactMap(\.result)
                     let captureID = intent.resolvedCaptureID(among: OrderMovements(read, orderID: order.orderID).captures, claimed: Set(claimed))
                     change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
-                        "resolved", "Klarna's order shows the \(intent.kind.rawValue) was done"), detail: ["intent": intent.key]))
+                        .resolved, "Klarna's order shows the \(intent.kind.rawValue) was done"), detail: ["intent": intent.key]))
                     return try await orderIntentSucceeded(kind, order, intent, captureID: captureID, change: change)
                 }
                 change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
-                    "resolved", "Klarna's order shows no \(intent.kind.rawValue) yet: sending again with the same idempotency key"), detail: ["intent": intent.key]))
+                    .resolved, "Klarna's order shows no \(intent.kind.rawValue) yet: sending again with the same idempotency key"), detail: ["intent": intent.key]))
                 intent = intent.retrying(nil, at: now, now: now)
             }
         }
@@ -257,7 +257,7 @@ extension Reconciler {
         case .releaseRemaining: "releasing the remaining authorization"
         case .extendAuthorization: "extending the authorization"
         }
-        change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent("attempt", "\(what), attempt \(intent.attempts)"),
+        change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(.attempt, "\(what), attempt \(intent.attempts)"),
                                       detail: ["intent": intent.key, "attempt": "\(intent.attempts)"]))
         try await commit(change, now: now)
         change = Change()
@@ -292,7 +292,7 @@ extension Reconciler {
             case .giveUp(let failed, let reason):
                 change.intents = [failed]
                 if let requestID = intent.captureRequestID {
-                    change.finishedCaptureRequests.append((requestID, "refused", Self.short(error)))
+                    change.finishedCaptureRequests.append((requestID, .refused, Self.short(error)))
                 }
                 switch OrderIntentRules.giveUp(kind, status: error.status) {
                 case .waitForOperator:
@@ -323,7 +323,7 @@ extension Reconciler {
         switch kind {
         case .capture:
             step = order.captureConfirmed(amount: intent.amount ?? 0, captureID: captureID, now: now)
-            if let requestID = intent.captureRequestID { change.finishedCaptureRequests.append((requestID, "done", "captured \(intent.amount ?? 0)")) }
+            if let requestID = intent.captureRequestID { change.finishedCaptureRequests.append((requestID, .done, "captured \(intent.amount ?? 0)")) }
         case .cancelOrder: step = order.cancelledOnRequest()
         case .releaseRemaining: step = order.remainingReleased()
         case .extendAuthorization: step = order.authorizationExtended(now: now)

@@ -57,13 +57,13 @@ extension Reconciler {
         case nil:
             break
         case .refuseRequest(let requestID, let reason):
-            change.finishedCaptureRequests.append((requestID, "refused", reason))
-            step.events.append(DomainEvent("capture_refused", reason))
+            change.finishedCaptureRequests.append((requestID, .refused, reason))
+            step.events.append(DomainEvent(.captureRefused, reason))
         case .capture(let amount, let requestID):
             let target = requestID.map { id in "\(order.orderID):request-\(id)-\(request.map { Int($0.requestedAt.timeIntervalSince1970 * 1_000) } ?? 0)" } ?? "\(order.orderID):full"
             let key = IdempotencyKey.make(.capture, target)
             if let existing = try await store.intent(key), existing.isFinished {
-                if let requestID { change.finishedCaptureRequests.append((requestID, "refused", "an earlier capture with this key ended \(existing.state.rawValue)")) }
+                if let requestID { change.finishedCaptureRequests.append((requestID, .refused, "an earlier capture with this key ended \(existing.state.rawValue)")) }
                 let reason = "Klarna still shows \(observation.remainingAuthorizedAmount) to capture but capture \(key) already ended \(existing.state.rawValue): \(existing.lastError ?? "")"
                 step = step.order.closed(.needsAttention, reason).merging(before: step)
             } else {

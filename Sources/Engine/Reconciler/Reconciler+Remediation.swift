@@ -23,10 +23,10 @@ extension Reconciler {
             case .failure(let refusal):
                 change.answeredRequests.append((request.id, .refused, refusal.reason))
                 change.events.append(NewEvent(hppSessionID: owner.session, orderID: owner.order, DomainEvent(
-                    "operator_refused", "\(request.action.word) requested by \(request.requestedBy) refused: \(refusal.reason)"), detail: by))
+                    .operatorRefused, "\(request.action.word) requested by \(request.requestedBy) refused: \(refusal.reason)"), detail: by))
             }
             // The applied request's own event carries who asked too.
-            for index in change.events.indices where change.events[index].event.kind == "operator" {
+            for index in change.events.indices where change.events[index].event.kind == .operatorAction {
                 change.events[index].detail.merge(by) { $1 }
             }
             try await commit(change, now: now)
@@ -40,7 +40,7 @@ extension Reconciler {
     ) async throws -> Result<String, RemediationRefusal> {
         let who = request.requestedBy
         func note(_ message: String) {
-            change.events.append(NewEvent(hppSessionID: owner.session, orderID: owner.order, DomainEvent("operator", message)))
+            change.events.append(NewEvent(hppSessionID: owner.session, orderID: owner.order, DomainEvent(.operatorAction, message)))
         }
         switch request.action {
         case .hold:

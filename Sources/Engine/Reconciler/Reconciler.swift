@@ -195,11 +195,11 @@ public struct Reconciler: Sendable {
         if let ownership, let key = Self.workKey, !ownership.mayCall(for: key) { throw LeaseUnconfirmed(key: key) }
         do {
             let value = try await call()
-            change.health.append(("klarna_ok", ""))
+            change.health.append((.klarnaOK, ""))
             return .success(value)
         } catch let error as KlarnaAPIError {
             rateLimiter?.heed(error)
-            if error.status != 404 { change.health.append(("klarna_error", Self.short(error))) }
+            if error.status != 404 { change.health.append((.klarnaError, Self.short(error))) }
             return .failure(error)
         }
     }

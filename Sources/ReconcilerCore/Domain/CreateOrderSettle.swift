@@ -57,7 +57,7 @@ public enum CreateOrderSettle {
             guard !now.hasReached(until) else { return .readKlarna }
             let settling = intent.ambiguous(intent.lastError ?? "the answer to attempt \(intent.attempts) was never recorded", now: now).settling(until: until)
             return .settle(settling, until: until, event: DomainEvent(
-                "settling",
+                .settling,
                 "\(intent.kind.rawValue) attempt \(intent.attempts) was sent at \(TrackedSession.format(intent.updatedAt)) and its answer never recorded (this daemon stopped, or another one held the payment); "
                     + waiting(
                         until: until, period: period,

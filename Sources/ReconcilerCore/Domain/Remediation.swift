@@ -154,7 +154,7 @@ extension TrackedSession {
             session.orderID = orderID
             session.phase = .ordered
             session.nextDueAt = nil
-            let event = DomainEvent("operator", "retry by \(requester): order \(orderID) recorded as the one Klarna placed for KP session \(kpSessionID); following it")
+            let event = DomainEvent(.operatorAction, "retry by \(requester): order \(orderID) recorded as the one Klarna placed for KP session \(kpSessionID); following it")
             return (SessionStep(session: session, events: [event], handOff: OrderHandOff(orderID: orderID, placedBy: PlaceOrderMode.none)),
                     placeOrder?.confirmed(result: orderID, now: now))
         }
@@ -163,12 +163,12 @@ extension TrackedSession {
             session.phase = .authorized
             let kind: Intent.Kind = purpose.createsCustomerToken && customerTokenID == nil ? .customerToken : .placeOrder
             let unclear = intents.last { $0.kind == kind && !($0.state == .confirmed) }
-            let event = DomainEvent("operator", "retry by \(requester): back to \(kind == .placeOrder ? "placing the order" : "creating the customer token"), reading Klarna first")
+            let event = DomainEvent(.operatorAction, "retry by \(requester): back to \(kind == .placeOrder ? "placing the order" : "creating the customer token"), reading Klarna first")
             return (SessionStep(session: session, events: [event]), unclear.map { $0.ambiguous("re-driven by \(requester)", now: now) })
         }
         session.phase = .polling
         session.pollAnchor = now
-        return (SessionStep(session: session, events: [DomainEvent("operator", "retry by \(requester): reading the HPP session again")]), nil)
+        return (SessionStep(session: session, events: [DomainEvent(.operatorAction, "retry by \(requester): reading the HPP session again")]), nil)
     }
 }
 
@@ -226,7 +226,7 @@ extension TrackedOrder {
             intent = capture.ambiguous("re-driven by \(requester)", now: now)
             order.activeIntent = capture.key
         }
-        let event = DomainEvent("operator", "retry by \(requester): reading the order again" + (intent == nil ? "" : ", then the failed capture with its own idempotency key"))
+        let event = DomainEvent(.operatorAction, "retry by \(requester): reading the order again" + (intent == nil ? "" : ", then the failed capture with its own idempotency key"))
         return (OrderStep(order: order, events: [event]), intent)
     }
 
@@ -238,7 +238,7 @@ extension TrackedOrder {
             order.outcome = nil
         }
         let what = action == .cancel ? "cancelling the order" : "releasing the remaining authorization"
-        return OrderStep(order: order, events: [DomainEvent("operator", "\(action.word) by \(requester): \(what)")])
+        return OrderStep(order: order, events: [DomainEvent(.operatorAction, "\(action.word) by \(requester): \(what)")])
     }
 
     /// Klarna cancelled the order at the operator's request.
@@ -260,6 +260,6 @@ extension TrackedOrder {
         order.outcome = .captured
         order.nextDueAt = nil
         let reason = "the remaining authorization (\(released)) was released at an operator's request; \(capturedAmount) captured in all"
-        return OrderStep(order: order, events: [DomainEvent("captured", reason)], outcomes: [order.outcome(.captured, reason, amount: capturedAmount)])
+        return OrderStep(order: order, events: [DomainEvent(.captured, reason)], outcomes: [order.outcome(.captured, reason, amount: capturedAmount)])
     }
 }

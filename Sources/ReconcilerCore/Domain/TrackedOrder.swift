@@ -119,6 +119,11 @@ public struct OrderObservation: Sendable, Equatable {
     }
 }
 
+/// Where a capture request stands: waiting for its order, carried out, or refused (with the reason in its note).
+public enum CaptureRequestState: String, Codable, Sendable, CaseIterable {
+    case pending, done, refused
+}
+
 /// A capture someone asked for (`on_request`); `amount` nil means the remaining authorized amount.
 public struct CaptureRequestItem: Codable, Sendable, Equatable {
     public var id: Int64
@@ -183,7 +188,7 @@ extension TrackedOrder {
         order.consecutiveFailures = 0
         order.lastError = nil
         if observation.status != status || observation.fraudStatus != fraudStatus {
-            step.events.append(DomainEvent("order_status", "order \(observation.status), fraud_status \(observation.fraudStatus), captured \(observation.capturedAmount) of \(observation.orderAmount)"))
+            step.events.append(DomainEvent(.orderStatus, "order \(observation.status), fraud_status \(observation.fraudStatus), captured \(observation.capturedAmount) of \(observation.orderAmount)"))
         }
         order.status = observation.status
         order.fraudStatus = observation.fraudStatus
@@ -209,7 +214,7 @@ extension TrackedOrder {
             order.outcome = kind
             order.nextDueAt = nil
             step.order = order
-            step.events.append(DomainEvent(kind.rawValue, reason))
+            step.events.append(DomainEvent(EventKind(kind), reason))
             step.outcomes.append(order.outcome(kind, reason, amount: amount))
             if placedBy == .captureOrder { step.ledgerCaptures = order.capturedByHPP(observation, now: now) }
             return step
@@ -249,7 +254,7 @@ extension TrackedOrder {
             order.outcome = .orderPlaced
             order.nextDueAt = nil
             step.order = order
-            step.events.append(DomainEvent("done", "capture policy never: the merchant captures elsewhere"))
+            step.events.append(DomainEvent(.done, "capture policy never: the merchant captures elsewhere"))
             return step
         case .immediate:
             order.phase = .capturing
@@ -280,7 +285,7 @@ extension TrackedOrder {
                 if now.hasReached(warnAt) {
                     if order.warnedForExpiry != expiresAt {
                         order.warnedForExpiry = expiresAt
-                        step.events.append(DomainEvent("authorization_expiring", "the authorization expires at \(TrackedSession.format(expiresAt)) and the order is not captured"))
+                        step.events.append(DomainEvent(.authorizationExpiring, "the authorization expires at \(TrackedSession.format(expiresAt)) and the order is not captured"))
                     }
                     if deadlines.autoExtendAuthorization, order.extensionForExpiry != expiresAt, step.action == nil {
                         order.extensionForExpiry = expiresAt
@@ -319,7 +324,7 @@ extension TrackedOrder {
         if let remaining = order.remainingAuthorizedAmount { order.remainingAuthorizedAmount = max(0, remaining - amount) }
         var step = OrderStep(order: order)
         let reason = "captured \(amount)" + (captureID.map { " (capture \($0))" } ?? "")
-        step.events.append(DomainEvent("captured", reason))
+        step.events.append(DomainEvent(.captured, reason))
         step.outcomes.append(order.outcome(.captured, reason, amount: amount, captureID: captureID))
         step.ledgerCaptures.append(LedgerCapture(
             orderID: orderID, captureID: captureID, amount: amount, currency: currency, capturedAt: now, source: .daemon))
@@ -340,7 +345,7 @@ extension TrackedOrder {
 
     /// Klarna extended the authorization; its intent is over. Read the order again to learn the new `expires_at`.
     public func authorizationExtended(now: Date) -> OrderStep {
-        intentEnded(now: now, DomainEvent("authorization_extended", "Klarna extended the authorization"))
+        intentEnded(now: now, DomainEvent(.authorizationExtended, "Klarna extended the authorization"))
     }
 
     /// A capture or extension intent (idempotency key `key`) starts now; the order follows it until it ends.
@@ -361,7 +366,7 @@ extension TrackedOrder {
     /// Klarna refused the intent of `kind` (`error` is its answer): drop the intent and read the order now, so the
     /// order rules decide what the refusal means.
     public func intentRefused(_ kind: Intent.Kind, error: String, now: Date) -> OrderStep {
-        intentEnded(now: now, DomainEvent("refused", "Klarna refused the \(kind.rawValue) (\(error)); reading the order"))
+        intentEnded(now: now, DomainEvent(.refused, "Klarna refused the \(kind.rawValue) (\(error)); reading the order"))
     }
 
     /// The intent under way failed and the order cannot say why: drop it and close the order for an operator.
@@ -377,7 +382,7 @@ extension TrackedOrder {
         order.consecutiveFailures += 1
         order.lastError = error
         order.nextDueAt = now.addingTimeInterval(retryAfter.timeInterval)
-        return OrderStep(order: order, events: [DomainEvent("read_failed", "\(error); next read in \(TrackedSession.seconds(retryAfter))")])
+        return OrderStep(order: order, events: [DomainEvent(.readFailed, "\(error); next read in \(TrackedSession.seconds(retryAfter))")])
     }
 
     public func closed(_ kind: OutcomeKind, _ reason: String) -> OrderStep {
@@ -385,7 +390,7 @@ extension TrackedOrder {
         order.phase = .closed
         order.outcome = kind
         order.nextDueAt = nil
-        return OrderStep(order: order, events: [DomainEvent(kind.rawValue, reason)], outcomes: [order.outcome(kind, reason)])
+        return OrderStep(order: order, events: [DomainEvent(EventKind(kind), reason)], outcomes: [order.outcome(kind, reason)])
     }
 
     /// A webhook or a capture request: read the order now.

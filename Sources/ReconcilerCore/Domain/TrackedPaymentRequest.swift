@@ -49,7 +49,7 @@ public struct TrackedPaymentRequest: Codable, Sendable, Equatable {
         request.lastError = nil
         request.expiresAt = expiresAt ?? request.expiresAt
         var step = Step(request: request)
-        if state != self.state { step.events.append(DomainEvent("status", "payment request \(self.state?.rawValue ?? "—") → \(state)")) }
+        if state != self.state { step.events.append(DomainEvent(.status, "payment request \(self.state?.rawValue ?? "—") → \(state)")) }
         request.state = state
         guard isOpen else {
             request.nextDueAt = nil
@@ -65,7 +65,7 @@ public struct TrackedPaymentRequest: Codable, Sendable, Equatable {
             request.outcome = kind
             request.nextDueAt = nil
             step.request = request
-            step.events.append(DomainEvent(kind.rawValue, reason))
+            step.events.append(DomainEvent(EventKind(kind), reason))
             step.outcome = Outcome(kind: kind, reason: reason, paymentRequestID: paymentRequestID, klarnaNetworkSessionToken: kind == .paymentRequestCompleted ? sessionToken : nil)
             return step
         }
@@ -85,10 +85,10 @@ public struct TrackedPaymentRequest: Codable, Sendable, Equatable {
             request.outcome = .expired
             request.nextDueAt = nil
             let reason = "payment request passed expires_at while Klarna could not be read (\(error))"
-            return Step(request: request, events: [DomainEvent("expired", reason)], outcome: Outcome(kind: .expired, reason: reason, paymentRequestID: paymentRequestID))
+            return Step(request: request, events: [DomainEvent(.expired, reason)], outcome: Outcome(kind: .expired, reason: reason, paymentRequestID: paymentRequestID))
         }
         request.nextDueAt = now.addingTimeInterval(retryAfter.timeInterval)
-        return Step(request: request, events: [DomainEvent("read_failed", "\(error); next read in \(TrackedSession.seconds(retryAfter))")])
+        return Step(request: request, events: [DomainEvent(.readFailed, "\(error); next read in \(TrackedSession.seconds(retryAfter))")])
     }
 
     /// A webhook says something changed: read now.

@@ -129,23 +129,23 @@ extension TrackedSession {
             if hppStatus != nil || expiresAt.map({ now >= $0 }) == true {
                 session.outcome = .expired
                 let reason = "HPP session expired before the consumer completed it (last status \(hppStatus?.rawValue ?? "unknown"))"
-                return SessionStep(session: session, events: [DomainEvent("expired", reason)], outcome: session.outcome(.expired, reason))
+                return SessionStep(session: session, events: [DomainEvent(.expired, reason)], outcome: session.outcome(.expired, reason))
             }
             session.outcome = .needsAttention
             let reason = "Klarna does not know HPP session \(hppSessionID) (404 on the first read); check the id"
-            return SessionStep(session: session, events: [DomainEvent("not_found", reason)], outcome: session.outcome(.needsAttention, reason))
+            return SessionStep(session: session, events: [DomainEvent(.notFound, reason)], outcome: session.outcome(.needsAttention, reason))
 
         case .session(let status, let updatedAt, let expiresAt, let token, let orderID, let klarnaReference):
             if let updatedAt, let previous = hppUpdatedAt, updatedAt < previous {
                 // Out of order (a delayed webhook or a lagging replica): never move backwards.
                 session.nextDueAt = schedule.nextPoll(now: now, anchor: pollAnchor, expiresAt: session.expiresAt)
                 return SessionStep(session: session, events: [DomainEvent(
-                    "stale_status", "ignored \(status) from \(Self.format(updatedAt)): already saw \(hppStatus?.rawValue ?? "?") from \(Self.format(previous))")])
+                    .staleStatus, "ignored \(status) from \(Self.format(updatedAt)): already saw \(hppStatus?.rawValue ?? "?") from \(Self.format(previous))")])
             }
             var events: [DomainEvent] = []
             if status != hppStatus {
                 let note = status.isKnown ? "" : " (unknown to this version: treated as not final)"
-                events.append(DomainEvent("status", "HPP status \(hppStatus?.rawValue ?? "—") → \(status)\(note)"))
+                events.append(DomainEvent(.status, "HPP status \(hppStatus?.rawValue ?? "—") → \(status)\(note)"))
             }
             session.hppStatus = status
             session.hppUpdatedAt = updatedAt ?? session.hppUpdatedAt
@@ -178,7 +178,7 @@ extension TrackedSession {
             // HPP placed the order (PLACE_ORDER / CAPTURE_ORDER).
             let placedBy = mode == .captureOrder ? PlaceOrderMode.captureOrder : .placeOrder
             if mode == PlaceOrderMode.none {
-                events.append(DomainEvent("mode_mismatch", "tracked as NONE but HPP returned order \(orderID): following the order"))
+                events.append(DomainEvent(.modeMismatch, "tracked as NONE but HPP returned order \(orderID): following the order"))
             }
             session.mode = session.mode ?? placedBy
             session.orderID = orderID
@@ -191,10 +191,10 @@ extension TrackedSession {
             session.outcome = .needsAttention
             session.nextDueAt = nil
             let reason = "HPP session is COMPLETED but carries neither an authorization_token nor an order_id"
-            return SessionStep(session: session, events: events + [DomainEvent("needs_attention", reason)], outcome: session.outcome(.needsAttention, reason))
+            return SessionStep(session: session, events: events + [DomainEvent(.needsAttention, reason)], outcome: session.outcome(.needsAttention, reason))
         }
         if mode != nil && mode != PlaceOrderMode.none {
-            events.append(DomainEvent("mode_mismatch", "tracked as \(mode!.rawValue) but HPP returned an authorization token: placing the order"))
+            events.append(DomainEvent(.modeMismatch, "tracked as \(mode!.rawValue) but HPP returned an authorization token: placing the order"))
         }
         session.mode = PlaceOrderMode.none
         session.authorizationToken = token
@@ -202,7 +202,7 @@ extension TrackedSession {
         let authorizedAt = min(hppUpdatedAt ?? now, now)
         session.tokenExpiresAt = authorizedAt.addingTimeInterval(Deadlines.authorizationTokenLifetime.timeInterval)
         session.phase = .authorized
-        events.append(DomainEvent("authorized", "authorization token \(Redact.tail(token)) valid until \(Self.format(session.tokenExpiresAt!))"))
+        events.append(DomainEvent(.authorized, "authorization token \(Redact.tail(token)) valid until \(Self.format(session.tokenExpiresAt!))"))
         return SessionStep(session: session, events: events)
     }
 
@@ -217,13 +217,13 @@ extension TrackedSession {
             session.outcome = .expired
             session.nextDueAt = nil
             let reason = "HPP session passed expires_at \(Self.format(expiresAt)) while Klarna could not be read (\(error))"
-            return SessionStep(session: session, events: [DomainEvent("expired", reason)], outcome: session.outcome(.expired, reason))
+            return SessionStep(session: session, events: [DomainEvent(.expired, reason)], outcome: session.outcome(.expired, reason))
         }
         var next = now.addingTimeInterval(retryAfter.timeInterval)
         // Never sleep through the token's deadline: its expiry is an outcome, recorded on time.
         if phase == .authorized, let tokenExpiresAt, !now.hasReached(tokenExpiresAt) { next = min(next, tokenExpiresAt) }
         session.nextDueAt = next
-        return SessionStep(session: session, events: [DomainEvent("read_failed", "\(error); next read in \(Self.seconds(retryAfter))")])
+        return SessionStep(session: session, events: [DomainEvent(.readFailed, "\(error); next read in \(Self.seconds(retryAfter))")])
     }
 
     /// A webhook or an operator says something changed: read now and poll densely again. A hint before the first
@@ -245,7 +245,7 @@ extension TrackedSession {
         session.outcome = .expired
         session.nextDueAt = nil
         let reason = "authorization token expired at \(Self.format(tokenExpiresAt ?? now)) before the order could be placed: \(detail)"
-        return SessionStep(session: session, events: [DomainEvent("token_expired", reason)], outcome: session.outcome(.expired, reason))
+        return SessionStep(session: session, events: [DomainEvent(.tokenExpired, reason)], outcome: session.outcome(.expired, reason))
     }
 
     /// The daemon placed the order with the authorization token: the session is done and its order carries on.
@@ -256,7 +256,7 @@ extension TrackedSession {
         session.nextDueAt = nil
         // The order's own first read records the order_placed outcome; here only the event.
         return SessionStep(
-            session: session, events: [DomainEvent("order_placed", "order \(orderID) placed, fraud_status \(fraudStatus?.rawValue ?? "—")")],
+            session: session, events: [DomainEvent(.orderPlaced, "order \(orderID) placed, fraud_status \(fraudStatus?.rawValue ?? "—")")],
             handOff: OrderHandOff(orderID: orderID, placedBy: PlaceOrderMode.none))
     }
 
@@ -264,7 +264,7 @@ extension TrackedSession {
     /// the session is done and its order carries on, as after ``orderPlaced(orderID:fraudStatus:)``.
     public func placedOrderFound(orderID: String, how: String) -> SessionStep {
         var step = orderPlaced(orderID: orderID, fraudStatus: nil)
-        step.events = [DomainEvent("order_linked", "order \(orderID) linked to this payment: Klarna placed it after an unclear create-order, \(how)")]
+        step.events = [DomainEvent(.orderLinked, "order \(orderID) linked to this payment: Klarna placed it after an unclear create-order, \(how)")]
         return step
     }
 
@@ -276,7 +276,7 @@ extension TrackedSession {
         session.nextDueAt = now
         if purpose == .tokenize { session = session.tokenizeFinished().session }
         let reason = "customer token \(Redact.tail(tokenID)) created"
-        return SessionStep(session: session, events: [DomainEvent("customer_token_created", reason)], outcome: session.outcome(.customerTokenCreated, reason))
+        return SessionStep(session: session, events: [DomainEvent(.customerTokenCreated, reason)], outcome: session.outcome(.customerTokenCreated, reason))
     }
 
     /// A tokenize-only session whose customer token exists is done; the token's outcome was recorded when it was
@@ -311,7 +311,7 @@ extension TrackedSession {
         session.phase = .closed
         session.outcome = kind
         session.nextDueAt = nil
-        return SessionStep(session: session, events: [DomainEvent(kind.rawValue, reason)], outcome: session.outcome(kind, reason))
+        return SessionStep(session: session, events: [DomainEvent(EventKind(kind), reason)], outcome: session.outcome(kind, reason))
     }
 
     public static func format(_ date: Date) -> String { date.formatted(.iso8601) }

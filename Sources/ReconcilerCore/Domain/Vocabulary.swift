@@ -124,10 +124,10 @@ public struct Outcome: Codable, Sendable, Equatable {
 /// Something that happened to a session or order, kept for `show` and logged. `kind` is a stable word
 /// (`tracked`, `status`, `stale_status`, `attempt`, `retry`, `warning`, …); `message` is for people.
 public struct DomainEvent: Codable, Sendable, Equatable {
-    public var kind: String
+    public var kind: EventKind
     public var message: String
 
-    public init(_ kind: String, _ message: String) {
+    public init(_ kind: EventKind, _ message: String) {
         self.kind = kind
         self.message = message
     }

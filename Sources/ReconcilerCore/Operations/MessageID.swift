@@ -71,16 +71,22 @@ public enum MessageID: String, CaseIterable, Sendable {
         }
     }
 
-    /// The id of a timeline event's log line, for the events an operator acts on; routine events have none.
-    public init?(event kind: String) {
+    /// The id of a timeline event's log line, for the events an operator acts on; routine events have none (an
+    /// outcome's line carries the outcome's id).
+    public init?(event kind: EventKind) {
         switch kind {
-        case "attempt": self = .sideEffectSent
-        case "retry": self = .sideEffectRetry
-        case "ambiguous": self = .sideEffectUnclear
-        case "authorization_expiring": self = .authorizationExpiring
-        case "read_failed": self = .klarnaReadFailed
-        case "operator", "operator_refused": self = .operatorAction
-        default: return nil
+        case .attempt: self = .sideEffectSent
+        case .retry: self = .sideEffectRetry
+        case .ambiguous: self = .sideEffectUnclear
+        case .authorizationExpiring: self = .authorizationExpiring
+        case .readFailed: self = .klarnaReadFailed
+        case .operatorAction, .operatorRefused: self = .operatorAction
+        case .tracked, .webhook, .status, .staleStatus, .notFound, .authorized, .modeMismatch, .settling, .resolved, .refused, .failed, .done,
+            .orderPlaced, .orderLinked, .orderStatus, .customerTokenCreated, .captureRequested, .captureRefused, .captured,
+            .authorizationExtended, .tokenExpired, .cancelled, .rejected, .expired, .needsAttention, .paymentRequestCompleted,
+            .settlementOrphan, .settlementMismatch, .settlementDrift, .settlementReversal, .payoutMismatch, .captureUnsettled,
+            .operatorRequest:
+            return nil
         }
     }
 }
