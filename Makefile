@@ -19,7 +19,15 @@ CHECK_PACKAGES := nginx python3-prometheus-client postgresql openssl prometheus
 
 DEB_PACKAGES := dpkg-dev fakeroot lintian
 
-.PHONY: deps build demo test check bench install deb clean
+.PHONY: deps build demo test check format bench install deb clean
+
+# The code's layout, as .swift-format says (the toolchain's swift-format): `make format` applies it, the checks refuse
+# a file it would change.
+SWIFT_FORMAT_PATHS := Sources Tests Benchmarks Package.swift
+SWIFT_FORMAT_LINT := swift format lint --strict --configuration .swift-format --recursive $(SWIFT_FORMAT_PATHS)
+
+format:
+	swift format format --configuration .swift-format --in-place --recursive $(SWIFT_FORMAT_PATHS)
 
 deps:
 	@scripts/install-deps.sh $(DEBIAN_PACKAGES)
@@ -37,6 +45,7 @@ demo: build
 ## integration tests start (nginx, PostgreSQL).
 test:
 	scripts/check-docs.py
+	$(SWIFT_FORMAT_LINT)
 	scripts/swift-build-checked.sh --build-tests
 	scripts/swift-test.sh --skip-build
 
@@ -46,6 +55,7 @@ test:
 check: deps
 	@scripts/install-deps.sh $(CHECK_PACKAGES)
 	scripts/check-docs.py
+	$(SWIFT_FORMAT_LINT)
 	scripts/swift-build-checked.sh --build-tests
 	scripts/swift-test.sh --skip-build
 	KLARNA_RECONCILER_STORM=1 scripts/swift-test.sh --skip-build --filter hostileStorm

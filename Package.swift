@@ -2,7 +2,7 @@
 import PackageDescription
 
 let strict: [SwiftSetting] = [
-    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("ExistentialAny")
 ]
 
 let package = Package(
@@ -212,7 +212,9 @@ let package = Package(
 
         // Helpers every test target shares (waiting on a condition with a deadline).
         .target(
-            name: "TestSupport", dependencies: ["ChildProcess", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", .product(name: "Logging", package: "swift-log")], path: "Tests/TestSupport",
+            name: "TestSupport",
+            dependencies: ["ChildProcess", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", .product(name: "Logging", package: "swift-log")],
+            path: "Tests/TestSupport",
             swiftSettings: strict),
 
         // Child processes by posix_spawn, without Foundation.Process (see ChildProcess.swift for why).
@@ -239,7 +241,8 @@ let package = Package(
         .testTarget(
             name: "EngineTests",
             dependencies: [
-                "Engine", "Ingest", "ReconcilerStore", "SQLiteBackend", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "TestSupport",
+                "Engine", "Ingest", "ReconcilerStore", "SQLiteBackend", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore",
+                "TestSupport",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict

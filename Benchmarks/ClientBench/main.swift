@@ -20,13 +20,15 @@ guard arguments.count >= 3 else {
 }
 let concurrency = option("--concurrency", 32)
 let seconds = option("--seconds", 10)
-let transport = CurlTransport(configuration: .init(
-    connectTimeout: .seconds(2), requestTimeout: .seconds(10), userAgent: KlarnaClient.userAgent(libcurl: CurlTransport.libcurlVersion),
-    maxConnectionsPerHost: concurrency))
+let transport = CurlTransport(
+    configuration: .init(
+        connectTimeout: .seconds(2), requestTimeout: .seconds(10), userAgent: KlarnaClient.userAgent(libcurl: CurlTransport.libcurlVersion),
+        maxConnectionsPerHost: concurrency))
 var logger = Logger(label: "klarna-bench")
 logger.logLevel = .error
 let client = KlarnaClient(
-    configuration: KlarnaConfiguration(baseURL: arguments[1], credentials: BasicCredentials(username: "sandbox-merchant", password: "sandbox-secret")),
+    configuration: KlarnaConfiguration(
+        baseURL: arguments[1], credentials: BasicCredentials(username: "sandbox-merchant", password: "sandbox-secret")),
     transport: transport, logger: logger)
 let sessionID = arguments[2]
 
@@ -64,7 +66,8 @@ let results = try await withThrowingTaskGroup(of: ([Double], Int).self) { group 
 let elapsed = (clock.now - started).timeInterval
 let latencies = results.0.sorted()
 func percentile(_ p: Double) -> Double { latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
-let rss = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8))?
+let rss =
+    (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8))?
     .split(separator: "\n").first { $0.hasPrefix("VmHWM:") }?
     .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0"
 print("requests \(latencies.count)")

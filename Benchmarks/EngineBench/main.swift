@@ -26,7 +26,8 @@ func option(_ name: String, _ fallback: Int) -> Int {
 }
 
 guard CommandLine.arguments.count >= 2 else {
-    FileHandle.standardError.write(Data("usage: klarna-engine-bench DAEMON_BINARY [--sessions N] [--latency-sessions M] [--idle-sessions K] [--history-rows R]\n".utf8))
+    FileHandle.standardError.write(
+        Data("usage: klarna-engine-bench DAEMON_BINARY [--sessions N] [--latency-sessions M] [--idle-sessions K] [--history-rows R]\n".utf8))
     exit(64)
 }
 let daemonBinary = CommandLine.arguments[1]
@@ -58,19 +59,19 @@ final class Bench: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         try "sandbox-secret".write(toFile: folder + "/pw", atomically: true, encoding: .utf8)
         try """
-            klarna:
-              base_url: \(sandboxURL)
-              username: sandbox-merchant
-              password_file: pw
-            store:
-              \(store)
-            outbox:
-              dir: outbox
-            ingest:
-              socket: ingest.sock
-              spool_dir: spool
-            \(extra)
-            """.write(toFile: folder + "/config.yaml", atomically: true, encoding: .utf8)
+        klarna:
+          base_url: \(sandboxURL)
+          username: sandbox-merchant
+          password_file: pw
+        store:
+          \(store)
+        outbox:
+          dir: outbox
+        ingest:
+          socket: ingest.sock
+          spool_dir: spool
+        \(extra)
+        """.write(toFile: folder + "/config.yaml", atomically: true, encoding: .utf8)
     }
 
     /// Starts the daemon; returns seconds from spawn to READY=1.
@@ -81,7 +82,9 @@ final class Bench: @unchecked Sendable {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: notifyPath.utf8.prefix($0.count - 1)) }
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        _ = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
         var timeout = timeval(tv_sec: 1, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let process = ChildProcess()
@@ -116,7 +119,10 @@ final class Bench: @unchecked Sendable {
     func usage() -> (rssKiB: Int, cpuSeconds: Double) {
         guard let pid = process?.processIdentifier else { return (0, 0) }
         let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        let rss = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }.flatMap { Int($0.split(separator: " ", omittingEmptySubsequences: true)[1]) } ?? 0
+        let rss =
+            status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }.flatMap {
+                Int($0.split(separator: " ", omittingEmptySubsequences: true)[1])
+            } ?? 0
         let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
         let fields = stat.split(separator: ")").last?.split(separator: " ") ?? []
         let ticks = fields.count > 12 ? (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0) : 0
@@ -173,7 +179,9 @@ struct CPUQuota {
         guard fd >= 0 else { throw BenchFailure("open \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         let bytes = Array(value.utf8)
-        guard Glibc.write(fd, bytes, bytes.count) == bytes.count else { throw BenchFailure("write \(value) to \(path): \(String(cString: strerror(errno)))") }
+        guard Glibc.write(fd, bytes, bytes.count) == bytes.count else {
+            throw BenchFailure("write \(value) to \(path): \(String(cString: strerror(errno)))")
+        }
     }
 }
 
@@ -338,7 +346,8 @@ if phase("3") {
     for batch in stride(from: 0, to: count, by: 20_000) {
         var change = Change()
         for index in batch..<min(count, batch + 20_000) {
-            change.sessions.append(session(hpp: "hpp-idle-\(index)", kp: "kp-idle-\(index)", now: now, due: now.addingTimeInterval(3_600 + Double(index % 600))))
+            change.sessions.append(
+                session(hpp: "hpp-idle-\(index)", kp: "kp-idle-\(index)", now: now, due: now.addingTimeInterval(3_600 + Double(index % 600))))
         }
         try await store.commit(change, at: now)
     }
@@ -350,7 +359,8 @@ if phase("3") {
     let idleCalls = sandbox.requests().count - baseline
 
     // The same idle daemon scraped as Prometheus and a balancer would: /metrics and /v1/ready once a second each.
-    let socket = CurlTransport(configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: bench.folder + "/ingest.sock"))
+    let socket = CurlTransport(
+        configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: bench.folder + "/ingest.sock"))
     let scraper = Scraper(transport: socket)
     let scrapedBefore = bench.usage()
     let scrapeStarted = ContinuousClock.now
@@ -401,7 +411,9 @@ if phase("4") {
             closed.orderID = "order-old-\(index)"
             closed.nextDueAt = nil
             change.sessions.append(closed)
-            var order = TrackedOrder(orderID: "order-old-\(index)", hppSessionID: "hpp-old-\(index)", kpSessionID: "kp-old-\(index)", merchantReference: "ref-\(index)", capturePolicy: .immediate, placedBy: .none, createdAt: now)
+            var order = TrackedOrder(
+                orderID: "order-old-\(index)", hppSessionID: "hpp-old-\(index)", kpSessionID: "kp-old-\(index)", merchantReference: "ref-\(index)",
+                capturePolicy: .immediate, placedBy: .none, createdAt: now)
             order.phase = .closed
             order.outcome = .captured
             order.nextDueAt = nil
@@ -411,7 +423,8 @@ if phase("4") {
         }
         try await store.commit(change, at: now)
     }
-    let size = ((try? FileManager.default.attributesOfItem(atPath: bench.storePath)[.size] as? Int) ?? 0)
+    let size =
+        ((try? FileManager.default.attributesOfItem(atPath: bench.storePath)[.size] as? Int) ?? 0)
         + ((try? FileManager.default.attributesOfItem(atPath: bench.storePath + "-wal")[.size] as? Int) ?? 0)
     let ready = try bench.start()
     let usage = bench.usage()
@@ -446,7 +459,8 @@ if phase("5") {
     let files = option("--spool-files", 2_000)
     let spool = bench.folder + "/spool"
     for index in 0..<files {
-        try #"{"hpp_session_id":"spool-\#(index)","kp_session_id":"kp-\#(index)"}"#.write(toFile: "\(spool)/tmp/\(index).json", atomically: false, encoding: .utf8)
+        try #"{"hpp_session_id":"spool-\#(index)","kp_session_id":"kp-\#(index)"}"#.write(
+            toFile: "\(spool)/tmp/\(index).json", atomically: false, encoding: .utf8)
     }
     let spoolStarted = ContinuousClock.now
     for index in 0..<files { rename("\(spool)/tmp/\(index).json", "\(spool)/new/\(index).json") }
@@ -512,15 +526,17 @@ if phase("5c"), let urls = stringOption("--postgres-cluster-urls")?.split(separa
     let url = urls[3]
     let store = try await PostgresStore.open(try PostgresLocation(url: url), password: nil, logger: logger)
     let benches = try (0..<3).map { _ in
-        try Bench(sandboxURL: sandboxURL, extra: """
-            rate_limit:
-              requests_per_second: \(rate)
-              burst: 10
-            polling:
-              dense_interval_seconds: 1
-            log:
-              level: warning
-            """, store: "url: \(url)\n  lease_seconds: 3")
+        try Bench(
+            sandboxURL: sandboxURL,
+            extra: """
+                rate_limit:
+                  requests_per_second: \(rate)
+                  burst: 10
+                polling:
+                  dense_interval_seconds: 1
+                log:
+                  level: warning
+                """, store: "url: \(url)\n  lease_seconds: 3")
     }
     for bench in benches { _ = try bench.start() }
     let open = option("--cluster-open-sessions", 600)
@@ -607,15 +623,17 @@ if phase("6") {
     let count = option("--webhooks", 1_000)
     let perSecond = Double(option("--webhook-rate", 100))
     let callbackKey = "bench-callback-key-0123456789abcdef"
-    let bench = try Bench(sandboxURL: sandboxURL, extra: """
-        rate_limit:
-          requests_per_second: 1000
-          burst: 100
-        callback_token:
-          key_file: callback-key
-        log:
-          level: warning
-        """)
+    let bench = try Bench(
+        sandboxURL: sandboxURL,
+        extra: """
+            rate_limit:
+              requests_per_second: 1000
+              burst: 100
+            callback_token:
+              key_file: callback-key
+            log:
+              level: warning
+            """)
     try callbackKey.write(toFile: bench.folder + "/callback-key", atomically: true, encoding: .utf8)
     // The phases before wrote hundreds of MiB; their writeback would stall this phase's fsyncs (hundreds of ms at
     // p99 on this disk), so it starts from a quiet disk. The reference, in the same run on the same disk: one durable
@@ -625,10 +643,12 @@ if phase("6") {
     _ = try bench.start()
     let baseline = sandbox.requests().count
     let effectsBefore = sandbox.effects(kind: .captured).count
-    let transport = CurlTransport(configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: bench.folder + "/ingest.sock"))
+    let transport = CurlTransport(
+        configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: bench.folder + "/ingest.sock"))
     func token(_ kp: String) -> String {
         let mac = HMAC<SHA256>.authenticationCode(for: Array("hpp-status:\(kp)".utf8), using: SymmetricKey(data: Array(callbackKey.utf8)))
-        return Data(mac).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        return Data(mac).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(
+            of: "=", with: "")
     }
     let sent = SentTimes()
     let started = ContinuousClock.now
@@ -644,8 +664,9 @@ if phase("6") {
             let body = Array(#"{"event_id":"bench-\#(index)","session":{"session_id":"\#(created.hppSessionId)","status":"COMPLETED"}}"#.utf8)
             group.addTask {
                 sent.record(kp, hpp: created.hppSessionId, wall.addingTimeInterval((ContinuousClock.now - started).seconds))
-                let response = try await transport.execute(HTTPRequest(
-                    method: "POST", url: url, headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
+                let response = try await transport.execute(
+                    HTTPRequest(
+                        method: "POST", url: url, headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
                 guard response.status == 202 else { throw BenchFailure("webhook answered \(response.status)") }
                 sent.acknowledged(kp, wall.addingTimeInterval((ContinuousClock.now - started).seconds))
             }
@@ -741,7 +762,8 @@ final class SentTimes: Sendable {
 /// `requests` track requests from 16 concurrent senders into the daemon's socket in `folder`, each answered 202 only
 /// after its durable commit: acks per second, and each request's latency in ms, sorted.
 func acknowledge(_ requests: Int, folder: String) async throws -> (perSecond: Double, latencies: [Double]) {
-    let transport = CurlTransport(configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: folder + "/ingest.sock"))
+    let transport = CurlTransport(
+        configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: folder + "/ingest.sock"))
     defer { transport.shutdown() }
     let counter = Counter()
     let started = ContinuousClock.now
@@ -754,8 +776,10 @@ func acknowledge(_ requests: Int, folder: String) async throws -> (perSecond: Do
                     guard index < requests else { return mine }
                     let body = Array(#"{"hpp_session_id":"ingest-\#(worker)-\#(index)","kp_session_id":"kp-\#(index)"}"#.utf8)
                     let sent = ContinuousClock.now
-                    let response = try await transport.execute(HTTPRequest(
-                        method: "POST", url: "http://localhost/v1/sessions", headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
+                    let response = try await transport.execute(
+                        HTTPRequest(
+                            method: "POST", url: "http://localhost/v1/sessions", headers: HTTPHeaders([("Content-Type", "application/json")]),
+                            body: body))
                     guard response.status == 202 else { throw BenchFailure("ingest answered \(response.status)") }
                     mine.append((ContinuousClock.now - sent).seconds * 1_000)
                 }
@@ -777,8 +801,10 @@ func ingest(_ transport: CurlTransport, for duration: Duration, prefix: String) 
                 while ContinuousClock.now - started < duration {
                     let index = counter.next()
                     let body = Array(#"{"order_id":"\#(prefix)-\#(worker)-\#(index)","event_type":"FRAUD_RISK_ACCEPTED"}"#.utf8)
-                    let response = try await transport.execute(HTTPRequest(
-                        method: "POST", url: "http://localhost/v1/webhooks/om-notification", headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
+                    let response = try await transport.execute(
+                        HTTPRequest(
+                            method: "POST", url: "http://localhost/v1/webhooks/om-notification",
+                            headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
                     guard response.status == 202 else { throw BenchFailure("ingest answered \(response.status)") }
                 }
             }

@@ -37,7 +37,8 @@ func seconds(_ duration: Duration) -> Double {
 let captureCount = option("--captures", 1_000_000)
 let ordersPerPayout = option("--payout-orders", 5_000)
 let payoutCount = option("--payouts", 20)
-let folder = CommandLine.arguments.firstIndex(of: "--folder").map { CommandLine.arguments[$0 + 1] }
+let folder =
+    CommandLine.arguments.firstIndex(of: "--folder").map { CommandLine.arguments[$0 + 1] }
     ?? FileManager.default.temporaryDirectory.appendingPathComponent("klarna-settlement-bench-\(getpid())").path
 let orderCount = captureCount / 2
 let start = Date(timeIntervalSince1970: 1_800_000_000)
@@ -53,19 +54,25 @@ func payout(_ p: Int) -> (SettledPayout, [SettledLine]) {
     lines.reserveCapacity(ordersPerPayout * 3)
     for index in (p * ordersPerPayout)..<((p + 1) * ordersPerPayout) {
         for which in 0..<2 {
-            lines.append(SettledLine(
-                paymentReference: reference, ordinal: lines.count, kind: .sale, amount: amount(index, which),
-                orderID: orderID(index), captureID: captureID(index, which), currency: "SEK", captureDate: start))
+            lines.append(
+                SettledLine(
+                    paymentReference: reference, ordinal: lines.count, kind: .sale, amount: amount(index, which),
+                    orderID: orderID(index), captureID: captureID(index, which), currency: "SEK", captureDate: start))
         }
-        lines.append(SettledLine(
-            paymentReference: reference, ordinal: lines.count, kind: .fee, amount: 59, vatAmount: 15,
-            orderID: orderID(index), currency: "SEK"))
+        lines.append(
+            SettledLine(
+                paymentReference: reference, ordinal: lines.count, kind: .fee, amount: 59, vatAmount: 15,
+                orderID: orderID(index), currency: "SEK"))
     }
     var figures = PayoutFigures(lines: lines, totals: SettledTotals(settlementAmount: 0))
     figures.settlement = figures.formulaSettlement
     let totals = SettledTotals(
         saleAmount: figures.sale, feeAmount: figures.fee, taxAmount: figures.tax, settlementAmount: figures.settlement)
-    return (SettledPayout(paymentReference: reference, payoutDate: start.addingTimeInterval(Double(p) * 86_400), currency: "SEK", settlementType: "NET", totals: totals), lines)
+    return (
+        SettledPayout(
+            paymentReference: reference, payoutDate: start.addingTimeInterval(Double(p) * 86_400), currency: "SEK", settlementType: "NET",
+            totals: totals), lines
+    )
 }
 
 func ledgerOrder(_ index: Int) -> LedgerOrder {
@@ -114,7 +121,8 @@ do {
         }
     }
     guard findings == 0, matched == lineCount else {
-        FileHandle.standardError.write(Data("in memory: \(findings) findings, \(matched) of \(lineCount) matched; the bench's payouts are wrong\n".utf8))
+        FileHandle.standardError.write(
+            Data("in memory: \(findings) findings, \(matched) of \(lineCount) matched; the bench's payouts are wrong\n".utf8))
         exit(1)
     }
     report("memory_lines_per_second", Int(Double(lineCount) / seconds(matching)))
@@ -151,7 +159,8 @@ do {
         }
     }
     report("store_fill_seconds", String(format: "%.1f", seconds(filling)))
-    let size = ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0)
+    let size =
+        ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0)
         + ((try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0)
     report("store_mib", size >> 20)
 

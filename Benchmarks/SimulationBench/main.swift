@@ -60,13 +60,15 @@ struct Arrival {
 }
 
 let alreadyOpen: [Arrival] = (0..<openCount).map { _ in Arrival(at: -random.nextUnit() * openWindow, completesAfter: nil) }
-let workload: [Arrival] = alreadyOpen + (0..<sessionCount).map { _ in
-    let at = random.nextUnit() * arrivalSeconds
-    let completes = random.nextUnit() < shareCompleting
-    // Completing later than the session lives is abandoning it.
-    let age = completes ? min(180 * exp(0.8 * normal()), expirySeconds - 1) : nil
-    return Arrival(at: at, completesAfter: age)
-}.sorted { $0.at < $1.at }
+let workload: [Arrival] =
+    alreadyOpen
+    + (0..<sessionCount).map { _ in
+        let at = random.nextUnit() * arrivalSeconds
+        let completes = random.nextUnit() < shareCompleting
+        // Completing later than the session lives is abandoning it.
+        let age = completes ? min(180 * exp(0.8 * normal()), expirySeconds - 1) : nil
+        return Arrival(at: at, completesAfter: age)
+    }.sorted { $0.at < $1.at }
 let horizonSeconds = arrivalSeconds + 900
 
 // MARK: The round-robin baseline: reads at exactly the budget's rate, open sessions in a circle.
@@ -135,10 +137,12 @@ let transport = CurlTransport(configuration: .init(requestTimeout: .seconds(30),
 var quiet = Logger(label: "sim")
 quiet.logLevel = ProcessInfo.processInfo.environment["SIM_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .critical
 let client = KlarnaClient(
-    configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "sandbox-merchant", password: "sandbox-secret")),
+    configuration: KlarnaConfiguration(
+        baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "sandbox-merchant", password: "sandbox-secret")),
     transport: transport, logger: quiet)
 // tmpfs when there is one: the bench measures scheduling, not the disk.
-let folder = (FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm/" : NSTemporaryDirectory()) + "klarna-sim-bench-" + UUID().uuidString.prefix(8)
+let folder =
+    (FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm/" : NSTemporaryDirectory()) + "klarna-sim-bench-" + UUID().uuidString.prefix(8)
 try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
 defer { try? FileManager.default.removeItem(atPath: folder) }
 let store = try SQLiteStore(path: folder + "/state.sqlite")
@@ -147,7 +151,8 @@ let limiter = RateLimiter(ratePerSecond: rate, burst: 10, clock: clock) { urgenc
     if urgency >= .inMotion { sideEffectWaits.append(waited.timeInterval) }
 }
 let settings = EngineSettings()
-let reconciler = Reconciler(store: store, client: client, clock: clock, random: SeededRandomSource(seed: 11), rateLimiter: limiter, settings: settings, logger: quiet)
+let reconciler = Reconciler(
+    store: store, client: client, clock: clock, random: SeededRandomSource(seed: 11), rateLimiter: limiter, settings: settings, logger: quiet)
 let scheduler = Scheduler()
 let workers = WorkerService(reconciler: reconciler, queue: store, scheduler: scheduler, logger: quiet)
 let inFlight = Counter()
@@ -225,7 +230,10 @@ while clock.now < horizon {
     if clock.now.timeIntervalSince(lastProgress) >= 300 {
         lastProgress = clock.now
         let open = await scheduler.scheduledCount + scheduler.runningCount
-        FileHandle.standardError.write(Data("sim t=\(Int(clock.now.timeIntervalSince(start))) s, \(open) open, \(sandbox.requests().count) calls, \(iterations) steps, \(Int((ContinuousClock.now - began).timeInterval)) s real\n".utf8))
+        FileHandle.standardError.write(
+            Data(
+                "sim t=\(Int(clock.now.timeIntervalSince(start))) s, \(open) open, \(sandbox.requests().count) calls, \(iterations) steps, \(Int((ContinuousClock.now - began).timeInterval)) s real\n"
+                    .utf8))
     }
 }
 while inFlight.current > 0 { try await Task.sleep(for: .milliseconds(1)) }

@@ -138,9 +138,10 @@ public final class ReconcilerDaemon: Sendable {
         let watchdog = SystemdNotifier.watchdogInterval()
         let beat = Supervisor.heartbeatInterval(watchdog: watchdog)
         let clock = SystemClock()
-        let transport = CurlTransport(configuration: .init(
-            connectTimeout: settings.connectTimeout, requestTimeout: settings.requestTimeout,
-            userAgent: KlarnaClient.userAgent(libcurl: CurlTransport.libcurlVersion)))
+        let transport = CurlTransport(
+            configuration: .init(
+                connectTimeout: settings.connectTimeout, requestTimeout: settings.requestTimeout,
+                userAgent: KlarnaClient.userAgent(libcurl: CurlTransport.libcurlVersion)))
         defer { transport.shutdown() }
         let client = KlarnaClient(configuration: settings.klarna, transport: transport, logger: logger)
         let outcomeBell = Doorbell()
@@ -175,7 +176,8 @@ public final class ReconcilerDaemon: Sendable {
         let delivery = OutcomeDeliveryService(
             store: store, writer: writer, notifier: notify, clock: clock, bell: outcomeBell, logger: logger)
         // Payouts matched against the ledger, behind all payment work in the rate budget (`settlements.enabled`).
-        let settlements = settings.settlements.enabled
+        let settlements =
+            settings.settlements.enabled
             ? SettlementService(
                 store: store, client: client, clock: clock, rateLimiter: rateLimiter, settings: settings.settlements,
                 logger: logger, outcomeBell: outcomeBell)
@@ -231,7 +233,8 @@ public final class ReconcilerDaemon: Sendable {
         let servers: [HTTPServer]
         do {
             servers = try await Self.listen(
-                settings, handler: IngestHTTP.handler(ingestor, control: control), control: ControlHTTP.handler(desk: desk, control: control, reports: store),
+                settings, handler: IngestHTTP.handler(ingestor, control: control),
+                control: ControlHTTP.handler(desk: desk, control: control, reports: store),
                 refused: { _ = await ingestor.refuse(Rejection($0.status, $0.error, $0.detail), source: "socket") }, logger: logger)
         } catch {
             throw StartFailure("cannot listen for deliveries: \(error)", errno: EADDRNOTAVAIL)
@@ -248,16 +251,21 @@ public final class ReconcilerDaemon: Sendable {
         // Probed from the supervisor: the store answers a query and a write passes, each listener's event loop runs
         // a task. An answer that is an error (a full disk) still proves nothing hangs (a restart would not mend
         // it), but it makes the daemon not ready. Every second at most, so readiness follows an outage closely.
-        let probes = [Supervisor.Probe(heartbeat: Heartbeat(name: "store", interval: min(beat, .seconds(1)))) {
-            do {
-                _ = try await store.liveStatus()
-                try await store.probeWrites()
-                readiness.storeAnswered()
-            } catch {
-                readiness.storeFailed("\(error)")
+        let probes =
+            [
+                Supervisor.Probe(heartbeat: Heartbeat(name: "store", interval: min(beat, .seconds(1)))) {
+                    do {
+                        _ = try await store.liveStatus()
+                        try await store.probeWrites()
+                        readiness.storeAnswered()
+                    } catch {
+                        readiness.storeFailed("\(error)")
+                    }
+                }
+            ]
+            + servers.map { server in
+                Supervisor.Probe(heartbeat: Heartbeat(name: "listener \(server.localAddress)", interval: beat)) { await server.probe() }
             }
-        }]
-            + servers.map { server in Supervisor.Probe(heartbeat: Heartbeat(name: "listener \(server.localAddress)", interval: beat)) { await server.probe() } }
         loops.replace(with: heartbeats + probes.map(\.heartbeat))
         let supervisor = Supervisor(
             notifier: notifier, watchdog: watchdog, heartbeats: heartbeats, probes: probes, statusInterval: settings.statusInterval,
@@ -356,8 +364,11 @@ public final class ReconcilerDaemon: Sendable {
         let passed = ListenFDs.take()
         // The operators' socket: systemd's (klarna-reconciler-control.socket), else control.socket.
         if let socket = passed.controlSocket() {
-            guard socket.isUnixStreamListener else { throw SocketPermissions.Failed(description: "the socket systemd passed as control is not a listening unix stream socket") }
-            servers.append(try await HTTPServer.bind(.adopted(descriptor: socket.descriptor), configuration: configuration, logger: logger, handler: control))
+            guard socket.isUnixStreamListener else {
+                throw SocketPermissions.Failed(description: "the socket systemd passed as control is not a listening unix stream socket")
+            }
+            servers.append(
+                try await HTTPServer.bind(.adopted(descriptor: socket.descriptor), configuration: configuration, logger: logger, handler: control))
         } else if let path = settings.controlSocket {
             try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
             servers.append(try await HTTPServer.bind(.unix(path: path), configuration: configuration, logger: logger, handler: control))
@@ -367,9 +378,13 @@ public final class ReconcilerDaemon: Sendable {
             // Socket activation: systemd bound the socket (mode and group from the .socket unit) and may hold
             // connections that arrived before we started.
             guard let socket = passed.ingestSocket(), socket.isUnixStreamListener else {
-                throw SocketPermissions.Failed(description: "systemd passed \(passed.sockets.count) sockets (\(passed.sockets.map(\.name).joined(separator: ", "))) but none is a listening unix stream socket named ingest")
+                throw SocketPermissions.Failed(
+                    description:
+                        "systemd passed \(passed.sockets.count) sockets (\(passed.sockets.map(\.name).joined(separator: ", "))) but none is a listening unix stream socket named ingest"
+                )
             }
-            servers.append(try await HTTPServer.bind(.adopted(descriptor: socket.descriptor), configuration: ingest, logger: logger, handler: handler))
+            servers.append(
+                try await HTTPServer.bind(.adopted(descriptor: socket.descriptor), configuration: ingest, logger: logger, handler: handler))
         } else if let path = settings.ingestSocket {
             try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
             servers.append(try await HTTPServer.bind(.unix(path: path), configuration: ingest, logger: logger, handler: handler))

@@ -26,7 +26,8 @@ struct ReloadService: Service {
     private let applied: Live<Settings>
 
     init(
-        requests: ReloadRequests, hangups: UnixSignalsSequence?, configPath: String, environment: [String: String], running: Settings, store: any ReloadMailbox,
+        requests: ReloadRequests, hangups: UnixSignalsSequence?, configPath: String, environment: [String: String], running: Settings,
+        store: any ReloadMailbox,
         notifier: SystemdNotifier, logger: Logger, status: @escaping @Sendable () async -> String, apply: @escaping @Sendable (Settings) -> Void
     ) {
         self.requests = requests
@@ -67,7 +68,8 @@ struct ReloadService: Service {
             apply(new)
             applied.replace(with: new)
             ok = true
-            message = "reloaded \(configPath): " + (live.isEmpty ? "no live setting changed" : "applied \(live.joined(separator: ", "))")
+            message =
+                "reloaded \(configPath): " + (live.isEmpty ? "no live setting changed" : "applied \(live.joined(separator: ", "))")
                 + (restart.isEmpty ? "" : "; takes a restart: \(restart.joined(separator: ", "))")
             logger.notice("\(message)", metadata: [MessageID.metadataKey: .string(MessageID.reloaded.rawValue)])
         } catch {

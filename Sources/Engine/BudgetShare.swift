@@ -23,7 +23,9 @@ public final class BudgetShare: Sendable {
 
     /// The configured budget changed (a reload).
     public func configure(ratePerSecond: Double, burst: Double) {
-        apply { $0.ratePerSecond = ratePerSecond; $0.burst = burst }
+        apply {
+            $0.ratePerSecond = ratePerSecond; $0.burst = burst
+        }
     }
 
     /// The number of live daemons changed.

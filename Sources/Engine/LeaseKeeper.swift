@@ -117,7 +117,11 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
     }
 
     /// The claims not planned yet, for the dispatcher.
-    public func takeClaims() -> [Claim] { state.withLock { state in defer { state.inbox = [] }; return state.inbox } }
+    public func takeClaims() -> [Claim] {
+        state.withLock { state in
+            defer { state.inbox = [] }; return state.inbox
+        }
+    }
 
     /// Whether a claimed key was asked for by this daemon shortly before (its claim should read Klarna at once).
     func wasHinted(_ key: WorkKey) -> Bool { state.withLock { $0.hints.removeValue(forKey: key) != nil } }
@@ -196,12 +200,16 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
                 while try await claim() == settings.claimBatch {}
                 let woken = try await store.takeWakeups()
                 for key in woken { await scheduler.wake(key, at: clock.now) }
-                if state.withLock({ state in defer { state.claimFailing = false }; return state.claimFailing }) {
+                if state.withLock({ state in
+                    defer { state.claimFailing = false }; return state.claimFailing
+                }) {
                     logger.notice("claiming work again")
                 }
             } catch {
                 // Once per outage, not once per poll.
-                if state.withLock({ state in defer { state.claimFailing = true }; return !state.claimFailing }) {
+                if state.withLock({ state in
+                    defer { state.claimFailing = true }; return !state.claimFailing
+                }) {
                     logger.warning("cannot claim work or take wakeups: \(error)")
                 }
             }
@@ -238,12 +246,15 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
             if recovered { logger.notice("the store answers again: leases renewed (\(renewal.held.count) held)") }
             if !unknown.isEmpty { try await adopt(unknown) }
             for key in lost {
-                logger.notice("another daemon holds \(key) now (this daemon's lease ran out): dropped here", metadata: ["work_key": .string(key.description)])
+                logger.notice(
+                    "another daemon holds \(key) now (this daemon's lease ran out): dropped here", metadata: ["work_key": .string(key.description)])
                 await scheduler.forget(key)
             }
             onLiveDaemons(renewal.liveDaemons)
         } catch {
-            let first = state.withLock { state in defer { state.renewalFailing = true }; return !state.renewalFailing }
+            let first = state.withLock { state in
+                defer { state.renewalFailing = true }; return !state.renewalFailing
+            }
             if first {
                 logger.warning("cannot renew the leases (\(error)): no Klarna call starts once they may have run out, until the store answers")
             }
@@ -320,5 +331,9 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
 /// True for the first caller only: which of two racing tasks answers.
 private final class Once: Sendable {
     private let done = Mutex(false)
-    func first() -> Bool { done.withLock { done in defer { done = true }; return !done } }
+    func first() -> Bool {
+        done.withLock { done in
+            defer { done = true }; return !done
+        }
+    }
 }

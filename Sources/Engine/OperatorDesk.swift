@@ -26,7 +26,9 @@ public struct OperatorDesk: Sendable {
         self.wake = wake
     }
 
-    public func request(_ action: OperatorAction, id: String, orderID: String? = nil, by requester: String, now: Date, wait: Duration) async throws -> Answer {
+    public func request(
+        _ action: OperatorAction, id: String, orderID: String? = nil, by requester: String, now: Date, wait: Duration
+    ) async throws -> Answer {
         let payment = try await store.payment(id)
         let targets: [RemediationTarget]
         switch Remediation.targets(action, payment: payment, orderID: orderID, now: now) {
@@ -46,8 +48,11 @@ public struct OperatorDesk: Sendable {
         }
         // A cancel or release-remaining is an intent: wait for Klarna's answer too, so the caller can say how it ended.
         var after = try await store.payment(id)
-        let started = Set(answered.filter { $0.state == .done && ($0.action == .cancel || $0.action == .releaseRemaining) }.compactMap(\.key.remediationTarget))
-        while !started.isEmpty, ContinuousClock.now < deadline, after.orders.contains(where: { started.contains(.order($0.orderID)) && $0.activeIntent != nil }) {
+        let started = Set(
+            answered.filter { $0.state == .done && ($0.action == .cancel || $0.action == .releaseRemaining) }.compactMap(\.key.remediationTarget))
+        while !started.isEmpty, ContinuousClock.now < deadline,
+            after.orders.contains(where: { started.contains(.order($0.orderID)) && $0.activeIntent != nil })
+        {
             try await Task.sleep(for: .milliseconds(50))
             after = try await store.payment(id)
         }

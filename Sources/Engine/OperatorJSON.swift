@@ -39,13 +39,14 @@ public enum OperatorJSON {
         let leading = key.prefix { $0 == "_" }
         let words = key.dropFirst(leading.count).split(separator: "_", omittingEmptySubsequences: false)
         guard words.count > 1 else { return key }
-        return leading + words[0] + words.dropFirst().map { word in
-            switch word {
-            case "id": "ID"
-            case "url": "URL"
-            default: word.prefix(1).uppercased() + word.dropFirst()
-            }
-        }.joined()
+        return leading + words[0]
+            + words.dropFirst().map { word in
+                switch word {
+                case "id": "ID"
+                case "url": "URL"
+                default: word.prefix(1).uppercased() + word.dropFirst()
+                }
+            }.joined()
     }
 
     private struct PropertyKey: CodingKey {

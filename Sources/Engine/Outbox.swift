@@ -239,7 +239,9 @@ public struct OutcomeDeliveryService: Service {
                     switch notifier.retry.decide(afterAttempt: attempt, elapsed: .zero, disposition: .retry(notBefore: nil), random: random) {
                     case .retry(let delay):
                         try await store.notifyFailed(stored.id, nextAt: clock.now.addingTimeInterval(delay.timeInterval))
-                        logger.warning("notify.url refused outcome \(stored.id) (\(failure)); retry \(attempt) in \(TrackedSession.seconds(delay))", metadata: metadata)
+                        logger.warning(
+                            "notify.url refused outcome \(stored.id) (\(failure)); retry \(attempt) in \(TrackedSession.seconds(delay))",
+                            metadata: metadata)
                     case .giveUp(let reason):
                         try await store.notifyFailed(stored.id, nextAt: nil)
                         logger.error(

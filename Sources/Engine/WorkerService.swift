@@ -134,7 +134,9 @@ public struct WorkerService: Service {
         } catch {
             let delay = reconciler.settings.readRetry.maxDelay / 10
             logger.error("work on \(key) failed: \(error); trying again in \(delay)", metadata: ["work_key": .string(key.description)])
-            return (Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency)), false)
+            return (
+                Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency)), false
+            )
         }
     }
 

@@ -206,7 +206,8 @@ public struct HTTPServer: Sendable {
                     // At the limit the next connection waits for a slot instead of being served: it is not read, so
                     // a flood costs the kernel's backlog, not the daemon's memory.
                     _ = await slots.acquire {
-                        logger.warning("all \(configuration.maxConnections) connections are busy: new ones wait for one to end (ingest.max_connections)")
+                        logger.warning(
+                            "all \(configuration.maxConnections) connections are busy: new ones wait for one to end (ingest.max_connections)")
                     }
                     group.addTask {
                         await serve(connection)
@@ -225,7 +226,8 @@ public struct HTTPServer: Sendable {
         var peerUID: UInt32?
         if case .unixDomainSocket = channel.localAddress, let socket = channel as? any SocketOptionProvider,
             let credentials: PeerCredentials = try? await socket.unsafeGetSocketOption(
-                level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: PeerCredentials.option)).get()
+                level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: PeerCredentials.option)
+            ).get()
         {
             peerUID = credentials.uid
         }
@@ -284,7 +286,9 @@ public struct HTTPServer: Sendable {
                             if !keepAlive { return }
                         }
                         head = nil
-                        deadline = channel.eventLoop.scheduleTask(in: .nanoseconds(configuration.requestTimeout.nanoseconds)) { channel.close(promise: nil) }
+                        deadline = channel.eventLoop.scheduleTask(in: .nanoseconds(configuration.requestTimeout.nanoseconds)) {
+                            channel.close(promise: nil)
+                        }
                     }
                 }
             }
@@ -295,9 +299,12 @@ public struct HTTPServer: Sendable {
 
     private func refusedAsTooLarge(_ head: HTTPRequestHead, length: String) async {
         let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? ""
-        await configuration.refused?(Refusal(
-            status: 413, error: "too_large",
-            detail: "\(head.method.rawValue.prefix(20)) \(path.prefix(200)): a body of \(length) is over the limit of \(configuration.maxBodyBytes) (ingest.max_body_bytes)"))
+        await configuration.refused?(
+            Refusal(
+                status: 413, error: "too_large",
+                detail:
+                    "\(head.method.rawValue.prefix(20)) \(path.prefix(200)): a body of \(length) is over the limit of \(configuration.maxBodyBytes) (ingest.max_body_bytes)"
+            ))
     }
 
     private func write(

@@ -42,7 +42,8 @@ public enum ControlHTTP {
             if let answer = await IngestHTTP.monitoring(control, request) { return answer }
             let parts = request.path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
             guard let version = parts.first.flatMap(Version.init(rawValue:)) else {
-                return IngestHTTP.json(404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200)); the routes are under /v2"])
+                return IngestHTTP.json(
+                    404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200)); the routes are under /v2"])
             }
             let route = Array(parts.dropFirst())
             func reply<T: Encodable>(_ value: T, status: Int = 200) -> ServerReply { Self.reply(value, status: status, version: version) }
@@ -52,7 +53,8 @@ public enum ControlHTTP {
                     return reply(try await desk.status(now: Date()))
                 case ("GET", ["payments"]):
                     let limit = request.query["limit"].flatMap(Int.init) ?? 100
-                    return reply(try await desk.listing(state: request.query["state"].flatMap { $0.isEmpty ? nil : $0 }, limit: min(max(1, limit), 10_000)))
+                    return reply(
+                        try await desk.listing(state: request.query["state"].flatMap { $0.isEmpty ? nil : $0 }, limit: min(max(1, limit), 10_000)))
                 case ("GET", let path) where path.count == 2 && path[0] == "payments":
                     guard let id = paymentID(path[1]) else { return badID }
                     guard let story = try await desk.story(id) else { return unknownPayment(id) }
@@ -81,7 +83,12 @@ public enum ControlHTTP {
         _ desk: OperatorDesk, _ request: ServerRequest, id raw: String, action word: String, wait: Duration, version: Version
     ) async throws -> ServerReply {
         guard let action = OperatorAction.allCases.first(where: { $0.word == word }) else {
-            return IngestHTTP.json(404, ["error": "not_found", "detail": "no operator action \(word.prefix(40)); one of \(OperatorAction.allCases.map(\.word).joined(separator: ", "))"])
+            return IngestHTTP.json(
+                404,
+                [
+                    "error": "not_found",
+                    "detail": "no operator action \(word.prefix(40)); one of \(OperatorAction.allCases.map(\.word).joined(separator: ", "))",
+                ])
         }
         guard let id = paymentID(raw) else { return badID }
         var orderID: String?
@@ -98,7 +105,9 @@ public enum ControlHTTP {
         }
         // `?wait=S` (0–60): how long to wait for the engine's answer.
         let wait = request.query["wait"].flatMap(Int.init).map { Duration.seconds(min(max(0, $0), 60)) } ?? wait
-        let via = request.peerUID == nil ? "the loopback TCP port" : request.header(clientHeader) == "command-line" ? "the command line" : "the control socket"
+        let via =
+            request.peerUID == nil
+            ? "the loopback TCP port" : request.header(clientHeader) == "command-line" ? "the command line" : "the control socket"
         let requester = OperatorDesk.requester(uid: request.peerUID, via: via)
         switch try await desk.request(action, id: id, orderID: orderID, by: requester, now: Date(), wait: wait) {
         case .refused(let refusal):
@@ -109,7 +118,9 @@ public enum ControlHTTP {
         case .answered(let requests, let payment):
             let refused = requests.contains { $0.state == .refused }
             let orders = payment.orders.filter { order in requests.contains { $0.key == .order(order.orderID) } }
-                .map { OperatorReply.OrderState(orderID: $0.orderID, state: $0.outcome?.rawValue ?? $0.phase.rawValue, activeIntent: $0.activeIntent) }
+                .map {
+                    OperatorReply.OrderState(orderID: $0.orderID, state: $0.outcome?.rawValue ?? $0.phase.rawValue, activeIntent: $0.activeIntent)
+                }
             return reply(
                 OperatorReply(status: refused ? .refused : .done, requests: requests.map(OperatorReply.Part.init), payment: orders),
                 status: refused ? 409 : 200, version: version)
@@ -124,7 +135,8 @@ public enum ControlHTTP {
             do {
                 since = try PayoutSince.read(text)
             } catch {
-                return IngestHTTP.json(400, ["error": "malformed", "detail": "since must be \(PayoutSince.expected), not \(text.prefix(60)): \(error)"])
+                return IngestHTTP.json(
+                    400, ["error": "malformed", "detail": "since must be \(PayoutSince.expected), not \(text.prefix(60)): \(error)"])
             }
         }
         let payout = request.query["payout"].flatMap { $0.isEmpty ? nil : $0 }

@@ -35,13 +35,17 @@ public enum IngestHTTP {
             case ("POST", ["v1", "sessions"]): route = .track
             case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "orders" && path[3] == "capture":
                 route = .capture(orderID: path[2])
-            case (_, let path) where path == ["v1", "health"] || path == ["v1", "ready"] || path == ["metrics"] || path == ["v1", "sessions"] || (path.count == 3 && path.starts(with: ["v1", "webhooks"])):
+            case (_, let path)
+            where path == ["v1", "health"] || path == ["v1", "ready"] || path == ["metrics"] || path == ["v1", "sessions"]
+                || (path.count == 3 && path.starts(with: ["v1", "webhooks"])):
                 // Refusals like any other (every refusal is recorded, docs/operations.md); the path only, never the query (tokens).
                 let answer = await ingestor.refuse(
-                    Rejection(405, "method_not_allowed", "\(request.method.prefix(20)) is not allowed on \(request.path.prefix(200))"), source: "socket")
+                    Rejection(405, "method_not_allowed", "\(request.method.prefix(20)) is not allowed on \(request.path.prefix(200))"),
+                    source: "socket")
                 return json(answer.status, ["error": answer.word, "detail": answer.detail])
             default:
-                let answer = await ingestor.refuse(Rejection(404, "not_found", "no route \(request.method.prefix(20)) \(request.path.prefix(200))"), source: "socket")
+                let answer = await ingestor.refuse(
+                    Rejection(404, "not_found", "no route \(request.method.prefix(20)) \(request.path.prefix(200))"), source: "socket")
                 return json(answer.status, ["error": answer.word, "detail": answer.detail])
             }
             let delivery = Delivery(route: route, query: request.query, headers: request.headers, body: request.body)

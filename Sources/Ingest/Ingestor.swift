@@ -100,9 +100,11 @@ public struct Ingestor: Sendable {
 
     /// Logs a refusal and records it in the store (`status` counts the last day's and shows the last one).
     private func recordRefusal(_ rejection: Rejection, source: String, at now: Date) async -> Answer {
-        logger.warning("refused a delivery from \(source): \(rejection)", metadata: [
-            "source": .string(source), "error": .string(rejection.error), MessageID.metadataKey: .string(MessageID.deliveryRefused.rawValue),
-        ])
+        logger.warning(
+            "refused a delivery from \(source): \(rejection)",
+            metadata: [
+                "source": .string(source), "error": .string(rejection.error), MessageID.metadataKey: .string(MessageID.deliveryRefused.rawValue),
+            ])
         try? await store.recordRejection(source: source, status: rejection.status, error: rejection.error, detail: rejection.detail, at: now)
         return Answer(status: rejection.status, word: rejection.error, detail: rejection.detail)
     }
@@ -133,7 +135,8 @@ public struct Ingestor: Sendable {
     private func verified(_ delivery: Delivery, source: String, rules: Rules, now: Date) -> Result<(IngestRecord, String?), Rejection> {
         do {
             let (webhook, warning) = try rules.reader.read(delivery)
-            return .success((Self.record(webhook, warning: warning, source: source, defaultCapturePolicy: rules.defaultCapturePolicy, now: now), warning))
+            return .success(
+                (Self.record(webhook, warning: warning, source: source, defaultCapturePolicy: rules.defaultCapturePolicy, now: now), warning))
         } catch {
             return .failure(error)
         }
@@ -181,15 +184,18 @@ public struct Ingestor: Sendable {
             summary = "OM notification \(eventType) for order \(orderID)"
             action = .hintOrder(orderID: orderID)
         case .klarnaNetwork(let eventID, let eventType, let paymentRequestID, let state):
-            summary = "Klarna Network \(eventType) (event \(eventID)) for \(paymentRequestID ?? "an unnamed payment request") in state \(state ?? "?")"
+            summary =
+                "Klarna Network \(eventType) (event \(eventID)) for \(paymentRequestID ?? "an unnamed payment request") in state \(state ?? "?")"
             // Signed, so it may start following the payment request; the engine reads it before any outcome.
             action = paymentRequestID.map { .hintPaymentRequest(TrackedPaymentRequest(paymentRequestID: $0, trackedAt: now)) } ?? .recordOnly
         case .track(let request):
-            summary = "tracking requested over \(source) (mode \(request.mode?.rawValue ?? "inferred"), capture \((request.capture ?? defaultCapturePolicy).rawValue), intent \(request.purpose.rawValue))"
-            action = .track(TrackedSession(
-                hppSessionID: request.hppSessionID, kpSessionID: request.kpSessionID, mode: request.mode,
-                merchantReference: request.merchantReference, capturePolicy: request.capture ?? defaultCapturePolicy,
-                purpose: request.purpose, trackedAt: now))
+            summary =
+                "tracking requested over \(source) (mode \(request.mode?.rawValue ?? "inferred"), capture \((request.capture ?? defaultCapturePolicy).rawValue), intent \(request.purpose.rawValue))"
+            action = .track(
+                TrackedSession(
+                    hppSessionID: request.hppSessionID, kpSessionID: request.kpSessionID, mode: request.mode,
+                    merchantReference: request.merchantReference, capturePolicy: request.capture ?? defaultCapturePolicy,
+                    purpose: request.purpose, trackedAt: now))
         case .capture(let orderID, let amount, _):
             summary = "capture of \(amount.map(String.init) ?? "the remaining amount") requested for order \(orderID)"
             action = .capture(orderID: orderID, amount: amount)

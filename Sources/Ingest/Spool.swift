@@ -56,7 +56,9 @@ public struct Spool: Sendable {
     /// Claims `name` from `new/` into `cur/`. `nil` when another process took it first.
     public func claim(_ name: String) throws(Refusal) -> String? {
         let from = "\(directory)/new/\(name)"
-        guard Self.isSafeName(name) else { throw Refusal(rule: "unsafe_name", detail: "file names are 1–200 characters of [A-Za-z0-9._:,=+-@], without a leading dot") }
+        guard Self.isSafeName(name) else {
+            throw Refusal(rule: "unsafe_name", detail: "file names are 1–200 characters of [A-Za-z0-9._:,=+-@], without a leading dot")
+        }
         try checkRegular(from)
         let to = "\(directory)/cur/\(name)"
         guard rename(from, to) == 0 else {
@@ -70,7 +72,9 @@ public struct Spool: Sendable {
     public func read(_ path: String) throws(Refusal) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else {
-            throw Refusal(rule: errno == ELOOP ? "symlink" : "unreadable", detail: errno == ELOOP ? "symbolic links are never followed" : "cannot open: \(String(cString: strerror(errno)))")
+            throw Refusal(
+                rule: errno == ELOOP ? "symlink" : "unreadable",
+                detail: errno == ELOOP ? "symbolic links are never followed" : "cannot open: \(String(cString: strerror(errno)))")
         }
         defer { close(fd) }
         var info = stat()
@@ -102,7 +106,9 @@ public struct Spool: Sendable {
         case S_IFDIR: throw Refusal(rule: "not_regular", detail: "a directory is not a delivery")
         default: throw Refusal(rule: "not_regular", detail: "only regular files are read")
         }
-        guard info.st_nlink == 1 else { throw Refusal(rule: "hard_link", detail: "a file with \(info.st_nlink) links may belong to someone else; write a new file instead") }
+        guard info.st_nlink == 1 else {
+            throw Refusal(rule: "hard_link", detail: "a file with \(info.st_nlink) links may belong to someone else; write a new file instead")
+        }
         guard Int(info.st_size) <= maxBytes else { throw Refusal(rule: "too_large", detail: "\(info.st_size) bytes; the limit is \(maxBytes)") }
     }
 
@@ -157,16 +163,22 @@ public struct Spool: Sendable {
 public enum SpoolFile {
     /// Of the request line only the query string is read (forwarders record the merchant's public path).
     public static func delivery(_ bytes: [UInt8]) throws(Spool.Refusal) -> Delivery {
-        guard let first = bytes.first(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x0A && $0 != 0x0D }), first != UInt8(ascii: "{"), first != UInt8(ascii: "[") else {
+        guard let first = bytes.first(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x0A && $0 != 0x0D }), first != UInt8(ascii: "{"),
+            first != UInt8(ascii: "[")
+        else {
             return Delivery(route: .byShape, body: bytes)
         }
         let firstLine = bytes.prefix { $0 != 0x0A }
         let requestParts = String(decoding: firstLine.last == 0x0D ? firstLine.dropLast() : firstLine, as: UTF8.self).split(separator: " ")
         guard requestParts.count == 3, requestParts[2].hasPrefix("HTTP/1.") else {
-            throw Spool.Refusal(rule: "unknown_format", detail: "the file is neither a JSON body nor a raw HTTP request (POST /path?query HTTP/1.1, headers, empty line, body)")
+            throw Spool.Refusal(
+                rule: "unknown_format",
+                detail: "the file is neither a JSON body nor a raw HTTP request (POST /path?query HTTP/1.1, headers, empty line, body)")
         }
         // Header block: up to the first empty line (CRLF CRLF, or LF LF from tools that write bare newlines).
-        guard let (headEnd, bodyStart) = headerEnd(bytes) else { throw Spool.Refusal(rule: "malformed_request", detail: "no empty line after the request headers") }
+        guard let (headEnd, bodyStart) = headerEnd(bytes) else {
+            throw Spool.Refusal(rule: "malformed_request", detail: "no empty line after the request headers")
+        }
         // Split bytes, not Characters: "\r\n" is one Character in Swift.
         var lines: [String] = []
         for raw in bytes[..<headEnd].split(separator: 0x0A, omittingEmptySubsequences: false) {
@@ -182,11 +194,17 @@ public enum SpoolFile {
         var headers: [(name: String, value: String)] = []
         for line in lines where !line.isEmpty {
             guard let colon = line.firstIndex(of: ":") else { throw Spool.Refusal(rule: "malformed_request", detail: "a header line has no colon") }
-            headers.append((String(line[..<colon]).trimmingCharacters(in: .whitespaces), String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)))
+            headers.append(
+                (
+                    String(line[..<colon]).trimmingCharacters(in: .whitespaces),
+                    String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+                ))
         }
         var body = Array(bytes[bodyStart...])
         if let length = headers.first(where: { $0.name.lowercased() == "content-length" }).flatMap({ Int($0.value) }) {
-            guard length <= body.count else { throw Spool.Refusal(rule: "truncated", detail: "Content-Length \(length) but only \(body.count) body bytes") }
+            guard length <= body.count else {
+                throw Spool.Refusal(rule: "truncated", detail: "Content-Length \(length) but only \(body.count) body bytes")
+            }
             body = Array(body.prefix(length))
         }
         let target = String(requestLine[1])

@@ -102,7 +102,8 @@ public struct SpoolService: Service {
             } else if answer.status == 503 {
                 // The store could not take it (full disk?): the file stays claimed in cur/ and is retried on the
                 // next rescan.
-                logger.warning("spool file \(file.name) stays in cur/ until the store takes it: \(answer.detail)", metadata: ["spool_file": .string(file.name)])
+                logger.warning(
+                    "spool file \(file.name) stays in cur/ until the store takes it: \(answer.detail)", metadata: ["spool_file": .string(file.name)])
             } else {
                 quarantine(file.path, rule: answer.word, detail: answer.detail, status: answer.status, at: now)
             }
@@ -146,9 +147,11 @@ public struct SpoolService: Service {
         let name = (path as NSString).lastPathComponent
         do {
             try spool.quarantine(path, rule: rule, detail: detail, status: status, at: at)
-            logger.warning("spool file \(name) quarantined: \(rule): \(detail)", metadata: [
-                "spool_file": .string(name), "rule": .string(rule), MessageID.metadataKey: .string(MessageID.deliveryRefused.rawValue),
-            ])
+            logger.warning(
+                "spool file \(name) quarantined: \(rule): \(detail)",
+                metadata: [
+                    "spool_file": .string(name), "rule": .string(rule), MessageID.metadataKey: .string(MessageID.deliveryRefused.rawValue),
+                ])
         } catch {
             logger.error("cannot quarantine spool file \(name) (\(rule): \(detail)): \(error)", metadata: ["spool_file": .string(name)])
         }

@@ -137,7 +137,9 @@ public struct WebhookReader: Sendable {
         switch route {
         case .hppStatus:
             let eventID = try Self.string(object, "event_id")
-            guard let session = object["session"], case .object = session else { throw Rejection(400, "bad_field", "session must be an object (the HPP session as read)") }
+            guard let session = object["session"], case .object = session else {
+                throw Rejection(400, "bad_field", "session must be an object (the HPP session as read)")
+            }
             let fromQuery = delivery.query["hpp_session_id"].flatMap { $0.isEmpty || $0 == "{{session_id}}" ? nil : $0 }
             let hppSessionID: String
             if session["session_id"] == nil, let fromQuery {
@@ -148,7 +150,9 @@ public struct WebhookReader: Sendable {
                 hppSessionID = try Self.string(session, "session_id", in: "session.")
             }
             if let fromQuery, fromQuery != hppSessionID {
-                throw Rejection(400, "mismatch", "hpp_session_id in the URL (\(fromQuery.prefix(80))) is not the session in the body (\(hppSessionID.prefix(80)))")
+                throw Rejection(
+                    400, "mismatch", "hpp_session_id in the URL (\(fromQuery.prefix(80))) is not the session in the body (\(hppSessionID.prefix(80)))"
+                )
             }
             let kp = delivery.query["kp_session_id"]
             if delivery.route == .byShape { warning = try checkToken(.hppStatus, kpSessionID: kp, delivery) }
@@ -167,7 +171,9 @@ public struct WebhookReader: Sendable {
             let orderID = try Self.string(object, "order_id")
             let eventType = try Self.string(object, "event_type")
             guard Self.omEventTypes.contains(eventType) else {
-                throw Rejection(400, "unknown_event_type", "event_type \(eventType.prefix(80)) is not one of \(Self.omEventTypes.sorted().joined(separator: ", "))")
+                throw Rejection(
+                    400, "unknown_event_type",
+                    "event_type \(eventType.prefix(80)) is not one of \(Self.omEventTypes.sorted().joined(separator: ", "))")
             }
             return (.omNotification(orderID: orderID, eventType: eventType), nil)
         case .klarnaNetwork:
@@ -180,20 +186,34 @@ public struct WebhookReader: Sendable {
             guard eventType.hasPrefix(Self.networkEventPrefix) else {
                 throw Rejection(400, "unknown_event_type", "event_type \(eventType.prefix(80)) is not a \(Self.networkEventPrefix)* event")
             }
-            return (.klarnaNetwork(eventID: eventID, eventType: eventType, paymentRequestID: Self.text(payload["payment_request_id"]), state: Self.text(payload["state"])), nil)
+            return (
+                .klarnaNetwork(
+                    eventID: eventID, eventType: eventType, paymentRequestID: Self.text(payload["payment_request_id"]),
+                    state: Self.text(payload["state"])), nil
+            )
         case .track:
             return (.track(try Self.trackRequest(object)), nil)
         case .capture(let orderID):
-            return (.capture(orderID: try Self.id(orderID, "order id"), amount: try Self.amount(object), requestID: try Self.optionalString(object, "request_id")), nil)
+            return (
+                .capture(
+                    orderID: try Self.id(orderID, "order id"), amount: try Self.amount(object),
+                    requestID: try Self.optionalString(object, "request_id")), nil
+            )
         case .byShape:
             // A capture request in a spool file names its order in the body.
-            return (.capture(orderID: try Self.string(object, "order_id"), amount: try Self.amount(object), requestID: try Self.optionalString(object, "request_id")), nil)
+            return (
+                .capture(
+                    orderID: try Self.string(object, "order_id"), amount: try Self.amount(object),
+                    requestID: try Self.optionalString(object, "request_id")), nil
+            )
         }
     }
 
     /// Nothing is read from an unsigned or wrongly signed Klarna Network body, not even its shape.
     private func checkSignature(_ delivery: Delivery) throws(Rejection) {
-        if let failure = signingKeys.check(body: delivery.body, signature: delivery.header("Klarna-Signature"), keyID: delivery.header("Klarna-Signing-Key-Id")) {
+        if let failure = signingKeys.check(
+            body: delivery.body, signature: delivery.header("Klarna-Signature"), keyID: delivery.header("Klarna-Signing-Key-Id"))
+        {
             throw Rejection(400, "bad_signature", signingKeys.isEmpty ? "no webhook-signing-keys credential is configured" : failure.description)
         }
     }
@@ -202,9 +222,12 @@ public struct WebhookReader: Sendable {
         let problem: Rejection?
         if let tokens {
             if let token = delivery.query["token"], !token.isEmpty, let kpSessionID, !kpSessionID.isEmpty {
-                problem = tokens.isValid(token, kind, kpSessionID: kpSessionID) ? nil : Rejection(403, "bad_token", "the callback token does not match \(kind.rawValue) for this KP session")
+                problem =
+                    tokens.isValid(token, kind, kpSessionID: kpSessionID)
+                    ? nil : Rejection(403, "bad_token", "the callback token does not match \(kind.rawValue) for this KP session")
             } else {
-                problem = Rejection(401, "missing_token", "token and kp_session_id are required in the callback URL (see klarna-reconciler callback-url)")
+                problem = Rejection(
+                    401, "missing_token", "token and kp_session_id are required in the callback URL (see klarna-reconciler callback-url)")
             }
         } else {
             problem = Rejection(403, "bad_token", "callback tokens cannot be checked: no callback-key credential is configured")
@@ -243,7 +266,10 @@ public struct WebhookReader: Sendable {
         if keys.isSuperset(of: ["metadata", "payload"]) { return .klarnaNetwork }
         if keys.isSuperset(of: ["hpp_session_id", "kp_session_id"]) { return .track }
         if keys.contains("order_id") { return .byShape }
-        throw Rejection(400, "unknown_kind", "the body has none of the shapes this daemon reads (it needs event_id and session, authorization_token and session_id, order_id and event_type, metadata and payload, hpp_session_id and kp_session_id, or order_id)")
+        throw Rejection(
+            400, "unknown_kind",
+            "the body has none of the shapes this daemon reads (it needs event_id and session, authorization_token and session_id, order_id and event_type, metadata and payload, hpp_session_id and kp_session_id, or order_id)"
+        )
     }
 
     /// The body as a JSON object, read within ``BoundedJSON/Limits/deliveries``.
@@ -304,7 +330,9 @@ public struct WebhookReader: Sendable {
         }
         var reference: String?
         if let value = object["merchant_reference"], value != .null {
-            guard let text = text(value), (1...255).contains(text.count) else { throw Rejection(400, "bad_field", "merchant_reference must be a string of 1–255 characters") }
+            guard let text = text(value), (1...255).contains(text.count) else {
+                throw Rejection(400, "bad_field", "merchant_reference must be a string of 1–255 characters")
+            }
             reference = text
         }
         return TrackRequest(

@@ -7,12 +7,15 @@ struct KlarnaCallContext {
     let seq: Int
     let now: Date
 
-    func effect(_ kind: SandboxEffect.Kind, in state: inout SandboxState, order: String? = nil, kp: String? = nil,
-                hpp: String? = nil, amount: Int? = nil, capture: String? = nil, refund: String? = nil, token: String? = nil) {
-        state.effects.append(SandboxEffect(
-            seq: state.effects.count + 1, at: now, kind: kind, requestSeq: seq, orderId: order, kpSessionId: kp,
-            hppSessionId: hpp, amount: amount, captureId: capture, refundId: refund, tokenId: token,
-            idempotencyKey: idempotencyKey))
+    func effect(
+        _ kind: SandboxEffect.Kind, in state: inout SandboxState, order: String? = nil, kp: String? = nil,
+        hpp: String? = nil, amount: Int? = nil, capture: String? = nil, refund: String? = nil, token: String? = nil
+    ) {
+        state.effects.append(
+            SandboxEffect(
+                seq: state.effects.count + 1, at: now, kind: kind, requestSeq: seq, orderId: order, kpSessionId: kp,
+                hppSessionId: hpp, amount: amount, captureId: capture, refundId: refund, tokenId: token,
+                idempotencyKey: idempotencyKey))
     }
 }
 
@@ -130,17 +133,21 @@ enum KlarnaAPIHandlers {
         guard let session = state.paymentSessions[id], session.expiresAt > context.now else {
             return .klarnaError(404, "NOT_FOUND", "The session does not exist")
         }
-        return .json(200, KPBody(
-            status: session.complete ? "complete" : "incomplete", purchaseCountry: session.purchaseCountry,
-            purchaseCurrency: session.purchaseCurrency, locale: session.locale, orderAmount: session.orderAmount,
-            orderTaxAmount: session.orderTaxAmount, orderLines: session.orderLines, expiresAt: session.expiresAt,
-            authorizationToken: session.authorizationToken, merchantReference1: session.merchantReference,
-            intent: session.intent))
+        return .json(
+            200,
+            KPBody(
+                status: session.complete ? "complete" : "incomplete", purchaseCountry: session.purchaseCountry,
+                purchaseCurrency: session.purchaseCurrency, locale: session.locale, orderAmount: session.orderAmount,
+                orderTaxAmount: session.orderTaxAmount, orderLines: session.orderLines, expiresAt: session.expiresAt,
+                authorizationToken: session.authorizationToken, merchantReference1: session.merchantReference,
+                intent: session.intent))
     }
 
     /// The KP session an authorization token belongs to, while the token is known, not cancelled and younger than
     /// 60 minutes.
-    static func authorizedSession(_ token: String, _ context: KlarnaCallContext, _ state: SandboxState) throws(Rejection) -> SandboxState.PaymentSession {
+    static func authorizedSession(
+        _ token: String, _ context: KlarnaCallContext, _ state: SandboxState
+    ) throws(Rejection) -> SandboxState.PaymentSession {
         guard let kpID = state.tokens[token], let session = state.paymentSessions[kpID], !session.tokenCancelled,
             let expiry = session.tokenExpiresAt, expiry > context.now
         else { throw Rejection(404, "NOT_FOUND", "Invalid authorization token") }
@@ -198,9 +205,11 @@ enum KlarnaAPIHandlers {
             let fraudStatus: String
             let authorizedPaymentMethod: [String: String]
         }
-        return .json(200, Body(
-            orderId: order.id, redirectUrl: "https://payments.klarna.com/redirect/\(order.id)",
-            fraudStatus: order.fraudStatus, authorizedPaymentMethod: ["type": "invoice"]))
+        return .json(
+            200,
+            Body(
+                orderId: order.id, redirectUrl: "https://payments.klarna.com/redirect/\(order.id)",
+                fraudStatus: order.fraudStatus, authorizedPaymentMethod: ["type": "invoice"]))
     }
 
     static func cancelAuthorization(token: String, _ context: KlarnaCallContext, _ state: inout SandboxState) throws(Rejection) -> SandboxResponse {
@@ -275,18 +284,20 @@ enum KlarnaAPIHandlers {
     static func readOrder(_ id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
         state.catchUp(order: id, now: context.now)
         guard let order = state.orders[id] else { return noSuchOrder }
-        return .json(200, OrderBody(
-            orderId: order.id, status: order.status, fraudStatus: order.fraudStatus, orderAmount: order.orderAmount,
-            originalOrderAmount: order.orderAmount, capturedAmount: order.capturedAmount, refundedAmount: order.refundedAmount,
-            remainingAuthorizedAmount: order.remainingAuthorizedAmount, purchaseCurrency: order.currency,
-            expiresAt: order.expiresAt, createdAt: order.createdAt, klarnaReference: order.klarnaReference,
-            merchantReference1: order.merchantReference,
-            captures: order.captures.map {
-                .init(captureId: $0.id, capturedAmount: $0.amount, capturedAt: $0.at, reference: $0.reference)
-            },
-            refunds: order.refunds.map {
-                .init(refundId: $0.id, refundedAmount: $0.amount, refundedAt: $0.at, reference: $0.reference)
-            }))
+        return .json(
+            200,
+            OrderBody(
+                orderId: order.id, status: order.status, fraudStatus: order.fraudStatus, orderAmount: order.orderAmount,
+                originalOrderAmount: order.orderAmount, capturedAmount: order.capturedAmount, refundedAmount: order.refundedAmount,
+                remainingAuthorizedAmount: order.remainingAuthorizedAmount, purchaseCurrency: order.currency,
+                expiresAt: order.expiresAt, createdAt: order.createdAt, klarnaReference: order.klarnaReference,
+                merchantReference1: order.merchantReference,
+                captures: order.captures.map {
+                    .init(captureId: $0.id, capturedAmount: $0.amount, capturedAt: $0.at, reference: $0.reference)
+                },
+                refunds: order.refunds.map {
+                    .init(refundId: $0.id, refundedAmount: $0.amount, refundedAt: $0.at, reference: $0.reference)
+                }))
     }
 
     struct CaptureRequestBody: Decodable {
@@ -375,9 +386,11 @@ enum KlarnaAPIHandlers {
                 let errorCode: String
                 let errorMessage: String
             }
-            return .json(404, NotFound(
-                errorId: UUID().uuidString.lowercased(), errorType: "RESOURCE_ERROR", errorCode: "NOT_FOUND",
-                errorMessage: "The payment request does not exist"))
+            return .json(
+                404,
+                NotFound(
+                    errorId: UUID().uuidString.lowercased(), errorType: "RESOURCE_ERROR", errorCode: "NOT_FOUND",
+                    errorMessage: "The payment request does not exist"))
         }
         if request.expiresAt <= context.now, ["SUBMITTED", "IN_PROGRESS"].contains(request.state) {
             request.state = "EXPIRED"
@@ -393,9 +406,11 @@ enum KlarnaAPIHandlers {
             let updatedAt: Date
             let stateContext: [String: String]?
         }
-        return .json(200, Body(
-            paymentRequestId: request.id, state: request.state, stateReason: request.stateReason,
-            expiresAt: request.expiresAt, createdAt: request.createdAt, updatedAt: request.updatedAt,
-            stateContext: request.sessionToken.map { ["klarna_network_session_token": $0] }))
+        return .json(
+            200,
+            Body(
+                paymentRequestId: request.id, state: request.state, stateReason: request.stateReason,
+                expiresAt: request.expiresAt, createdAt: request.createdAt, updatedAt: request.updatedAt,
+                stateContext: request.sessionToken.map { ["klarna_network_session_token": $0] }))
     }
 }

@@ -47,9 +47,11 @@ public final class KlarnaSandbox: Sendable {
         if request.path.hasPrefix("/_sandbox/") { return .response(control(request).serverResponse) }
         guard let route = KlarnaRoute(method: request.method, path: request.path) else {
             let known = KlarnaRoute.pathExists(request.path)
-            return .response(SandboxResponse.klarnaError(
-                known ? 405 : 404, known ? "METHOD_NOT_ALLOWED" : "NOT_FOUND",
-                known ? "Method \(request.method) is not allowed here" : "No such resource").serverResponse)
+            return .response(
+                SandboxResponse.klarnaError(
+                    known ? 405 : 404, known ? "METHOD_NOT_ALLOWED" : "NOT_FOUND",
+                    known ? "Method \(request.method) is not allowed here" : "No such resource"
+                ).serverResponse)
         }
         let key = request.header("Klarna-Idempotency-Key")
         let arrived = now
@@ -59,9 +61,10 @@ public final class KlarnaSandbox: Sendable {
             releaseHeldRequests(in: &state, now: arrived)
             if let createOrderToken { state.createOrderArrived(token: createOrderToken) }
             let seq = state.requests.count + 1
-            state.requests.append(SandboxRequestRecord(
-                seq: seq, at: arrived, method: request.method, path: request.path, route: route.name,
-                idempotencyKey: key, status: nil, fault: nil, replayed: false))
+            state.requests.append(
+                SandboxRequestRecord(
+                    seq: seq, at: arrived, method: request.method, path: request.path, route: route.name,
+                    idempotencyKey: key, status: nil, fault: nil, replayed: false))
             var admitted = true
             if state.rateLimit != nil { admitted = state.rateLimit!.takeSpare(limit: 1, now: arrived) == 1 }
             return (seq, admitted ? takeFault(for: route.name, in: &state) : nil, admitted)
@@ -104,14 +107,17 @@ public final class KlarnaSandbox: Sendable {
     /// A `hold_request` fault: Klarna acts on the request once `until` has come on the sandbox clock. Whatever Klarna
     /// call arrives first after that acts on it (``releaseHeldRequests(in:now:)``), so a read then sees its effect
     /// whether or not this task has woken yet.
-    private func hold(_ route: KlarnaRoute, _ request: ServerRequest, key: String?, seq: Int, until: Date) async -> (SandboxResponse, replayed: Bool) {
+    private func hold(_ route: KlarnaRoute, _ request: ServerRequest, key: String?, seq: Int, until: Date) async -> (SandboxResponse, replayed: Bool)
+    {
         state.withLock { $0.heldRequests[seq] = SandboxState.HeldRequest(route: route, request: request, idempotencyKey: key, releaseAt: until) }
         // A cancelled wait (the sandbox stopping) releases it early.
         try? await configuration.clock.sleep(until: until)
         return state.withLock { state in
             if state.heldRequests[seq]?.outcome == nil { release(seq, in: &state) }
             // Gone only when the sandbox was reset meanwhile: Klarna forgot everything, the token too.
-            return state.heldRequests.removeValue(forKey: seq)?.outcome ?? (SandboxResponse.klarnaError(404, "NOT_FOUND", "Invalid authorization token"), replayed: false)
+            return state.heldRequests.removeValue(forKey: seq)?.outcome ?? (
+                SandboxResponse.klarnaError(404, "NOT_FOUND", "Invalid authorization token"), replayed: false
+            )
         }
     }
 
@@ -159,7 +165,9 @@ public final class KlarnaSandbox: Sendable {
                 continue
             }
             if let count = fault.count {
-                if count <= 1 { state.faults.remove(at: index) } else {
+                if count <= 1 {
+                    state.faults.remove(at: index)
+                } else {
                     fault.count = count - 1
                     state.faults[index].fault = fault
                 }

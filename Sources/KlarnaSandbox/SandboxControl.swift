@@ -30,8 +30,12 @@ extension KlarnaSandbox {
         } else {
             amount = 10_000
         }
-        try Self.require(spec.orderAmount == nil && spec.orderLines != nil ? "order_lines' total_amount sum" : "order_amount", amount, in: Self.amounts)
-        let lines = spec.orderLines ?? [SandboxOrderLine(name: "Sandbox item", quantity: 1, unitPrice: amount, totalAmount: amount, taxRate: 0, totalTaxAmount: 0)]
+        try Self.require(
+            spec.orderAmount == nil && spec.orderLines != nil ? "order_lines' total_amount sum" : "order_amount", amount, in: Self.amounts)
+        let lines =
+            spec.orderLines ?? [
+                SandboxOrderLine(name: "Sandbox item", quantity: 1, unitPrice: amount, totalAmount: amount, taxRate: 0, totalTaxAmount: 0)
+            ]
         let now = self.now
         let kpID = UUID().uuidString.lowercased()
         let hppID = UUID().uuidString.lowercased()
@@ -282,7 +286,9 @@ extension KlarnaSandbox {
             } else if match("GET", "effects") != nil {
                 struct Body: Encodable { let effects: [SandboxEffect] }
                 let kind = try request.query["kind"].map { value -> SandboxEffect.Kind in
-                    guard let kind = SandboxEffect.Kind(rawValue: value) else { throw ControlError(status: 400, description: "unknown effect kind \(value)") }
+                    guard let kind = SandboxEffect.Kind(rawValue: value) else {
+                        throw ControlError(status: 400, description: "unknown effect kind \(value)")
+                    }
                     return kind
                 }
                 return .json(200, Body(effects: effects(kind: kind)))
@@ -341,8 +347,9 @@ extension SandboxState {
     mutating func recordPortalEffect(
         _ kind: SandboxEffect.Kind, at: Date, order: String, amount: Int, capture: String? = nil, refund: String? = nil
     ) {
-        effects.append(SandboxEffect(
-            seq: effects.count + 1, at: at, kind: kind, requestSeq: 0, orderId: order, amount: amount, captureId: capture,
-            refundId: refund))
+        effects.append(
+            SandboxEffect(
+                seq: effects.count + 1, at: at, kind: kind, requestSeq: 0, orderId: order, amount: amount, captureId: capture,
+                refundId: refund))
     }
 }

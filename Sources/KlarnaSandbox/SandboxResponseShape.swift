@@ -198,10 +198,12 @@ public enum SandboxResponseShape: String, Codable, Sendable {
                 "color_border": "#FF0000", "color_border_selected": "#00FF00", "color_details": "#0000FF",
                 "color_text": "#000000", "radius_border": "5px",
             ],
-            "payment_method_categories": [[
-                "identifier": "sandbox_unknown_category", "name": "Pay in the sandbox",
-                "asset_urls": ["descriptive": "https://x.klarnacdn.net/d.svg", "standard": "https://x.klarnacdn.net/s.svg"],
-            ]],
+            "payment_method_categories": [
+                [
+                    "identifier": "sandbox_unknown_category", "name": "Pay in the sandbox",
+                    "asset_urls": ["descriptive": "https://x.klarnacdn.net/d.svg", "standard": "https://x.klarnacdn.net/s.svg"],
+                ]
+            ],
         ]) { $1 }
 
         static let orderLine: [String: ShapeJSON] = [
@@ -221,11 +223,13 @@ public enum SandboxResponseShape: String, Codable, Sendable {
             "redirect_url": "https://credit.klarna.com/v1/sessions/sandbox/redirect",
         ]) { $1 }
 
-        static let shippingInfo: ShapeJSON = [[
-            "shipping_company": "Sandbox Post", "shipping_method": "SandboxUnknownMethod", "tracking_number": "SB123",
-            "tracking_uri": "https://track.example/SB123", "return_shipping_company": "Sandbox Post",
-            "return_tracking_number": "SB124", "return_tracking_uri": "https://track.example/SB124",
-        ]]
+        static let shippingInfo: ShapeJSON = [
+            [
+                "shipping_company": "Sandbox Post", "shipping_method": "SandboxUnknownMethod", "tracking_number": "SB123",
+                "tracking_uri": "https://track.example/SB123", "return_shipping_company": "Sandbox Post",
+                "return_tracking_number": "SB124", "return_tracking_uri": "https://track.example/SB124",
+            ]
+        ]
 
         static let order = unknown.merging([
             "billing_address": address, "shipping_address": address,
@@ -295,13 +299,21 @@ private enum ShapeJSON: Codable, Equatable, Sendable, ExpressibleByStringLiteral
 
     init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
-        if container.decodeNil() { self = .null }
-        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
-        else if let value = try? container.decode(Int.self) { self = .int(value) }
-        else if let value = try? container.decode(Double.self) { self = .double(value) }
-        else if let value = try? container.decode(String.self) { self = .string(value) }
-        else if let value = try? container.decode([ShapeJSON].self) { self = .array(value) }
-        else { self = .object(try container.decode([String: ShapeJSON].self)) }
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Int.self) {
+            self = .int(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .double(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([ShapeJSON].self) {
+            self = .array(value)
+        } else {
+            self = .object(try container.decode([String: ShapeJSON].self))
+        }
     }
 
     func encode(to encoder: any Encoder) throws {

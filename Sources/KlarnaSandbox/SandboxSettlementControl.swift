@@ -63,7 +63,9 @@ extension KlarnaSandbox {
             guard Self.offsets.contains(total) else {
                 throw ControlError(
                     status: 400,
-                    description: "delta \(delta) would alter capture \(captureID) by \(total) in all; its alterations must add up to from \(Self.offsets.lowerBound) to \(Self.offsets.upperBound)")
+                    description:
+                        "delta \(delta) would alter capture \(captureID) by \(total) in all; its alterations must add up to from \(Self.offsets.lowerBound) to \(Self.offsets.upperBound)"
+                )
             }
             state.settlements.alterations[captureID] = total
         }
@@ -78,9 +80,10 @@ extension KlarnaSandbox {
         let id = orderID ?? UUID().uuidString.lowercased()
         state.withLock { state in
             state.catchUpSettlements(now: now)
-            state.settlements.invented.append(SettlementLedger.InventedSale(
-                orderID: id, captureID: UUID().uuidString.lowercased(), amount: amount, currency: currency,
-                purchaseCountry: purchaseCountry, at: now))
+            state.settlements.invented.append(
+                SettlementLedger.InventedSale(
+                    orderID: id, captureID: UUID().uuidString.lowercased(), amount: amount, currency: currency,
+                    purchaseCountry: purchaseCountry, at: now))
         }
         return id
     }
@@ -97,7 +100,9 @@ extension KlarnaSandbox {
             guard Self.offsets.contains(total) else {
                 throw ControlError(
                     status: 400,
-                    description: "delta \(delta) would put the next payout's settlement_amount off by \(total) in all; that must be from \(Self.offsets.lowerBound) to \(Self.offsets.upperBound)")
+                    description:
+                        "delta \(delta) would put the next payout's settlement_amount off by \(total) in all; that must be from \(Self.offsets.lowerBound) to \(Self.offsets.upperBound)"
+                )
             }
             state.settlements.totalsError = total
         }
@@ -176,7 +181,8 @@ extension PayoutSpec {
     /// from 1 to it, corrections within ± it, a delay of at least 0 seconds.
     func validate() throws {
         guard delaySeconds.isFinite, delaySeconds >= 0 else {
-            throw KlarnaSandbox.ControlError(status: 400, description: "delay_seconds must be a finite number of seconds, at least 0, not \(delaySeconds)")
+            throw KlarnaSandbox.ControlError(
+                status: 400, description: "delay_seconds must be a finite number of seconds, at least 0, not \(delaySeconds)")
         }
         try KlarnaSandbox.require("fee_basis_points", feeBasisPoints, in: KlarnaSandbox.basisPoints)
         try KlarnaSandbox.require("fee_vat_basis_points", feeVATBasisPoints, in: KlarnaSandbox.basisPoints)

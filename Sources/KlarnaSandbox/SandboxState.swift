@@ -129,8 +129,10 @@ struct SandboxState {
 
     /// A create-order for `token` arrived: counted, and counted as overlapping when an earlier one is still pending.
     mutating func createOrderArrived(token: String) {
-        var count = createOrders[token] ?? SandboxCreateOrderCount(
-            authorizationToken: token, kpSessionId: tokens[token], received: 0, pending: 0, overlapping: 0)
+        var count =
+            createOrders[token]
+            ?? SandboxCreateOrderCount(
+                authorizationToken: token, kpSessionId: tokens[token], received: 0, pending: 0, overlapping: 0)
         count.received += 1
         if count.pending > 0 { count.overlapping += 1 }
         count.pending += 1

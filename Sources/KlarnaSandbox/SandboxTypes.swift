@@ -68,7 +68,10 @@ public struct SandboxOrderLine: Codable, Sendable, Equatable {
     public var totalAmount: Int
     public var totalTaxAmount: Int?
 
-    public init(name: String, quantity: Int, unitPrice: Int, totalAmount: Int, taxRate: Int? = nil, totalTaxAmount: Int? = nil, reference: String? = nil, type: String? = nil) {
+    public init(
+        name: String, quantity: Int, unitPrice: Int, totalAmount: Int, taxRate: Int? = nil, totalTaxAmount: Int? = nil, reference: String? = nil,
+        type: String? = nil
+    ) {
         self.name = name
         self.quantity = quantity
         self.unitPrice = unitPrice

@@ -69,11 +69,13 @@ enum SettlementHandlers {
             let payouts: [PayoutBody]
             let pagination: Pagination
         }
-        return .json(200, Body(
-            payouts: shown.map { PayoutBody($0, base: base) },
-            pagination: page.pagination(
-                count: shown.count, total: matching.count, url: base + "/payouts",
-                filters: ["start_date", "end_date", "currency_code"], from: query)))
+        return .json(
+            200,
+            Body(
+                payouts: shown.map { PayoutBody($0, base: base) },
+                pagination: page.pagination(
+                    count: shown.count, total: matching.count, url: base + "/payouts",
+                    filters: ["start_date", "end_date", "currency_code"], from: query)))
     }
 
     static func readPayout(_ reference: String, _ state: SandboxState, base: String) throws(Rejection) -> SandboxResponse {
@@ -145,11 +147,13 @@ enum SettlementHandlers {
             let transactions: [SandboxSettlementTransaction]
             let pagination: Pagination
         }
-        return .json(200, Body(
-            transactions: shown,
-            pagination: page.pagination(
-                count: shown.count, total: matching.count, url: base + "/transactions",
-                filters: ["payment_reference", "order_id"], from: query)))
+        return .json(
+            200,
+            Body(
+                transactions: shown,
+                pagination: page.pagination(
+                    count: shown.count, total: matching.count, url: base + "/transactions",
+                    filters: ["payment_reference", "order_id"], from: query)))
     }
 
     /// An ISO 8601 date-time query parameter; a bare date means its midnight UTC (SETTLEMENTS.md §2). Read as the
@@ -186,7 +190,8 @@ enum SettlementHandlers {
                 prev: offset > 0 ? link(max(0, offset - size)) : nil)
         }
 
-        private static func number(_ query: [String: String], _ name: String, default value: Int, in range: ClosedRange<Int>) throws(Rejection) -> Int {
+        private static func number(_ query: [String: String], _ name: String, default value: Int, in range: ClosedRange<Int>) throws(Rejection) -> Int
+        {
             guard let text = query[name] else { return value }
             guard let number = Int(text), range.contains(number) else {
                 let bounds = range.upperBound == .max ? "at least \(range.lowerBound)" : "from \(range.lowerBound) to \(range.upperBound)"

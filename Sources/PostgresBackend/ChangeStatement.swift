@@ -272,10 +272,12 @@ struct ChangeRows: Encodable {
                 order_id: row.orderID, entry: row.entry.rawValue, entry_key: row.key, klarna_id: row.klarnaID, amount: row.amount,
                 currency: row.currency, at: Self.time(row.at), source: row.source.rawValue)
         }
-        capture_requests = Self.lastOfEach(change.finishedCaptureRequests.map { Answer(id: $0.id, state: $0.state.rawValue, note: $0.note) }, by: \.id)
+        capture_requests = Self.lastOfEach(
+            change.finishedCaptureRequests.map { Answer(id: $0.id, state: $0.state.rawValue, note: $0.note) }, by: \.id)
         releases = Array(Set(change.releases.map(\.description))).sorted()
         let released = Set(releases)
-        holds = Self.lastOfEach(change.holds.filter { !released.contains($0.key.description) }.map { Hold(key: $0.key.description, by: $0.by) }, by: \.key)
+        holds = Self.lastOfEach(
+            change.holds.filter { !released.contains($0.key.description) }.map { Hold(key: $0.key.description, by: $0.by) }, by: \.key)
         answers = Self.lastOfEach(change.answeredRequests.map { Answer(id: $0.id, state: $0.state.rawValue, note: $0.note) }, by: \.id)
         health = Self.lastOfEach(entries.map { Health(name: $0.key.rawValue, detail: $0.detail) }, by: \.name)
     }

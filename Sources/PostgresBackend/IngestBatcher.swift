@@ -109,7 +109,7 @@ final class IngestBatcher: Sendable {
         do {
             let results = try await send(batch.enumerated().map { $1.delivery.numbered($0) })
             for (waiting, result) in zip(batch, results) { waiting.answer.resume(returning: result) }
-        } catch where refused(error) && batch.count > 1 {
+        } catch  where refused(error) && batch.count > 1 {
             var unavailable: (any Error)?
             for waiting in batch {
                 if let unavailable {

@@ -54,7 +54,8 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
             throw Invalid(description: "store.url has the scheme \(scheme)://; only postgres:// is understood")
         }
         guard components.password == nil else {
-            throw Invalid(description: "store.url carries a password: remove it, and give it as the credential store-password (or store.password_file)")
+            throw Invalid(
+                description: "store.url carries a password: remove it, and give it as the credential store-password (or store.password_file)")
         }
         guard let user = components.user, !user.isEmpty else {
             throw Invalid(description: "store.url names no user: postgres://USER@HOST/DATABASE")
@@ -79,7 +80,9 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
                 }
                 tls = mode
             case "host":
-                guard value.hasPrefix("/") else { throw Invalid(description: "store.url host=\(value) must be a socket directory (an absolute path)") }
+                guard value.hasPrefix("/") else {
+                    throw Invalid(description: "store.url host=\(value) must be a socket directory (an absolute path)")
+                }
             default:
                 throw Invalid(description: "store.url parameter \(name) is not understood (only sslmode and host are)")
             }
@@ -114,11 +117,12 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         var configuration: PostgresConnection.Configuration
         switch endpoint {
         case .tcp(let host, let port):
-            let tlsConfiguration: PostgresConnection.Configuration.TLS = switch (tls, tls.configuration) {
-            case (.disable, _), (_, nil): .disable
-            case (.prefer, let settings?): .prefer(try NIOSSLContext(configuration: settings))
-            case (_, let settings?): .require(try NIOSSLContext(configuration: settings))
-            }
+            let tlsConfiguration: PostgresConnection.Configuration.TLS =
+                switch (tls, tls.configuration) {
+                case (.disable, _), (_, nil): .disable
+                case (.prefer, let settings?): .prefer(try NIOSSLContext(configuration: settings))
+                case (_, let settings?): .require(try NIOSSLContext(configuration: settings))
+                }
             configuration = .init(host: host, port: port, username: user, password: password, database: database, tls: tlsConfiguration)
         case .unixSocket(let directory, let port):
             configuration = .init(unixSocketPath: "\(directory)/.s.PGSQL.\(port)", username: user, password: password, database: database)
@@ -133,11 +137,12 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         var configuration: PostgresClient.Configuration
         switch endpoint {
         case .tcp(let host, let port):
-            let tlsConfiguration: PostgresClient.Configuration.TLS = switch (tls, tls.configuration) {
-            case (.disable, _), (_, nil): .disable
-            case (.prefer, let settings?): .prefer(settings)
-            case (_, let settings?): .require(settings)
-            }
+            let tlsConfiguration: PostgresClient.Configuration.TLS =
+                switch (tls, tls.configuration) {
+                case (.disable, _), (_, nil): .disable
+                case (.prefer, let settings?): .prefer(settings)
+                case (_, let settings?): .require(settings)
+                }
             configuration = .init(host: host, port: port, username: user, password: password, database: database, tls: tlsConfiguration)
         case .unixSocket(let directory, let port):
             configuration = .init(unixSocketPath: "\(directory)/.s.PGSQL.\(port)", username: user, password: password, database: database)

@@ -40,7 +40,8 @@ public struct PostgresProblem: Error, CustomStringConvertible {
             description = "\(location): the server asks for a password and none is configured (the credential store-password, or store.password_file)"
         case (_, "28P01"), (_, "28000"):
             kind = .authenticationFailed
-            description = "\(location): authentication failed for user \(location.user) (\(message ?? "check the credential store-password and pg_hba.conf"))"
+            description =
+                "\(location): authentication failed for user \(location.user) (\(message ?? "check the credential store-password and pg_hba.conf"))"
         case (_, "3D000"):
             kind = .noSuchDatabase
             description = "\(location): database \(location.database) does not exist"

@@ -26,7 +26,9 @@ extension PostgresStore: LeaseStore, ClusterView {
         let daemon = daemon
         try await transaction { [self] db in
             guard try await rows(db, "SELECT pg_try_advisory_xact_lock_shared(\(Self.occupancyLock))")[0].decode(Bool.self) else {
-                throw PostgresProblem(kind: .inUse, description: "\(location): `klarna-reconciler store copy` is filling this database; start the daemon once it is done")
+                throw PostgresProblem(
+                    kind: .inUse,
+                    description: "\(location): `klarna-reconciler store copy` is filling this database; start the daemon once it is done")
             }
             try await db.rows(
                 """
@@ -163,11 +165,12 @@ extension PostgresStore: LeaseStore, ClusterView {
         // released open unit would have no row to be claimed by. A wakeup committed while this runs is not in its
         // snapshot; its trigger locked the row and counted itself in `woken`, so this delete waits for it, and then
         // finds the row changed from the count it read (`woken` is read once, before) and leaves it.
-        let (table, column, id) = switch key {
-        case .session(let id): ("sessions", "hpp_session_id", id)
-        case .order(let id): ("orders", "order_id", id)
-        case .paymentRequest(let id): ("payment_requests", "payment_request_id", id)
-        }
+        let (table, column, id) =
+            switch key {
+            case .session(let id): ("sessions", "hpp_session_id", id)
+            case .order(let id): ("orders", "order_id", id)
+            case .paymentRequest(let id): ("payment_requests", "payment_request_id", id)
+            }
         var binds = PostgresBindings(capacity: 3)
         binds.append(key.description)
         binds.append(daemon.id)
@@ -228,8 +231,10 @@ extension PostgresStore: LeaseStore, ClusterView {
             GROUP BY d.id ORDER BY d.started_at
             """
         ).map { row in
-            let (id, host, pid, started, heartbeat, stopped, leases, sample) = try row.decode((String, String, Int, Date, Date, Date?, Int, [String]).self)
-            return DaemonRecord(id: id, host: host, pid: pid, startedAt: started, heartbeatAt: heartbeat, stoppedAt: stopped, leases: leases, sample: sample)
+            let (id, host, pid, started, heartbeat, stopped, leases, sample) = try row.decode(
+                (String, String, Int, Date, Date, Date?, Int, [String]).self)
+            return DaemonRecord(
+                id: id, host: host, pid: pid, startedAt: started, heartbeatAt: heartbeat, stoppedAt: stopped, leases: leases, sample: sample)
         }
     }
 
@@ -264,7 +269,9 @@ extension PostgresStore {
         let connection = try await Self.connect(location, password: password, logger: logger)
         do {
             let taken = try await connection.rows("SELECT pg_try_advisory_lock(\(Self.occupancyLock))", logger: logger)[0].decode(Bool.self)
-            guard taken else { throw PostgresProblem(kind: .inUse, description: "\(location): another `store copy` or a starting daemon holds this database") }
+            guard taken else {
+                throw PostgresProblem(kind: .inUse, description: "\(location): another `store copy` or a starting daemon holds this database")
+            }
             let running = try await connection.rows(
                 """
                 SELECT id, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 FROM daemons
@@ -273,7 +280,8 @@ extension PostgresStore {
             ).first.map { try $0.decode((String, Double).self) }
             if let (id, ago) = running {
                 throw PostgresProblem(
-                    kind: .inUse, description: "\(location): daemon \(id) runs on this database (heartbeat \(Int(ago)) s ago); stop every daemon first")
+                    kind: .inUse,
+                    description: "\(location): daemon \(id) runs on this database (heartbeat \(Int(ago)) s ago); stop every daemon first")
             }
             copyLock.withLock { $0 = CopyLock(connection: connection) }
         } catch {

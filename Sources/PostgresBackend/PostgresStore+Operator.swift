@@ -20,7 +20,9 @@ extension PostgresStore {
             let (isHeld, id, workKey, action, orderID, by, at, state, note) = try row.decode(
                 (Bool, Int64?, String?, String?, String?, String?, Date?, String?, String?).self)
             held = isHeld
-            guard let id, let workKey = workKey.flatMap(WorkKey.init), let action = action.flatMap(OperatorAction.init), let by, let at else { continue }
+            guard let id, let workKey = workKey.flatMap(WorkKey.init), let action = action.flatMap(OperatorAction.init), let by, let at else {
+                continue
+            }
             pending.append(
                 OperatorRequest(
                     id: id, key: workKey, action: action, orderID: orderID, requestedBy: by, requestedAt: at,
@@ -86,7 +88,8 @@ extension PostgresStore {
         let (id, key, action, orderID, by, at, state, note) = try row.decode((Int64, String, String, String?, String, Date, String, String?).self)
         guard let key = WorkKey(key), let action = OperatorAction(rawValue: action) else { return nil }
         return OperatorRequest(
-            id: id, key: key, action: action, orderID: orderID, requestedBy: by, requestedAt: at, state: OperatorRequest.State(rawValue: state) ?? .pending,
+            id: id, key: key, action: action, orderID: orderID, requestedBy: by, requestedAt: at,
+            state: OperatorRequest.State(rawValue: state) ?? .pending,
             note: note)
     }
 
@@ -97,8 +100,11 @@ extension PostgresStore {
             "SELECT data FROM sessions WHERE hpp_session_id = \(id) OR kp_session_id = \(id) OR order_id = \(id) OR merchant_reference = \(id)"
         ).map { try decode(TrackedSession.self, $0) }
         var orderIDs = Set(sessions.compactMap(\.orderID))
-        orderIDs.formUnion(try await rows("SELECT order_id FROM orders WHERE order_id = \(id) OR merchant_reference = \(id)").map { try $0.decode(String.self) })
-        let orders = try await rows("SELECT data FROM orders WHERE order_id = ANY(\(Array(orderIDs))) ORDER BY order_id COLLATE \"C\"").map { try decode(TrackedOrder.self, $0) }
+        orderIDs.formUnion(
+            try await rows("SELECT order_id FROM orders WHERE order_id = \(id) OR merchant_reference = \(id)").map { try $0.decode(String.self) })
+        let orders = try await rows("SELECT data FROM orders WHERE order_id = ANY(\(Array(orderIDs))) ORDER BY order_id COLLATE \"C\"").map {
+            try decode(TrackedOrder.self, $0)
+        }
         let sessionIDs = Array(Set(sessions.map(\.hppSessionID)).union(orders.compactMap(\.hppSessionID)))
         let orderList = Array(orderIDs)
         let events = try await rows(
@@ -127,7 +133,8 @@ extension PostgresStore {
         if phase == "held" { return try await listHeld(limit: limit) }
         let sessions: [PostgresRow], orders: [PostgresRow], intents: [PostgresRow]
         if let phase {
-            sessions = try await rows("SELECT data FROM sessions WHERE phase = \(phase) OR outcome = \(phase) ORDER BY updated_at DESC LIMIT \(limit)")
+            sessions = try await rows(
+                "SELECT data FROM sessions WHERE phase = \(phase) OR outcome = \(phase) ORDER BY updated_at DESC LIMIT \(limit)")
             orders = try await rows("SELECT data FROM orders WHERE phase = \(phase) OR outcome = \(phase) ORDER BY updated_at DESC LIMIT \(limit)")
             intents = try await rows("SELECT data FROM intents WHERE state = \(phase) OR kind = \(phase) ORDER BY updated_at DESC LIMIT \(limit)")
         } else {
@@ -170,7 +177,8 @@ extension PostgresStore {
             SELECT id, since FROM (
               SELECT hpp_session_id AS id, tracked_at AS since FROM sessions WHERE next_due IS NOT NULL
               UNION ALL SELECT order_id, created_at FROM orders WHERE next_due IS NOT NULL) open ORDER BY since LIMIT 1
-            """).first {
+            """
+        ).first {
             (summary.oldestOpenID, summary.oldestOpenSince) = try oldest.decode((String?, Date?).self)
         }
         if let deadline = try await rows(
@@ -179,7 +187,8 @@ extension PostgresStore {
               SELECT 'session ' || hpp_session_id AS what, deadline FROM sessions WHERE next_due IS NOT NULL AND deadline IS NOT NULL
               UNION ALL SELECT 'order ' || order_id, deadline FROM orders WHERE next_due IS NOT NULL AND deadline IS NOT NULL) open
             ORDER BY deadline LIMIT 1
-            """).first {
+            """
+        ).first {
             (summary.nextDeadlineWhat, summary.nextDeadline) = try deadline.decode((String?, Date?).self)
         }
         summary.nextDueAt = try await rows("SELECT least((SELECT min(next_due) FROM sessions), (SELECT min(next_due) FROM orders))")
@@ -192,7 +201,8 @@ extension PostgresStore {
             """)[0].decode(Int.self)
         summary.held = try await rows("SELECT count(*) FROM holds")[0].decode(Int.self)
         summary.undeliveredOutcomes = try await rows("SELECT count(*) FROM outcomes WHERE NOT outbox_written")[0].decode(Int.self)
-        summary.rejectionsLastDay = try await rows("SELECT count(*) FROM rejections WHERE at >= \(now.addingTimeInterval(-86_400))")[0].decode(Int.self)
+        summary.rejectionsLastDay = try await rows("SELECT count(*) FROM rejections WHERE at >= \(now.addingTimeInterval(-86_400))")[0].decode(
+            Int.self)
         if let last = try await rows("SELECT at, source, status, error, detail FROM rejections ORDER BY id DESC LIMIT 1").first {
             let (at, source, status, error, detail) = try last.decode((Date, String, Int, String, String).self)
             summary.lastRejection = "\(at.formatted(.iso8601)) \(source) \(status) \(error): \(detail)"
@@ -223,8 +233,10 @@ extension PostgresStore {
         snapshot.openSessionsByPhase = try await open("sessions", since: "tracked_at")
         snapshot.openOrdersByPhase = try await open("orders", since: "created_at")
         snapshot.unfinishedIntentsByState = Dictionary(
-            uniqueKeysWithValues: try await rows("SELECT state, count(*) FROM intents WHERE state IN ('intended', 'sent', 'ambiguous') GROUP BY state")
-                .map { try $0.decode((String, Int).self) })
+            uniqueKeysWithValues: try await rows(
+                "SELECT state, count(*) FROM intents WHERE state IN ('intended', 'sent', 'ambiguous') GROUP BY state"
+            )
+            .map { try $0.decode((String, Int).self) })
         let (outbox, notify, held) = try await rows(
             """
             SELECT (SELECT count(*) FROM outcomes WHERE NOT outbox_written), (SELECT count(*) FROM outcomes WHERE NOT notified),

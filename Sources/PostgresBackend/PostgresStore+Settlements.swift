@@ -93,13 +93,15 @@ extension PostgresStore {
                     """
                 ).isEmpty
                 // Unsettled when matched, settled now by another daemon's payout: the match is stale (rolled back).
-                if !changed, try await !rows(
-                    db,
-                    """
-                    SELECT 1 FROM ledger WHERE order_id = \(settlement.orderID) AND entry = \(settlement.entry.rawValue)
-                      AND entry_key = \(settlement.key) AND settled_reference IS NOT NULL
-                    """
-                ).isEmpty {
+                if !changed,
+                    try await !rows(
+                        db,
+                        """
+                        SELECT 1 FROM ledger WHERE order_id = \(settlement.orderID) AND entry = \(settlement.entry.rawValue)
+                          AND entry_key = \(settlement.key) AND settled_reference IS NOT NULL
+                        """
+                    ).isEmpty
+                {
                     throw StaleSettlementMatch(paymentReference: payout.paymentReference, settles: "\(settlement.orderID)/\(settlement.key)")
                 }
             }

@@ -26,7 +26,8 @@ extension PostgresStore: TransferTarget {
                     }
                 }
                 let placeholders = (1...columns.count).map { "$\($0)" }.joined(separator: ", ")
-                let sql = "INSERT INTO \(table.rawValue) (\(columns.map(\.name).joined(separator: ", "))) "
+                let sql =
+                    "INSERT INTO \(table.rawValue) (\(columns.map(\.name).joined(separator: ", "))) "
                     + (table.numbered ? "OVERRIDING SYSTEM VALUE " : "") + "VALUES (\(placeholders))"
                 try await db.rows(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger)
             }
@@ -37,10 +38,11 @@ extension PostgresStore: TransferTarget {
         for table in TransferTable.allCases where table.numbered {
             let counter = counters[table] ?? 0
             try await rows(
-                PostgresQuery(unsafeSQL: """
-                    SELECT setval(pg_get_serial_sequence('\(table.rawValue)', 'id'), greatest(coalesce(max(id), 0), \(counter), 1),
-                      greatest(coalesce(max(id), 0), \(counter)) > 0) FROM \(table.rawValue)
-                    """))
+                PostgresQuery(
+                    unsafeSQL: """
+                        SELECT setval(pg_get_serial_sequence('\(table.rawValue)', 'id'), greatest(coalesce(max(id), 0), \(counter), 1),
+                          greatest(coalesce(max(id), 0), \(counter)) > 0) FROM \(table.rawValue)
+                        """))
         }
     }
 

@@ -43,7 +43,9 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         if !migrate, found < PostgresSchema.latest {
             throw PostgresProblem(
                 kind: .schemaTooOld,
-                description: "\(location): the store's schema is version \(found), this binary expects \(PostgresSchema.latest): start the daemon once to migrate it")
+                description:
+                    "\(location): the store's schema is version \(found), this binary expects \(PostgresSchema.latest): start the daemon once to migrate it"
+            )
         }
         let client = PostgresClient(
             configuration: location.clientConfiguration(password: password, maximumConnections: connections, idleInTransaction: transactionIdleLimit),
@@ -58,7 +60,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         do {
             let connection = try await connect(location, password: password, logger: logger)
             do {
-                let found = migrate
+                let found =
+                    migrate
                     ? try await PostgresSchema.migrate(connection, logger: logger)
                     : try await PostgresSchema.version(connection, logger: logger)
                 guard found <= PostgresSchema.latest else { throw PostgresSchema.TooNew(found: found, known: PostgresSchema.latest) }
@@ -78,7 +81,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     static func connect(_ location: PostgresLocation, password: String?, logger: Logger) async throws -> PostgresConnection {
         try await PostgresConnection.connect(
-            on: PostgresClient.defaultEventLoopGroup.any(), configuration: try location.connectionConfiguration(password: password), id: 0, logger: logger
+            on: PostgresClient.defaultEventLoopGroup.any(), configuration: try location.connectionConfiguration(password: password), id: 0,
+            logger: logger
         ).get()
     }
 
@@ -119,8 +123,16 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// ran is never reported as not run.
     private final class LeaseRace: Sendable {
         private let state = Mutex<Bool?>(nil)  // true: leased, false: gave up
-        func lease() -> Bool { state.withLock { state in if state == nil { state = true }; return state == true } }
-        func giveUp() -> Bool { state.withLock { state in if state == nil { state = false }; return state == false } }
+        func lease() -> Bool {
+            state.withLock { state in
+                if state == nil { state = true }; return state == true
+            }
+        }
+        func giveUp() -> Bool {
+            state.withLock { state in
+                if state == nil { state = false }; return state == false
+            }
+        }
     }
 
     /// Runs `body` on a pooled connection, or throws ``Unavailable`` when none comes within ``connectionPatience``.
@@ -144,7 +156,10 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 }
                 if race.giveUp() {
                     group.cancelAll()
-                    throw Unavailable(description: "\(location): no connection to PostgreSQL within \(Self.connectionPatience) (the server is unreachable or every connection is busy)")
+                    throw Unavailable(
+                        description:
+                            "\(location): no connection to PostgreSQL within \(Self.connectionPatience) (the server is unreachable or every connection is busy)"
+                    )
                 }
             }
             throw CancellationError()
@@ -247,7 +262,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         let started = ContinuousClock.now
         defer { Telemetry.time(.storeCommitDuration, .now - started) }
         let answer = try await withConnection { [logger] db in
-            try await db.rows(CommitChange.self, CommitChange.bindings(key: fence?.key.description, holder: fence?.holder, at: at, rows: rows), logger: logger)
+            try await db.rows(
+                CommitChange.self, CommitChange.bindings(key: fence?.key.description, holder: fence?.holder, at: at, rows: rows), logger: logger)
         }
         // New work for whoever claims it: an order handed off, or a unit other than the step's own.
         if !change.newOrders.isEmpty || change.sessions.contains(where: { key != .session($0.hppSessionID) })
@@ -346,11 +362,14 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 (String, String, Date, String?, Date?, Date?, Double?, Double?, Double?).self)
             switch kind {
             case "s":
-                let poll = PollProfile(trackedAt: trackedAt ?? due, lastReadAt: encoded(lastRead), lastHintAt: encoded(lastHint), expiresAt: encoded(expires))
+                let poll = PollProfile(
+                    trackedAt: trackedAt ?? due, lastReadAt: encoded(lastRead), lastHintAt: encoded(lastHint), expiresAt: encoded(expires))
                 work.append(
-                    OpenWork(key: .session(id), due: due, kind: .session(phase.flatMap(TrackedSession.Phase.init) ?? .polling, poll), deadline: deadline))
+                    OpenWork(
+                        key: .session(id), due: due, kind: .session(phase.flatMap(TrackedSession.Phase.init) ?? .polling, poll), deadline: deadline))
             case "o":
-                work.append(OpenWork(key: .order(id), due: due, kind: .order(phase.flatMap(TrackedOrder.Phase.init) ?? .checking), deadline: deadline))
+                work.append(
+                    OpenWork(key: .order(id), due: due, kind: .order(phase.flatMap(TrackedOrder.Phase.init) ?? .checking), deadline: deadline))
             default:
                 work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest))
             }
@@ -392,10 +411,14 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
         let result: CaptureRequestResult = try await transaction { [self] db in
-            switch IngestPlanner.captureRequest(orderID: orderID, amount: amount, order: try await lockedOrder(db, orderID), requestedBy: "the command line") {
+            switch IngestPlanner.captureRequest(
+                orderID: orderID, amount: amount, order: try await lockedOrder(db, orderID), requestedBy: "the command line")
+            {
             case .write(var writes):
                 writes.delivered = false
-                guard case .written(let id?) = try await apply(db, writes, at: at) else { preconditionFailure("a capture request's writes record one") }
+                guard case .written(let id?) = try await apply(db, writes, at: at) else {
+                    preconditionFailure("a capture request's writes record one")
+                }
                 return .accepted(id: id)
             case .unknownOrder: return .unknownOrder
             case .refused(let why): return .refused(why)
@@ -473,14 +496,21 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             return .session(tracked: try await !rows(db, "SELECT 1 FROM sessions WHERE hpp_session_id = \(id)").isEmpty)
         case .openSessionsOfPayment(let kpSessionID):
             return .openSessions(
-                try await rows(db, "SELECT hpp_session_id FROM sessions WHERE kp_session_id = \(kpSessionID) AND next_due IS NOT NULL").map { try $0.decode(String.self) })
+                try await rows(db, "SELECT hpp_session_id FROM sessions WHERE kp_session_id = \(kpSessionID) AND next_due IS NOT NULL").map {
+                    try $0.decode(String.self)
+                })
         case .orderSession(let orderID):
-            return .orderSession(hppSessionID: try await rows(db, "SELECT hpp_session_id FROM orders WHERE order_id = \(orderID)").first.map { try $0.decode(String?.self) })
+            return .orderSession(
+                hppSessionID: try await rows(db, "SELECT hpp_session_id FROM orders WHERE order_id = \(orderID)").first.map {
+                    try $0.decode(String?.self)
+                })
         case .order(let orderID):
             return .order(try await lockedOrder(db, orderID))
         case .paymentRequest(let id):
             return .paymentRequest(
-                try await rows(db, "SELECT data FROM payment_requests WHERE payment_request_id = \(id) FOR UPDATE").first.map { try decode(TrackedPaymentRequest.self, $0) })
+                try await rows(db, "SELECT data FROM payment_requests WHERE payment_request_id = \(id) FOR UPDATE").first.map {
+                    try decode(TrackedPaymentRequest.self, $0)
+                })
         }
     }
 
@@ -510,7 +540,9 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
-        try await rows("INSERT INTO rejections (at, source, status, error, detail) VALUES (\(at), \(source), \(status), \(error), \(String(detail.prefix(1_000))))")
+        try await rows(
+            "INSERT INTO rejections (at, source, status, error, detail) VALUES (\(at), \(source), \(status), \(error), \(String(detail.prefix(1_000))))"
+        )
     }
 
     // MARK: Outcomes

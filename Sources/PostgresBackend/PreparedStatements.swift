@@ -94,7 +94,9 @@ enum Statements {
             """
     }
 
-    static func values(_ first: some PostgresThrowingDynamicTypeEncodable, _ rest: (any PostgresThrowingDynamicTypeEncodable)?...) throws -> PostgresBindings {
+    static func values(
+        _ first: some PostgresThrowingDynamicTypeEncodable, _ rest: (any PostgresThrowingDynamicTypeEncodable)?...
+    ) throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 1 + rest.count)
         try bindings.append(first)
         for value in rest {

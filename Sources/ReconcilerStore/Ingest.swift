@@ -59,4 +59,3 @@ public enum IngestResult: Sendable, Equatable {
     /// Understood but not acceptable (a capture for an unknown order); nothing was recorded.
     case refused(status: Int, error: String, detail: String)
 }
-

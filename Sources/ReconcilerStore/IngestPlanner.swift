@@ -141,7 +141,8 @@ public enum IngestPlanner {
         let what = amount.map { "capture of \($0) requested by \(requestedBy)" } ?? "capture of the remaining amount requested by \(requestedBy)"
         var writes = IngestWrites()
         writes.captureRequest = CaptureRequestRow(
-            orderID: orderID, amount: amount, event: NewEvent(hppSessionID: order.hppSessionID, orderID: orderID, DomainEvent(.captureRequested, what)))
+            orderID: orderID, amount: amount,
+            event: NewEvent(hppSessionID: order.hppSessionID, orderID: orderID, DomainEvent(.captureRequested, what)))
         writes.wakeups = [.order(orderID)]
         return .write(writes)
     }

@@ -89,7 +89,9 @@ public struct LeaseLost: Error, CustomStringConvertible {
 public struct LeaseLapsed: Error, CustomStringConvertible {
     public let key: WorkKey
     public init(key: WorkKey) { self.key = key }
-    public var description: String { "the lease on \(key) ran out unrenewed and nobody has taken it: nothing was committed yet; committed once a renewal extends it" }
+    public var description: String {
+        "the lease on \(key) ran out unrenewed and nobody has taken it: nothing was committed yet; committed once a renewal extends it"
+    }
 }
 
 /// What a daemon sharing the store needs to share the work: register, claim, renew, hand back, and hear of new work.

@@ -19,7 +19,10 @@ public struct OperatorRequest: Sendable, Equatable {
     /// What applying it did, or why it was refused.
     public var note: String?
 
-    public init(id: Int64 = 0, key: WorkKey, action: OperatorAction, orderID: String? = nil, requestedBy: String, requestedAt: Date, state: State = .pending, note: String? = nil) {
+    public init(
+        id: Int64 = 0, key: WorkKey, action: OperatorAction, orderID: String? = nil, requestedBy: String, requestedAt: Date, state: State = .pending,
+        note: String? = nil
+    ) {
         self.id = id
         self.key = key
         self.action = action
@@ -53,7 +56,6 @@ public struct Hold: Sendable, Equatable, Codable {
         self.by = by
     }
 }
-
 
 /// One screen of numbers for `klarna-reconciler status`.
 public struct StatusSummary: Sendable, Codable, Equatable {
@@ -102,7 +104,6 @@ public struct StoreListing: Sendable, Codable, Equatable {
         self.intents = intents
     }
 }
-
 
 /// The sessions and orders an id names, with everything recorded about them, oldest first.
 public struct PaymentTimeline: Sendable, Equatable {

@@ -70,7 +70,7 @@ extension IngestStore {
         for record in records {
             do {
                 results.append(try await ingest(record, at: at))
-            } catch where !results.isEmpty {
+            } catch  where !results.isEmpty {
                 // The ones before are committed: said so, so that their files are not taken again (a capture request
                 // without a request id has no dedupe key, and would be recorded twice).
                 return results
@@ -112,7 +112,8 @@ extension OperatorStore {
         let found = try await timeline(for: id)
         let keys = found.sessions.map { WorkKey.session($0.hppSessionID) } + found.orders.map { WorkKey.order($0.orderID) }
         let held = try await holds(keys)
-        return PaymentView(sessions: found.sessions, orders: found.orders, intents: found.intents, held: Set(held.keys.compactMap(\.remediationTarget)))
+        return PaymentView(
+            sessions: found.sessions, orders: found.orders, intents: found.intents, held: Set(held.keys.compactMap(\.remediationTarget)))
     }
 }
 

@@ -16,7 +16,6 @@ public struct StateSnapshot: Sendable, Equatable {
     public init() {}
 }
 
-
 public struct LiveStatus: Sendable, Equatable {
     /// Side effects decided but not yet known to be done or refused (`intended`, `sent`, `ambiguous`).
     public var unfinishedIntents: Int
@@ -41,4 +40,3 @@ public struct ReloadAnswer: Sendable, Equatable {
         self.message = message
     }
 }
-

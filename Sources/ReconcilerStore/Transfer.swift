@@ -19,22 +19,32 @@ public enum TransferTable: String, CaseIterable, Sendable {
     public var columns: [(name: String, kind: Kind)] {
         switch self {
         case .sessions:
-            [("hpp_session_id", .text), ("kp_session_id", .text), ("order_id", .text), ("merchant_reference", .text), ("phase", .text),
-             ("outcome", .text), ("next_due", .date), ("deadline", .date), ("tracked_at", .date), ("updated_at", .date), ("data", .text)]
+            [
+                ("hpp_session_id", .text), ("kp_session_id", .text), ("order_id", .text), ("merchant_reference", .text), ("phase", .text),
+                ("outcome", .text), ("next_due", .date), ("deadline", .date), ("tracked_at", .date), ("updated_at", .date), ("data", .text),
+            ]
         case .orders:
-            [("order_id", .text), ("hpp_session_id", .text), ("merchant_reference", .text), ("phase", .text), ("outcome", .text),
-             ("next_due", .date), ("deadline", .date), ("created_at", .date), ("updated_at", .date), ("data", .text)]
+            [
+                ("order_id", .text), ("hpp_session_id", .text), ("merchant_reference", .text), ("phase", .text), ("outcome", .text),
+                ("next_due", .date), ("deadline", .date), ("created_at", .date), ("updated_at", .date), ("data", .text),
+            ]
         case .paymentRequests:
-            [("payment_request_id", .text), ("state", .text), ("outcome", .text), ("next_due", .date), ("tracked_at", .date),
-             ("updated_at", .date), ("data", .text)]
+            [
+                ("payment_request_id", .text), ("state", .text), ("outcome", .text), ("next_due", .date), ("tracked_at", .date),
+                ("updated_at", .date), ("data", .text),
+            ]
         case .intents:
-            [("key", .text), ("kind", .text), ("subject", .text), ("state", .text), ("attempts", .integer), ("next_attempt", .date),
-             ("created_at", .date), ("updated_at", .date), ("data", .text)]
+            [
+                ("key", .text), ("kind", .text), ("subject", .text), ("state", .text), ("attempts", .integer), ("next_attempt", .date),
+                ("created_at", .date), ("updated_at", .date), ("data", .text),
+            ]
         case .events:
             [("id", .integer), ("at", .date), ("hpp_session_id", .text), ("order_id", .text), ("kind", .text), ("message", .text), ("detail", .text)]
         case .outcomes:
-            [("id", .integer), ("at", .date), ("kind", .text), ("hpp_session_id", .text), ("order_id", .text), ("data", .text),
-             ("outbox_written", .bool), ("notified", .bool), ("notify_attempts", .integer), ("notify_next", .date)]
+            [
+                ("id", .integer), ("at", .date), ("kind", .text), ("hpp_session_id", .text), ("order_id", .text), ("data", .text),
+                ("outbox_written", .bool), ("notified", .bool), ("notify_attempts", .integer), ("notify_next", .date),
+            ]
         case .captureRequests:
             [("id", .integer), ("order_id", .text), ("amount", .integer), ("requested_at", .date), ("state", .text), ("note", .text)]
         case .wakeups:
@@ -48,16 +58,22 @@ public enum TransferTable: String, CaseIterable, Sendable {
         case .reloads:
             [("id", .integer), ("requested_at", .date), ("answered_at", .date), ("ok", .bool), ("message", .text)]
         case .operatorRequests:
-            [("id", .integer), ("work_key", .text), ("action", .text), ("order_id", .text), ("requested_by", .text), ("requested_at", .date),
-             ("state", .text), ("note", .text), ("answered_at", .date)]
+            [
+                ("id", .integer), ("work_key", .text), ("action", .text), ("order_id", .text), ("requested_by", .text), ("requested_at", .date),
+                ("state", .text), ("note", .text), ("answered_at", .date),
+            ]
         case .holds:
             [("work_key", .text), ("held_at", .date), ("held_by", .text)]
         case .ledger:
-            [("order_id", .text), ("entry", .text), ("entry_key", .text), ("klarna_id", .text), ("amount", .integer), ("currency", .text),
-             ("at", .date), ("source", .text), ("settled_reference", .text), ("settled_ordinal", .integer), ("flagged_at", .date)]
+            [
+                ("order_id", .text), ("entry", .text), ("entry_key", .text), ("klarna_id", .text), ("amount", .integer), ("currency", .text),
+                ("at", .date), ("source", .text), ("settled_reference", .text), ("settled_ordinal", .integer), ("flagged_at", .date),
+            ]
         case .payouts:
-            [("payment_reference", .text), ("payout_date", .date), ("currency", .text), ("recorded_at", .date), ("finding_count", .integer),
-             ("data", .text)]
+            [
+                ("payment_reference", .text), ("payout_date", .date), ("currency", .text), ("recorded_at", .date), ("finding_count", .integer),
+                ("data", .text),
+            ]
         case .settlementLines:
             [("payment_reference", .text), ("ordinal", .integer), ("order_id", .text), ("data", .text)]
         }

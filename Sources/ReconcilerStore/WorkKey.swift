@@ -16,13 +16,17 @@ public enum WorkKey: Hashable, Sendable, CustomStringConvertible {
     }
 
     public init?(_ text: String) {
-        if text.hasPrefix("session:") { self = .session(String(text.dropFirst(8))) }
-        else if text.hasPrefix("order:") { self = .order(String(text.dropFirst(6))) }
-        else if text.hasPrefix("payment_request:") { self = .paymentRequest(String(text.dropFirst(16))) }
-        else { return nil }
+        if text.hasPrefix("session:") {
+            self = .session(String(text.dropFirst(8)))
+        } else if text.hasPrefix("order:") {
+            self = .order(String(text.dropFirst(6)))
+        } else if text.hasPrefix("payment_request:") {
+            self = .paymentRequest(String(text.dropFirst(16)))
+        } else {
+            return nil
+        }
     }
 }
-
 
 extension WorkKey {
     public init(_ target: RemediationTarget) {
@@ -40,4 +44,3 @@ extension WorkKey {
         }
     }
 }
-

@@ -86,7 +86,9 @@ final class GroupCommit: Sendable {
                 if let error = write.apply(db), !db.inTransaction || error is SavepointUndoFailed { throw error }
             }
             try db.execute("COMMIT")
-            state.withLock { $0.statistics.transactions += 1; $0.statistics.committedWrites += batch.count }
+            state.withLock {
+                $0.statistics.transactions += 1; $0.statistics.committedWrites += batch.count
+            }
         } catch {
             if db.inTransaction { try? db.execute("ROLLBACK") }
             for write in batch { write.finish(error) }

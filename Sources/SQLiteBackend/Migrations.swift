@@ -118,7 +118,8 @@ enum Migrations {
     static func apply(to db: SQLiteConnection) throws {
         let current = try version(of: db)
         guard current <= latest else {
-            throw SQLiteError(code: 1, message: "store schema version \(current) is newer than this binary (\(latest)); refusing to touch it", sql: nil)
+            throw SQLiteError(
+                code: 1, message: "store schema version \(current) is newer than this binary (\(latest)); refusing to touch it", sql: nil)
         }
         for index in current..<latest {
             try db.transaction {

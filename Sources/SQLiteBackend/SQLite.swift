@@ -125,12 +125,13 @@ final class SQLiteConnection: @unchecked Sendable {
         }
         for (index, value) in arguments.enumerated() {
             let position = Int32(index + 1)
-            let code: Int32 = switch value {
-            case .null: sqlite3_bind_null(statement, position)
-            case .integer(let v): sqlite3_bind_int64(statement, position, v)
-            case .real(let v): sqlite3_bind_double(statement, position, v)
-            case .text(let v): sqlite3_bind_text(statement, position, v, -1, csqlite_transient())
-            }
+            let code: Int32 =
+                switch value {
+                case .null: sqlite3_bind_null(statement, position)
+                case .integer(let v): sqlite3_bind_int64(statement, position, v)
+                case .real(let v): sqlite3_bind_double(statement, position, v)
+                case .text(let v): sqlite3_bind_text(statement, position, v, -1, csqlite_transient())
+                }
             guard code == SQLITE_OK else { throw error(code, sql) }
         }
         var rows: [SQLRow] = []

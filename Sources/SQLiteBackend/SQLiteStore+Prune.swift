@@ -38,7 +38,8 @@ extension SQLiteStore {
                 }
             }
             counts.paymentRequests = try batch(
-                db, "payment_requests", key: "payment_request_id", where: "next_due IS NULL AND updated_at < ?1", before, limit: limit, delete: delete)
+                db, "payment_requests", key: "payment_request_id", where: "next_due IS NULL AND updated_at < ?1", before, limit: limit, delete: delete
+            )
             // Dedupe records: a repeat of a delivery this old is not a retry any more.
             counts.deliveries = try batch(db, "deliveries", key: "dedupe_key", where: "received_at < ?1", before, limit: limit, delete: delete)
         }

@@ -24,8 +24,10 @@ extension SQLiteStore {
             INSERT INTO ledger (order_id, entry, entry_key, klarna_id, amount, currency, at, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (order_id, entry, entry_key) DO NOTHING RETURNING 1
             """,
-            [.text(row.orderID), .text(row.entry.rawValue), .text(row.key), SQLValue(row.klarnaID), SQLValue(row.amount), SQLValue(row.currency),
-             SQLValue(row.at), .text(row.source.rawValue)]
+            [
+                .text(row.orderID), .text(row.entry.rawValue), .text(row.key), SQLValue(row.klarnaID), SQLValue(row.amount), SQLValue(row.currency),
+                SQLValue(row.at), .text(row.source.rawValue),
+            ]
         ).isEmpty
     }
 
@@ -70,8 +72,10 @@ extension SQLiteStore {
                 INSERT INTO payouts (payment_reference, payout_date, currency, recorded_at, finding_count, data) VALUES (?, ?, ?, ?, ?, ?)
                 ON CONFLICT (payment_reference) DO NOTHING RETURNING 1
                 """,
-                [.text(payout.paymentReference), SQLValue(payout.payoutDate), .text(payout.currency), SQLValue(at),
-                 SQLValue(reconciliation.findings.count), .text(data)]
+                [
+                    .text(payout.paymentReference), SQLValue(payout.payoutDate), .text(payout.currency), SQLValue(at),
+                    SQLValue(reconciliation.findings.count), .text(data),
+                ]
             ).isEmpty
             guard fresh else { return false }
             for (line, data) in lines {
@@ -90,9 +94,11 @@ extension SQLiteStore {
                     [.text(settlement.line.paymentReference), SQLValue(settlement.line.ordinal)] + row
                 ).isEmpty
                 // Unsettled when matched, settled now: the match is stale (the whole transaction is rolled back).
-                if !changed, try !db.query(
-                    "SELECT 1 FROM ledger WHERE order_id = ? AND entry = ? AND entry_key = ? AND settled_reference IS NOT NULL", row
-                ).isEmpty {
+                if !changed,
+                    try !db.query(
+                        "SELECT 1 FROM ledger WHERE order_id = ? AND entry = ? AND entry_key = ? AND settled_reference IS NOT NULL", row
+                    ).isEmpty
+                {
                     throw StaleSettlementMatch(paymentReference: payout.paymentReference, settles: "\(settlement.orderID)/\(settlement.key)")
                 }
             }
@@ -157,7 +163,8 @@ extension SQLiteStore {
                   (SELECT COUNT(*) FROM payouts), (SELECT MAX(payout_date) FROM payouts), (SELECT MIN(payout_date) FROM payouts)
                 """
             ).first
-            return SettlementHealth(unsettledFlagged: row?.int(0) ?? 0, payouts: row?.int(1) ?? 0, newestPayoutDate: row?.date(2),
+            return SettlementHealth(
+                unsettledFlagged: row?.int(0) ?? 0, payouts: row?.int(1) ?? 0, newestPayoutDate: row?.date(2),
                 oldestPayoutDate: row?.date(3))
         }
     }

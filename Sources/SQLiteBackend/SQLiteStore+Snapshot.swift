@@ -15,7 +15,9 @@ extension SQLiteStore {
             // next deadline together; the rows' JSON is never read.
             func open(_ table: String, _ index: String, since: String) throws -> [String: Int] {
                 var counts: [String: Int] = [:]
-                for row in try db.query("SELECT phase, COUNT(*), MIN(\(since)), MIN(deadline) FROM \(table) INDEXED BY \(index) WHERE next_due IS NOT NULL GROUP BY phase") {
+                for row in try db.query(
+                    "SELECT phase, COUNT(*), MIN(\(since)), MIN(deadline) FROM \(table) INDEXED BY \(index) WHERE next_due IS NOT NULL GROUP BY phase"
+                ) {
                     counts[row.string(0) ?? "?"] = row.int(1) ?? 0
                     if let oldest = row.date(2) { snapshot.oldestOpenSince = min(snapshot.oldestOpenSince ?? oldest, oldest) }
                     if let deadline = row.date(3) { snapshot.nextDeadline = min(snapshot.nextDeadline ?? deadline, deadline) }
@@ -24,7 +26,8 @@ extension SQLiteStore {
             }
             snapshot.openSessionsByPhase = try open("sessions", "sessions_open", since: "tracked_at")
             snapshot.openOrdersByPhase = try open("orders", "orders_open", since: "created_at")
-            snapshot.unfinishedIntentsByState = try counts("SELECT state, COUNT(*) FROM intents WHERE state IN ('intended', 'sent', 'ambiguous') GROUP BY state")
+            snapshot.unfinishedIntentsByState = try counts(
+                "SELECT state, COUNT(*) FROM intents WHERE state IN ('intended', 'sent', 'ambiguous') GROUP BY state")
             snapshot.outboxBacklog = try db.query("SELECT COUNT(*) FROM outcomes WHERE outbox_written = 0").first?.int(0) ?? 0
             snapshot.notifyBacklog = try db.query("SELECT COUNT(*) FROM outcomes WHERE notified = 0").first?.int(0) ?? 0
             snapshot.held = try db.query("SELECT COUNT(*) FROM holds").first?.int(0) ?? 0

@@ -24,9 +24,10 @@ extension SQLiteStore: TransferSource {
 
     public func counters() async throws -> [TransferTable: Int64] {
         try await read { db in
-            Dictionary(uniqueKeysWithValues: try db.query("SELECT name, seq FROM sqlite_sequence").compactMap { row in
-                row.string(0).flatMap(TransferTable.init(rawValue:)).map { ($0, row.int64(1) ?? 0) }
-            })
+            Dictionary(
+                uniqueKeysWithValues: try db.query("SELECT name, seq FROM sqlite_sequence").compactMap { row in
+                    row.string(0).flatMap(TransferTable.init(rawValue:)).map { ($0, row.int64(1) ?? 0) }
+                })
         }
     }
 

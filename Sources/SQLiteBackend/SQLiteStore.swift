@@ -35,7 +35,11 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             readQueue = writeQueue
         }
         guard try Migrations.version(of: reader) == Migrations.latest else {
-            throw SQLiteError(code: 1, message: "store schema is version \(try Migrations.version(of: reader)), this binary expects \(Migrations.latest); run the daemon once to migrate", sql: nil)
+            throw SQLiteError(
+                code: 1,
+                message:
+                    "store schema is version \(try Migrations.version(of: reader)), this binary expects \(Migrations.latest); run the daemon once to migrate",
+                sql: nil)
         }
     }
 
@@ -134,14 +138,18 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                     ON CONFLICT(key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
                       next_attempt = excluded.next_attempt, updated_at = excluded.updated_at, data = excluded.data
                     """,
-                    [.text(intent.key), .text(intent.kind.rawValue), .text(intent.subject), .text(intent.state.rawValue),
-                     SQLValue(intent.attempts), SQLValue(intent.nextAttemptAt), SQLValue(intent.createdAt), SQLValue(at), .text(data)])
+                    [
+                        .text(intent.key), .text(intent.kind.rawValue), .text(intent.subject), .text(intent.state.rawValue),
+                        SQLValue(intent.attempts), SQLValue(intent.nextAttemptAt), SQLValue(intent.createdAt), SQLValue(at), .text(data),
+                    ])
             }
             for event in change.events { try self.insertEvent(db, event, at: at) }
             for (outcome, data) in outcomes { try self.insertOutcome(db, outcome, data: data, at: at) }
             for capture in change.ledgerCaptures { try self.insertLedger(db, LedgerRow(capture)) }
             for request in change.finishedCaptureRequests {
-                try db.query("UPDATE capture_requests SET state = ?, note = ? WHERE id = ?", [.text(request.state.rawValue), .text(request.note), .integer(request.id)])
+                try db.query(
+                    "UPDATE capture_requests SET state = ?, note = ? WHERE id = ?",
+                    [.text(request.state.rawValue), .text(request.note), .integer(request.id)])
             }
             for hold in change.holds {
                 try db.query(
@@ -170,13 +178,16 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             ON CONFLICT(hpp_session_id) DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome,
               next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data
             """,
-            [.text(session.hppSessionID), .text(session.kpSessionID), SQLValue(session.orderID), SQLValue(session.merchantReference),
-             .text(session.phase.rawValue), SQLValue(session.outcome?.rawValue), SQLValue(session.isOpen ? session.nextDueAt : nil),
-             SQLValue(session.deadline), SQLValue(session.trackedAt), SQLValue(at), .text(data)])
+            [
+                .text(session.hppSessionID), .text(session.kpSessionID), SQLValue(session.orderID), SQLValue(session.merchantReference),
+                .text(session.phase.rawValue), SQLValue(session.outcome?.rawValue), SQLValue(session.isOpen ? session.nextDueAt : nil),
+                SQLValue(session.deadline), SQLValue(session.trackedAt), SQLValue(at), .text(data),
+            ])
     }
 
     private func writeOrder(_ db: SQLiteConnection, _ order: TrackedOrder, data: String, at: Date, onlyIfNew: Bool) throws {
-        let conflict = onlyIfNew
+        let conflict =
+            onlyIfNew
             ? "DO NOTHING"
             : "DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data"
         try db.query(
@@ -184,9 +195,11 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(order_id) \(conflict)
             """,
-            [.text(order.orderID), SQLValue(order.hppSessionID), SQLValue(order.merchantReference), .text(order.phase.rawValue),
-             SQLValue(order.outcome?.rawValue), SQLValue(order.isOpen ? order.nextDueAt : nil), SQLValue(order.deadline),
-             SQLValue(order.createdAt), SQLValue(at), .text(data)])
+            [
+                .text(order.orderID), SQLValue(order.hppSessionID), SQLValue(order.merchantReference), .text(order.phase.rawValue),
+                SQLValue(order.outcome?.rawValue), SQLValue(order.isOpen ? order.nextDueAt : nil), SQLValue(order.deadline),
+                SQLValue(order.createdAt), SQLValue(at), .text(data),
+            ])
     }
 
     private func writePaymentRequest(_ db: SQLiteConnection, _ request: TrackedPaymentRequest, data: String, at: Date) throws {
@@ -196,15 +209,19 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             ON CONFLICT(payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
               updated_at = excluded.updated_at, data = excluded.data
             """,
-            [.text(request.paymentRequestID), SQLValue(request.state?.rawValue), SQLValue(request.outcome?.rawValue),
-             SQLValue(request.isOpen ? request.nextDueAt : nil), SQLValue(request.trackedAt), SQLValue(at), .text(data)])
+            [
+                .text(request.paymentRequestID), SQLValue(request.state?.rawValue), SQLValue(request.outcome?.rawValue),
+                SQLValue(request.isOpen ? request.nextDueAt : nil), SQLValue(request.trackedAt), SQLValue(at), .text(data),
+            ])
     }
 
     func insertEvent(_ db: SQLiteConnection, _ event: NewEvent, at: Date) throws {
         try db.query(
             "INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail) VALUES (?, ?, ?, ?, ?, ?)",
-            [SQLValue(at), SQLValue(event.hppSessionID), SQLValue(event.orderID), .text(event.event.kind.rawValue), .text(event.event.message),
-             event.detail.isEmpty ? .null : .text(try json(event.detail))])
+            [
+                SQLValue(at), SQLValue(event.hppSessionID), SQLValue(event.orderID), .text(event.event.kind.rawValue), .text(event.event.message),
+                event.detail.isEmpty ? .null : .text(try json(event.detail)),
+            ])
     }
 
     /// An outcome for the outbox writer and the notifier; `data` is its JSON.
@@ -231,7 +248,8 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                 """)
             {
                 let phase = row.string(2).flatMap(TrackedSession.Phase.init) ?? .polling
-                let poll = PollProfile(trackedAt: row.date(4) ?? Date(), lastReadAt: encoded(row, 5), lastHintAt: encoded(row, 6), expiresAt: encoded(row, 7))
+                let poll = PollProfile(
+                    trackedAt: row.date(4) ?? Date(), lastReadAt: encoded(row, 5), lastHintAt: encoded(row, 6), expiresAt: encoded(row, 7))
                 work.append(OpenWork(key: .session(row.string(0) ?? ""), due: row.date(1)!, kind: .session(phase, poll), deadline: row.date(3)))
             }
             for row in try db.query("SELECT order_id, next_due, phase, deadline FROM orders WHERE next_due IS NOT NULL") {
@@ -260,7 +278,9 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             switch IngestPlanner.captureRequest(orderID: orderID, amount: amount, order: order, requestedBy: "the command line") {
             case .write(var writes):
                 writes.delivered = false
-                guard let id = try self.apply(db, writes, sessionData: nil, at: at) else { preconditionFailure("a capture request's writes record one") }
+                guard let id = try self.apply(db, writes, sessionData: nil, at: at) else {
+                    preconditionFailure("a capture request's writes record one")
+                }
                 return .accepted(id: id)
             case .unknownOrder: return .unknownOrder
             case .refused(let why): return .refused(why)
@@ -333,9 +353,11 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             return .session(tracked: try db.query("SELECT 1 FROM sessions WHERE hpp_session_id = ?", [.text(id)]).first != nil)
         case .openSessionsOfPayment(let kpSessionID):
             return .openSessions(
-                try db.query("SELECT hpp_session_id FROM sessions WHERE kp_session_id = ? AND next_due IS NOT NULL", [.text(kpSessionID)]).compactMap { $0.string(0) })
+                try db.query("SELECT hpp_session_id FROM sessions WHERE kp_session_id = ? AND next_due IS NOT NULL", [.text(kpSessionID)]).compactMap
+                { $0.string(0) })
         case .orderSession(let orderID):
-            return .orderSession(hppSessionID: try db.query("SELECT hpp_session_id FROM orders WHERE order_id = ?", [.text(orderID)]).first.map { $0.string(0) })
+            return .orderSession(
+                hppSessionID: try db.query("SELECT hpp_session_id FROM orders WHERE order_id = ?", [.text(orderID)]).first.map { $0.string(0) })
         case .order(let orderID):
             return .order(try order(db, orderID))
         case .paymentRequest(let id):
@@ -355,7 +377,8 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         var captureRequestID: Int64?
         if let capture = writes.captureRequest {
             try db.query(
-                "INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (?, ?, ?)", [.text(capture.orderID), SQLValue(capture.amount), SQLValue(at)])
+                "INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (?, ?, ?)",
+                [.text(capture.orderID), SQLValue(capture.amount), SQLValue(at)])
             let id = db.lastInsertRowID
             var event = capture.event
             event.detail["request"] = "\(id)"
@@ -400,23 +423,41 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                 [.text(id)]
             ).map { try self.decode(TrackedSession.self, $0.string(0)) }
             var orderIDs = Set(sessions.compactMap(\.orderID))
-            orderIDs.formUnion(try db.query("SELECT order_id FROM orders WHERE order_id = ?1 OR merchant_reference = ?1", [.text(id)]).compactMap { $0.string(0) })
+            orderIDs.formUnion(
+                try db.query("SELECT order_id FROM orders WHERE order_id = ?1 OR merchant_reference = ?1", [.text(id)]).compactMap { $0.string(0) })
             let orders = try orderIDs.sorted().compactMap { orderID in
-                try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first.map { try self.decode(TrackedOrder.self, $0.string(0)) }
+                try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first.map {
+                    try self.decode(TrackedOrder.self, $0.string(0))
+                }
             }
             let sessionIDs = Set(sessions.map(\.hppSessionID)).union(orders.compactMap(\.hppSessionID))
             var events: [RecordedEvent] = []
             var outcomes: [StoredOutcome] = []
             var intents: [Intent] = []
             for subject in sessionIDs.sorted() {
-                events += try db.query("SELECT id, at, hpp_session_id, order_id, kind, message, detail FROM events WHERE hpp_session_id = ?", [.text(subject)]).map(self.event)
-                outcomes += try db.query("SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes WHERE hpp_session_id = ?", [.text(subject)]).map(self.outcome)
-                intents += try db.query("SELECT data FROM intents WHERE subject = ?", [.text(subject)]).map { try self.decode(Intent.self, $0.string(0)) }
+                events += try db.query(
+                    "SELECT id, at, hpp_session_id, order_id, kind, message, detail FROM events WHERE hpp_session_id = ?", [.text(subject)]
+                ).map(self.event)
+                outcomes += try db.query(
+                    "SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes WHERE hpp_session_id = ?",
+                    [.text(subject)]
+                ).map(self.outcome)
+                intents += try db.query("SELECT data FROM intents WHERE subject = ?", [.text(subject)]).map {
+                    try self.decode(Intent.self, $0.string(0))
+                }
             }
             for orderID in orderIDs.sorted() {
-                events += try db.query("SELECT id, at, hpp_session_id, order_id, kind, message, detail FROM events WHERE order_id = ? AND hpp_session_id IS NULL", [.text(orderID)]).map(self.event)
-                outcomes += try db.query("SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes WHERE order_id = ? AND hpp_session_id IS NULL", [.text(orderID)]).map(self.outcome)
-                intents += try db.query("SELECT data FROM intents WHERE subject = ?", [.text(orderID)]).map { try self.decode(Intent.self, $0.string(0)) }
+                events += try db.query(
+                    "SELECT id, at, hpp_session_id, order_id, kind, message, detail FROM events WHERE order_id = ? AND hpp_session_id IS NULL",
+                    [.text(orderID)]
+                ).map(self.event)
+                outcomes += try db.query(
+                    "SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes WHERE order_id = ? AND hpp_session_id IS NULL",
+                    [.text(orderID)]
+                ).map(self.outcome)
+                intents += try db.query("SELECT data FROM intents WHERE subject = ?", [.text(orderID)]).map {
+                    try self.decode(Intent.self, $0.string(0))
+                }
             }
             return PaymentTimeline(
                 sessions: sessions, orders: orders, intents: intents.sorted { $0.createdAt < $1.createdAt }, events: events.sorted { $0.id < $1.id },
@@ -499,7 +540,8 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                 SELECT id, since FROM (
                   SELECT hpp_session_id AS id, tracked_at AS since FROM sessions WHERE next_due IS NOT NULL
                   UNION ALL SELECT order_id, created_at FROM orders WHERE next_due IS NOT NULL) ORDER BY since LIMIT 1
-                """).first
+                """
+            ).first
             summary.oldestOpenID = oldest?.string(0)
             summary.oldestOpenSince = oldest?.date(1)
             let deadline = try db.query(
@@ -507,24 +549,30 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                 SELECT what, deadline FROM (
                   SELECT 'session ' || hpp_session_id AS what, deadline FROM sessions WHERE next_due IS NOT NULL AND deadline IS NOT NULL
                   UNION ALL SELECT 'order ' || order_id, deadline FROM orders WHERE next_due IS NOT NULL AND deadline IS NOT NULL) ORDER BY deadline LIMIT 1
-                """).first
+                """
+            ).first
             summary.nextDeadlineWhat = deadline?.string(0)
             summary.nextDeadline = deadline?.date(1)
             let due = try db.query(
-                "SELECT MIN(d) FROM (SELECT MIN(next_due) AS d FROM sessions UNION ALL SELECT MIN(next_due) FROM orders)").first
+                "SELECT MIN(d) FROM (SELECT MIN(next_due) AS d FROM sessions UNION ALL SELECT MIN(next_due) FROM orders)"
+            ).first
             summary.nextDueAt = due?.date(0)
             let nowValue = SQLValue(now)
             // Held work is not backlog: nothing runs it until it is released.
-            summary.backlog = (try db.query(
-                """
-                SELECT (SELECT COUNT(*) FROM sessions WHERE next_due <= ?1 AND 'session:' || hpp_session_id NOT IN (SELECT work_key FROM holds))
-                  + (SELECT COUNT(*) FROM orders WHERE next_due <= ?1 AND 'order:' || order_id NOT IN (SELECT work_key FROM holds))
-                """, [nowValue]).first?.int(0)) ?? 0
+            summary.backlog =
+                (try db.query(
+                    """
+                    SELECT (SELECT COUNT(*) FROM sessions WHERE next_due <= ?1 AND 'session:' || hpp_session_id NOT IN (SELECT work_key FROM holds))
+                      + (SELECT COUNT(*) FROM orders WHERE next_due <= ?1 AND 'order:' || order_id NOT IN (SELECT work_key FROM holds))
+                    """, [nowValue]
+                ).first?.int(0)) ?? 0
             summary.held = (try db.query("SELECT COUNT(*) FROM holds").first?.int(0)) ?? 0
             summary.undeliveredOutcomes = (try db.query("SELECT COUNT(*) FROM outcomes WHERE outbox_written = 0").first?.int(0)) ?? 0
-            summary.rejectionsLastDay = (try db.query("SELECT COUNT(*) FROM rejections WHERE at >= ?", [SQLValue(now.addingTimeInterval(-86_400))]).first?.int(0)) ?? 0
+            summary.rejectionsLastDay =
+                (try db.query("SELECT COUNT(*) FROM rejections WHERE at >= ?", [SQLValue(now.addingTimeInterval(-86_400))]).first?.int(0)) ?? 0
             if let last = try db.query("SELECT at, source, status, error, detail FROM rejections ORDER BY id DESC LIMIT 1").first {
-                summary.lastRejection = "\((last.date(0) ?? now).formatted(.iso8601)) \(last.string(1) ?? "?") \(last.int(2) ?? 0) \(last.string(3) ?? ""): \(last.string(4) ?? "")"
+                summary.lastRejection =
+                    "\((last.date(0) ?? now).formatted(.iso8601)) \(last.string(1) ?? "?") \(last.int(2) ?? 0) \(last.string(3) ?? ""): \(last.string(4) ?? "")"
             }
             for row in try db.query("SELECT name, at, detail FROM health") {
                 switch row.string(0) {

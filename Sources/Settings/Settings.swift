@@ -139,7 +139,10 @@ extension Settings {
             ("store.path", storePath),
             ("store.busy_timeout_ms", "\(Int(storeBusyTimeout.timeInterval * 1_000))"),
             ("store.url", storeURL.map { "\($0)" } ?? "(none: the SQLite file store.path)"),
-            ("store.password", storeURL == nil ? "(not used)" : storePassword == nil ? "(none: \(storePasswordSource))" : "<redacted> (\(storePasswordSource))"),
+            (
+                "store.password",
+                storeURL == nil ? "(not used)" : storePassword == nil ? "(none: \(storePasswordSource))" : "<redacted> (\(storePasswordSource))"
+            ),
             ("store.lease_seconds", storeURL == nil ? "(not used)" : "\(Int(leaseTime.timeInterval))"),
             ("outbox.dir", outboxDirectory),
             ("notify.url", notifyURL ?? "(none)"),
@@ -191,10 +194,21 @@ extension Settings {
             ("settlements.settle_within_days", "\(settlements.settleWithinDays)"),
             ("settlements.first_sync_lookback_days", "\(Int(settlements.firstSyncLookback.timeInterval / 86_400))"),
             ("callback_token.policy", callbackPolicy),
-            ("callback_token.key", callbackKey == nil ? "(none: HPP and KP callbacks are refused under policy require; \(callbackKeySource))" : "<redacted> (\(callbackKeySource))"),
+            (
+                "callback_token.key",
+                callbackKey == nil
+                    ? "(none: HPP and KP callbacks are refused under policy require; \(callbackKeySource))" : "<redacted> (\(callbackKeySource))"
+            ),
             ("testing.wedge_work_loop_file", wedgeWorkLoopFile ?? "(none)"),
-            ("testing.create_order_settle_ms", testingCreateOrderSettle.map { "\(Int($0.timeInterval * 1_000)) (replaces engine.create_order_settle_seconds)" } ?? "(none)"),
-            ("webhook_signing.keys", signingKeys.isEmpty ? "(none: Klarna Network webhooks are refused)" : "<redacted> ids \(signingKeys.keys.sorted().joined(separator: ", "))"),
+            (
+                "testing.create_order_settle_ms",
+                testingCreateOrderSettle.map { "\(Int($0.timeInterval * 1_000)) (replaces engine.create_order_settle_seconds)" } ?? "(none)"
+            ),
+            (
+                "webhook_signing.keys",
+                signingKeys.isEmpty
+                    ? "(none: Klarna Network webhooks are refused)" : "<redacted> ids \(signingKeys.keys.sorted().joined(separator: ", "))"
+            ),
         ]
         return lines.map { "\($0.0): \($0.1)" }.joined(separator: "\n")
     }

@@ -79,7 +79,9 @@ extension Settings {
         _ values: Values, credentials: Secrets, environment: [String: String], needsKlarnaPassword: Bool
     ) throws(SettingsError) -> Settings {
         let username = try values.string("klarna.username")
-        guard let username, !username.isEmpty else { throw SettingsError("klarna.username", "missing (the Klarna API username, e.g. K123456_abcdef)") }
+        guard let username, !username.isEmpty else {
+            throw SettingsError("klarna.username", "missing (the Klarna API username, e.g. K123456_abcdef)")
+        }
 
         let (password, passwordSource) = needsKlarnaPassword ? try klarnaPassword(values, credentials: credentials) : ("", "not loaded")
         let credentialsValue = BasicCredentials(username: username, password: password)
@@ -93,7 +95,8 @@ extension Settings {
             let region = try values.choice("klarna.region", KlarnaConfiguration.Region.self)
             let environmentName = try values.choice("klarna.environment", KlarnaConfiguration.Environment.self)
             guard let region, let environmentName else {
-                throw SettingsError("klarna.base_url", "missing: set klarna.base_url, or klarna.region (eu|na|oc) and klarna.environment (playground|production)")
+                throw SettingsError(
+                    "klarna.base_url", "missing: set klarna.base_url, or klarna.region (eu|na|oc) and klarna.environment (playground|production)")
             }
             klarna = KlarnaConfiguration(region: region, environment: environmentName, credentials: credentialsValue)
             if let network = try values.string("klarna.network_base_url") {
@@ -104,7 +107,8 @@ extension Settings {
 
         let base = URL(fileURLWithPath: values.configPath).deletingLastPathComponent()
         func path(_ value: String) -> String { value.hasPrefix("/") ? value : base.appendingPathComponent(value).standardizedFileURL.path }
-        let defaultStore = environment["STATE_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }.map { "\($0)/state.sqlite" }
+        let defaultStore =
+            environment["STATE_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }.map { "\($0)/state.sqlite" }
             ?? "/var/lib/klarna-reconciler/state.sqlite"
 
         let notifyURL = try values.string("notify.url").flatMap { $0.isEmpty ? nil : $0 }
@@ -129,22 +133,26 @@ extension Settings {
         if try values.string("testing.create_order_settle_ms") != nil {
             testingSettle = try values.seconds("testing.create_order_settle_ms", default: 0, unit: 0.001)
         }
-        let configuredSettle = Duration.seconds(try values.int(
-            "engine.create_order_settle_seconds", default: Int(CreateOrderSettle.standard.timeInterval), range: CreateOrderSettle.configurableSeconds))
+        let configuredSettle = Duration.seconds(
+            try values.int(
+                "engine.create_order_settle_seconds", default: Int(CreateOrderSettle.standard.timeInterval),
+                range: CreateOrderSettle.configurableSeconds))
         let requestTimeout = try values.seconds("klarna.request_timeout_seconds", default: 30)
         let initial = try values.seconds("retry.initial_delay_ms", default: 1_000, unit: 0.001)
         let maxDelay = try values.seconds("retry.max_delay_seconds", default: 300)
         let engine = EngineSettings(
             polling: polling, deadlines: deadlines,
             readRetry: RetryPolicy(initialDelay: initial, maxDelay: maxDelay, maxAttempts: .max),
-            writeRetry: RetryPolicy(initialDelay: initial, maxDelay: maxDelay, maxAttempts: try values.int("retry.max_attempts", default: 25, range: 1...1_000)),
+            writeRetry: RetryPolicy(
+                initialDelay: initial, maxDelay: maxDelay, maxAttempts: try values.int("retry.max_attempts", default: 25, range: 1...1_000)),
             maxConcurrency: try values.int("engine.max_concurrency", default: 16, range: 1...1_024),
             customerTokenDescription: try values.string("engine.customer_token_description") ?? "Subscription",
             wakeupInterval: try values.seconds("engine.wakeup_interval_ms", default: 1_000, unit: 0.001),
             createOrderSettle: testingSettle ?? configuredSettle, longestCall: requestTimeout + .seconds(1))
 
         let socketSetting = try values.string("ingest.socket")
-        let defaultSocket = environment["RUNTIME_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }.map { "\($0)/ingest.sock" }
+        let defaultSocket =
+            environment["RUNTIME_DIRECTORY"].flatMap { $0.split(separator: ":").first.map(String.init) }.map { "\($0)/ingest.sock" }
             ?? "/run/klarna-reconciler/ingest.sock"
         let socket = socketSetting.map { $0.isEmpty ? nil : path($0) } ?? defaultSocket
         let group = try values.string("ingest.socket_group").flatMap { $0.isEmpty ? nil : $0 }
@@ -160,7 +168,9 @@ extension Settings {
         let listen = try loopback("ingest.listen")
         let metricsListen = try loopback("metrics.listen")
         let policy = try values.string("callback_token.policy") ?? "require"
-        guard ["require", "warn"].contains(policy) else { throw SettingsError("callback_token.policy", "must be one of require, warn, not \"\(policy)\"") }
+        guard ["require", "warn"].contains(policy) else {
+            throw SettingsError("callback_token.policy", "must be one of require, warn, not \"\(policy)\"")
+        }
         let callbackSecret = try secret(values, "callback_token.key_file", credential: "callback.key", credentials)
         let callbackKey = callbackSecret.map { Array($0.value.utf8) }
         let callbackKeySource = callbackSecret?.source ?? "none: " + credentials.lookedIn("callback-key", key: "callback_token.key_file")
@@ -169,7 +179,7 @@ extension Settings {
         if let json = try secret(values, "webhook_signing.keys_file", credential: "webhook.signing.keys", credentials) {
             // `{}` is allowed and means none: the unit's LoadCredential= needs the file to exist even when unused.
             guard let object = try? JSONSerialization.jsonObject(with: Data(json.value.utf8)) as? [String: Any],
-                  object.values.allSatisfy({ ($0 as? String)?.isEmpty == false })
+                object.values.allSatisfy({ ($0 as? String)?.isEmpty == false })
             else { throw SettingsError("webhook-signing-keys", "must be a JSON object of signing key id → key (non-empty strings), or {} for none") }
             signingKeys = object.mapValues { Array(($0 as! String).utf8) }
         }
@@ -219,13 +229,15 @@ extension Settings {
         guard settings.requestTimeout + engine.createOrderSettle <= tokenHalfLife else {
             throw SettingsError(
                 "engine.create_order_settle_seconds",
-                "plus klarna.request_timeout_seconds must be at most \(Int(tokenHalfLife.timeInterval)) (half the authorization token's 60 minutes, so that a create-order after an unclear one still goes out in time), not \(Int(engine.createOrderSettle.timeInterval)) + \(Int(settings.requestTimeout.timeInterval))")
+                "plus klarna.request_timeout_seconds must be at most \(Int(tokenHalfLife.timeInterval)) (half the authorization token's 60 minutes, so that a create-order after an unclear one still goes out in time), not \(Int(engine.createOrderSettle.timeInterval)) + \(Int(settings.requestTimeout.timeInterval))"
+            )
         }
         // A stop never cancels a Klarna call it sent: the drain outlasts the longest one and the commit of its answer.
         guard settings.drainTimeout >= settings.requestTimeout + Settings.drainAfterLongestCall else {
             throw SettingsError(
                 "engine.drain_timeout_seconds",
-                "must be at least klarna.request_timeout_seconds + \(Int(Settings.drainAfterLongestCall.timeInterval)) (a stop waits for a Klarna call already sent, a create-order above all, to be answered or time out, and for its answer to be committed), not \(Int(settings.drainTimeout.timeInterval)) with klarna.request_timeout_seconds \(Int(settings.requestTimeout.timeInterval))")
+                "must be at least klarna.request_timeout_seconds + \(Int(Settings.drainAfterLongestCall.timeInterval)) (a stop waits for a Klarna call already sent, a create-order above all, to be answered or time out, and for its answer to be committed), not \(Int(settings.drainTimeout.timeInterval)) with klarna.request_timeout_seconds \(Int(settings.requestTimeout.timeInterval))"
+            )
         }
         settings.leaseTime = try values.seconds("store.lease_seconds", default: 15)
         guard settings.leaseTime >= .seconds(3), settings.leaseTime <= .seconds(600) else {
@@ -262,15 +274,18 @@ extension Settings {
 
     /// A secret, trimmed, with where it came from: the credential `credential` (a file in `$CREDENTIALS_DIRECTORY`),
     /// else the file named by `key`, else the unit's credential file in the credstore. `nil` when none is there.
-    private static func secret(_ values: Values, _ key: String, credential: String, _ credentials: Secrets) throws(SettingsError) -> (value: String, source: String)? {
+    private static func secret(
+        _ values: Values, _ key: String, credential: String, _ credentials: Secrets
+    ) throws(SettingsError) -> (value: String, source: String)? {
         let name = credential.replacingOccurrences(of: ".", with: "-")
         if let value = credentials.reader?.string(forKey: ConfigKey(credential), isSecret: true)?.trimmingCharacters(in: .whitespacesAndNewlines),
-           !value.isEmpty
+            !value.isEmpty
         {
             return (value, "credential \(name)")
         }
         if let file = try values.string(key) {
-            let path = file.hasPrefix("/") ? file : URL(fileURLWithPath: values.configPath).deletingLastPathComponent().appendingPathComponent(file).path
+            let path =
+                file.hasPrefix("/") ? file : URL(fileURLWithPath: values.configPath).deletingLastPathComponent().appendingPathComponent(file).path
             return (try read(path, key: key), "file \(path)")
         }
         // The unit's own file: root-only, so a command run as another user (the reload command runs as the daemon's
@@ -310,7 +325,7 @@ extension Settings {
             throw SettingsError(key, "must not carry credentials (user:password@) or a query; credentials come from files")
         }
         guard let url, let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty,
-              scheme == "https" || scheme == "http"
+            scheme == "https" || scheme == "http"
         else { throw SettingsError(key, "\"\(text)\" is not an http(s) URL with a host") }
         if scheme == "http", !allowRemoteHTTP, !["127.0.0.1", "localhost", "::1", "[::1]"].contains(host) {
             throw SettingsError(key, "\"\(text)\" uses plain http to a remote host; use https (plain http is for a loopback sandbox only)")
@@ -327,7 +342,9 @@ extension Settings {
             throw yamlError(path, error)
         }
         guard let document else { return }
-        guard let root = document as? [String: Any] else { throw SettingsError(nil, "config file \(path) must be a mapping of sections (klarna:, store:, …)") }
+        guard let root = document as? [String: Any] else {
+            throw SettingsError(nil, "config file \(path) must be a mapping of sections (klarna:, store:, …)")
+        }
         var keys: [String] = []
         var lists: [String] = []
         func walk(_ value: Any, _ prefix: String) {
@@ -346,12 +363,17 @@ extension Settings {
         for key in keys.sorted() where !known.contains(key) {
             // Unknown whatever its name; one that names a secret also says where secrets go, since that is what its
             // author was after.
-            let secret = Self.namesASecret(key)
+            let secret =
+                Self.namesASecret(key)
                 ? "; secrets are never read from config.yaml: use a credential file (klarna-password via LoadCredential=) or klarna.password_file"
                 : ""
             let section = key.split(separator: ".").first.map(String.init) ?? key
             let siblings = SettingsKeys.all.filter { $0.hasPrefix(section + ".") }
-            throw SettingsError(key, "unknown key in \(path)\(secret)" + (siblings.isEmpty ? "" : "; \(section) takes: \(siblings.map { String($0.dropFirst(section.count + 1)) }.joined(separator: ", "))"))
+            throw SettingsError(
+                key,
+                "unknown key in \(path)\(secret)"
+                    + (siblings.isEmpty
+                        ? "" : "; \(section) takes: \(siblings.map { String($0.dropFirst(section.count + 1)) }.joined(separator: ", "))"))
         }
     }
 

@@ -74,12 +74,13 @@ public struct JournalLogHandler: LogHandler {
     /// leading `_` or digit (journald silently drops such fields), at most 64 characters. `nil` if nothing is left.
     static func fieldName(_ key: String) -> String? {
         if key == "message_id" { return "MESSAGE_ID" }
-        var name = String(key.uppercased().unicodeScalars.map { scalar -> Character in
-            switch scalar {
-            case "A"..."Z", "0"..."9", "_": Character(scalar)
-            default: "_"
-            }
-        })
+        var name = String(
+            key.uppercased().unicodeScalars.map { scalar -> Character in
+                switch scalar {
+                case "A"..."Z", "0"..."9", "_": Character(scalar)
+                default: "_"
+                }
+            })
         while let first = name.first, first == "_" || first.isNumber { name.removeFirst() }
         name = String(name.prefix(64))
         return name.isEmpty ? nil : name
@@ -181,10 +182,11 @@ public enum LogDestination {
     /// Call once, first thing.
     public static func bootstrap(identifier: String, level: LogLevelControl, metadataProvider: Logger.MetadataProvider?) {
         let journal = stderrIsJournal
-        LoggingSystem.bootstrap({ label, provider -> any LogHandler in
-            journal
-                ? JournalLogHandler(identifier: identifier, level: level, metadataProvider: provider)
-                : StderrLogHandler(label: label, level: level, metadataProvider: provider)
-        }, metadataProvider: metadataProvider)
+        LoggingSystem.bootstrap(
+            { label, provider -> any LogHandler in
+                journal
+                    ? JournalLogHandler(identifier: identifier, level: level, metadataProvider: provider)
+                    : StderrLogHandler(label: label, level: level, metadataProvider: provider)
+            }, metadataProvider: metadataProvider)
     }
 }

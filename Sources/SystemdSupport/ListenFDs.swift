@@ -27,7 +27,8 @@ public struct ListenFDs: Sendable {
         let sockets = (0..<Int(count)).map { index -> Socket in
             let descriptor = SD_LISTEN_FDS_START + Int32(index)
             let name = names?[index].map { String(cString: $0) } ?? "unknown"
-            return Socket(descriptor: descriptor, name: name, isUnixStreamListener: sd_is_socket_unix(descriptor, Int32(SOCK_STREAM.rawValue), 1, nil, 0) > 0)
+            return Socket(
+                descriptor: descriptor, name: name, isUnixStreamListener: sd_is_socket_unix(descriptor, Int32(SOCK_STREAM.rawValue), 1, nil, 0) > 0)
         }
         return ListenFDs(sockets: sockets)
     }

@@ -7,7 +7,8 @@ import SQLiteBackend
 struct BackupCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup",
-        abstract: "Writes a consistent copy of the store to FILE while the daemon runs, and checks it; restoring: docs/operations.md, \"Backup and restore\"."
+        abstract:
+            "Writes a consistent copy of the store to FILE while the daemon runs, and checks it; restoring: docs/operations.md, \"Backup and restore\"."
     )
 
     @Argument(help: "The file to write. It must not exist: a backup never overwrites.")
@@ -34,8 +35,9 @@ struct BackupCommand: AsyncParsableCommand {
             }
             let summary = try await copy.summary(now: Date())
             let bytes = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0
-            print("backup written: \(file) (\(bytes) bytes, schema \(try await copy.schemaVersion()), integrity ok; "
-                + "\(summary.sessionsByPhase.values.reduce(0, +)) sessions, \(summary.ordersByPhase.values.reduce(0, +)) orders)")
+            print(
+                "backup written: \(file) (\(bytes) bytes, schema \(try await copy.schemaVersion()), integrity ok; "
+                    + "\(summary.sessionsByPhase.values.reduce(0, +)) sessions, \(summary.ordersByPhase.values.reduce(0, +)) orders)")
         } catch {
             try? FileManager.default.removeItem(atPath: file)
             printError("klarna-reconciler: backup of \(settings.storePath) failed, nothing kept at \(file): \(error)")

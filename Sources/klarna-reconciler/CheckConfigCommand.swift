@@ -6,7 +6,8 @@ import PostgresBackend
 struct CheckConfigCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "check-config",
-        abstract: "Validates the configuration and prints the effective values (secrets redacted); with store.url, connects to PostgreSQL and names what "
+        abstract:
+            "Validates the configuration and prints the effective values (secrets redacted); with store.url, connects to PostgreSQL and names what "
             + "is wrong (exit 78 for configuration and credentials, 69 for a server or schema this binary cannot use)."
     )
 

@@ -28,7 +28,8 @@ struct ClusterCommand: AsyncParsableCommand {
         if json {
             struct Report: Encodable {
                 struct Daemon: Encodable {
-                    let id: String, host: String, pid: Int, state: String, startedAt: Date, heartbeatAt: Date, stoppedAt: Date?, leases: Int, sample: [String]
+                    let id: String, host: String, pid: Int, state: String, startedAt: Date, heartbeatAt: Date, stoppedAt: Date?, leases: Int,
+                        sample: [String]
                 }
                 let daemons: [Daemon]
                 let unclaimedWork: Int
@@ -48,8 +49,9 @@ struct ClusterCommand: AsyncParsableCommand {
         for daemon in daemons {
             let heartbeat = "heartbeat \(String(format: "%.1f", now.timeIntervalSince(daemon.heartbeatAt))) s ago"
             let since = "up since \(daemon.startedAt.formatted(.iso8601))"
-            print("  \(daemon.id)  \(state(daemon))  \(heartbeat)  \(since)  \(daemon.leases) lease(s)"
-                + (daemon.sample.isEmpty ? "" : ": \(daemon.sample.joined(separator: ", "))\(daemon.leases > daemon.sample.count ? ", …" : "")"))
+            print(
+                "  \(daemon.id)  \(state(daemon))  \(heartbeat)  \(since)  \(daemon.leases) lease(s)"
+                    + (daemon.sample.isEmpty ? "" : ": \(daemon.sample.joined(separator: ", "))\(daemon.leases > daemon.sample.count ? ", …" : "")"))
         }
     }
 }

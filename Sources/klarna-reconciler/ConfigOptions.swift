@@ -26,7 +26,8 @@ struct ConfigOptions: ParsableArguments {
     func openStore(_ settings: Settings, readOnly: Bool) async throws -> any ReconcilerStore {
         if let location = settings.storeURL {
             do {
-                return try await PostgresStore.open(location, password: settings.storePassword, migrate: false, connections: 2, logger: Logger(label: "klarna-reconciler"))
+                return try await PostgresStore.open(
+                    location, password: settings.storePassword, migrate: false, connections: 2, logger: Logger(label: "klarna-reconciler"))
             } catch let problem as PostgresProblem {
                 printError("klarna-reconciler: cannot open the store: \(problem)")
                 throw ExitCode(problem.kind.exitCode)

@@ -26,7 +26,9 @@ struct ControlClient {
             var info = stat()
             guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK else { continue }
             guard access(path, W_OK) == 0 else {
-                printError("klarna-reconciler: cannot use the operators' socket \(path): \(String(cString: strerror(errno))) (operators need the group klarna-operators)")
+                printError(
+                    "klarna-reconciler: cannot use the operators' socket \(path): \(String(cString: strerror(errno))) (operators need the group klarna-operators)"
+                )
                 throw ExitCode(77)
             }
             let client = ControlClient(path: path)
@@ -49,7 +51,9 @@ struct ControlClient {
     func get<T: Decodable>(_ type: T.Type, _ target: String) async throws -> T? {
         let answer = try await send("GET", target)
         if answer.status == 404 { return nil }
-        guard answer.status == 200 else { throw Failed(description: "the daemon answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))") }
+        guard answer.status == 200 else {
+            throw Failed(description: "the daemon answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))")
+        }
         return try OperatorJSON.decoder().decode(type, from: Data(answer.body))
     }
 

@@ -44,7 +44,9 @@ struct TrackCommand: AsyncParsableCommand {
         case .tracked:
             print("tracking HPP session \(hppSessionID) (KP session \(kpSessionID), \(description))")
         case .existing(let existing):
-            print("HPP session \(hppSessionID) is already tracked since \(existing.trackedAt.formatted(.iso8601)) (\(existing.phase.rawValue)); nothing changed")
+            print(
+                "HPP session \(hppSessionID) is already tracked since \(existing.trackedAt.formatted(.iso8601)) (\(existing.phase.rawValue)); nothing changed"
+            )
         }
     }
 }
@@ -67,7 +69,9 @@ struct CaptureCommand: AsyncParsableCommand {
         let store = try await options.openStore(settings, readOnly: false)
         switch try await store.requestCapture(orderID: orderID, amount: amount, at: Date()) {
         case .accepted(let id):
-            print("capture of \(amount.map(String.init) ?? "the remaining amount") requested for order \(orderID) (request \(id)); the daemon performs it once Klarna accepts the order")
+            print(
+                "capture of \(amount.map(String.init) ?? "the remaining amount") requested for order \(orderID) (request \(id)); the daemon performs it once Klarna accepts the order"
+            )
         case .unknownOrder:
             printError("klarna-reconciler: order \(orderID) is not tracked (track its HPP session first)")
             throw ExitCode.failure
@@ -90,7 +94,9 @@ struct StatusCommand: AsyncParsableCommand {
         let now = Date()
         let summary: StatusSummary
         if let client = try await ControlClient.find(settings) {
-            guard let answer = try await client.get(StatusSummary.self, "/v2/status") else { throw ControlClient.Failed(description: "the daemon has no /v2/status: restart it after an upgrade") }
+            guard let answer = try await client.get(StatusSummary.self, "/v2/status") else {
+                throw ControlClient.Failed(description: "the daemon has no /v2/status: restart it after an upgrade")
+            }
             summary = answer
         } else {
             summary = try await OperatorDesk(store: try await options.openStore(settings, readOnly: true)).status(now: now)
@@ -115,7 +121,9 @@ struct StatusCommand: AsyncParsableCommand {
         print("held:           \(summary.held)\(summary.held > 0 ? " (klarna-reconciler list --state held; release ID)" : "")")
         print("Klarna success: \(when(summary.lastKlarnaSuccess))")
         print("Klarna error:   \(when(summary.lastKlarnaError))\(summary.lastKlarnaErrorDetail.map { " \($0)" } ?? "")")
-        print("refused input:  \(summary.rejectionsLastDay) in the last 24 h\(summary.lastRejection.map { "; last \($0)" } ?? "") (spool files: klarna-reconciler quarantine list)")
+        print(
+            "refused input:  \(summary.rejectionsLastDay) in the last 24 h\(summary.lastRejection.map { "; last \($0)" } ?? "") (spool files: klarna-reconciler quarantine list)"
+        )
     }
 }
 
@@ -123,7 +131,10 @@ struct ListCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "list", abstract: "Lists sessions, orders and intents, newest first.")
 
-    @Option(help: "Only this phase or outcome (polling, authorized, ordered, closed, pending_fraud, awaiting_capture, needs_attention, …), intent state (sent, ambiguous, …), or held.")
+    @Option(
+        help:
+            "Only this phase or outcome (polling, authorized, ordered, closed, pending_fraud, awaiting_capture, needs_attention, …), intent state (sent, ambiguous, …), or held."
+    )
     var state: String?
     @Option(help: "At most this many of each.") var limit: Int = 100
     @Flag(help: "Print JSON.") var json = false
@@ -133,7 +144,10 @@ struct ListCommand: AsyncParsableCommand {
         let settings = try await options.load(needsKlarnaPassword: false)
         let listing: StoreListing
         if let client = try await ControlClient.find(settings) {
-            guard let answer = try await client.get(StoreListing.self, "/v2/payments?limit=\(max(1, limit))" + (state.map { "&state=\(ControlClient.escape($0))" } ?? "")) else {
+            guard
+                let answer = try await client.get(
+                    StoreListing.self, "/v2/payments?limit=\(max(1, limit))" + (state.map { "&state=\(ControlClient.escape($0))" } ?? ""))
+            else {
                 throw ControlClient.Failed(description: "the daemon has no /v2/payments: restart it after an upgrade")
             }
             listing = answer
@@ -143,15 +157,21 @@ struct ListCommand: AsyncParsableCommand {
         if json { return try printJSON(listing) }
         print("SESSIONS (\(listing.sessions.count))")
         for session in listing.sessions {
-            print("  \(session.hppSessionID)  \(session.phase.rawValue)\(session.outcome.map { "/\($0.rawValue)" } ?? "")  hpp \(session.hppStatus?.rawValue ?? "—")  kp \(session.kpSessionID)  \(session.merchantReference ?? "")")
+            print(
+                "  \(session.hppSessionID)  \(session.phase.rawValue)\(session.outcome.map { "/\($0.rawValue)" } ?? "")  hpp \(session.hppStatus?.rawValue ?? "—")  kp \(session.kpSessionID)  \(session.merchantReference ?? "")"
+            )
         }
         print("ORDERS (\(listing.orders.count))")
         for order in listing.orders {
-            print("  \(order.orderID)  \(order.phase.rawValue)\(order.outcome.map { "/\($0.rawValue)" } ?? "")  fraud \(order.fraudStatus?.rawValue ?? "—")  captured \(order.capturedAmount)/\(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? "")  \(order.merchantReference ?? "")")
+            print(
+                "  \(order.orderID)  \(order.phase.rawValue)\(order.outcome.map { "/\($0.rawValue)" } ?? "")  fraud \(order.fraudStatus?.rawValue ?? "—")  captured \(order.capturedAmount)/\(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? "")  \(order.merchantReference ?? "")"
+            )
         }
         print("INTENTS (\(listing.intents.count))")
         for intent in listing.intents {
-            print("  \(intent.key)  \(intent.kind.rawValue) \(intent.state.rawValue)  attempts \(intent.attempts)  \(intent.subject)\(intent.lastError.map { "  last error: \($0)" } ?? "")")
+            print(
+                "  \(intent.key)  \(intent.kind.rawValue) \(intent.state.rawValue)  attempts \(intent.attempts)  \(intent.subject)\(intent.lastError.map { "  last error: \($0)" } ?? "")"
+            )
         }
     }
 }
@@ -192,25 +212,37 @@ struct ShowCommand: AsyncParsableCommand {
         }
         for session in found.sessions {
             print("HPP session \(session.hppSessionID)  (KP session \(session.kpSessionID))")
-            print("  phase \(session.phase.rawValue)\(session.outcome.map { ", outcome \($0.rawValue)" } ?? ""), HPP status \(session.hppStatus?.rawValue ?? "—"), mode \(session.mode?.rawValue ?? "inferred"), capture \(session.capturePolicy.rawValue), intent \(session.purpose.rawValue)")
-            print("  reference \(session.merchantReference ?? "—"), tracked \(session.trackedAt.formatted(.iso8601)), read \(session.reads) time\(session.reads == 1 ? "" : "s")\(session.expiresAt.map { ", expires \($0.formatted(.iso8601))" } ?? "")\(session.tokenExpiresAt.map { ", token valid until \($0.formatted(.iso8601))" } ?? "")")
+            print(
+                "  phase \(session.phase.rawValue)\(session.outcome.map { ", outcome \($0.rawValue)" } ?? ""), HPP status \(session.hppStatus?.rawValue ?? "—"), mode \(session.mode?.rawValue ?? "inferred"), capture \(session.capturePolicy.rawValue), intent \(session.purpose.rawValue)"
+            )
+            print(
+                "  reference \(session.merchantReference ?? "—"), tracked \(session.trackedAt.formatted(.iso8601)), read \(session.reads) time\(session.reads == 1 ? "" : "s")\(session.expiresAt.map { ", expires \($0.formatted(.iso8601))" } ?? "")\(session.tokenExpiresAt.map { ", token valid until \($0.formatted(.iso8601))" } ?? "")"
+            )
         }
         for order in found.orders {
             print("Order \(order.orderID)  (\(order.klarnaReference ?? "no Klarna reference"))")
-            print("  phase \(order.phase.rawValue)\(order.outcome.map { ", outcome \($0.rawValue)" } ?? ""), status \(order.status?.rawValue ?? "—"), fraud \(order.fraudStatus?.rawValue ?? "—"), captured \(order.capturedAmount) of \(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? ""), capture \(order.capturePolicy.rawValue)\(order.expiresAt.map { ", authorization until \($0.formatted(.iso8601))" } ?? "")")
+            print(
+                "  phase \(order.phase.rawValue)\(order.outcome.map { ", outcome \($0.rawValue)" } ?? ""), status \(order.status?.rawValue ?? "—"), fraud \(order.fraudStatus?.rawValue ?? "—"), captured \(order.capturedAmount) of \(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? ""), capture \(order.capturePolicy.rawValue)\(order.expiresAt.map { ", authorization until \($0.formatted(.iso8601))" } ?? "")"
+            )
         }
         if !found.intents.isEmpty { print("Intents") }
         for intent in found.intents {
-            print("  \(intent.kind.rawValue) \(intent.state.rawValue), \(intent.attempts) attempt(s), key \(intent.key)\(intent.result.map { ", result \($0)" } ?? "")\(intent.lastError.map { ", last error: \($0)" } ?? "")")
+            print(
+                "  \(intent.kind.rawValue) \(intent.state.rawValue), \(intent.attempts) attempt(s), key \(intent.key)\(intent.result.map { ", result \($0)" } ?? "")\(intent.lastError.map { ", last error: \($0)" } ?? "")"
+            )
         }
         print("Timeline")
         for event in found.events {
             let extras = event.detail.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-            print("  \(event.at.formatted(.iso8601))  \(event.kind.count >= 22 ? event.kind : event.kind.padding(toLength: 22, withPad: " ", startingAt: 0)) \(event.message)\(extras.isEmpty ? "" : "  [\(extras)]")")
+            print(
+                "  \(event.at.formatted(.iso8601))  \(event.kind.count >= 22 ? event.kind : event.kind.padding(toLength: 22, withPad: " ", startingAt: 0)) \(event.message)\(extras.isEmpty ? "" : "  [\(extras)]")"
+            )
         }
         if !found.outcomes.isEmpty { print("Outcomes") }
         for stored in found.outcomes {
-            print("  \(stored.at.formatted(.iso8601))  \(stored.outcome.kind.rawValue): \(stored.outcome.reason)\(stored.outboxWritten ? "" : " (not yet in the outbox)")")
+            print(
+                "  \(stored.at.formatted(.iso8601))  \(stored.outcome.kind.rawValue): \(stored.outcome.reason)\(stored.outboxWritten ? "" : " (not yet in the outbox)")"
+            )
         }
         guard !found.orders.isEmpty else { return }
         guard let settlementLines = lines else { return print("Settlement lines: the daemon does not serve them (restart it after an upgrade)") }
@@ -242,6 +274,8 @@ func printJSON<T: Encodable>(_ value: T) throws {
 func relative(_ date: Date, _ now: Date) -> String {
     let seconds = Int(date.timeIntervalSince(now).rounded())
     let magnitude = abs(seconds)
-    let text = magnitude < 120 ? "\(magnitude) s" : magnitude < 7_200 ? "\(magnitude / 60) min" : magnitude < 172_800 ? "\(magnitude / 3_600) h" : "\(magnitude / 86_400) d"
+    let text =
+        magnitude < 120
+        ? "\(magnitude) s" : magnitude < 7_200 ? "\(magnitude / 60) min" : magnitude < 172_800 ? "\(magnitude / 3_600) h" : "\(magnitude / 86_400) d"
     return seconds > 0 ? "in \(text)" : "\(text) ago"
 }

@@ -49,14 +49,18 @@ struct QuarantineCommand: AsyncParsableCommand {
             // lstat first: a quarantined symlink or FIFO is never opened.
             var info = stat()
             if lstat("\(spool.directory)/quarantine/\(name)", &info) == 0, info.st_mode & S_IFMT == S_IFREG,
-               let handle = FileHandle(forReadingAtPath: "\(spool.directory)/quarantine/\(name)") {
+                let handle = FileHandle(forReadingAtPath: "\(spool.directory)/quarantine/\(name)")
+            {
                 let head = handle.readData(ofLength: 512)
                 print("first \(head.count) bytes (callback and authorization tokens hidden):")
                 let text = QuarantineCommand.redacted(String(decoding: head, as: UTF8.self))
-                print(String(text.map { (character: Character) -> Character in
-                    let printable = character.isASCII && (character.isLetter || character.isNumber || character.isPunctuation || character.isSymbol)
-                    return printable || character == " " || character == "\n" ? character : "·"
-                }))
+                print(
+                    String(
+                        text.map { (character: Character) -> Character in
+                            let printable =
+                                character.isASCII && (character.isLetter || character.isNumber || character.isPunctuation || character.isSymbol)
+                            return printable || character == " " || character == "\n" ? character : "·"
+                        }))
             }
         }
     }
@@ -72,7 +76,8 @@ struct QuarantineCommand: AsyncParsableCommand {
     }
 
     struct Requeue: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Moves a quarantined file back to new/ for another try (after fixing what was wrong).")
+        static let configuration = CommandConfiguration(
+            abstract: "Moves a quarantined file back to new/ for another try (after fixing what was wrong).")
         @Argument(help: "The file name in quarantine/.") var name: String
         @OptionGroup var options: ConfigOptions
 

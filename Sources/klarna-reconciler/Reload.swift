@@ -60,13 +60,18 @@ struct ReloadCommand: AsyncParsableCommand {
     /// The daemon's pid: `$MAINPID` under `ExecReload=`, else the pid in the store's lock file, if that process
     /// is a running `klarna-reconciler run` (a stale lock file must not get a stranger signalled).
     static func daemon(storePath: String) -> pid_t? {
-        let candidate = ProcessInfo.processInfo.environment["MAINPID"].flatMap { pid_t($0) }
-            ?? (try? String(contentsOfFile: storePath + ".lock", encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        let candidate =
+            ProcessInfo.processInfo.environment["MAINPID"].flatMap { pid_t($0) }
+            ?? (try? String(contentsOfFile: storePath + ".lock", encoding: .utf8)).flatMap {
+                pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines))
+            }
         guard let pid = candidate, pid > 0,
-              let command = try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline"))
+            let command = try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline"))
         else { return nil }
         let arguments = command.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
-        guard arguments.first.map({ ($0 as NSString).lastPathComponent == "klarna-reconciler" }) == true, arguments.contains("run") else { return nil }
+        guard arguments.first.map({ ($0 as NSString).lastPathComponent == "klarna-reconciler" }) == true, arguments.contains("run") else {
+            return nil
+        }
         return pid
     }
 }

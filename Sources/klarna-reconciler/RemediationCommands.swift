@@ -30,7 +30,9 @@ struct RemediationOptions: ParsableArguments {
             printError("klarna-reconciler: \(action.word) \(id) refused: \(refusal.status == 404 ? "nothing tracked matches \(id)" : refusal.reason)")
             throw ExitCode.failure
         case .queued(let requests):
-            printError("klarna-reconciler: \(action.word) \(id) recorded (request \(requests.map { "\($0.id)" }.joined(separator: ", "))) but the daemon did not answer within \(wait) s; it applies it when it runs (klarna-reconciler show \(id))")
+            printError(
+                "klarna-reconciler: \(action.word) \(id) recorded (request \(requests.map { "\($0.id)" }.joined(separator: ", "))) but the daemon did not answer within \(wait) s; it applies it when it runs (klarna-reconciler show \(id))"
+            )
             throw ExitCode(75)
         case .answered(let requests, let payment):
             var refused = false
@@ -43,7 +45,9 @@ struct RemediationOptions: ParsableArguments {
                 }
             }
             for order in payment.orders where requests.contains(where: { $0.key == .order(order.orderID) }) {
-                print("order \(order.orderID) is now \(order.outcome?.rawValue ?? order.phase.rawValue)\(order.activeIntent.map { " (intent \($0) under way)" } ?? "")")
+                print(
+                    "order \(order.orderID) is now \(order.outcome?.rawValue ?? order.phase.rawValue)\(order.activeIntent.map { " (intent \($0) under way)" } ?? "")"
+                )
             }
             if refused { throw ExitCode.failure }
         }
@@ -69,7 +73,9 @@ extension RemediationOptions {
             switch reply.status {
             case .done: return
             case .queued:
-                printError("klarna-reconciler: \(action.word) \(id) recorded (request \(reply.requests.map { "\($0.id)" }.joined(separator: ", "))) but the daemon did not answer within \(wait) s; it applies it when it gets to it (klarna-reconciler show \(id))")
+                printError(
+                    "klarna-reconciler: \(action.word) \(id) recorded (request \(reply.requests.map { "\($0.id)" }.joined(separator: ", "))) but the daemon did not answer within \(wait) s; it applies it when it gets to it (klarna-reconciler show \(id))"
+                )
                 throw ExitCode(75)
             case .refused: throw ExitCode.failure
             }

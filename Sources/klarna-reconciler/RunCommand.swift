@@ -23,8 +23,9 @@ struct RunCommand: AsyncParsableCommand {
         let level = LogLevelControl(.info)
         LogDestination.bootstrap(identifier: "klarna-reconciler", level: level, metadataProvider: LogContext.provider)
         let logger = Logger(label: "klarna-reconciler")
-        let daemon = ReconcilerDaemon(options: .init(
-            configPath: options.config, handlesSignals: true, metrics: ReconcilerDaemon.bootstrapMetrics(), logLevel: level, logger: logger))
+        let daemon = ReconcilerDaemon(
+            options: .init(
+                configPath: options.config, handlesSignals: true, metrics: ReconcilerDaemon.bootstrapMetrics(), logLevel: level, logger: logger))
         do {
             try await daemon.run()
         } catch let failure as ReconcilerDaemon.StartFailure {

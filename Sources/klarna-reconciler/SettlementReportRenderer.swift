@@ -10,15 +10,25 @@ enum SettlementReportRenderer {
         var lines: [String] = []
         for report in reports {
             let agrees = report.net == report.netFromLines ? "" : " (differs: see the findings)"
-            lines.append("Payout \(report.paymentReference)  \(report.payoutDate.formatted(.iso8601))  \(report.currency)  \(report.settlementType)  net \(report.net)  net from lines \(report.netFromLines)\(agrees)")
-            lines.append("  \(counted(report.lineCount, "line")): \(report.matchedCount) matched, \(report.payoutLevelCount) payout-level, \(report.unmatchedCount) unmatched")
-            lines.append("  sales \(report.sales)  returns \(report.returns)  reversals \(report.reversals)  fees \(report.fees) (\(report.feeAmount) + VAT \(report.feeTax))  fee refunds \(report.feeRefunds)")
-            lines.append("  commission \(report.commission)  charges \(report.charges)  credits \(report.credits)  holdback \(report.holdback)  release \(report.release)  corrections \(report.corrections)  other types \(report.otherTypes)")
+            lines.append(
+                "Payout \(report.paymentReference)  \(report.payoutDate.formatted(.iso8601))  \(report.currency)  \(report.settlementType)  net \(report.net)  net from lines \(report.netFromLines)\(agrees)"
+            )
+            lines.append(
+                "  \(counted(report.lineCount, "line")): \(report.matchedCount) matched, \(report.payoutLevelCount) payout-level, \(report.unmatchedCount) unmatched"
+            )
+            lines.append(
+                "  sales \(report.sales)  returns \(report.returns)  reversals \(report.reversals)  fees \(report.fees) (\(report.feeAmount) + VAT \(report.feeTax))  fee refunds \(report.feeRefunds)"
+            )
+            lines.append(
+                "  commission \(report.commission)  charges \(report.charges)  credits \(report.credits)  holdback \(report.holdback)  release \(report.release)  corrections \(report.corrections)  other types \(report.otherTypes)"
+            )
             if !report.unmatched.isEmpty { lines.append("  Unmatched lines") }
             for line in report.unmatched {
                 let ids = [line.orderID.map { "order \($0)" }, line.captureID.map { "capture \($0)" }, line.refundID.map { "refund \($0)" }]
                     .compactMap { $0 }.joined(separator: ", ")
-                lines.append("    line \(line.ordinal)  \(line.kind) \(Minor.signedText(line.amount))\(ids.isEmpty ? "" : "  \(ids)")  \(line.reason.rawValue): \(line.explanation)")
+                lines.append(
+                    "    line \(line.ordinal)  \(line.kind) \(Minor.signedText(line.amount))\(ids.isEmpty ? "" : "  \(ids)")  \(line.reason.rawValue): \(line.explanation)"
+                )
             }
             if !report.findings.isEmpty { lines.append("  Findings") }
             for finding in report.findings {
@@ -63,6 +73,7 @@ enum SettlementReportRenderer {
     static func line(_ line: SettlementLineView) -> String {
         let vat = line.vatAmount.map { " (VAT \($0))" } ?? ""
         let what = line.unmatchedReason.map { "unmatched (\($0.rawValue))" } ?? line.matched
-        return "payout \(line.paymentReference) line \(line.ordinal)  \(line.type) \(Minor.signedText(line.amount)) \(line.currency)\(vat)  \(what): \(line.note)"
+        return
+            "payout \(line.paymentReference) line \(line.ordinal)  \(line.type) \(Minor.signedText(line.amount)) \(line.currency)\(vat)  \(what): \(line.note)"
     }
 }

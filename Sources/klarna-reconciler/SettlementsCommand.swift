@@ -29,7 +29,9 @@ struct SettlementsCommand: AsyncParsableCommand {
         let reports: [PayoutReport]
         if let client = try await ControlClient.find(settings) {
             let query = [since.map { "since=\(ControlClient.escape($0))" }, payout.map { "payout=\(ControlClient.escape($0))" }].compactMap { $0 }
-            guard let answer = try await client.get([PayoutReport].self, "/v2/settlements" + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))) else {
+            guard
+                let answer = try await client.get([PayoutReport].self, "/v2/settlements" + (query.isEmpty ? "" : "?" + query.joined(separator: "&")))
+            else {
                 throw ControlClient.Failed(description: "the daemon has no /v2/settlements: restart it after an upgrade")
             }
             reports = answer
@@ -45,7 +47,9 @@ struct SettlementsCommand: AsyncParsableCommand {
         if json { return try printJSON(reports) }
         if csv { return print(SettlementReportRenderer.csv(reports), terminator: "") }
         if reports.isEmpty {
-            print("No payouts recorded\(after). The daemon fetches Klarna's payouts only with settlements.enabled: true, once at start and then every settlements.sync_interval_minutes.")
+            print(
+                "No payouts recorded\(after). The daemon fetches Klarna's payouts only with settlements.enabled: true, once at start and then every settlements.sync_interval_minutes."
+            )
             return
         }
         print(SettlementReportRenderer.text(reports))

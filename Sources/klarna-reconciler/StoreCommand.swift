@@ -92,12 +92,16 @@ struct StoreCopyCommand: AsyncParsableCommand {
                     if rows.count < Self.batch { break }
                 }
                 let (expected, found) = (try await source.count(table), try await target.count(table))
-                guard expected == found else { throw CopyFailed(description: "\(table.rawValue): \(expected) rows in \(from), \(found) in \(location)") }
+                guard expected == found else {
+                    throw CopyFailed(description: "\(table.rawValue): \(expected) rows in \(from), \(found) in \(location)")
+                }
                 copied.append("\(table.rawValue) \(found)")
             }
             try await target.finishTransfer(counters: try await source.counters())
         } catch {
-            printError("klarna-reconciler: the copy failed: \(error). The database holds part of it: drop and create it again before copying anew; \(from) is unchanged")
+            printError(
+                "klarna-reconciler: the copy failed: \(error). The database holds part of it: drop and create it again before copying anew; \(from) is unchanged"
+            )
             throw ExitCode.failure
         }
         withExtendedLifetime(lock) {}

@@ -59,12 +59,18 @@ final class Demo: @unchecked Sendable {
         detail("daemon ready (pid \(daemon!.processIdentifier)); config.yaml, state/state.sqlite and outbox/ live in the folder")
 
         step(2, "The shop creates payments and tells the daemon to track them (klarna-reconciler track …)")
-        let lines = [SandboxOrderLine(name: "Running shoes", quantity: 1, unitPrice: 19_900, totalAmount: 19_900, taxRate: 1_900, totalTaxAmount: 3_177)]
-        func payment(_ reference: String, mode: String = "NONE", fraud: String? = nil, completes: String = "COMPLETED", after: Double = 1.5) throws -> CreatedSession {
-            let created = try sandbox.createSession(SessionSpec(
-                purchaseCurrency: "EUR", purchaseCountry: "DE", locale: "de-DE", orderLines: lines, merchantReference: reference,
-                placeOrderMode: mode, fraudStatus: fraud, fraudDecisionAfterSeconds: fraud == nil ? nil : 4, fraudDecision: fraud == nil ? nil : "ACCEPTED",
-                schedule: [ScheduleStep(afterSeconds: 0.5, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: after, status: completes)]))
+        let lines = [
+            SandboxOrderLine(name: "Running shoes", quantity: 1, unitPrice: 19_900, totalAmount: 19_900, taxRate: 1_900, totalTaxAmount: 3_177)
+        ]
+        func payment(
+            _ reference: String, mode: String = "NONE", fraud: String? = nil, completes: String = "COMPLETED", after: Double = 1.5
+        ) throws -> CreatedSession {
+            let created = try sandbox.createSession(
+                SessionSpec(
+                    purchaseCurrency: "EUR", purchaseCountry: "DE", locale: "de-DE", orderLines: lines, merchantReference: reference,
+                    placeOrderMode: mode, fraudStatus: fraud, fraudDecisionAfterSeconds: fraud == nil ? nil : 4,
+                    fraudDecision: fraud == nil ? nil : "ACCEPTED",
+                    schedule: [ScheduleStep(afterSeconds: 0.5, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: after, status: completes)]))
             references[created.hppSessionId] = reference
             return created
         }
@@ -78,7 +84,8 @@ final class Demo: @unchecked Sendable {
             ("completes while Klarna is down", try payment("shop-1007", after: 2.5), []),
         ]
         for (what, created, options) in payments {
-            let output = try await cli(["track", created.hppSessionId, "--kp-session", created.kpSessionId, "--reference", referenceOf(created)] + options)
+            let output = try await cli(
+                ["track", created.hppSessionId, "--kp-session", created.kpSessionId, "--reference", referenceOf(created)] + options)
             detail("\(referenceOf(created)): \(what)")
             detail("  \(output.trimmingCharacters(in: .whitespacesAndNewlines))")
         }
@@ -100,24 +107,30 @@ final class Demo: @unchecked Sendable {
         step(5, "Webhooks: a forwarder hands Klarna's callbacks to the daemon over the unix socket and through the spool")
         let viaSocket = try payment("shop-1008")
         try sandbox.setHPPStatus(viaSocket.hppSessionId, "COMPLETED")
-        let callbackURL = try await cli(["callback-url", "--kind", "hpp-status", "--kp-session", viaSocket.kpSessionId, "--base", "https://shop.example/klarna/hpp-status"])
-            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let callbackURL = try await cli([
+            "callback-url", "--kind", "hpp-status", "--kp-session", viaSocket.kpSessionId, "--base", "https://shop.example/klarna/hpp-status",
+        ])
+        .trimmingCharacters(in: .whitespacesAndNewlines)
         detail("shop-1008 was never tracked; its HPP session was created with this status_update URL (klarna-reconciler callback-url):")
         detail("  \(callbackURL.replacingOccurrences(of: viaSocket.kpSessionId, with: "…"))")
         let query = String(callbackURL[callbackURL.index(after: callbackURL.firstIndex(of: "?")!)...])
             .replacingOccurrences(of: "{{session_id}}", with: viaSocket.hppSessionId)
         let event = #"{"event_id":"demo-event-1","session":{"session_id":"\#(viaSocket.hppSessionId)","status":"COMPLETED"}}"#
         for attempt in 1...2 {
-            let answer = try await run(URL(fileURLWithPath: "/usr/bin/curl"), [
-                "-s", "--unix-socket", "\(folder)/ingest.sock", "-X", "POST", "-H", "Content-Type: application/json", "--data-binary", event,
-                "http://localhost/v1/webhooks/hpp-status?\(query)",
-            ])
+            let answer = try await run(
+                URL(fileURLWithPath: "/usr/bin/curl"),
+                [
+                    "-s", "--unix-socket", "\(folder)/ingest.sock", "-X", "POST", "-H", "Content-Type: application/json", "--data-binary", event,
+                    "http://localhost/v1/webhooks/hpp-status?\(query)",
+                ])
             detail("curl --unix-socket ingest.sock … (delivery \(attempt)): \(answer.trimmingCharacters(in: .whitespacesAndNewlines))")
         }
         let viaSpool = try payment("shop-1009")
         let request = #"{"hpp_session_id":"\#(viaSpool.hppSessionId)","kp_session_id":"\#(viaSpool.kpSessionId)","merchant_reference":"shop-1009"}"#
         try request.write(toFile: "\(folder)/spool/tmp/0001-track.json", atomically: false, encoding: .utf8)
-        guard rename("\(folder)/spool/tmp/0001-track.json", "\(folder)/spool/new/0001-track.json") == 0 else { throw DemoFailure(description: "cannot write to the spool") }
+        guard rename("\(folder)/spool/tmp/0001-track.json", "\(folder)/spool/new/0001-track.json") == 0 else {
+            throw DemoFailure(description: "cannot write to the spool")
+        }
         detail("shop-1009: a track request written to spool/tmp/ and renamed into spool/new/")
         try "{ this is not JSON".write(toFile: "\(folder)/spool/tmp/0002-broken.json", atomically: false, encoding: .utf8)
         _ = rename("\(folder)/spool/tmp/0002-broken.json", "\(folder)/spool/new/0002-broken.json")
@@ -131,7 +144,8 @@ final class Demo: @unchecked Sendable {
         step(6, "Waiting until every payment has reached its end")
         _ = try await waitFor("every payment to finish", timeout: .seconds(120)) { () -> Bool? in
             let summary = try await store.summary(now: Date())
-            let open = (summary.sessionsByPhase["polling"] ?? 0) + (summary.sessionsByPhase["authorized"] ?? 0)
+            let open =
+                (summary.sessionsByPhase["polling"] ?? 0) + (summary.sessionsByPhase["authorized"] ?? 0)
                 + summary.ordersByPhase.filter { $0.key != "closed" }.values.reduce(0, +)
             return open == 0 && summary.undeliveredOutcomes == 0 ? true : nil
         }
@@ -153,7 +167,9 @@ final class Demo: @unchecked Sendable {
 
         step(10, "What Klarna saw")
         let effects = sandbox.effects()
-        detail("side effects: " + Dictionary(grouping: effects, by: \.kind).map { "\($0.value.count) \($0.key.rawValue)" }.sorted().joined(separator: ", "))
+        detail(
+            "side effects: "
+                + Dictionary(grouping: effects, by: \.kind).map { "\($0.value.count) \($0.key.rawValue)" }.sorted().joined(separator: ", "))
         let orders: [String: [SandboxEffect]] = Dictionary(grouping: effects.filter { $0.kind == .orderPlaced }) { $0.kpSessionId ?? "" }
         let captures: [String: [SandboxEffect]] = Dictionary(grouping: effects.filter { $0.kind == .captured }) { $0.orderId ?? "" }
         guard orders.values.allSatisfy({ $0.count == 1 }), captures.values.allSatisfy({ $0.count == 1 }) else {
@@ -166,7 +182,9 @@ final class Demo: @unchecked Sendable {
         let payouts = try sandbox.settle()
         for payout in payouts {
             let fees = payout.transactions.filter { $0.type == "FEE" }.count
-            detail("payout \(payout.paymentReference): \(payout.transactions.count) transactions (\(fees) FEE), net \(payout.totals.settlementAmount) \(payout.currencyCode) (POST /_sandbox/settlements/payouts)")
+            detail(
+                "payout \(payout.paymentReference): \(payout.transactions.count) transactions (\(fees) FEE), net \(payout.totals.settlementAmount) \(payout.currencyCode) (POST /_sandbox/settlements/payouts)"
+            )
         }
         // The daemon syncs settlements when it starts, then every settlements.sync_interval_minutes (at least one).
         try await restartDaemon()
@@ -182,7 +200,9 @@ final class Demo: @unchecked Sendable {
         guard recorded.contains(where: { $0.findings(.orphan).contains { $0.orderID == orphan } }),
             recorded.contains(where: { $0.lines.contains { $0.line.kind == .fee } })
         else {
-            let found = recorded.map { "\($0.report.paymentReference): lines \($0.lines.map(\.line.kind)), findings \($0.report.findings.map(\.kind))" }
+            let found = recorded.map {
+                "\($0.report.paymentReference): lines \($0.lines.map(\.line.kind)), findings \($0.report.findings.map(\.kind))"
+            }
             throw DemoFailure(description: "the daemon recorded the payout without the orphan or a FEE line: \(found.joined(separator: "; "))")
         }
         detail("the daemon fetched the payout and its transactions and matched every line against the ledger")
@@ -204,37 +224,37 @@ final class Demo: @unchecked Sendable {
         try "sandbox-secret\n".write(toFile: "\(folder)/klarna-password", atomically: true, encoding: .utf8)
         try "demo-callback-key-\(UUID().uuidString)\n".write(toFile: "\(folder)/callback-key", atomically: true, encoding: .utf8)
         try """
-            # Written by `klarna-sandbox demo`; see etc/config.yaml for every key.
-            klarna:
-              base_url: \(baseURL)
-              username: sandbox-merchant
-              password_file: klarna-password
-              request_timeout_seconds: 2
-            store:
-              path: state/state.sqlite
-            outbox:
-              dir: outbox
-            ingest:
-              socket: ingest.sock
-              spool_dir: spool
-              spool_rescan_seconds: 1
-            callback_token:
-              key_file: callback-key
-            polling:
-              dense_interval_seconds: 0.5
-              pending_fraud_interval_seconds: 1
-            retry:
-              initial_delay_ms: 300
-              max_delay_seconds: 2
-            engine:
-              wakeup_interval_ms: 200
-              # A create-order cut off by the outage waits this long before Klarna is read again (the shortest allowed).
-              create_order_settle_seconds: 30
-            settlements:
-              enabled: true
-              sync_interval_minutes: 60
-              settle_within_days: 7
-            """.write(toFile: "\(folder)/config.yaml", atomically: true, encoding: .utf8)
+        # Written by `klarna-sandbox demo`; see etc/config.yaml for every key.
+        klarna:
+          base_url: \(baseURL)
+          username: sandbox-merchant
+          password_file: klarna-password
+          request_timeout_seconds: 2
+        store:
+          path: state/state.sqlite
+        outbox:
+          dir: outbox
+        ingest:
+          socket: ingest.sock
+          spool_dir: spool
+          spool_rescan_seconds: 1
+        callback_token:
+          key_file: callback-key
+        polling:
+          dense_interval_seconds: 0.5
+          pending_fraud_interval_seconds: 1
+        retry:
+          initial_delay_ms: 300
+          max_delay_seconds: 2
+        engine:
+          wakeup_interval_ms: 200
+          # A create-order cut off by the outage waits this long before Klarna is read again (the shortest allowed).
+          create_order_settle_seconds: 30
+        settlements:
+          enabled: true
+          sync_interval_minutes: 60
+          settle_within_days: 7
+        """.write(toFile: "\(folder)/config.yaml", atomically: true, encoding: .utf8)
     }
 
     /// Starts the daemon, its output appended to daemon.log, and waits for its ready line.

@@ -4,7 +4,9 @@ import Testing
 
 @Suite("BoundedJSON: limits checked while reading, only the named fields kept")
 struct BoundedJSONTests {
-    func read(_ text: String, keep: BoundedJSON.Keep = .fields(["a": .value, "b": .fields(["c": .value])]), limits: BoundedJSON.Limits = .deliveries) throws(BoundedJSON.Failure) -> BoundedJSON {
+    func read(
+        _ text: String, keep: BoundedJSON.Keep = .fields(["a": .value, "b": .fields(["c": .value])]), limits: BoundedJSON.Limits = .deliveries
+    ) throws(BoundedJSON.Failure) -> BoundedJSON {
         try BoundedJSON.read(Array(text.utf8), keep: keep, limits: limits)
     }
 
@@ -33,23 +35,31 @@ struct BoundedJSONTests {
     @Test("Union of two keeps keeps both")
     func union() throws {
         let keep = BoundedJSON.Keep.fields(["a": .fields(["x": .value])]).union(.fields(["a": .fields(["y": .value]), "b": .value]))
-        #expect(try read(#"{"a":{"x":1,"y":2,"z":3},"b":"B"}"#, keep: keep) == .object(["a": .object(["x": .number("1"), "y": .number("2")]), "b": .string("B")]))
+        #expect(
+            try read(#"{"a":{"x":1,"y":2,"z":3},"b":"B"}"#, keep: keep)
+                == .object(["a": .object(["x": .number("1"), "y": .number("2")]), "b": .string("B")]))
     }
 
-    @Test("Malformed JSON is refused with where it broke", arguments: [
-        "", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "[1,]", "{\"a\":tru}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":1e}", "{\"a\":-}",
-        "{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}", "{\"a\":\"\\ud800\"}", "{\"a\":\"\\udc00\"}", "{\"a\":\"line\nbreak\"}", "{} {}", "{\"a\":1} x", "{'a':1}",
-    ])
+    @Test(
+        "Malformed JSON is refused with where it broke",
+        arguments: [
+            "", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "[1,]", "{\"a\":tru}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":1e}", "{\"a\":-}",
+            "{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}", "{\"a\":\"\\ud800\"}", "{\"a\":\"\\udc00\"}", "{\"a\":\"line\nbreak\"}", "{} {}", "{\"a\":1} x",
+            "{'a':1}",
+        ])
     func malformed(text: String) {
         let result = failure(text)
         #expect(result?.reason == .malformed, "\(text): \(result?.description ?? "accepted")")
         #expect(result?.detail.contains("at byte") == true)
     }
 
-    @Test("Invalid UTF-8 is refused inside and outside strings", arguments: [
-        [0x7B, 0xFF, 0xFE, 0x7D], [0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xC0, 0xAF, 0x22, 0x7D], [0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xED, 0xA0, 0x80, 0x22, 0x7D],
-        [0x7B, 0x22, 0x7A, 0x22, 0x3A, 0x22, 0xE2, 0x82, 0x22, 0x7D], [0x7B, 0x22, 0x7A, 0x22, 0x3A, 0x22, 0xF4, 0x90, 0x80, 0x80, 0x22, 0x7D],
-    ] as [[UInt8]])
+    @Test(
+        "Invalid UTF-8 is refused inside and outside strings",
+        arguments: [
+            [0x7B, 0xFF, 0xFE, 0x7D], [0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xC0, 0xAF, 0x22, 0x7D],
+            [0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xED, 0xA0, 0x80, 0x22, 0x7D],
+            [0x7B, 0x22, 0x7A, 0x22, 0x3A, 0x22, 0xE2, 0x82, 0x22, 0x7D], [0x7B, 0x22, 0x7A, 0x22, 0x3A, 0x22, 0xF4, 0x90, 0x80, 0x80, 0x22, 0x7D],
+        ] as [[UInt8]])
     func encoding(bytes: [UInt8]) {
         #expect(failure(bytes)?.reason == .encoding)
     }

@@ -98,8 +98,10 @@ struct CallCountTests {
     @Test("An order Klarna placed as PENDING is read until its fraud review ends; never captured before")
     func pendingAnswerIsRead() async throws {
         try await EngineHarness.with { h in
-            let created = try await h.track(SessionSpec(orderAmount: 4_000, fraudStatus: "PENDING", fraudDecisionAfterSeconds: 120, fraudDecision: "ACCEPTED",
-                                                        schedule: [ScheduleStep(afterSeconds: 1, status: "COMPLETED")]))
+            let created = try await h.track(
+                SessionSpec(
+                    orderAmount: 4_000, fraudStatus: "PENDING", fraudDecisionAfterSeconds: 120, fraudDecision: "ACCEPTED",
+                    schedule: [ScheduleStep(afterSeconds: 1, status: "COMPLETED")]))
             try await h.run()
             #expect(h.sandbox.requests(route: "om.read_order").count >= 2)
             #expect(try await h.outcomes(created) == [.orderPlaced, .captured])
@@ -133,7 +135,10 @@ struct RunningEngine {
 
     /// A verified HPP status callback for `created`, through the same path as the socket's.
     func callback(_ created: CreatedSession, status: String, eventID: String) async -> Ingestor.Answer {
-        let query = ["kp_session_id": created.kpSessionId, "hpp_session_id": created.hppSessionId, "token": Self.tokens.token(.hppStatus, kpSessionID: created.kpSessionId)]
+        let query = [
+            "kp_session_id": created.kpSessionId, "hpp_session_id": created.hppSessionId,
+            "token": Self.tokens.token(.hppStatus, kpSessionID: created.kpSessionId),
+        ]
         let body = #"{"event_id":"\#(eventID)","session":{"session_id":"\#(created.hppSessionId)","status":"\#(status)"}}"#
         return await ingestor.ingest(Delivery(route: .hppStatus, query: query, body: Array(body.utf8)), source: "socket")
     }

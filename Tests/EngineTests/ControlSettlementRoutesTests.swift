@@ -18,21 +18,29 @@ struct ControlSettlementRoutesTests {
     func recordedStore(_ directory: TemporaryDirectory) async throws -> any ReconcilerStore {
         let store: any ReconcilerStore = try SQLiteStore(path: directory.path + "/state.sqlite")
         var change = Change()
-        change.newOrders = [TrackedOrder(
-            orderID: "order-1", hppSessionID: nil, kpSessionID: nil, merchantReference: "shop-2001", capturePolicy: .immediate,
-            placedBy: .placeOrder, createdAt: payoutDate)]
+        change.newOrders = [
+            TrackedOrder(
+                orderID: "order-1", hppSessionID: nil, kpSessionID: nil, merchantReference: "shop-2001", capturePolicy: .immediate,
+                placedBy: .placeOrder, createdAt: payoutDate)
+        ]
         try await store.commit(change, at: payoutDate)
         let lines = [
-            SettledLine(paymentReference: "PAYOUT01", ordinal: 0, kind: .sale, amount: 19_900, orderID: "order-1", captureID: "cap-1", currency: "EUR"),
-            SettledLine(paymentReference: "PAYOUT01", ordinal: 1, kind: .fee, amount: 498, vatAmount: 125, orderID: "order-1", captureID: "cap-1", currency: "EUR"),
-            SettledLine(paymentReference: "PAYOUT01", ordinal: 2, kind: .sale, amount: 4_200, orderID: "order-ghost", captureID: "cap-x", currency: "EUR"),
+            SettledLine(
+                paymentReference: "PAYOUT01", ordinal: 0, kind: .sale, amount: 19_900, orderID: "order-1", captureID: "cap-1", currency: "EUR"),
+            SettledLine(
+                paymentReference: "PAYOUT01", ordinal: 1, kind: .fee, amount: 498, vatAmount: 125, orderID: "order-1", captureID: "cap-1",
+                currency: "EUR"),
+            SettledLine(
+                paymentReference: "PAYOUT01", ordinal: 2, kind: .sale, amount: 4_200, orderID: "order-ghost", captureID: "cap-x", currency: "EUR"),
         ]
         let payout = SettledPayout(
             paymentReference: "PAYOUT01", payoutDate: payoutDate, currency: "EUR", settlementType: "NET",
             totals: SettledTotals(saleAmount: 24_100, feeAmount: 498, taxAmount: 125, settlementAmount: 23_477))
         let ledger = LedgerOrder(
             orderID: "order-1", merchantReference: "shop-2001", currency: "EUR",
-            captures: [LedgerCapture(orderID: "order-1", captureID: "cap-1", amount: 19_900, currency: "EUR", capturedAt: payoutDate, source: .daemon)])
+            captures: [
+                LedgerCapture(orderID: "order-1", captureID: "cap-1", amount: 19_900, currency: "EUR", capturedAt: payoutDate, source: .daemon)
+            ])
         let reconciliation = SettlementMatcher.reconcile(payout: payout, lines: lines, orders: ["order-1": ledger])
         #expect(try await store.record(reconciliation, outcomes: [], at: payoutDate))
         return store
@@ -71,7 +79,9 @@ struct ControlSettlementRoutesTests {
             #expect(try OperatorJSON.decoder().decode([PayoutReport].self, from: answer.body).count == expected, "\(query)")
         }
         let bad = try await get(handler, "/v2/settlements?since=yesterday")
-        #expect(bad.status == 400 && String(decoding: bad.body, as: UTF8.self).contains("since must be a day"), "\(String(decoding: bad.body, as: UTF8.self))")
+        #expect(
+            bad.status == 400 && String(decoding: bad.body, as: UTF8.self).contains("since must be a day"),
+            "\(String(decoding: bad.body, as: UTF8.self))")
     }
 
     @Test("GET /v2/settlements?since= with a field out of range is 400, never rolled over into the next hour, day or month")
@@ -101,10 +111,11 @@ struct ControlSettlementRoutesTests {
         #expect(answer.status == 200, "\(String(decoding: answer.body, as: UTF8.self))")
         let lines = try OperatorJSON.decoder().decode([LineReconciliation].self, from: answer.body)
         #expect(lines.map(\.line.ordinal) == [0, 1])
-        #expect(lines.map(\.match) == [
-            .capture(CaptureKey(orderID: "order-1", captureID: "cap-1"), byAmount: false),
-            .order("order-1", capture: CaptureKey(orderID: "order-1", captureID: "cap-1")),
-        ])
+        #expect(
+            lines.map(\.match) == [
+                .capture(CaptureKey(orderID: "order-1", captureID: "cap-1"), byAmount: false),
+                .order("order-1", capture: CaptureKey(orderID: "order-1", captureID: "cap-1")),
+            ])
         let unknown = try await get(handler, "/v2/payments/nobody/settlements")
         #expect(unknown.status == 404 && String(decoding: unknown.body, as: UTF8.self).contains("unknown_payment"))
     }

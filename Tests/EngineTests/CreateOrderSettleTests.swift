@@ -46,18 +46,25 @@ struct CreateOrderSettleTests {
 
     /// Nothing for the payment between an unclear create-order and the end of its settle period: every later KP read
     /// and create-order of `created` comes at least `settle` after `first` (the unclear one).
-    static func expectSettled(_ h: EngineHarness, _ created: CreatedSession, after first: SandboxRequestRecord, sourceLocation: SourceLocation = #_sourceLocation) {
+    static func expectSettled(
+        _ h: EngineHarness, _ created: CreatedSession, after first: SandboxRequestRecord, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         let later = h.sandbox.requests().filter { request in
-            request.seq > first.seq && (request.route == "kp.create_order" || (request.route == "kp.read_session" && request.path.hasSuffix(created.kpSessionId)))
+            request.seq > first.seq
+                && (request.route == "kp.create_order" || (request.route == "kp.read_session" && request.path.hasSuffix(created.kpSessionId)))
         }
         let early = later.filter { $0.at.timeIntervalSince(first.at) < Self.settle.timeInterval - 0.001 }
-        #expect(early.isEmpty, "called within the settle period: \(early.map { "\($0.route) +\($0.at.timeIntervalSince(first.at)) s" })", sourceLocation: sourceLocation)
+        #expect(
+            early.isEmpty, "called within the settle period: \(early.map { "\($0.route) +\($0.at.timeIntervalSince(first.at)) s" })",
+            sourceLocation: sourceLocation)
         #expect(!later.isEmpty, "the KP session is read when the settle period is over", sourceLocation: sourceLocation)
     }
 
     /// The payment ended and Klarna's one order is accounted for: linked and captured (once the order's id is found
     /// where Klarna names it), or `needs_attention` saying Klarna placed it.
-    static func expectOneOrderAccountedFor(_ h: EngineHarness, _ created: CreatedSession, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    static func expectOneOrderAccountedFor(
+        _ h: EngineHarness, _ created: CreatedSession, sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
         let placed = h.effects(.orderPlaced, kp: created.kpSessionId)
         #expect(placed.count == 1, sourceLocation: sourceLocation)
         let session = try await h.session(created)
@@ -68,12 +75,14 @@ struct CreateOrderSettleTests {
             #expect(outcomes.last?.kind == .captured, sourceLocation: sourceLocation)
         } else {
             #expect(outcomes.map(\.kind) == [.needsAttention], sourceLocation: sourceLocation)
-            #expect(outcomes.first?.reason.contains("Klarna placed the order") == true, "\(outcomes.first?.reason ?? "")", sourceLocation: sourceLocation)
+            #expect(
+                outcomes.first?.reason.contains("Klarna placed the order") == true, "\(outcomes.first?.reason ?? "")", sourceLocation: sourceLocation)
         }
     }
 
-    @Test("A create-order held up past the client's timeout, or answered too late: no second one meets it, the KP session is read only after the settle period",
-          arguments: [SandboxFault.Kind.holdRequest, .holdAnswer])
+    @Test(
+        "A create-order held up past the client's timeout, or answered too late: no second one meets it, the KP session is read only after the settle period",
+        arguments: [SandboxFault.Kind.holdRequest, .holdAnswer])
     func heldCreateOrder(kind: SandboxFault.Kind) async throws {
         try await Self.with(requestTimeout: .seconds(2)) { h in
             let created = try await h.track(SessionSpec(orderAmount: 5_100, merchantReference: "held-1", schedule: Self.completesSoon))
@@ -198,7 +207,9 @@ struct CreateOrderSettleTests {
 
     /// The order is linked, with an event saying where it was found, and then captured under the capture policy;
     /// Klarna saw one create-order.
-    static func expectLinked(_ h: EngineHarness, _ created: CreatedSession, _ orderID: String, foundIn word: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    static func expectLinked(
+        _ h: EngineHarness, _ created: CreatedSession, _ orderID: String, foundIn word: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
         let session = try await h.session(created)
         #expect(session.orderID == orderID, sourceLocation: sourceLocation)
         #expect(try await h.outcomes(created) == [.orderPlaced, .captured], sourceLocation: sourceLocation)
@@ -207,13 +218,19 @@ struct CreateOrderSettleTests {
         let timeline = try await h.store.timeline(for: created.hppSessionId)
         let linked = try #require(timeline.events.first { $0.kind == "order_linked" }, sourceLocation: sourceLocation)
         #expect(linked.detail["found_in"] == word, sourceLocation: sourceLocation)
-        #expect(linked.message.hasPrefix("order \(orderID) linked to this payment: Klarna placed it after an unclear create-order, named by"), "\(linked.message)", sourceLocation: sourceLocation)
-        #expect(timeline.intents.first { $0.kind == .placeOrder }.map { $0.state == .confirmed && $0.result == orderID } == true, sourceLocation: sourceLocation)
+        #expect(
+            linked.message.hasPrefix("order \(orderID) linked to this payment: Klarna placed it after an unclear create-order, named by"),
+            "\(linked.message)", sourceLocation: sourceLocation)
+        #expect(
+            timeline.intents.first { $0.kind == .placeOrder }.map { $0.state == .confirmed && $0.result == orderID } == true,
+            sourceLocation: sourceLocation)
         #expect(h.logs.all.contains { $0.contains("linked to this payment") && $0.contains("found_in=\(word)") }, sourceLocation: sourceLocation)
         h.expectNoDoubleEffects(sourceLocation: sourceLocation)
     }
 
-    @Test("Klarna placed the order but its answer was lost: an OM notification for an order the daemon did not know names it by merchant reference, and it is linked and captured")
+    @Test(
+        "Klarna placed the order but its answer was lost: an OM notification for an order the daemon did not know names it by merchant reference, and it is linked and captured"
+    )
     func linkedByNotification() async throws {
         try await Self.with(requestTimeout: .seconds(2)) { h in
             let created = try await h.track(SessionSpec(orderAmount: 5_600, merchantReference: "linked-om-1", schedule: Self.completesSoon))
@@ -230,7 +247,9 @@ struct CreateOrderSettleTests {
         }
     }
 
-    @Test("Klarna placed the order but its answer was lost: a recorded settlement SALE with the payment's merchant reference names it, and it is linked and captured")
+    @Test(
+        "Klarna placed the order but its answer was lost: a recorded settlement SALE with the payment's merchant reference names it, and it is linked and captured"
+    )
     func linkedBySettlementSale() async throws {
         try await Self.with(requestTimeout: .seconds(2)) { h in
             let created = try await h.track(SessionSpec(orderAmount: 5_700, merchantReference: "linked-sale-1", schedule: Self.completesSoon))
@@ -238,8 +257,12 @@ struct CreateOrderSettleTests {
             // A payout whose SALE line carries the order, next to another shop reference's line. (Recorded as the
             // settlement sync would; the sandbox's order has nothing captured, so the daemon captures all of it.)
             let lines = [
-                SettledLine(paymentReference: "PAY-9", ordinal: 1, kind: .sale, amount: 100, orderID: orderID, currency: "SEK", merchantReference: "linked-sale-1"),
-                SettledLine(paymentReference: "PAY-9", ordinal: 2, kind: .sale, amount: 900, orderID: "o-elsewhere", currency: "SEK", merchantReference: "linked-sale-2"),
+                SettledLine(
+                    paymentReference: "PAY-9", ordinal: 1, kind: .sale, amount: 100, orderID: orderID, currency: "SEK",
+                    merchantReference: "linked-sale-1"),
+                SettledLine(
+                    paymentReference: "PAY-9", ordinal: 2, kind: .sale, amount: 900, orderID: "o-elsewhere", currency: "SEK",
+                    merchantReference: "linked-sale-2"),
             ]
             let totals = SettledTotals(saleAmount: 1_000, settlementAmount: 1_000)
             let payout = PayoutReconciliation(
@@ -261,7 +284,9 @@ struct CreateOrderSettleTests {
             #expect(try await h.outcomes(created) == [.needsAttention])
             let reason = try #require(try await h.store.timeline(for: created.hppSessionId).outcomes.first?.outcome.reason)
             #expect(reason.contains("Klarna placed the order but its order_id is unknown"), "\(reason)")
-            #expect(reason.contains("nothing names it: the HPP session gives no order_id, and no OM notification for an unknown order since"), "\(reason)")
+            #expect(
+                reason.contains("nothing names it: the HPP session gives no order_id, and no OM notification for an unknown order since"), "\(reason)"
+            )
             #expect(reason.hasSuffix("then `klarna-reconciler retry \(created.hppSessionId) --order-id ORDER_ID`"), "\(reason)")
             #expect(h.sandbox.createOrderCounts().map(\.received) == [1])
         }
@@ -274,7 +299,9 @@ struct CreateOrderSettleTests {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         try! "pw".write(toFile: directory.path + "/pw", atomically: true, encoding: .utf8)
-        let yaml = "klarna:\n  base_url: https://api.playground.klarna.com\n  username: K123_abc\n  password_file: pw\n  request_timeout_seconds: 30\n" + extra
+        let yaml =
+            "klarna:\n  base_url: https://api.playground.klarna.com\n  username: K123_abc\n  password_file: pw\n  request_timeout_seconds: 30\n"
+            + extra
         try! yaml.write(toFile: directory.path + "/config.yaml", atomically: true, encoding: .utf8)
         return try await Settings.load(configPath: directory.path + "/config.yaml", environment: [:], credstore: directory.path + "/credstore")
     }
@@ -313,7 +340,10 @@ struct CreateOrderSettleTests {
         // With the 30 s request timeout; the testing key reaches past the operators' 900 s to the sum's limit.
         #expect(await error("testing:\n  create_order_settle_ms: 1770000") == nil)
         let refused = await error("testing:\n  create_order_settle_ms: 1771000")
-        #expect(refused == "engine.create_order_settle_seconds: plus klarna.request_timeout_seconds must be at most 1800 (half the authorization token's 60 minutes, so that a create-order after an unclear one still goes out in time), not 1771 + 30")
+        #expect(
+            refused
+                == "engine.create_order_settle_seconds: plus klarna.request_timeout_seconds must be at most 1800 (half the authorization token's 60 minutes, so that a create-order after an unclear one still goes out in time), not 1771 + 30"
+        )
     }
 }
 
@@ -333,10 +363,12 @@ final class RefusingTransport: HTTPTransport {
     func execute(_ request: HTTPRequest) async throws -> HTTPResponse {
         var request = request
         let isCreateOrder = request.method == "POST" && request.url.hasSuffix("/order")
-        if isCreateOrder, remaining.withLock({ left in
-            defer { left = max(0, left - 1) }
-            return left > 0
-        }), let path = URL(string: request.url)?.path {
+        if isCreateOrder,
+            remaining.withLock({ left in
+                defer { left = max(0, left - 1) }
+                return left > 0
+            }), let path = URL(string: request.url)?.path
+        {
             request.url = "http://127.0.0.1:\(closedPort)\(path)"
         }
         return try await base.execute(request)

@@ -59,8 +59,9 @@ struct EngineFaultTests {
         }
     }
 
-    @Test("A capture whose answer is lost after Klarna made it is confirmed by reading the order, never repeated",
-          arguments: [SandboxFault.Kind.reset, .delay, .status])
+    @Test(
+        "A capture whose answer is lost after Klarna made it is confirmed by reading the order, never repeated",
+        arguments: [SandboxFault.Kind.reset, .delay, .status])
     func captureLostAnswer(kind: SandboxFault.Kind) async throws {
         try await EngineHarness.with(requestTimeout: .seconds(2)) { h in
             let created = try await h.track(SessionSpec(orderAmount: 4_200, schedule: Self.completesSoon))
@@ -78,8 +79,9 @@ struct EngineFaultTests {
         }
     }
 
-    @Test("create-order answered with a lost response after Klarna placed it: needs attention, never a second order",
-          arguments: [SandboxFault.Kind.reset, .delay, .malformed, .status])
+    @Test(
+        "create-order answered with a lost response after Klarna placed it: needs attention, never a second order",
+        arguments: [SandboxFault.Kind.reset, .delay, .malformed, .status])
     func placeOrderLostAnswer(kind: SandboxFault.Kind) async throws {
         try await EngineHarness.with(requestTimeout: .seconds(2)) { h in
             let created = try await h.track(SessionSpec(orderAmount: 3_000, merchantReference: "shop-77", schedule: Self.completesSoon))
@@ -148,7 +150,8 @@ struct EngineFaultTests {
     @Test("An order whose authorization expires during fraud review ends as expired, never captured")
     func captureAfterExpiry() async throws {
         try await EngineHarness.with { h in
-            let created = try await h.track(SessionSpec(fraudStatus: "PENDING", fraudDecisionAfterSeconds: 600, fraudDecision: "ACCEPTED", schedule: Self.completesSoon))
+            let created = try await h.track(
+                SessionSpec(fraudStatus: "PENDING", fraudDecisionAfterSeconds: 600, fraudDecision: "ACCEPTED", schedule: Self.completesSoon))
             try await h.run(for: .seconds(120))
             let order = try await h.order(of: created)
             #expect(order.phase == .pendingFraud)
@@ -245,7 +248,10 @@ struct EngineFaultTests {
             #expect(events.filter { $0.kind == "authorization_expiring" }.count == 1)
             #expect(events.contains { $0.kind == "authorization_extended" })
             #expect(h.effects(.authorizationExtended, order: order.orderID).count == 1)
-            #expect(h.logs.all.contains { $0.hasPrefix("warning") && $0.contains("event=authorization_expiring") && $0.contains("order_id=\(order.orderID)") })
+            #expect(
+                h.logs.all.contains {
+                    $0.hasPrefix("warning") && $0.contains("event=authorization_expiring") && $0.contains("order_id=\(order.orderID)")
+                })
             let extended = try #require(try await h.store.order(order.orderID)?.expiresAt)
             #expect(extended > expiresAt)
         }
@@ -283,7 +289,11 @@ struct EngineFaultTests {
                 session.tokenExpiresAt = h.clock.now.addingTimeInterval(3_600)
                 var change = Change()
                 change.sessions = [session]
-                change.intents = [Intent(key: IdempotencyKey.make(.placeOrder, created.kpSessionId), kind: .placeOrder, subject: created.hppSessionId, now: h.clock.now).sending(now: h.clock.now)]
+                change.intents = [
+                    Intent(
+                        key: IdempotencyKey.make(.placeOrder, created.kpSessionId), kind: .placeOrder, subject: created.hppSessionId, now: h.clock.now
+                    ).sending(now: h.clock.now)
+                ]
                 try await h.store.commit(change, at: h.clock.now)
             }
             let kp = try await h.reconciler.client.readPaymentSession(id: placed.kpSessionId)
@@ -300,10 +310,11 @@ struct EngineFaultTests {
     @Test("Unknown HPP statuses keep polling; an older status from a lagging read changes nothing")
     func unknownAndStaleStatus() async throws {
         try await EngineHarness.with { h in
-            let created = try await h.track(SessionSpec(schedule: [
-                ScheduleStep(afterSeconds: 5, status: "MANUAL_ID_CHECK"), ScheduleStep(afterSeconds: 15, status: "SOMETHING_NEW"),
-                ScheduleStep(afterSeconds: 30, status: "COMPLETED"),
-            ]))
+            let created = try await h.track(
+                SessionSpec(schedule: [
+                    ScheduleStep(afterSeconds: 5, status: "MANUAL_ID_CHECK"), ScheduleStep(afterSeconds: 15, status: "SOMETHING_NEW"),
+                    ScheduleStep(afterSeconds: 30, status: "COMPLETED"),
+                ]))
             try await h.run()
             let statuses = try await h.store.timeline(for: created.hppSessionId).events.filter { $0.kind == "status" }.map(\.message)
             #expect(statuses.contains { $0.contains("SOMETHING_NEW") && $0.contains("unknown to this version") })
@@ -333,7 +344,9 @@ struct EngineFaultTests {
             try await h.run()
             let token = try #require(try await h.session(created).authorizationToken)
             let timeline = try await h.store.timeline(for: created.hppSessionId)
-            let text = h.logs.all.joined(separator: "\n") + timeline.events.map { "\($0.message) \($0.detail)" }.joined() + timeline.outcomes.map(\.outcome.reason).joined()
+            let text =
+                h.logs.all.joined(separator: "\n") + timeline.events.map { "\($0.message) \($0.detail)" }.joined()
+                + timeline.outcomes.map(\.outcome.reason).joined()
             #expect(!text.contains(token))
             #expect(!text.contains("secret"))
         }
@@ -346,14 +359,15 @@ struct EngineFaultTests {
             try await h.run()
             let token = try #require(try await h.session(created).customerTokenID)
             let timeline = try await h.store.timeline(for: created.hppSessionId)
-            let text = h.logs.all.joined(separator: "\n") + timeline.events.map { "\($0.message) \($0.detail)" }.joined() + timeline.outcomes.map(\.outcome.reason).joined()
+            let text =
+                h.logs.all.joined(separator: "\n") + timeline.events.map { "\($0.message) \($0.detail)" }.joined()
+                + timeline.outcomes.map(\.outcome.reason).joined()
             #expect(!text.contains(token))
             #expect(text.contains("customer token …\(token.suffix(6)) created"))
             #expect(timeline.outcomes.map(\.outcome.customerTokenID) == [token])
         }
     }
 }
-
 
 @Suite("Engine: the store failing at the worst moment")
 struct StoreFailureTests {

@@ -158,7 +158,8 @@ struct EngineModeTests {
     @Test("PENDING then ACCEPTED: never captured while pending, captured after")
     func pendingThenAccepted() async throws {
         try await EngineHarness.with { h in
-            let created = try await h.track(SessionSpec(fraudStatus: "PENDING", fraudDecisionAfterSeconds: 600, fraudDecision: "ACCEPTED", schedule: completesSoon))
+            let created = try await h.track(
+                SessionSpec(fraudStatus: "PENDING", fraudDecisionAfterSeconds: 600, fraudDecision: "ACCEPTED", schedule: completesSoon))
             try await h.run(for: .seconds(300))
             let pending = try await h.order(of: created)
             #expect(pending.phase == .pendingFraud)
@@ -176,7 +177,8 @@ struct EngineModeTests {
     @Test("PENDING then REJECTED: outcome rejected, no capture")
     func pendingThenRejected() async throws {
         try await EngineHarness.with { h in
-            let created = try await h.track(SessionSpec(fraudStatus: "PENDING", fraudDecisionAfterSeconds: 120, fraudDecision: "REJECTED", schedule: completesSoon))
+            let created = try await h.track(
+                SessionSpec(fraudStatus: "PENDING", fraudDecisionAfterSeconds: 120, fraudDecision: "REJECTED", schedule: completesSoon))
             try await h.run()
             #expect(try await h.outcomes(created) == [.orderPlaced, .rejected])
             #expect(h.sandbox.requests(route: "om.create_capture").isEmpty)
@@ -201,7 +203,9 @@ struct EngineModeTests {
     @Test("An HPP session Klarna does not know needs attention; one that expires unpaid is expired")
     func notFoundAndExpired() async throws {
         try await EngineHarness.with { h in
-            let unknown = TrackedSession(hppSessionID: "no-such-session", kpSessionID: "kp", mode: ReconcilerCore.PlaceOrderMode.none, merchantReference: nil, capturePolicy: .immediate, purpose: .buy, trackedAt: h.clock.now)
+            let unknown = TrackedSession(
+                hppSessionID: "no-such-session", kpSessionID: "kp", mode: ReconcilerCore.PlaceOrderMode.none, merchantReference: nil,
+                capturePolicy: .immediate, purpose: .buy, trackedAt: h.clock.now)
             _ = try await h.store.track(unknown, event: DomainEvent(.tracked, "t"), at: h.clock.now)
             let abandoned = try await h.track(SessionSpec(schedule: [ScheduleStep(afterSeconds: 10, status: "IN_PROGRESS")]))
             try await h.run(for: .seconds(60))
@@ -261,7 +265,9 @@ struct PaymentRequestTests {
         }
     }
 
-    @Test("Declined, canceled and unknown payment requests end with their outcome", arguments: [("DECLINED", OutcomeKind.rejected), ("CANCELED", .cancelled)])
+    @Test(
+        "Declined, canceled and unknown payment requests end with their outcome",
+        arguments: [("DECLINED", OutcomeKind.rejected), ("CANCELED", .cancelled)])
     func ended(state: String, kind: OutcomeKind) async throws {
         try await EngineHarness.with { h in
             let id = h.sandbox.createPaymentRequest(state: state)

@@ -39,7 +39,8 @@ struct EngineHarness {
         defer { transport.shutdown() }
         let logs = LogLines()
         let client = KlarnaClient(
-            configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "merchant", password: "secret")),
+            configuration: KlarnaConfiguration(
+                baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "merchant", password: "secret")),
             transport: wrapTransport(transport), logger: logs.logger())
         let directory = TemporaryDirectory()
         defer { directory.remove() }
@@ -52,7 +53,9 @@ struct EngineHarness {
 
     static let fastSettings = EngineSettings(
         polling: PollingSchedule(denseInterval: .seconds(2), denseWindow: .seconds(600), maxInterval: .seconds(300), expiryGrace: .seconds(600)),
-        deadlines: Deadlines(authorizationWarnBefore: .seconds(3 * 86_400), autoExtendAuthorization: false, pendingFraudInterval: .seconds(60), orderRecheckInterval: .seconds(6 * 3_600)),
+        deadlines: Deadlines(
+            authorizationWarnBefore: .seconds(3 * 86_400), autoExtendAuthorization: false, pendingFraudInterval: .seconds(60),
+            orderRecheckInterval: .seconds(6 * 3_600)),
         readRetry: RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), maxAttempts: .max),
         writeRetry: RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), maxAttempts: 25),
         maxConcurrency: 4)
@@ -124,7 +127,9 @@ struct EngineHarness {
         let orders = Dictionary(grouping: sandbox.effects(kind: .orderPlaced), by: { $0.kpSessionId ?? "" })
         #expect(orders.values.allSatisfy { $0.count == 1 }, "an order was placed twice for a KP session", sourceLocation: sourceLocation)
         let captures = Dictionary(grouping: sandbox.effects(kind: .captured), by: { $0.orderId ?? "" })
-        #expect(captures.values.allSatisfy { $0.count <= capturesPerOrder }, "an order was captured too often: \(captures.mapValues(\.count))", sourceLocation: sourceLocation)
+        #expect(
+            captures.values.allSatisfy { $0.count <= capturesPerOrder }, "an order was captured too often: \(captures.mapValues(\.count))",
+            sourceLocation: sourceLocation)
         let tokens = Dictionary(grouping: sandbox.effects(kind: .customerTokenCreated), by: { $0.kpSessionId ?? "" })
         #expect(tokens.values.allSatisfy { $0.count == 1 }, "two customer tokens for one session", sourceLocation: sourceLocation)
     }

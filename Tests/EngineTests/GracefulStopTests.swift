@@ -31,7 +31,8 @@ struct GracefulStopTests {
             let intent = try #require(try await h.store.intent(intentKey))
             #expect(intent.state == .intended && intent.attempts == 0, "\(intent.state), \(intent.attempts) attempt(s)")
             #expect(try await h.session(created).phase == .authorized)
-            #expect(h.logs.all.contains { $0.contains("stopping: place_order for KP session \(created.kpSessionId) not sent; the next start sends it") })
+            #expect(
+                h.logs.all.contains { $0.contains("stopping: place_order for KP session \(created.kpSessionId) not sent; the next start sends it") })
 
             // The next start: a new engine on the same store sends it, once, with no settle period (it never left).
             let next = Reconciler(

@@ -35,12 +35,15 @@ struct HTTPServerLimitsTests {
         }
     }
 
-    @Test("Over max_connections a connection waits for one to end, reaching no handler meanwhile, and is then answered; the wait is logged; under saturation an answered connection is closed, not kept idle")
+    @Test(
+        "Over max_connections a connection waits for one to end, reaching no handler meanwhile, and is then answered; the wait is logged; under saturation an answered connection is closed, not kept idle"
+    )
     func excessConnectionsWait() async throws {
         let gate = Gate()
         let logs = LogLines()
         let served = Mutex(0)
-        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), configuration: .init(maxConnections: 1), logger: logs.logger()) { request in
+        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), configuration: .init(maxConnections: 1), logger: logs.logger()) {
+            request in
             served.withLock { $0 += 1 }
             if request.uri == "/slow" { await gate.wait() }
             return .response(ServerResponse(status: 200, body: Array("ok \(request.uri)".utf8)))
@@ -59,7 +62,9 @@ struct HTTPServerLimitsTests {
         try await waitUntil(timeout: .seconds(10)) { gate.waiting == 1 }
         let waiting = (0..<3).map { index in Task { try await get("/fast-\(index)") } }
         // Logged as the first of them starts to wait, not once its wait is over.
-        try await waitUntil(timeout: .seconds(10)) { logs.all.contains { $0.contains("all 1 connections are busy: new ones wait for one to end (ingest.max_connections)") } }
+        try await waitUntil(timeout: .seconds(10)) {
+            logs.all.contains { $0.contains("all 1 connections are busy: new ones wait for one to end (ingest.max_connections)") }
+        }
         #expect(served.withLock { $0 } == 1, "a waiting connection reached a handler while the only slot was held")
 
         gate.open()
@@ -82,16 +87,24 @@ struct HTTPServerLimitsTests {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         try String(repeating: "x", count: 256 << 10).write(toFile: directory.path + "/body", atomically: true, encoding: .utf8)
-        let curl = try await Command.run("/usr/bin/curl", [
-            "-s", "--max-time", "20", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Transfer-Encoding: chunked", "-H", "Expect:",
-            "--data-binary", "@\(directory.path)/body", "http://127.0.0.1:\(server.port!)/v1/sessions?token=secret",
-        ]).output
+        let curl = try await Command.run(
+            "/usr/bin/curl",
+            [
+                "-s", "--max-time", "20", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Transfer-Encoding: chunked", "-H", "Expect:",
+                "--data-binary", "@\(directory.path)/body", "http://127.0.0.1:\(server.port!)/v1/sessions?token=secret",
+            ]
+        ).output
         // The client may see the connection close before it reads the 413: it was still sending.
         #expect(curl == "413" || curl == "000", "\(curl)")
         try await waitUntil(timeout: .seconds(10)) { !refusals.withLock { $0 }.isEmpty }
-        #expect(refusals.withLock { $0 } == [HTTPServer.Refusal(
-            status: 413, error: "too_large",
-            detail: "POST /v1/sessions: a body of more than 65536 bytes (sent without a length) is over the limit of 65536 (ingest.max_body_bytes)")])
+        #expect(
+            refusals.withLock { $0 } == [
+                HTTPServer.Refusal(
+                    status: 413, error: "too_large",
+                    detail:
+                        "POST /v1/sessions: a body of more than 65536 bytes (sent without a length) is over the limit of 65536 (ingest.max_body_bytes)"
+                )
+            ])
         #expect(handled.withLock { $0 } == 0)
     }
 

@@ -31,10 +31,12 @@ struct OperatorJSONTests {
         }
     }
 
-    @Test("What the operators' socket serves (status, list, a payment's story with its intents, events and outcomes) reads back into the same document")
+    @Test(
+        "What the operators' socket serves (status, list, a payment's story with its intents, events and outcomes) reads back into the same document")
     func roundTrip() async throws {
         try await EngineHarness.with { h in
-            let created = try await h.track(SessionSpec(orderAmount: 12_000, merchantReference: "json-1", schedule: [ScheduleStep(afterSeconds: 1, status: "COMPLETED")]))
+            let created = try await h.track(
+                SessionSpec(orderAmount: 12_000, merchantReference: "json-1", schedule: [ScheduleStep(afterSeconds: 1, status: "COMPLETED")]))
             try await h.run(for: .seconds(30))
             #expect(try await h.outcomes(created).contains(.captured))
             let desk = OperatorDesk(store: h.store)

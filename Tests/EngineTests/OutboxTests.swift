@@ -15,7 +15,11 @@ struct OutboxTests {
     func storeWithOutcomes(_ directory: TemporaryDirectory, count: Int) async throws -> SQLiteStore {
         let store = try SQLiteStore(path: directory.path + "/s.sqlite")
         var change = Change()
-        change.outcomes = (0..<count).map { Outcome(kind: $0 % 2 == 0 ? .orderPlaced : .captured, reason: "r\($0)", hppSessionID: "h\($0)", orderID: "o\($0)", amount: 100 * $0, currency: "EUR") }
+        change.outcomes = (0..<count).map {
+            Outcome(
+                kind: $0 % 2 == 0 ? .orderPlaced : .captured, reason: "r\($0)", hppSessionID: "h\($0)", orderID: "o\($0)", amount: 100 * $0,
+                currency: "EUR")
+        }
         try await store.commit(change, at: Fixtures.t0)
         return store
     }
@@ -36,7 +40,8 @@ struct OutboxTests {
         defer { directory.remove() }
         let store = try await storeWithOutcomes(directory, count: 5)
         let writer = try OutboxWriter(directory: directory.path + "/outbox")
-        let delivery = OutcomeDeliveryService(store: store, writer: writer, notifier: nil, clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
+        let delivery = OutcomeDeliveryService(
+            store: store, writer: writer, notifier: nil, clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
         await delivery.deliverBatch()
         let names = try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").sorted()
         #expect(names.count == 5)
@@ -59,7 +64,8 @@ struct OutboxTests {
         let outcome = Outcome(
             kind: .settlementMismatch, reason: "r", orderID: "o-1", amount: 12_100, currency: "SEK", captureID: "c-1",
             paymentReference: "XISA93DJ", finding: .amountMismatch, refundID: "r-1", expectedAmount: 12_000)
-        let stored = StoredOutcome(id: 7, at: Fixtures.t0, outcome: outcome, outboxWritten: false, notified: false, notifyAttempts: 0, notifyNextAt: nil)
+        let stored = StoredOutcome(
+            id: 7, at: Fixtures.t0, outcome: outcome, outboxWritten: false, notified: false, notifyAttempts: 0, notifyNextAt: nil)
         let data = try OutcomeDocument.encoder.encode(OutcomeDocument(stored))
         let json = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         #expect(json["outcome"] as? String == "settlement_mismatch")
@@ -73,7 +79,8 @@ struct OutboxTests {
         let captured = StoredOutcome(
             id: 8, at: Fixtures.t0, outcome: Outcome(kind: .captured, reason: "r", orderID: "o-1"), outboxWritten: false, notified: false,
             notifyAttempts: 0, notifyNextAt: nil)
-        let plain = try #require(try JSONSerialization.jsonObject(with: try OutcomeDocument.encoder.encode(OutcomeDocument(captured))) as? [String: Any])
+        let plain = try #require(
+            try JSONSerialization.jsonObject(with: try OutcomeDocument.encoder.encode(OutcomeDocument(captured))) as? [String: Any])
         #expect(plain["payment_reference"] == nil && plain["finding"] == nil && plain["expected_amount"] == nil)
     }
 
@@ -99,7 +106,8 @@ struct OutboxTests {
         let tmp = directory.path + "/outbox/tmp"
         try FileManager.default.removeItem(atPath: tmp)
         _ = FileManager.default.createFile(atPath: tmp, contents: Data())
-        let delivery = OutcomeDeliveryService(store: store, writer: writer, notifier: nil, clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
+        let delivery = OutcomeDeliveryService(
+            store: store, writer: writer, notifier: nil, clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
         await delivery.deliverBatch()
         #expect(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).count == 2)
         try FileManager.default.removeItem(atPath: tmp)

@@ -29,9 +29,10 @@ struct ResponseShapeTests {
             let immediate = try await h.track(SessionSpec(orderAmount: 12_345, merchantReference: "shop-1", schedule: Self.completesSoon))
             let never = try await h.track(SessionSpec(orderAmount: 2_000, schedule: Self.completesSoon), capture: .never)
             let onRequest = try await h.track(SessionSpec(orderAmount: 10_000, schedule: Self.completesSoon), capture: .onRequest)
-            let reviewed = try await h.track(SessionSpec(
-                orderAmount: 4_000, fraudStatus: "PENDING", fraudDecisionAfterSeconds: 600, fraudDecision: "ACCEPTED",
-                schedule: Self.completesSoon))
+            let reviewed = try await h.track(
+                SessionSpec(
+                    orderAmount: 4_000, fraudStatus: "PENDING", fraudDecisionAfterSeconds: 600, fraudDecision: "ACCEPTED",
+                    schedule: Self.completesSoon))
             let placed = try await h.track(SessionSpec(orderAmount: 5_000, schedule: Self.completesSoon), mode: .placeOrder)
             let captured = try await h.track(SessionSpec(orderAmount: 7_000, schedule: Self.completesSoon), mode: .captureOrder)
             let tokenize = try await h.track(SessionSpec(schedule: Self.completesSoon), purpose: .tokenize)
@@ -89,12 +90,16 @@ struct ResponseShapeTests {
             #expect(try await h.store.undeliveredOutcomes(now: h.clock.now, limit: 1_000).allSatisfy { $0.outcome.kind != .needsAttention })
             let requests = h.sandbox.requests()
             #expect(Self.paymentRoutes.isSubset(of: Set(requests.map(\.route))))
-            #expect(requests.allSatisfy { ($0.status ?? 0) < 300 }, "\(requests.filter { ($0.status ?? 0) >= 300 }.map { "\($0.route) \($0.status ?? 0)" })")
+            #expect(
+                requests.allSatisfy { ($0.status ?? 0) < 300 },
+                "\(requests.filter { ($0.status ?? 0) >= 300 }.map { "\($0.route) \($0.status ?? 0)" })")
             h.expectNoDoubleEffects(capturesPerOrder: 2)
         }
     }
 
-    @Test("The shape reaches the daemon: minimal answers leave what is not required unknown, maximal ones add what no spec names", arguments: [SandboxResponseShape.minimal, .maximal])
+    @Test(
+        "The shape reaches the daemon: minimal answers leave what is not required unknown, maximal ones add what no spec names",
+        arguments: [SandboxResponseShape.minimal, .maximal])
     func theShapeIsWhatTheDaemonSaw(shape: SandboxResponseShape) async throws {
         try await EngineHarness.with { h in
             h.sandbox.setResponseShape(shape)
@@ -128,7 +133,9 @@ struct ResponseShapeTests {
         }
     }
 
-    @Test("Settlements read in the shape, three rows a page: the payout of the daemon's captures is reconciled without a finding", arguments: [SandboxResponseShape.minimal, .maximal])
+    @Test(
+        "Settlements read in the shape, three rows a page: the payout of the daemon's captures is reconciled without a finding",
+        arguments: [SandboxResponseShape.minimal, .maximal])
     func settlements(shape: SandboxResponseShape) async throws {
         try await EngineHarness.with { h in
             h.sandbox.setResponseShape(shape)
@@ -155,7 +162,8 @@ struct ResponseShapeTests {
             try await h.run()
             let orderID = try await h.order(of: created).orderID
             h.sandbox.setResponseShape(.minimal)
-            let made = try await h.reconciler.client.createCapture(orderID: orderID, request: CaptureRequest(capturedAmount: 4_000), idempotencyKey: "k-1")
+            let made = try await h.reconciler.client.createCapture(
+                orderID: orderID, request: CaptureRequest(capturedAmount: 4_000), idempotencyKey: "k-1")
             #expect(made == CaptureCreated(captureID: nil, location: nil))
             #expect(h.effects(.captured, order: orderID).map(\.amount) == [4_000])
             // A 200 with a broken body and no headers, before anything was captured.
@@ -198,18 +206,23 @@ struct ReadFallbackTests {
         #expect(lacking.fields == ["remaining_authorized_amount"])
     }
 
-    @Test("An order read with only the deciding fields: the id asked for, the amount known before or captured plus remaining, the total from the listed captures")
+    @Test(
+        "An order read with only the deciding fields: the id asked for, the amount known before or captured plus remaining, the total from the listed captures"
+    )
     func orderReadFallbacks() throws {
         let read = KlarnaAPI.Order(
             status: .partCaptured, fraudStatus: .accepted, remainingAuthorizedAmount: 6_000,
             captures: [Capture(captureID: "c-1", capturedAmount: 4_000), Capture(captureID: nil, capturedAmount: nil)])
         #expect(read.capturedTotal == nil)
         let listed = KlarnaAPI.Order(
-            status: .partCaptured, fraudStatus: .accepted, remainingAuthorizedAmount: 6_000, captures: [Capture(captureID: "c-1", capturedAmount: 4_000)])
+            status: .partCaptured, fraudStatus: .accepted, remainingAuthorizedAmount: 6_000,
+            captures: [Capture(captureID: "c-1", capturedAmount: 4_000)])
         let observation = try Reconciler.observation(listed, of: Self.order).get()
-        #expect(observation == OrderObservation(
-            status: .partCaptured, fraudStatus: .accepted, orderAmount: 10_000, capturedAmount: 4_000, remainingAuthorizedAmount: 6_000,
-            captures: [OrderMovements.Movement(id: "c-1", amount: 4_000, at: nil)]))
+        #expect(
+            observation
+                == OrderObservation(
+                    status: .partCaptured, fraudStatus: .accepted, orderAmount: 10_000, capturedAmount: 4_000, remainingAuthorizedAmount: 6_000,
+                    captures: [OrderMovements.Movement(id: "c-1", amount: 4_000, at: nil)]))
         var known = Self.order
         known.orderAmount = 12_000
         #expect(try Reconciler.observation(listed, of: known).get().orderAmount == 12_000)

@@ -15,7 +15,9 @@ struct RetentionTests {
     let policy = RetentionPolicy(closedPayments: .seconds(90 * 86_400), events: .seconds(180 * 86_400), rejections: .seconds(30 * 86_400))
 
     /// Tracks `id` at `at` and, when `closed`, closes it with an outcome (delivered when `delivered`) and an intent.
-    func payment(_ store: SQLiteStore, _ id: String, at: Date, closed: Bool = true, delivered: Bool = true, intent: Intent.State = .confirmed) async throws {
+    func payment(
+        _ store: SQLiteStore, _ id: String, at: Date, closed: Bool = true, delivered: Bool = true, intent: Intent.State = .confirmed
+    ) async throws {
         _ = try await store.track(Fixtures.session(id, reference: id, policy: .immediate, at: old), event: DomainEvent(.tracked, "t"), at: at)
         guard closed else { return }
         var done = Fixtures.session(id, reference: id, policy: .immediate, at: old)
@@ -118,7 +120,8 @@ struct RetentionTests {
         #expect(rename("\(outbox)/new/taken.json", "\(outbox)/cur/taken.json") == 0)
         let policy = RetentionPolicy(outboxAcknowledged: .seconds(30 * 86_400))
         func prune(at: Date) async throws -> PruneCounts {
-            try await Pruner(store: store, policy: policy, doneDirectory: nil, acknowledgedDirectory: "\(outbox)/cur", clock: ManualClock(now: at)).run(dryRun: false)
+            try await Pruner(store: store, policy: policy, doneDirectory: nil, acknowledgedDirectory: "\(outbox)/cur", clock: ManualClock(now: at))
+                .run(dryRun: false)
         }
         #expect(try await prune(at: now.addingTimeInterval(29 * 86_400)).outboxFiles == 0)
         #expect(try FileManager.default.contentsOfDirectory(atPath: "\(outbox)/cur") == ["taken.json"])

@@ -164,7 +164,8 @@ struct SchedulerBudgetTests {
         // Polls run for a while: each takes its prepaid token and comes back due again.
         for _ in 0..<100 {
             for job in await scheduler.take(now: clock.now, capacity: 16, budget: budget) {
-                await scheduler.finished(job.key, next: WorkPlan(due: clock.now, urgency: .routine, poll: poll(tracked: 130, read: 0, now: clock.now)))
+                await scheduler.finished(
+                    job.key, next: WorkPlan(due: clock.now, urgency: .routine, poll: poll(tracked: 130, read: 0, now: clock.now)))
             }
             clock.advance(by: .milliseconds(20))
         }
@@ -187,11 +188,14 @@ struct SchedulerBudgetTests {
         #expect(clock.now.timeIntervalSince(enqueued) <= 0.020 + 1e-9)
     }
 
-    @Test("Routine reads are chosen by value: a never-read session, then one at the typical completion age, then one abandoned an hour ago; callbacks make polling a safety net")
+    @Test(
+        "Routine reads are chosen by value: a never-read session, then one at the typical completion age, then one abandoned an hour ago; callbacks make polling a safety net"
+    )
     func byValue() async {
         let scheduler = Scheduler()
         let now = Fixtures.t0
-        await scheduler.schedule(.session("abandoned"), at: Fixtures.t0.addingTimeInterval(-100), urgency: .routine, poll: poll(tracked: 3_600, read: 60, now: now))
+        await scheduler.schedule(
+            .session("abandoned"), at: Fixtures.t0.addingTimeInterval(-100), urgency: .routine, poll: poll(tracked: 3_600, read: 60, now: now))
         await scheduler.schedule(.session("typical"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 170, read: 20, now: now))
         await scheduler.schedule(.session("callbacks"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 170, read: 20, hint: 30, now: now))
         await scheduler.schedule(.session("new"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 1, read: nil, now: now))
@@ -203,7 +207,9 @@ struct SchedulerBudgetTests {
     @Test("No poll starves: every fairEvery-th routine pick goes to the read due longest, whatever its value")
     func noStarvation() async {
         let scheduler = Scheduler()
-        await scheduler.schedule(.session("abandoned"), at: Fixtures.t0.addingTimeInterval(-7_200), urgency: .routine, poll: poll(tracked: 86_000, read: 7_200, now: Fixtures.t0))
+        await scheduler.schedule(
+            .session("abandoned"), at: Fixtures.t0.addingTimeInterval(-7_200), urgency: .routine,
+            poll: poll(tracked: 86_000, read: 7_200, now: Fixtures.t0))
         for index in 0..<100 {
             await scheduler.schedule(.session("hot\(index)"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 180, read: 5, now: Fixtures.t0))
         }
@@ -236,7 +242,11 @@ struct SchedulerBudgetTests {
         await scheduler.wake(.session("poll"), at: Fixtures.t0)
         await scheduler.wake(.order("capture"), at: Fixtures.t0)
         let jobs = await scheduler.take(now: Fixtures.t0, capacity: 10)
-        #expect(jobs == [Scheduler.Job(key: .order("capture"), hinted: true, urgency: .inMotion), Scheduler.Job(key: .session("poll"), hinted: true, urgency: .hinted)])
+        #expect(
+            jobs == [
+                Scheduler.Job(key: .order("capture"), hinted: true, urgency: .inMotion),
+                Scheduler.Job(key: .session("poll"), hinted: true, urgency: .hinted),
+            ])
     }
 }
 

@@ -18,7 +18,8 @@ struct SettingsTests {
         for (name, content) in credstore {
             try! content.write(toFile: directory.path + "/credstore/klarna-reconciler.\(name)", atomically: true, encoding: .utf8)
         }
-        return try await Settings.load(configPath: directory.path + "/config.yaml", environment: environment, credstore: directory.path + "/credstore")
+        return try await Settings.load(
+            configPath: directory.path + "/config.yaml", environment: environment, credstore: directory.path + "/credstore")
     }
 
     let minimal = """
@@ -59,14 +60,19 @@ struct SettingsTests {
         let tenSeconds = minimal.replacingOccurrences(of: "  password_file: pw", with: "  password_file: pw\n  request_timeout_seconds: 10")
         #expect(try await load(tenSeconds).drainTimeout == .seconds(15))
         #expect(try await load(minimal + "\nengine:\n  drain_timeout_seconds: 120").drainTimeout == .seconds(120))
-        #expect(try await load(minimal + "\nengine:\n  drain_timeout_seconds: 35").effectiveDescription.contains("engine.drain_timeout_seconds: 35\n"))
+        #expect(
+            try await load(minimal + "\nengine:\n  drain_timeout_seconds: 35").effectiveDescription.contains("engine.drain_timeout_seconds: 35\n"))
         let short = await error(minimal + "\nengine:\n  drain_timeout_seconds: 15")
-        #expect(short?.description == "engine.drain_timeout_seconds: must be at least klarna.request_timeout_seconds + 5 (a stop waits for a Klarna call already sent, a create-order above all, to be answered or time out, and for its answer to be committed), not 15 with klarna.request_timeout_seconds 30")
+        #expect(
+            short?.description
+                == "engine.drain_timeout_seconds: must be at least klarna.request_timeout_seconds + 5 (a stop waits for a Klarna call already sent, a create-order above all, to be answered or time out, and for its answer to be committed), not 15 with klarna.request_timeout_seconds 30"
+        )
     }
 
     @Test("region + environment give Klarna's regional host")
     func region() async throws {
-        let settings = try await load("""
+        let settings = try await load(
+            """
             klarna:
               region: na
               environment: production
@@ -81,13 +87,15 @@ struct SettingsTests {
         let credentials = TemporaryDirectory()
         defer { credentials.remove() }
         try "from-credential\n".write(toFile: credentials.path + "/klarna-password", atomically: true, encoding: .utf8)
-        let settings = try await load("""
+        let settings = try await load(
+            """
             klarna:
               base_url: https://api.klarna.com
               username: u
             polling:
               dense_interval_seconds: 2
-            """, environment: [
+            """,
+            environment: [
                 "KLARNA_RECONCILER_POLLING_DENSE_INTERVAL_SECONDS": "7", "CREDENTIALS_DIRECTORY": credentials.path,
                 "KLARNA_RECONCILER_CAPTURE_DEFAULT_POLICY": "on_request", "STATE_DIRECTORY": "/var/lib/x",
             ], password: nil)
@@ -98,36 +106,71 @@ struct SettingsTests {
         #expect(settings.storePath == "/var/lib/x/state.sqlite")
     }
 
-    @Test("Every kind of bad configuration is one precise line naming the key", arguments: [
-        ("klarna:\n  base_url: https://x.klarna.com\n  password_file: pw", "klarna.username: missing"),
-        ("klarna:\n  username: u\n  password_file: pw", "klarna.base_url: missing"),
-        ("klarna:\n  base_url: not a url\n  username: u\n  password_file: pw", "klarna.base_url: \"not a url\" is not an http(s) URL"),
-        ("klarna:\n  base_url: http://api.klarna.com\n  username: u\n  password_file: pw", "plain http to a remote host"),
-        ("klarna:\n  base_url: ftp://api.klarna.com\n  username: u\n  password_file: pw", "is not an http(s) URL"),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: missing-file", "klarna.password_file: cannot read"),
-        ("klarna:\n  base_url: https://a.b\n  username: u", "klarna password: none found: looked in $CREDENTIALS_DIRECTORY (not set: not inside the unit), klarna.password_file (not set), "),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password: hunter2", "secrets are never read from config.yaml: use a credential file"),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password: hunter2", "klarna.password: unknown key in "),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nengine:\n  bogus_key: 1", "engine.bogus_key: unknown key in "),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  api_secret: 1", "notify.api_secret: unknown key in "),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_interval_seconds: fast", "polling.dense_interval_seconds: must be a number, not \"fast\""),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_interval_seconds: -1", "must be greater than 0"),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nengine:\n  max_concurrency: 1.5", "engine.max_concurrency: must be a whole number"),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nengine:\n  max_concurrency: 0", "must be between 1 and 1024"),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\ncapture:\n  default_policy: later", "capture.default_policy: must be one of immediate, on_request, never"),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nauthorization_expiry:\n  auto_extend: maybe", "must be true or false"),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_intervall_seconds: 2", "polling.dense_intervall_seconds: unknown key"),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nlog:\n  level: loud", "log.level: must be one of"),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  url: mailto:x", "notify.url"),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  url: https://shop:hunter2@example.com/hook", "notify.url: must not carry credentials"),
-        ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  url: https://example.com/hook?token=hunter2", "notify.url: must not carry credentials (user:password@) or a query"),
-        ("klarna:\n  base_url: http://u:hunter2@api.klarna.com\n  username: u\n  password_file: pw", "klarna.base_url: must not carry credentials"),
-        ("klarna:\n  base_url: https://a.b\n  username: [u, v]\n  password_file: pw", "klarna.username: must be a single value"),
-        ("klarna: [unclosed", "not valid YAML"),
-        ("klarna:\n  password: [hunter2\n", "not valid YAML"),
-        ("klarna:\n  password: hunter2\npolling: 1\npolling: 2\n", "duplicated key(s): 'polling'. (line 3, column 1)"),
-        ("- just\n- a list", "must be a mapping"),
-    ])
+    @Test(
+        "Every kind of bad configuration is one precise line naming the key",
+        arguments: [
+            ("klarna:\n  base_url: https://x.klarna.com\n  password_file: pw", "klarna.username: missing"),
+            ("klarna:\n  username: u\n  password_file: pw", "klarna.base_url: missing"),
+            ("klarna:\n  base_url: not a url\n  username: u\n  password_file: pw", "klarna.base_url: \"not a url\" is not an http(s) URL"),
+            ("klarna:\n  base_url: http://api.klarna.com\n  username: u\n  password_file: pw", "plain http to a remote host"),
+            ("klarna:\n  base_url: ftp://api.klarna.com\n  username: u\n  password_file: pw", "is not an http(s) URL"),
+            ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: missing-file", "klarna.password_file: cannot read"),
+            (
+                "klarna:\n  base_url: https://a.b\n  username: u",
+                "klarna password: none found: looked in $CREDENTIALS_DIRECTORY (not set: not inside the unit), klarna.password_file (not set), "
+            ),
+            (
+                "klarna:\n  base_url: https://a.b\n  username: u\n  password: hunter2",
+                "secrets are never read from config.yaml: use a credential file"
+            ),
+            ("klarna:\n  base_url: https://a.b\n  username: u\n  password: hunter2", "klarna.password: unknown key in "),
+            ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nengine:\n  bogus_key: 1", "engine.bogus_key: unknown key in "),
+            ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  api_secret: 1", "notify.api_secret: unknown key in "),
+            (
+                "klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_interval_seconds: fast",
+                "polling.dense_interval_seconds: must be a number, not \"fast\""
+            ),
+            (
+                "klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_interval_seconds: -1",
+                "must be greater than 0"
+            ),
+            (
+                "klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nengine:\n  max_concurrency: 1.5",
+                "engine.max_concurrency: must be a whole number"
+            ),
+            ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nengine:\n  max_concurrency: 0", "must be between 1 and 1024"),
+            (
+                "klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\ncapture:\n  default_policy: later",
+                "capture.default_policy: must be one of immediate, on_request, never"
+            ),
+            (
+                "klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nauthorization_expiry:\n  auto_extend: maybe",
+                "must be true or false"
+            ),
+            (
+                "klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\npolling:\n  dense_intervall_seconds: 2",
+                "polling.dense_intervall_seconds: unknown key"
+            ),
+            ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nlog:\n  level: loud", "log.level: must be one of"),
+            ("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  url: mailto:x", "notify.url"),
+            (
+                "klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  url: https://shop:hunter2@example.com/hook",
+                "notify.url: must not carry credentials"
+            ),
+            (
+                "klarna:\n  base_url: https://a.b\n  username: u\n  password_file: pw\nnotify:\n  url: https://example.com/hook?token=hunter2",
+                "notify.url: must not carry credentials (user:password@) or a query"
+            ),
+            (
+                "klarna:\n  base_url: http://u:hunter2@api.klarna.com\n  username: u\n  password_file: pw",
+                "klarna.base_url: must not carry credentials"
+            ),
+            ("klarna:\n  base_url: https://a.b\n  username: [u, v]\n  password_file: pw", "klarna.username: must be a single value"),
+            ("klarna: [unclosed", "not valid YAML"),
+            ("klarna:\n  password: [hunter2\n", "not valid YAML"),
+            ("klarna:\n  password: hunter2\npolling: 1\npolling: 2\n", "duplicated key(s): 'polling'. (line 3, column 1)"),
+            ("- just\n- a list", "must be a mapping"),
+        ])
     func badConfig(yaml: String, expected: String) async {
         let error = await error(yaml)
         #expect(error?.description.contains(expected) == true, "\(error?.description ?? "no error") should say \(expected)")
@@ -149,16 +192,24 @@ struct SettingsTests {
     @Test("settlements: off by default, hourly, 14 days to settle, 30 days back on the first sync; bounds are checked; all but enabled reload live")
     func settlements() async throws {
         let defaults = try await load(minimal)
-        #expect(defaults.settlements == SettlementSettings(
-            enabled: false, syncInterval: .seconds(3_600), settleWithinDays: 14, firstSyncLookback: .seconds(30 * 86_400)))
-        let set = try await load(minimal + "\nsettlements:\n  enabled: true\n  sync_interval_minutes: 15\n  settle_within_days: 10\n  first_sync_lookback_days: 90")
-        #expect(set.settlements == SettlementSettings(
-            enabled: true, syncInterval: .seconds(900), settleWithinDays: 10, firstSyncLookback: .seconds(90 * 86_400)))
+        #expect(
+            defaults.settlements
+                == SettlementSettings(
+                    enabled: false, syncInterval: .seconds(3_600), settleWithinDays: 14, firstSyncLookback: .seconds(30 * 86_400)))
+        let set = try await load(
+            minimal + "\nsettlements:\n  enabled: true\n  sync_interval_minutes: 15\n  settle_within_days: 10\n  first_sync_lookback_days: 90")
+        #expect(
+            set.settlements
+                == SettlementSettings(
+                    enabled: true, syncInterval: .seconds(900), settleWithinDays: 10, firstSyncLookback: .seconds(90 * 86_400)))
         #expect(set.effectiveDescription.contains("settlements.enabled: true"))
         #expect(set.effectiveDescription.contains("settlements.sync_interval_minutes: 15"))
         let (live, restart) = set.changes(from: defaults)
         // Each load reads a credentials folder of its own, so other keys (the callback key) may differ too.
-        #expect(live.filter { $0.hasPrefix("settlements.") } == ["settlements.first_sync_lookback_days", "settlements.settle_within_days", "settlements.sync_interval_minutes"])
+        #expect(
+            live.filter { $0.hasPrefix("settlements.") } == [
+                "settlements.first_sync_lookback_days", "settlements.settle_within_days", "settlements.sync_interval_minutes",
+            ])
         #expect(restart.contains("settlements.enabled"))
         for (yaml, expected) in [
             ("enabled: sometimes", "settlements.enabled: must be true or false"),
@@ -199,7 +250,8 @@ struct SettingsTests {
     func nothingFound() async throws {
         let credentials = TemporaryDirectory()
         defer { credentials.remove() }
-        let error = await error("klarna:\n  base_url: https://a.b\n  username: u", environment: ["CREDENTIALS_DIRECTORY": credentials.path], password: nil)
+        let error = await error(
+            "klarna:\n  base_url: https://a.b\n  username: u", environment: ["CREDENTIALS_DIRECTORY": credentials.path], password: nil)
         let text = error?.description ?? ""
         #expect(text.contains("$CREDENTIALS_DIRECTORY (\(credentials.path)/klarna-password: not there)"), "\(text)")
         #expect(text.contains("klarna.password_file (not set)"))
@@ -215,7 +267,8 @@ struct SettingsTests {
         let credentials = TemporaryDirectory()
         defer { credentials.remove() }
         try FileManager.default.createDirectory(atPath: credentials.path + "/klarna-password", withIntermediateDirectories: false)
-        let fromDirectory = await error("klarna:\n  base_url: https://a.b\n  username: u", environment: ["CREDENTIALS_DIRECTORY": credentials.path], password: nil)
+        let fromDirectory = await error(
+            "klarna:\n  base_url: https://a.b\n  username: u", environment: ["CREDENTIALS_DIRECTORY": credentials.path], password: nil)
         #expect(fromDirectory != nil)
         #expect(fromDirectory?.description.contains("\n") == false)
         let fromFile = await error("klarna:\n  base_url: https://a.b\n  username: u\n  password_file: /")
@@ -287,7 +340,10 @@ extension SettingsTests {
         let rows = text.split(separator: "\n").filter { $0.hasPrefix("| `") }
             .compactMap { $0.dropFirst(3).split(separator: "`").first.map(String.init) }
             .filter { $0.contains(".") }  // not the credentials' table (`klarna-password`, …)
-        #expect(Set(rows) == Set(SettingsKeys.all), "only in the docs: \(Set(rows).subtracting(SettingsKeys.all).sorted()); missing there: \(Set(SettingsKeys.all).subtracting(rows).sorted())")
+        #expect(
+            Set(rows) == Set(SettingsKeys.all),
+            "only in the docs: \(Set(rows).subtracting(SettingsKeys.all).sorted()); missing there: \(Set(SettingsKeys.all).subtracting(rows).sorted())"
+        )
         #expect(rows.count == Set(rows).count, "a key with two rows")
     }
 }
@@ -302,12 +358,12 @@ struct SettingsReloadTests {
         try "first-password\n".write(toFile: directory + "/pw", atomically: true, encoding: .utf8)
         func load(_ extra: String) async throws -> Settings {
             try """
-                klarna:
-                  base_url: http://127.0.0.1:9
-                  username: merchant
-                  password_file: pw
-                \(extra)
-                """.write(toFile: directory + "/config.yaml", atomically: true, encoding: .utf8)
+            klarna:
+              base_url: http://127.0.0.1:9
+              username: merchant
+              password_file: pw
+            \(extra)
+            """.write(toFile: directory + "/config.yaml", atomically: true, encoding: .utf8)
             return try await Settings.load(configPath: directory + "/config.yaml", environment: [:], needsKlarnaPassword: true)
         }
         let old = try await load("")

@@ -19,7 +19,9 @@ struct SettlementServiceTests {
     static let settings = SettlementSettings(
         enabled: true, syncInterval: .seconds(3_600), settleWithinDays: 7, firstSyncLookback: .seconds(30 * 86_400))
 
-    @Test("A payout that pays what the daemon captured is recorded without a finding, every call at background urgency; the next sync skips it, and its captures never become overdue")
+    @Test(
+        "A payout that pays what the daemon captured is recorded without a finding, every call at background urgency; the next sync skips it, and its captures never become overdue"
+    )
     func matchedPayout() async throws {
         try await EngineHarness.with { h in
             _ = try await h.paidOrders([20_000, 12_000])
@@ -49,7 +51,9 @@ struct SettlementServiceTests {
         }
     }
 
-    @Test("Switched on for a store with history: a capture older than the syncs' reach is never flagged (a payout no sync listed may have paid it); one captured since is, once, after settle_within_days")
+    @Test(
+        "Switched on for a store with history: a capture older than the syncs' reach is never flagged (a payout no sync listed may have paid it); one captured since is, once, after settle_within_days"
+    )
     func historyBeforeTheReach() async throws {
         try await EngineHarness.with { h in
             let old = try await h.paidOrders([15_000])
@@ -67,7 +71,9 @@ struct SettlementServiceTests {
         }
     }
 
-    @Test("Every class in one payout, each outcome once: an amount that differs, an orphan, a capture and a refund made in the Merchant Portal (drift, from one order read each, then matched), a reversal, totals off by one; a capture never paid becomes capture_unsettled after settle_within_days, once")
+    @Test(
+        "Every class in one payout, each outcome once: an amount that differs, an orphan, a capture and a refund made in the Merchant Portal (drift, from one order read each, then matched), a reversal, totals off by one; a capture never paid becomes capture_unsettled after settle_within_days, once"
+    )
     func everyClassOnce() async throws {
         try await EngineHarness.with { h in
             let captured = try await h.paidOrders([20_000, 12_000, 9_000, 6_000])
@@ -157,7 +163,9 @@ struct SettlementServiceTests {
         }
     }
 
-    @Test("An outage of the Settlements API (503, a reset in the middle of a walk, a 429 whose reset every caller waits for) fails each sync with nothing recorded; the sync after records everything, each outcome once")
+    @Test(
+        "An outage of the Settlements API (503, a reset in the middle of a walk, a 429 whose reset every caller waits for) fails each sync with nothing recorded; the sync after records everything, each outcome once"
+    )
     func outage() async throws {
         try await EngineHarness.with { h in
             _ = try await h.paidOrders([10_000, 11_000, 12_000])
@@ -198,7 +206,9 @@ struct SettlementServiceTests {
         }
     }
 
-    @Test("A restart in the middle of a sync: the first payout is recorded, the second fails; a new service on the same store file records the second, each outcome once")
+    @Test(
+        "A restart in the middle of a sync: the first payout is recorded, the second fails; a new service on the same store file records the second, each outcome once"
+    )
     func restartMidSync() async throws {
         try await EngineHarness.with { h in
             _ = try await h.paidOrders([10_000])
@@ -225,7 +235,9 @@ struct SettlementServiceTests {
         }
     }
 
-    @Test("An order read during the sync: a 503 fails the sync with nothing recorded; an order Klarna will not show (403), and a held one (never read), leave their lines' findings, recorded once")
+    @Test(
+        "An order read during the sync: a 503 fails the sync with nothing recorded; an order Klarna will not show (403), and a held one (never read), leave their lines' findings, recorded once"
+    )
     func orderReadsInTheSync() async throws {
         try await EngineHarness.with { h in
             let orders = try await h.paidOrders([10_000, 11_000], capture: .never)
@@ -260,7 +272,9 @@ struct SettlementServiceTests {
         }
     }
 
-    @Test("A payout matched while another daemon recorded one settling the same capture is matched again: the duplicate settlement is found, the payout recorded once")
+    @Test(
+        "A payout matched while another daemon recorded one settling the same capture is matched again: the duplicate settlement is found, the payout recorded once"
+    )
     func staleMatchIsMatchedAgain() async throws {
         try await EngineHarness.with { h in
             let order = try #require(try await h.paidOrders([10_000]).first)
@@ -271,9 +285,13 @@ struct SettlementServiceTests {
                 // Another daemon records a payout of its own that settles the same capture, after this one read the
                 // ledger and before it records.
                 let capture = try #require(try await h.store.ledger(orderIDs: [order])[order]?.captures.first)
-                let line = SettledLine(paymentReference: "OTHER", ordinal: 1, kind: .sale, amount: 10_000, orderID: order, captureID: capture.captureID, currency: paid.currencyCode)
+                let line = SettledLine(
+                    paymentReference: "OTHER", ordinal: 1, kind: .sale, amount: 10_000, orderID: order, captureID: capture.captureID,
+                    currency: paid.currencyCode)
                 let other = SettlementMatcher.reconcile(
-                    payout: SettledPayout(paymentReference: "OTHER", payoutDate: paid.payoutDate, currency: paid.currencyCode, settlementType: "NET", totals: SettledTotals(saleAmount: 10_000, settlementAmount: 10_000)),
+                    payout: SettledPayout(
+                        paymentReference: "OTHER", payoutDate: paid.payoutDate, currency: paid.currencyCode, settlementType: "NET",
+                        totals: SettledTotals(saleAmount: 10_000, settlementAmount: 10_000)),
                     lines: [line], orders: try await h.store.ledger(orderIDs: [order]))
                 #expect(try await h.store.record(other, outcomes: [], at: h.clock.now))
             }
@@ -320,7 +338,9 @@ extension EngineHarness {
     func paidOrders(_ amounts: [Int], capture: CapturePolicy = .immediate) async throws -> [String] {
         var created: [CreatedSession] = []
         for amount in amounts {
-            created.append(try await track(SessionSpec(orderAmount: amount, merchantReference: "shop-\(amount)", schedule: Self.completesSoon), capture: capture))
+            created.append(
+                try await track(SessionSpec(orderAmount: amount, merchantReference: "shop-\(amount)", schedule: Self.completesSoon), capture: capture)
+            )
         }
         try await run()
         var orderIDs: [String] = []

@@ -75,7 +75,9 @@ struct SettlementTests {
         }
     }
 
-    @Test("Every mismatch class: an amount that differs, an orphan, captures and refunds made outside the daemon, a reversal, a holdback and its release, totals off by one, a capture never settled")
+    @Test(
+        "Every mismatch class: an amount that differs, an orphan, captures and refunds made outside the daemon, a reversal, a holdback and its release, totals off by one, a capture never settled"
+    )
     func everyMismatchClass() async throws {
         try await Settling.with { s in
             let fine = try await s.capturedOrder(20_000)
@@ -151,7 +153,9 @@ struct SettlementTests {
         }
     }
 
-    @Test("A walk asks its caller before every page (each page is a call of the rate budget); what the caller throws ends the walk before the request goes out")
+    @Test(
+        "A walk asks its caller before every page (each page is a call of the rate budget); what the caller throws ends the walk before the request goes out"
+    )
     func pacedWalk() async throws {
         try await Settling.with { s in
             for amount in [10_000, 11_000, 12_000] { _ = try await s.capturedOrder(amount) }
@@ -172,7 +176,9 @@ struct SettlementTests {
 
     struct NoBudget: Error {}
 
-    @Test("A Settlements API outage: 503 and 429 fail the read with a retryable error (the 429 with Klarna's reset), a reset fails the whole walk instead of a short list; afterwards the same reads return everything")
+    @Test(
+        "A Settlements API outage: 503 and 429 fail the read with a retryable error (the 429 with Klarna's reset), a reset fails the whole walk instead of a short list; afterwards the same reads return everything"
+    )
     func outage() async throws {
         try await Settling.with { s in
             for amount in [10_000, 11_000, 12_000] { _ = try await s.capturedOrder(amount) }
@@ -210,7 +216,8 @@ struct SettlementTests {
         }
     }
 
-    @Test("A settlements read that answers garbage or nothing in time fails retryably; an id that carries a query or a path of its own stays one value")
+    @Test(
+        "A settlements read that answers garbage or nothing in time fails retryably; an id that carries a query or a path of its own stays one value")
     func garbageTimeoutAndHostileIDs() async throws {
         try await Settling.with { s in
             let order = try await s.capturedOrder(10_000)
@@ -285,7 +292,8 @@ struct SettlementTests {
 /// doubled list (settled money would look missing, or settled twice).
 @Suite("Settlements: a server that pages wrongly")
 struct SettlementPagingTests {
-    static let row = #"{"type":"SALE","amount":100,"order_id":"o-1","capture_id":"c-1","sale_date":"2027-01-01T00:00:00Z","capture_date":"2027-01-01T00:00:00Z","currency_code":"SEK"}"#
+    static let row =
+        #"{"type":"SALE","amount":100,"order_id":"o-1","capture_id":"c-1","sale_date":"2027-01-01T00:00:00Z","capture_date":"2027-01-01T00:00:00Z","currency_code":"SEK"}"#
 
     @Test("It ignores offset and echoes none: the same page again fails the walk")
     func ignoredOffset() async throws {
@@ -297,7 +305,8 @@ struct SettlementPagingTests {
     @Test("It sends an empty page before its total: the walk fails")
     func emptyBeforeTotal() async throws {
         try await Self.walk(answer: { offset in
-            offset == 0 ? #"{"transactions":[\#(Self.row),\#(Self.row)],"pagination":{"count":2,"total":4,"offset":0}}"#
+            offset == 0
+                ? #"{"transactions":[\#(Self.row),\#(Self.row)],"pagination":{"count":2,"total":4,"offset":0}}"#
                 : #"{"transactions":[],"pagination":{"count":0,"total":4,"offset":\#(offset)}}"#
         }) { error in
             #expect(error.description.contains("an empty page at offset 2 of 4"), "\(error)")
@@ -315,7 +324,8 @@ struct SettlementPagingTests {
         let transport = CurlTransport(configuration: .init(connectTimeout: .seconds(2), requestTimeout: .seconds(10)))
         defer { transport.shutdown() }
         let client = KlarnaClient(
-            configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "m", password: "s")),
+            configuration: KlarnaConfiguration(
+                baseURL: "http://127.0.0.1:\(server.port!)", credentials: BasicCredentials(username: "m", password: "s")),
             transport: transport, logger: Logger(label: "test.client"))
         let error = try await #require(throws: KlarnaAPIError.self) { try await client.allTransactions(pageSize: 2) }
         check(error)
@@ -367,8 +377,9 @@ private struct Settling {
         if capture {
             let captured = try await client.createCapture(
                 orderID: orderID, request: CaptureRequest(capturedAmount: amount), idempotencyKey: UUID().uuidString)
-            order.captures.append(LedgerCapture(
-                orderID: orderID, captureID: captured.captureID, amount: amount, currency: currency, capturedAt: clock.now, source: .daemon))
+            order.captures.append(
+                LedgerCapture(
+                    orderID: orderID, captureID: captured.captureID, amount: amount, currency: currency, capturedAt: clock.now, source: .daemon))
         }
         clock.advance(by: .seconds(1))
         return order

@@ -18,7 +18,9 @@ struct SpoolFileTests {
         #expect(json.query.isEmpty)
 
         let body = #"{"event_id":"e","session":{"session_id":"h"}}"# + "\n"
-        let raw = "POST /klarna/hpp?kp_session_id=kp%201&token=abc&hpp_session_id=h HTTP/1.1\r\nHost: shop.example\r\nKlarna-Signature: ab12\r\nContent-Length: \(body.utf8.count)\r\n\r\n" + body
+        let raw =
+            "POST /klarna/hpp?kp_session_id=kp%201&token=abc&hpp_session_id=h HTTP/1.1\r\nHost: shop.example\r\nKlarna-Signature: ab12\r\nContent-Length: \(body.utf8.count)\r\n\r\n"
+            + body
         let delivery = try SpoolFile.delivery(Array(raw.utf8))
         #expect(delivery.body == Array(body.utf8))
         #expect(delivery.query == ["kp_session_id": "kp 1", "token": "abc", "hpp_session_id": "h"])
@@ -31,11 +33,13 @@ struct SpoolFileTests {
         #expect(trimmed.body == Array("{}".utf8))
     }
 
-    @Test("Malformed requests are refused with the rule", arguments: [
-        ("POST / HTTP/1.1\r\nContent-Length: 99\r\n\r\n{}", "truncated"), ("GET /x HTTP/1.1\r\n\r\n{}", "malformed_request"),
-        ("POST /x HTTP/1.1\r\nno blank line", "malformed_request"), ("POST /x HTTP/1.1\r\nBroken header\r\n\r\n{}", "malformed_request"),
-        ("hello world", "unknown_format"),
-    ])
+    @Test(
+        "Malformed requests are refused with the rule",
+        arguments: [
+            ("POST / HTTP/1.1\r\nContent-Length: 99\r\n\r\n{}", "truncated"), ("GET /x HTTP/1.1\r\n\r\n{}", "malformed_request"),
+            ("POST /x HTTP/1.1\r\nno blank line", "malformed_request"), ("POST /x HTTP/1.1\r\nBroken header\r\n\r\n{}", "malformed_request"),
+            ("hello world", "unknown_format"),
+        ])
     func malformed(text: String, rule: String) {
         #expect(throws: Spool.Refusal.self) { try SpoolFile.delivery(Array(text.utf8)) }
         do { _ = try SpoolFile.delivery(Array(text.utf8)) } catch { #expect(error.rule == rule) }
@@ -98,7 +102,9 @@ struct SpoolDirectoryTests {
         for name in ["a", "2026-11-26T09:00:00Z.json", "x_y:z,a=b+c-d@e.json", String(repeating: "n", count: 200)] {
             #expect(Spool.isSafeName(name), "\(name)")
         }
-        for name in ["", ".hidden", "a/b", "a b", "tab\t", "new\nline", "ümlaut", "a*b", "semi;colon", "quote\"", "a\0b", String(repeating: "n", count: 201)] {
+        for name in [
+            "", ".hidden", "a/b", "a b", "tab\t", "new\nline", "ümlaut", "a*b", "semi;colon", "quote\"", "a\0b", String(repeating: "n", count: 201),
+        ] {
             #expect(!Spool.isSafeName(name), "\(name)")
         }
     }
@@ -119,7 +125,8 @@ struct SpoolDirectoryTests {
         let spool = try spool(directory)
         try "{bad".write(toFile: spool.directory + "/new/x.json", atomically: true, encoding: .utf8)
         let claimed = try #require(try spool.claim("x.json"))
-        try spool.quarantine(claimed, rule: "malformed_json", detail: "the body is not JSON", status: 400, at: Date(timeIntervalSince1970: 1_800_000_000))
+        try spool.quarantine(
+            claimed, rule: "malformed_json", detail: "the body is not JSON", status: 400, at: Date(timeIntervalSince1970: 1_800_000_000))
         #expect(spool.names(in: "quarantine") == ["x.json"])
         #expect(spool.reason(of: "x.json")?.rule == "malformed_json")
         try spool.requeue("x.json")
@@ -140,7 +147,8 @@ struct SpoolServiceTests {
         let store = try SQLiteStore(path: directory.path + "/state.sqlite")
         let woken = LogLines()
         let reader = WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:]))
-        let ingestor = Ingestor(reader: reader, store: store, defaultCapturePolicy: .onRequest, clock: SystemClock(), logger: Logger(label: "t")) { keys in
+        let ingestor = Ingestor(reader: reader, store: store, defaultCapturePolicy: .onRequest, clock: SystemClock(), logger: Logger(label: "t")) {
+            keys in
             for key in keys { woken.logger().info("\(key)") }
         }
         let service = SpoolService(spool: spool, ingestor: ingestor, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
@@ -165,8 +173,11 @@ struct SpoolServiceTests {
 
         // The store cannot commit (a full disk): the file stays claimed in cur/ and is taken on a later rescan.
         let broken = FaultyStore(store, failIngest: true)
-        let failing = Ingestor(reader: reader, store: broken, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) { _ in }
-        let failingService = SpoolService(spool: spool, ingestor: failing, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
+        let failing = Ingestor(reader: reader, store: broken, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) {
+            _ in
+        }
+        let failingService = SpoolService(
+            spool: spool, ingestor: failing, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
         try drop("005.json", #"{"hpp_session_id":"h-5","kp_session_id":"k-5"}"#)
         await failingService.scan(includingClaimed: true)
         #expect(spool.names(in: "cur") == ["005.json"])
@@ -176,7 +187,9 @@ struct SpoolServiceTests {
         #expect(try await store.session("h-5") != nil)
     }
 
-    @Test("Files found together are committed together, in name order: 300 track requests take two writes (batches of 256); a repeat in the second batch finds the session the first batch made")
+    @Test(
+        "Files found together are committed together, in name order: 300 track requests take two writes (batches of 256); a repeat in the second batch finds the session the first batch made"
+    )
     func filesFoundTogetherShareACommit() async throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
@@ -184,7 +197,9 @@ struct SpoolServiceTests {
         try spool.prepare()
         let store = try SQLiteStore(path: directory.path + "/state.sqlite")
         let reader = WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:]))
-        let ingestor = Ingestor(reader: reader, store: store, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) { _ in }
+        let ingestor = Ingestor(reader: reader, store: store, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) {
+            _ in
+        }
         let service = SpoolService(spool: spool, ingestor: ingestor, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
         for index in 0..<300 {
             // File 260 (second batch) repeats file 255's session (first batch) without its reference: the second
@@ -208,16 +223,23 @@ struct SpoolServiceTests {
         #expect(try await store.openWork().count == 299)
     }
 
-    @Test("A store that fails part way through a batch (one commit per record) says which were recorded: those are accepted, the rest 503, nothing twice")
+    @Test(
+        "A store that fails part way through a batch (one commit per record) says which were recorded: those are accepted, the rest 503, nothing twice"
+    )
     func storeFailingPartWay() async throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let store = try SQLiteStore(path: directory.path + "/state.sqlite")
         let failing = FailingAfter(store, successes: 2)
         let reader = WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:]))
-        let ingestor = Ingestor(reader: reader, store: failing, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) { _ in }
+        let ingestor = Ingestor(reader: reader, store: failing, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) {
+            _ in
+        }
         let deliveries = try (1...3).map { index in
-            (delivery: try SpoolFile.delivery(Array(#"{"hpp_session_id":"h-\#(index)","kp_session_id":"k-\#(index)"}"#.utf8)), source: "spool:\(index).json")
+            (
+                delivery: try SpoolFile.delivery(Array(#"{"hpp_session_id":"h-\#(index)","kp_session_id":"k-\#(index)"}"#.utf8)),
+                source: "spool:\(index).json"
+            )
         }
         let answers = await ingestor.ingest(deliveries)
         #expect(answers.map(\.status) == [202, 202, 503])
@@ -241,7 +263,11 @@ final class FailingAfter: IngestStore, @unchecked Sendable {
     struct DiskFull: Error {}
 
     func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
-        guard left.withLock({ left in defer { left -= 1 }; return left > 0 }) else { throw DiskFull() }
+        guard
+            left.withLock({ left in
+                defer { left -= 1 }; return left > 0
+            })
+        else { throw DiskFull() }
         return try await store.ingest(record, at: at)
     }
 

@@ -114,7 +114,8 @@ struct StoreTests {
         let other = try holdWriteLock(path)
         let before = store.writeStatistics.submitted
         // A capture for an order nobody tracked is refused after its delivery row was written: that row must go.
-        let refused = IngestRecord(dedupeKey: "capture-1", kind: "capture", source: "socket", summary: "capture", action: .capture(orderID: "nobody", amount: nil))
+        let refused = IngestRecord(
+            dedupeKey: "capture-1", kind: "capture", source: "socket", summary: "capture", action: .capture(orderID: "nobody", amount: nil))
         async let first = store.track(Fixtures.session("hpp-a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
         async let middle = store.ingest(refused, at: Fixtures.t0)
         async let last = store.track(Fixtures.session("hpp-b"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
@@ -124,7 +125,9 @@ struct StoreTests {
         guard case .refused(404, _, _) = try await middle else { Issue.record("not refused"); return }
         #expect(try await last == .tracked(Fixtures.session("hpp-b")))
         // Not remembered as delivered: sent again, it is refused again rather than acknowledged as a repeat.
-        guard case .refused(404, _, _) = try await store.ingest(refused, at: Fixtures.t0) else { Issue.record("the refused delivery was remembered"); return }
+        guard case .refused(404, _, _) = try await store.ingest(refused, at: Fixtures.t0) else {
+            Issue.record("the refused delivery was remembered"); return
+        }
         #expect(try await store.session("hpp-a") != nil)
         #expect(try await store.session("hpp-b") != nil)
     }

@@ -20,14 +20,17 @@ struct UnverifiedRetentionTests {
     func ingestHandler(_ store: SQLiteStore, clock: any WallClock) -> @Sendable (ServerRequest) async -> ServerReply {
         let ingestor = Ingestor(
             reader: WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:])), store: store, defaultCapturePolicy: .immediate,
-            clock: clock, logger: Logger(label: "test")) { _ in }
+            clock: clock, logger: Logger(label: "test")
+        ) { _ in }
         let control = ControlEndpoints(
             health: { HealthReport(heartbeats: [], stallAfter: .seconds(30), phase: .ready, uptime: .zero, open: 0, running: 0, backlog: 0) },
             readiness: Readiness(storeStaleAfter: .seconds(5)))
         return IngestHTTP.handler(ingestor, control: control)
     }
 
-    func send(_ handler: @Sendable (ServerRequest) async -> ServerReply, _ method: String, _ target: String, _ body: String = "") async -> (status: Int, body: String) {
+    func send(
+        _ handler: @Sendable (ServerRequest) async -> ServerReply, _ method: String, _ target: String, _ body: String = ""
+    ) async -> (status: Int, body: String) {
         guard case .response(let response) = await handler(ServerRequest(method: method, uri: target, body: Array(body.utf8))) else {
             Issue.record("\(target): the connection was reset")
             return (0, "")
@@ -48,13 +51,17 @@ struct UnverifiedRetentionTests {
         #expect(wrongMethod.status == 405 && wrongMethod.body.contains(#""error":"method_not_allowed""#), "\(wrongMethod.body)")
         var summary = try await store.summary(now: Fixtures.t0)
         #expect(summary.rejectionsLastDay == 1)
-        #expect(summary.lastRejection?.hasSuffix("socket 405 method_not_allowed: GET is not allowed on /v1/webhooks/hpp-status") == true, "\(summary.lastRejection ?? "none")")
+        #expect(
+            summary.lastRejection?.hasSuffix("socket 405 method_not_allowed: GET is not allowed on /v1/webhooks/hpp-status") == true,
+            "\(summary.lastRejection ?? "none")")
 
         let unknownRoute = await send(handler, "POST", "/v1/webhook/om-notification?token=secret-token", notification("o-1"))
         #expect(unknownRoute.status == 404 && unknownRoute.body.contains(#""error":"not_found""#), "\(unknownRoute.body)")
         summary = try await store.summary(now: Fixtures.t0)
         #expect(summary.rejectionsLastDay == 2)
-        #expect(summary.lastRejection?.hasSuffix("socket 404 not_found: no route POST /v1/webhook/om-notification") == true, "\(summary.lastRejection ?? "none")")
+        #expect(
+            summary.lastRejection?.hasSuffix("socket 404 not_found: no route POST /v1/webhook/om-notification") == true,
+            "\(summary.lastRejection ?? "none")")
         #expect(summary.lastRejection?.contains("secret-token") == false)
     }
 
@@ -64,9 +71,11 @@ struct UnverifiedRetentionTests {
         defer { directory.remove() }
         let store = try SQLiteStore(path: directory.path + "/state.sqlite")
         var change = Change()
-        change.newOrders = [TrackedOrder(
-            orderID: "o-known", hppSessionID: nil, kpSessionID: nil, merchantReference: "known", capturePolicy: .immediate, placedBy: .placeOrder,
-            createdAt: Fixtures.t0)]
+        change.newOrders = [
+            TrackedOrder(
+                orderID: "o-known", hppSessionID: nil, kpSessionID: nil, merchantReference: "known", capturePolicy: .immediate, placedBy: .placeOrder,
+                createdAt: Fixtures.t0)
+        ]
         try await store.commit(change, at: Fixtures.t0)
         let clock = ManualClock(now: Fixtures.t0)
         let handler = ingestHandler(store, clock: clock)
@@ -96,7 +105,8 @@ struct UnverifiedRetentionTests {
         // Long past its retention, but within the cap: only a pass removes it.
         let old = try await store.ingest(
             IngestRecord(
-                dedupeKey: "\(RetentionPolicy.omNotificationKeyPrefix)o-old:FRAUD_RISK_STOPPED", kind: RetentionPolicy.omNotificationKind, source: "socket",
+                dedupeKey: "\(RetentionPolicy.omNotificationKeyPrefix)o-old:FRAUD_RISK_STOPPED", kind: RetentionPolicy.omNotificationKind,
+                source: "socket",
                 summary: "OM notification FRAUD_RISK_STOPPED for order o-old", action: .hintOrder(orderID: "o-old")),
             at: Fixtures.t0.addingTimeInterval(-30 * 86_400))
         #expect(old == .accepted(wake: []))
@@ -126,7 +136,9 @@ struct UnverifiedRetentionTests {
         try "pw".write(toFile: directory.path + "/pw", atomically: true, encoding: .utf8)
         try FileManager.default.createDirectory(atPath: directory.path + "/credstore", withIntermediateDirectories: true)
         func load(_ retention: String) async throws -> Settings {
-            let yaml = "klarna:\n  base_url: https://api.playground.klarna.com\n  username: K123_abc\n  password_file: pw\nstore:\n  path: state.sqlite\n" + retention
+            let yaml =
+                "klarna:\n  base_url: https://api.playground.klarna.com\n  username: K123_abc\n  password_file: pw\nstore:\n  path: state.sqlite\n"
+                + retention
             try yaml.write(toFile: directory.path + "/config.yaml", atomically: true, encoding: .utf8)
             return try await Settings.load(configPath: directory.path + "/config.yaml", environment: [:], credstore: directory.path + "/credstore")
         }

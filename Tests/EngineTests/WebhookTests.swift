@@ -13,7 +13,9 @@ struct WebhookTests {
 
     func json(_ text: String) -> [UInt8] { Array(text.utf8) }
 
-    func hpp(token: String? = nil, kp: String = "kp-1", body: String = #"{"event_id":"e-1","session":{"session_id":"hpp-1","status":"COMPLETED"}}"#) -> Delivery {
+    func hpp(
+        token: String? = nil, kp: String = "kp-1", body: String = #"{"event_id":"e-1","session":{"session_id":"hpp-1","status":"COMPLETED"}}"#
+    ) -> Delivery {
         var query = ["kp_session_id": kp, "hpp_session_id": "hpp-1"]
         query["token"] = token ?? tokens.token(.hppStatus, kpSessionID: kp)
         return Delivery(route: .hppStatus, query: query, body: json(body))
@@ -40,7 +42,10 @@ struct WebhookTests {
             #expect(!tokens.isValid(junk, .hppStatus, kpSessionID: "kp-1"))
         }
         let url = tokens.url(.hppStatus, kpSessionID: "kp 1/x", base: "https://shop.example/klarna/hpp")
-        #expect(url == "https://shop.example/klarna/hpp?kp_session_id=kp%201%2Fx&token=\(tokens.token(.hppStatus, kpSessionID: "kp 1/x"))&hpp_session_id={{session_id}}")
+        #expect(
+            url
+                == "https://shop.example/klarna/hpp?kp_session_id=kp%201%2Fx&token=\(tokens.token(.hppStatus, kpSessionID: "kp 1/x"))&hpp_session_id={{session_id}}"
+        )
         #expect(!tokens.url(.kpAuthorization, kpSessionID: "k", base: "https://a/b?x=1").contains("hpp_session_id"))
         #expect(tokens.url(.kpAuthorization, kpSessionID: "k", base: "https://a/b?x=1").hasPrefix("https://a/b?x=1&kp_session_id=k&token="))
     }
@@ -64,22 +69,45 @@ struct WebhookTests {
 
     @Test("Each kind is read by route and by shape, with the same result")
     func kinds() throws {
-        let kn = #"{"metadata":{"event_type":"payment.request.state-change.completed","event_id":"ev-9"},"payload":{"payment_request_id":"krn:payment:eu1:request:1","state":"COMPLETED"}}"#
+        let kn =
+            #"{"metadata":{"event_type":"payment.request.state-change.completed","event_id":"ev-9"},"payload":{"payment_request_id":"krn:payment:eu1:request:1","state":"COMPLETED"}}"#
         let knHeaders = [("Klarna-Signature", SigningKeys.sign(body: json(kn), key: signingKey)), ("Klarna-Signing-Key-Id", "krn:key:1")]
         let kpQuery = ["kp_session_id": "kp-1", "token": tokens.token(.kpAuthorization, kpSessionID: "kp-1")]
         let cases: [(Delivery.Route, [String: String], [(String, String)], String, Webhook)] = [
-            (.hppStatus, hpp().query, [], #"{"event_id":"e-1","session":{"session_id":"hpp-1","status":"COMPLETED"}}"#,
-             .hppStatus(eventID: "e-1", hppSessionID: "hpp-1", kpSessionID: "kp-1", status: "COMPLETED")),
-            (.kpAuthorization, kpQuery, [], #"{"authorization_token":"tok-123456789","session_id":"kp-1"}"#,
-             .kpAuthorization(kpSessionID: "kp-1", authorizationTokenTail: "456789", tokenDigest: "c8c1b5e8a2d4b2fb43b3fb4b4bd2b9ad3c7a6e5cbbd3c7fe0bb0d14a4a5c5d0a")),
-            (.omNotification, [:], [], #"{"order_id":"o-1","event_type":"FRAUD_RISK_ACCEPTED"}"#, .omNotification(orderID: "o-1", eventType: "FRAUD_RISK_ACCEPTED")),
-            (.klarnaNetwork, [:], knHeaders, kn, .klarnaNetwork(eventID: "ev-9", eventType: "payment.request.state-change.completed", paymentRequestID: "krn:payment:eu1:request:1", state: "COMPLETED")),
-            (.track, [:], [], #"{"hpp_session_id":"h","kp_session_id":"k","capture":"on_request","intent":"buy_and_tokenize","merchant_reference":"shop 1"}"#,
-             .track(TrackRequest(hppSessionID: "h", kpSessionID: "k", mode: nil, merchantReference: "shop 1", capture: .onRequest, purpose: .buyAndTokenize))),
+            (
+                .hppStatus, hpp().query, [], #"{"event_id":"e-1","session":{"session_id":"hpp-1","status":"COMPLETED"}}"#,
+                .hppStatus(eventID: "e-1", hppSessionID: "hpp-1", kpSessionID: "kp-1", status: "COMPLETED")
+            ),
+            (
+                .kpAuthorization, kpQuery, [], #"{"authorization_token":"tok-123456789","session_id":"kp-1"}"#,
+                .kpAuthorization(
+                    kpSessionID: "kp-1", authorizationTokenTail: "456789",
+                    tokenDigest: "c8c1b5e8a2d4b2fb43b3fb4b4bd2b9ad3c7a6e5cbbd3c7fe0bb0d14a4a5c5d0a")
+            ),
+            (
+                .omNotification, [:], [], #"{"order_id":"o-1","event_type":"FRAUD_RISK_ACCEPTED"}"#,
+                .omNotification(orderID: "o-1", eventType: "FRAUD_RISK_ACCEPTED")
+            ),
+            (
+                .klarnaNetwork, [:], knHeaders, kn,
+                .klarnaNetwork(
+                    eventID: "ev-9", eventType: "payment.request.state-change.completed", paymentRequestID: "krn:payment:eu1:request:1",
+                    state: "COMPLETED")
+            ),
+            (
+                .track, [:], [],
+                #"{"hpp_session_id":"h","kp_session_id":"k","capture":"on_request","intent":"buy_and_tokenize","merchant_reference":"shop 1"}"#,
+                .track(
+                    TrackRequest(
+                        hppSessionID: "h", kpSessionID: "k", mode: nil, merchantReference: "shop 1", capture: .onRequest, purpose: .buyAndTokenize))
+            ),
         ]
         for (route, query, headers, body, expected) in cases {
-            let byRoute = try reader.read(Delivery(route: route, query: query, headers: headers.map { (name: $0.0, value: $0.1) }, body: json(body))).0
-            let byShape = try reader.read(Delivery(route: .byShape, query: query, headers: headers.map { (name: $0.0, value: $0.1) }, body: json(body))).0
+            let byRoute = try reader.read(Delivery(route: route, query: query, headers: headers.map { (name: $0.0, value: $0.1) }, body: json(body)))
+                .0
+            let byShape = try reader.read(
+                Delivery(route: .byShape, query: query, headers: headers.map { (name: $0.0, value: $0.1) }, body: json(body))
+            ).0
             if case .kpAuthorization(let kp, let tail, _) = expected {
                 guard case .kpAuthorization(kp, tail, let digest) = byRoute else { Issue.record("\(byRoute)"); continue }
                 #expect(digest.count == 64 && !digest.contains("tok-"))
@@ -88,28 +116,39 @@ struct WebhookTests {
             }
             #expect(byShape == byRoute)
         }
-        #expect(try reader.read(Delivery(route: .capture(orderID: "o-1"), body: json(#"{"amount":2500}"#))).0 == .capture(orderID: "o-1", amount: 2_500, requestID: nil))
-        #expect(try reader.read(Delivery(route: .byShape, body: json(#"{"order_id":"o-1","request_id":"r-7"}"#))).0 == .capture(orderID: "o-1", amount: nil, requestID: "r-7"))
+        #expect(
+            try reader.read(Delivery(route: .capture(orderID: "o-1"), body: json(#"{"amount":2500}"#))).0
+                == .capture(orderID: "o-1", amount: 2_500, requestID: nil))
+        #expect(
+            try reader.read(Delivery(route: .byShape, body: json(#"{"order_id":"o-1","request_id":"r-7"}"#))).0
+                == .capture(orderID: "o-1", amount: nil, requestID: "r-7"))
     }
 
     @Test("Repeats share a dedupe key; the KP token never appears in it")
     func dedupeKeys() throws {
         #expect(Webhook.hppStatus(eventID: "e", hppSessionID: "h", kpSessionID: nil, status: nil).dedupeKey == "hpp-event:e")
-        let (kp, _) = try reader.read(Delivery(route: .kpAuthorization, query: ["kp_session_id": "kp-1", "token": tokens.token(.kpAuthorization, kpSessionID: "kp-1")], body: json(#"{"authorization_token":"secret-token-value","session_id":"kp-1"}"#)))
+        let (kp, _) = try reader.read(
+            Delivery(
+                route: .kpAuthorization, query: ["kp_session_id": "kp-1", "token": tokens.token(.kpAuthorization, kpSessionID: "kp-1")],
+                body: json(#"{"authorization_token":"secret-token-value","session_id":"kp-1"}"#)))
         #expect(kp.dedupeKey?.hasPrefix("kp-authorization:") == true)
         #expect(kp.dedupeKey?.contains("secret") == false)
-        #expect(Webhook.track(TrackRequest(hppSessionID: "h", kpSessionID: "k", mode: nil, merchantReference: nil, capture: nil, purpose: .buy)).dedupeKey == nil)
+        #expect(
+            Webhook.track(TrackRequest(hppSessionID: "h", kpSessionID: "k", mode: nil, merchantReference: nil, capture: nil, purpose: .buy)).dedupeKey
+                == nil)
         #expect(Webhook.capture(orderID: "o", amount: nil, requestID: nil).dedupeKey == nil)
     }
 
-    @Test("Hostile and malformed input: each refused with its reason", arguments: [
-        ("", 400, "empty_body"), ("{", 400, "malformed_json"), ("[1,2]", 400, "malformed_json"), ("\u{0}{}", 400, "bad_encoding"),
-        (#"{"event_id":1,"session":{"session_id":"hpp-1"}}"#, 400, "bad_field"),
-        (#"{"event_id":"e","session":"hpp-1"}"#, 400, "bad_field"),
-        (#"{"session":{"session_id":"hpp-1"}}"#, 400, "missing_field"),
-        (#"{"event_id":"e with space","session":{"session_id":"hpp-1"}}"#, 400, "bad_field"),
-        (#"{"event_id":"e","session":{"session_id":"other"}}"#, 400, "mismatch"),
-    ])
+    @Test(
+        "Hostile and malformed input: each refused with its reason",
+        arguments: [
+            ("", 400, "empty_body"), ("{", 400, "malformed_json"), ("[1,2]", 400, "malformed_json"), ("\u{0}{}", 400, "bad_encoding"),
+            (#"{"event_id":1,"session":{"session_id":"hpp-1"}}"#, 400, "bad_field"),
+            (#"{"event_id":"e","session":"hpp-1"}"#, 400, "bad_field"),
+            (#"{"session":{"session_id":"hpp-1"}}"#, 400, "missing_field"),
+            (#"{"event_id":"e with space","session":{"session_id":"hpp-1"}}"#, 400, "bad_field"),
+            (#"{"event_id":"e","session":{"session_id":"other"}}"#, 400, "mismatch"),
+        ])
     func hostile(body: String, status: Int, error: String) {
         let result = rejection(hpp(body: body))
         #expect(result?.status == status, "\(body)")
@@ -120,9 +159,14 @@ struct WebhookTests {
     func encodingAndKinds() {
         #expect(rejection(Delivery(route: .byShape, body: [0x7B, 0xFF, 0xFE, 0x7D]))?.error == "bad_encoding")
         #expect(rejection(Delivery(route: .byShape, body: json(#"{"hello":"world"}"#)))?.error == "unknown_kind")
-        #expect(rejection(Delivery(route: .omNotification, body: json(#"{"order_id":"o","event_type":"FRAUD_RISK_MAYBE"}"#)))?.error == "unknown_event_type")
+        #expect(
+            rejection(Delivery(route: .omNotification, body: json(#"{"order_id":"o","event_type":"FRAUD_RISK_MAYBE"}"#)))?.error
+                == "unknown_event_type")
         let kn = #"{"metadata":{"event_type":"payment.refund.done","event_id":"1"},"payload":{}}"#
-        let signed = Delivery(route: .klarnaNetwork, headers: [("Klarna-Signature", SigningKeys.sign(body: json(kn), key: signingKey)), ("Klarna-Signing-Key-Id", "krn:key:1")], body: json(kn))
+        let signed = Delivery(
+            route: .klarnaNetwork,
+            headers: [("Klarna-Signature", SigningKeys.sign(body: json(kn), key: signingKey)), ("Klarna-Signing-Key-Id", "krn:key:1")], body: json(kn)
+        )
         #expect(rejection(signed)?.error == "unknown_event_type")
     }
 
@@ -140,12 +184,23 @@ struct WebhookTests {
         }
         // Replayed with an altered body.
         let altered = body.replacingOccurrences(of: "completed", with: "canceled")
-        #expect(rejection(Delivery(route: .klarnaNetwork, headers: [("Klarna-Signature", signature), ("Klarna-Signing-Key-Id", "krn:key:1")], body: json(altered)))?.error == "bad_signature")
+        #expect(
+            rejection(
+                Delivery(
+                    route: .klarnaNetwork, headers: [("Klarna-Signature", signature), ("Klarna-Signing-Key-Id", "krn:key:1")], body: json(altered)))?
+                .error == "bad_signature")
         // Header names are case-insensitive (SDK docs spell Klarna-Signing-Key-ID).
-        #expect(rejection(Delivery(route: .klarnaNetwork, headers: [("klarna-signature", signature), ("KLARNA-SIGNING-KEY-ID", "krn:key:1")], body: json(body))) == nil)
+        #expect(
+            rejection(
+                Delivery(route: .klarnaNetwork, headers: [("klarna-signature", signature), ("KLARNA-SIGNING-KEY-ID", "krn:key:1")], body: json(body)))
+                == nil)
         // No keys configured: nothing is accepted.
         let unconfigured = WebhookReader(tokens: tokens, policy: .require, signingKeys: SigningKeys([:]))
-        #expect(rejection(Delivery(route: .klarnaNetwork, headers: [("Klarna-Signature", signature), ("Klarna-Signing-Key-Id", "krn:key:1")], body: json(body)), reader: unconfigured)?.detail.contains("no webhook-signing-keys") == true)
+        #expect(
+            rejection(
+                Delivery(
+                    route: .klarnaNetwork, headers: [("Klarna-Signature", signature), ("Klarna-Signing-Key-Id", "krn:key:1")], body: json(body)),
+                reader: unconfigured)?.detail.contains("no webhook-signing-keys") == true)
     }
 
     @Test("Callback tokens on HPP and KP callbacks: missing 401, wrong 403; policy warn accepts with a warning")
@@ -177,17 +232,27 @@ struct WebhookTests {
             #expect(rejection(kp)?.error == "bad_token")
             let unsigned = Delivery(route: .klarnaNetwork, body: json(body))
             #expect(rejection(unsigned)?.error == "bad_signature")
-            let wronglySigned = Delivery(route: .klarnaNetwork, headers: [("Klarna-Signature", SigningKeys.sign(body: json(body), key: Array("forged".utf8))), ("Klarna-Signing-Key-Id", "krn:key:1")], body: json(body))
+            let wronglySigned = Delivery(
+                route: .klarnaNetwork,
+                headers: [
+                    ("Klarna-Signature", SigningKeys.sign(body: json(body), key: Array("forged".utf8))), ("Klarna-Signing-Key-Id", "krn:key:1"),
+                ], body: json(body))
             #expect(rejection(wronglySigned)?.error == "bad_signature")
         }
         // The KP callback's token is checked against the session in its URL, which the body must then repeat.
-        let noSessionInURL = Delivery(route: .kpAuthorization, query: ["token": tokens.token(.kpAuthorization, kpSessionID: "kp-1")], body: json(#"{"authorization_token":"t","session_id":"kp-1"}"#))
+        let noSessionInURL = Delivery(
+            route: .kpAuthorization, query: ["token": tokens.token(.kpAuthorization, kpSessionID: "kp-1")],
+            body: json(#"{"authorization_token":"t","session_id":"kp-1"}"#))
         #expect(rejection(noSessionInURL)?.status == 401)
-        let otherSession = Delivery(route: .kpAuthorization, query: ["kp_session_id": "kp-1", "token": tokens.token(.kpAuthorization, kpSessionID: "kp-1")], body: json(#"{"authorization_token":"t","session_id":"kp-2"}"#))
+        let otherSession = Delivery(
+            route: .kpAuthorization, query: ["kp_session_id": "kp-1", "token": tokens.token(.kpAuthorization, kpSessionID: "kp-1")],
+            body: json(#"{"authorization_token":"t","session_id":"kp-2"}"#))
         #expect(rejection(otherSession)?.error == "mismatch")
         // A verified body is still read within bounds.
         #expect(rejection(hpp(body: String(repeating: "[", count: 100_000)))?.error == "too_deep")
-        #expect(rejection(hpp(body: #"{"event_id":"e-1","session":{"session_id":"hpp-1"},"x":""# + String(repeating: "y", count: 20_000) + #""}"#))?.error == "too_long")
+        #expect(
+            rejection(hpp(body: #"{"event_id":"e-1","session":{"session_id":"hpp-1"},"x":""# + String(repeating: "y", count: 20_000) + #""}"#))?.error
+                == "too_long")
     }
 
     @Test("Unsigned routes and spool files are read within bounds, keeping only their fields")
@@ -213,17 +278,21 @@ struct WebhookTests {
         #expect(rejection(unnamed)?.error == "missing_field")
     }
 
-    @Test("Track and capture requests: enums and amounts are checked", arguments: [
-        (#"{"hpp_session_id":"h"}"#, "missing_field"), (#"{"hpp_session_id":"h","kp_session_id":"k","capture":"sometimes"}"#, "bad_field"),
-        (#"{"hpp_session_id":"h","kp_session_id":"k","place_order_mode":"none"}"#, "bad_field"),
-        (#"{"hpp_session_id":"h","kp_session_id":"k","intent":7}"#, "bad_field"),
-        (#"{"hpp_session_id":"h","kp_session_id":"k","merchant_reference":""}"#, "bad_field"),
-    ])
+    @Test(
+        "Track and capture requests: enums and amounts are checked",
+        arguments: [
+            (#"{"hpp_session_id":"h"}"#, "missing_field"), (#"{"hpp_session_id":"h","kp_session_id":"k","capture":"sometimes"}"#, "bad_field"),
+            (#"{"hpp_session_id":"h","kp_session_id":"k","place_order_mode":"none"}"#, "bad_field"),
+            (#"{"hpp_session_id":"h","kp_session_id":"k","intent":7}"#, "bad_field"),
+            (#"{"hpp_session_id":"h","kp_session_id":"k","merchant_reference":""}"#, "bad_field"),
+        ])
     func trackValidation(body: String, error: String) {
         #expect(rejection(Delivery(route: .track, body: json(body)))?.error == error)
     }
 
-    @Test("Capture amounts must be positive whole minor units", arguments: [#"{"amount":true}"#, #"{"amount":1.5}"#, #"{"amount":-1}"#, #"{"amount":0}"#, #"{"amount":"100"}"#])
+    @Test(
+        "Capture amounts must be positive whole minor units",
+        arguments: [#"{"amount":true}"#, #"{"amount":1.5}"#, #"{"amount":-1}"#, #"{"amount":0}"#, #"{"amount":"100"}"#])
     func captureAmounts(body: String) {
         #expect(rejection(Delivery(route: .capture(orderID: "o"), body: json(body)))?.error == "bad_field")
     }

@@ -18,7 +18,9 @@ struct WorkerServiceTests {
         try await EngineHarness.with(settings: settings) { h in
             var created: [CreatedSession] = []
             for index in 0..<40 {
-                created.append(try await h.track(SessionSpec(orderAmount: 1_000 + index, schedule: [ScheduleStep(afterSeconds: Double(index % 7), status: "COMPLETED")])))
+                created.append(
+                    try await h.track(
+                        SessionSpec(orderAmount: 1_000 + index, schedule: [ScheduleStep(afterSeconds: Double(index % 7), status: "COMPLETED")])))
             }
             let scheduler = Scheduler()
             let workers = WorkerService(reconciler: h.reconciler, queue: h.store, scheduler: scheduler, logger: Logger(label: "test"))

@@ -12,7 +12,8 @@ struct BackupTests {
         let fixture = try await DaemonFixture()
         try await fixture.start()
         func payment(_ reference: String) throws -> CreatedSession {
-            try fixture.sandbox.createSession(SessionSpec(orderAmount: 3_000, merchantReference: reference, schedule: [ScheduleStep(afterSeconds: 0.3, status: "COMPLETED")]))
+            try fixture.sandbox.createSession(
+                SessionSpec(orderAmount: 3_000, merchantReference: reference, schedule: [ScheduleStep(afterSeconds: 0.3, status: "COMPLETED")]))
         }
         func outcomes(_ created: CreatedSession) async throws -> [OutcomeKind] {
             try await fixture.readStore().timeline(for: created.hppSessionId).outcomes.map(\.outcome.kind)

@@ -36,11 +36,17 @@ extension SeveralDaemons {
             #expect(counts.map(\.received) == [1], "\(counts)", sourceLocation: sourceLocation)
             #expect(counts.allSatisfy { $0.overlapping == 0 }, "a create-order met a pending one: \(counts)", sourceLocation: sourceLocation)
             #expect(cluster.sandbox.effects(kind: .orderPlaced).count == 1, sourceLocation: sourceLocation)
-            #expect(try await cluster.count("SELECT count(*) FROM sessions WHERE next_due IS NOT NULL") == 0, "a session stays open", sourceLocation: sourceLocation)
-            #expect(try await cluster.count("SELECT count(*) FROM orders WHERE next_due IS NOT NULL") == 0, "an order stays open", sourceLocation: sourceLocation)
+            #expect(
+                try await cluster.count("SELECT count(*) FROM sessions WHERE next_due IS NOT NULL") == 0, "a session stays open",
+                sourceLocation: sourceLocation)
+            #expect(
+                try await cluster.count("SELECT count(*) FROM orders WHERE next_due IS NOT NULL") == 0, "an order stays open",
+                sourceLocation: sourceLocation)
         }
 
-        @Test("The sender frozen (SIGSTOP) while Klarna holds its create-order request: the daemon that takes over waits out the settle period, reads the KP session complete, places nothing, and ends the payment needs_attention with the reason")
+        @Test(
+            "The sender frozen (SIGSTOP) while Klarna holds its create-order request: the daemon that takes over waits out the settle period, reads the KP session complete, places nothing, and ends the payment needs_attention with the reason"
+        )
         func frozenSenderHeldRequest() async throws {
             let cluster = try await Self.cluster()
             cluster.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .holdRequest, holdSeconds: Self.hold, count: 1))
@@ -72,7 +78,9 @@ extension SeveralDaemons {
             #expect(cluster.sandbox.createOrderCounts().map(\.received) == [1], "the resumed daemon sent nothing more")
         }
 
-        @Test("The sender killed (kill -9) while Klarna holds its create-order answer, and Klarna's OM notification for the order reaches another daemon: the order is linked by merchant reference and captured, once")
+        @Test(
+            "The sender killed (kill -9) while Klarna holds its create-order answer, and Klarna's OM notification for the order reaches another daemon: the order is linked by merchant reference and captured, once"
+        )
         func killedSenderHeldAnswerLinked() async throws {
             let cluster = try await Self.cluster()
             cluster.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .holdAnswer, holdSeconds: Self.hold, count: 1))
@@ -92,7 +100,9 @@ extension SeveralDaemons {
             #expect(cluster.sandbox.effects(kind: .captured).map(\.orderId) == [orderID])
             let shown = try await cluster.fixtures[1].cli(["show", payment.hppSessionId])
             #expect(shown.output.contains("order_linked"), "\(shown.output.suffix(1200))")
-            #expect(shown.output.contains("named by an OM notification for an order this daemon did not know with merchant reference held-killed"), "\(shown.output.suffix(1200))")
+            #expect(
+                shown.output.contains("named by an OM notification for an order this daemon did not know with merchant reference held-killed"),
+                "\(shown.output.suffix(1200))")
             for fixture in cluster.fixtures.dropFirst() { #expect(try await fixture.stop() == 0) }
         }
     }

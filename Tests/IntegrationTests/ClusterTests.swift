@@ -33,7 +33,9 @@ final class Cluster: @unchecked Sendable {
         for index in 0..<count {
             let fixture = try await DaemonFixture(
                 extraConfig: extraConfig,
-                storeConfig: ["url: \(url?(database, index) ?? server.url(database))", "password_file: store-password", "lease_seconds: \(leaseSeconds)"])
+                storeConfig: [
+                    "url: \(url?(database, index) ?? server.url(database))", "password_file: store-password", "lease_seconds: \(leaseSeconds)",
+                ])
             try "\(server.password)\n".write(toFile: fixture.directory + "/store-password", atomically: true, encoding: .utf8)
             fixtures.append(fixture)
         }
@@ -51,10 +53,13 @@ final class Cluster: @unchecked Sendable {
 
     /// A session in the sandbox, tracked in the store.
     @discardableResult
-    func payment(_ reference: String, amount: Int, completesAfter: Double = 0.3, mode: PlaceOrderMode = .none, capture: CapturePolicy = .immediate) async throws -> CreatedSession {
-        let created = try sandbox.createSession(SessionSpec(
-            orderAmount: amount, merchantReference: reference, placeOrderMode: mode == .none ? nil : mode.rawValue,
-            schedule: [ScheduleStep(afterSeconds: completesAfter, status: "COMPLETED")]))
+    func payment(
+        _ reference: String, amount: Int, completesAfter: Double = 0.3, mode: PlaceOrderMode = .none, capture: CapturePolicy = .immediate
+    ) async throws -> CreatedSession {
+        let created = try sandbox.createSession(
+            SessionSpec(
+                orderAmount: amount, merchantReference: reference, placeOrderMode: mode == .none ? nil : mode.rawValue,
+                schedule: [ScheduleStep(afterSeconds: completesAfter, status: "COMPLETED")]))
         let session = TrackedSession(
             hppSessionID: created.hppSessionId, kpSessionID: created.kpSessionId, mode: mode, merchantReference: reference, capturePolicy: capture,
             purpose: .buy, trackedAt: Date())
@@ -87,7 +92,6 @@ final class Cluster: @unchecked Sendable {
         Dictionary(grouping: sandbox.effects(kind: kind).compactMap(key), by: { $0 }).mapValues(\.count).filter { $0.value > 1 }
     }
 }
-
 
 /// Daemons as separate hosts: PostgreSQL in a network namespace of its own (another host), each daemon reaching it
 /// over a link of its own, so that one daemon can be cut off while the others are not; Klarna (the sandbox) stays on
@@ -125,7 +129,9 @@ extension SeveralDaemons {
             try await cluster.start(0)
             try await cluster.start(1)
             for index in 0..<12 { try await cluster.payment("share-\(index)", amount: 1_000 + index, capture: .onRequest) }
-            try await waitUntil(timeout: .seconds(40)) { try await cluster.count("SELECT count(*) FROM orders WHERE phase = 'awaiting_capture'") == 12 }
+            try await waitUntil(timeout: .seconds(40)) {
+                try await cluster.count("SELECT count(*) FROM orders WHERE phase = 'awaiting_capture'") == 12
+            }
             let members = try await cluster.members()
             #expect(members.filter { $0.state == "live" }.count == 2)
             #expect(members.map(\.leases).reduce(0, +) == 12, "each open order is leased once: \(members)")
@@ -140,17 +146,21 @@ extension SeveralDaemons {
             let takeover = ContinuousClock.now - killed
             #expect(takeover < .seconds(3 + 3), "taken over after \(takeover)")
             let alive = try #require(cluster.fixture(pid: survivor.pid))
-            let orders = try await cluster.server.psql("SELECT string_agg(order_id, ' ') FROM orders", database: cluster.database).split(separator: " ")
+            let orders = try await cluster.server.psql("SELECT string_agg(order_id, ' ') FROM orders", database: cluster.database).split(
+                separator: " ")
             for order in orders { #expect(try await alive.post("/v1/orders/\(order)/capture", "{}").status == 202) }
             try await waitUntil(timeout: .seconds(40)) { try await cluster.count("SELECT count(*) FROM orders WHERE phase = 'closed'") == 12 }
             #expect(cluster.sandbox.effects(kind: .orderPlaced).count == 12)
             #expect(cluster.sandbox.effects(kind: .captured).count == 12)
             #expect(cluster.duplicates(.captured) { $0.orderId }.isEmpty)
             #expect(try await alive.stop() == 0)
-            #expect(try await cluster.count("SELECT count(*) FROM work_leases WHERE holder IS NOT NULL") == 0, "a graceful stop hands the leases back")
+            #expect(
+                try await cluster.count("SELECT count(*) FROM work_leases WHERE holder IS NOT NULL") == 0, "a graceful stop hands the leases back")
         }
 
-        @Test("A daemon frozen (SIGSTOP) with create-order in flight: the other waits for the lease plus the longest call before it reads Klarna, places nothing twice, and the resumed daemon commits nothing")
+        @Test(
+            "A daemon frozen (SIGSTOP) with create-order in flight: the other waits for the lease plus the longest call before it reads Klarna, places nothing twice, and the resumed daemon commits nothing"
+        )
         func frozenWithCallInFlight() async throws {
             // As separate hosts where the test may make them (root); else on this host's loopback.
             let hosts = getuid() == 0 ? try await SeparateHosts(daemons: 2) : nil
@@ -182,8 +192,11 @@ extension SeveralDaemons {
             kill(frozen.processIdentifier, SIGCONT)
             resumed = true
             // Its call ends with Klarna's answer, and the commit of it is refused: the work is the other daemon's.
-            try await waitUntil(timeout: .seconds(20)) { cluster.fixtures[0].daemonLog.contains("is no longer this daemon's: another daemon holds the work; nothing was committed") }
-            #expect(try await cluster.count("SELECT count(*) FROM orders") == 0, "the frozen daemon's answer was not recorded over the other's decision")
+            try await waitUntil(timeout: .seconds(20)) {
+                cluster.fixtures[0].daemonLog.contains("is no longer this daemon's: another daemon holds the work; nothing was committed")
+            }
+            #expect(
+                try await cluster.count("SELECT count(*) FROM orders") == 0, "the frozen daemon's answer was not recorded over the other's decision")
             #expect(try await cluster.count("SELECT count(*) FROM sessions WHERE outcome = 'needs_attention'") == 1)
             #expect(cluster.sandbox.effects(kind: .orderPlaced).count == 1)
             #expect(cluster.sandbox.requests(route: "kp.create_order").count == 1)
@@ -201,7 +214,9 @@ extension SeveralDaemons {
     struct ClusterChaosTests {
         static let payments = 1_000
 
-        @Test("1,000 payments of every mode, 10 % Klarna faults, a random daemon kill -9'd every few seconds and started again: every payment final, nothing placed or captured twice, no acknowledged delivery lost")
+        @Test(
+            "1,000 payments of every mode, 10 % Klarna faults, a random daemon kill -9'd every few seconds and started again: every payment final, nothing placed or captured twice, no acknowledged delivery lost"
+        )
         func chaos() async throws {
             let cluster = try await Cluster(daemons: 3)
             for index in 0..<3 { try await cluster.start(index) }
@@ -235,10 +250,12 @@ extension SeveralDaemons {
                 let mode = modes[index % modes.count]
                 let reference = "chaos-\(index)"
                 if index % 10 == 9 {
-                    let created = try cluster.sandbox.createSession(SessionSpec(
-                        orderAmount: 1_000 + index, merchantReference: reference, placeOrderMode: mode == .none ? nil : mode.rawValue,
-                        schedule: [ScheduleStep(afterSeconds: Double.random(in: 0.2...3), status: "COMPLETED")]))
-                    let body = #"{"hpp_session_id":"\#(created.hppSessionId)","kp_session_id":"\#(created.kpSessionId)","merchant_reference":"\#(reference)","place_order_mode":"\#(mode.rawValue)","capture":"immediate"}"#
+                    let created = try cluster.sandbox.createSession(
+                        SessionSpec(
+                            orderAmount: 1_000 + index, merchantReference: reference, placeOrderMode: mode == .none ? nil : mode.rawValue,
+                            schedule: [ScheduleStep(afterSeconds: Double.random(in: 0.2...3), status: "COMPLETED")]))
+                    let body =
+                        #"{"hpp_session_id":"\#(created.hppSessionId)","kp_session_id":"\#(created.kpSessionId)","merchant_reference":"\#(reference)","place_order_mode":"\#(mode.rawValue)","capture":"immediate"}"#
                     // Each attempt bounded as a forwarder bounds it (a daemon killed or starting meanwhile must not
                     // hold the delivery for curl's default 30 s), the delivery as a whole by two minutes.
                     try await waitUntil(timeout: .seconds(120)) {
@@ -267,9 +284,12 @@ extension SeveralDaemons {
             #expect(cluster.duplicates(.captured) { $0.orderId }.isEmpty, "orders captured twice")
             let placed = cluster.sandbox.effects(kind: .orderPlaced).count
             let captured = cluster.sandbox.effects(kind: .captured).count
-            let attention = try await cluster.count("SELECT count(*) FROM sessions WHERE outcome = 'needs_attention'")
+            let attention =
+                try await cluster.count("SELECT count(*) FROM sessions WHERE outcome = 'needs_attention'")
                 + cluster.count("SELECT count(*) FROM orders WHERE outcome = 'needs_attention'")
-            print("chaos: \(Self.payments) payments, \(kills.value) kills, \(placed) orders placed, \(captured) captures, \(attention) need attention, \(cluster.sandbox.requests().count) Klarna calls")
+            print(
+                "chaos: \(Self.payments) payments, \(kills.value) kills, \(placed) orders placed, \(captured) captures, \(attention) need attention, \(cluster.sandbox.requests().count) Klarna calls"
+            )
             #expect(kills.value >= 5)
             // The daemon places the orders of mode NONE (a third); Klarna those of the others. Everything but the
             // payments that need an operator (an answer lost after Klarna placed the order) is placed and captured.
@@ -285,7 +305,9 @@ extension SeveralDaemons {
     /// that one daemon can lose the database while it still reaches Klarna (the sandbox on this host's loopback).
     @Suite("A daemon cut off from PostgreSQL", .serialized, .enabled(if: getuid() == 0, "network namespaces need root"))
     struct PartitionTests {
-        @Test("Cut off from PostgreSQL while it still reaches Klarna: the other daemon takes its work over within the lease and a poll, nothing happens twice, and healed, the cut-off daemon drops what it lost")
+        @Test(
+            "Cut off from PostgreSQL while it still reaches Klarna: the other daemon takes its work over within the lease and a poll, nothing happens twice, and healed, the cut-off daemon drops what it lost"
+        )
         func cutOffFromTheDatabase() async throws {
             let hosts = try await SeparateHosts(daemons: 2)
             let (net, cluster) = (hosts.net, hosts.cluster)
@@ -336,8 +358,10 @@ extension SeveralDaemons {
             // One create-order per payment, whoever sent it: nothing was sent twice.
             #expect(cluster.sandbox.requests(route: "kp.create_order").count == 6)
             #expect(cluster.sandbox.effects(kind: .orderPlaced).count == 6)
-            #expect(try await cluster.count("SELECT count(*) FROM orders WHERE outcome = 'captured'") + cluster.count(
-                "SELECT count(*) FROM sessions WHERE outcome = 'needs_attention'") == 6)
+            #expect(
+                try await cluster.count("SELECT count(*) FROM orders WHERE outcome = 'captured'")
+                    + cluster.count(
+                        "SELECT count(*) FROM sessions WHERE outcome = 'needs_attention'") == 6)
             #expect(cluster.duplicates(.orderPlaced) { $0.kpSessionId }.isEmpty)
             #expect(cluster.duplicates(.captured) { $0.orderId }.isEmpty)
             #expect(try await cutOff.stop() == 0)
@@ -352,7 +376,9 @@ extension SeveralDaemons {
     /// test's own, since the shared one serves the tests running alongside.
     @Suite("PostgreSQL restarted under three daemons", .serialized)
     struct ClusterRestartTests {
-        @Test("PostgreSQL restarted (fast) while deliveries arrive and steps are in flight: ingest answers 503 and never acknowledges what it did not record, the daemons reconnect, every payment is placed and captured once")
+        @Test(
+            "PostgreSQL restarted (fast) while deliveries arrive and steps are in flight: ingest answers 503 and never acknowledges what it did not record, the daemons reconnect, every payment is placed and captured once"
+        )
         func restartUnderLoad() async throws {
             let server = try await PostgresServer.dedicated()
             let cluster = try await Cluster(daemons: 3, on: server)
@@ -360,10 +386,12 @@ extension SeveralDaemons {
             let count = 90
             let unexpected = Mutex<[Int]>([])
             func deliver(_ index: Int) async throws {
-                let payment = try cluster.sandbox.createSession(SessionSpec(
-                    orderAmount: 1_000 + index, merchantReference: "restart-\(index)",
-                    schedule: [ScheduleStep(afterSeconds: Double.random(in: 0.1...1), status: "COMPLETED")]))
-                let body = #"{"hpp_session_id":"\#(payment.hppSessionId)","kp_session_id":"\#(payment.kpSessionId)","merchant_reference":"restart-\#(index)"}"#
+                let payment = try cluster.sandbox.createSession(
+                    SessionSpec(
+                        orderAmount: 1_000 + index, merchantReference: "restart-\(index)",
+                        schedule: [ScheduleStep(afterSeconds: Double.random(in: 0.1...1), status: "COMPLETED")]))
+                let body =
+                    #"{"hpp_session_id":"\#(payment.hppSessionId)","kp_session_id":"\#(payment.kpSessionId)","merchant_reference":"restart-\#(index)"}"#
                 // A forwarder sends again after a 503, to any daemon, until one acknowledges.
                 try await waitUntil(timeout: .seconds(60)) {
                     let answer = try await cluster.fixtures.randomElement()!.post("/v1/sessions", body)
@@ -376,9 +404,11 @@ extension SeveralDaemons {
             let restarted = Task {
                 try await waitUntil(timeout: .seconds(60)) { cluster.sandbox.effects(kind: .captured).count >= 15 }
                 try await server.stop(mode: "fast")
-                let during = try cluster.sandbox.createSession(SessionSpec(
-                    orderAmount: 999, merchantReference: "restart-during", schedule: [ScheduleStep(afterSeconds: 0.1, status: "COMPLETED")]))
-                let body = #"{"hpp_session_id":"\#(during.hppSessionId)","kp_session_id":"\#(during.kpSessionId)","merchant_reference":"restart-during"}"#
+                let during = try cluster.sandbox.createSession(
+                    SessionSpec(
+                        orderAmount: 999, merchantReference: "restart-during", schedule: [ScheduleStep(afterSeconds: 0.1, status: "COMPLETED")]))
+                let body =
+                    #"{"hpp_session_id":"\#(during.hppSessionId)","kp_session_id":"\#(during.kpSessionId)","merchant_reference":"restart-during"}"#
                 let refused = try await cluster.fixtures.randomElement()!.post("/v1/sessions", body)
                 try await server.start()
                 try await waitUntil(timeout: .seconds(60)) { try await cluster.fixtures.randomElement()!.post("/v1/sessions", body).status == 202 }
@@ -391,7 +421,8 @@ extension SeveralDaemons {
                 try await waitUntil(timeout: .seconds(90)) { cluster.sandbox.effects(kind: .captured).count == total }
             } catch {
                 let kept = NSTemporaryDirectory() + "klarna-reconciler-restart-\(UUID().uuidString.prefix(6)).log"
-                let open = try? await server.psql("SELECT merchant_reference, phase, next_due FROM sessions WHERE next_due IS NOT NULL", database: cluster.database)
+                let open = try? await server.psql(
+                    "SELECT merchant_reference, phase, next_due FROM sessions WHERE next_due IS NOT NULL", database: cluster.database)
                 let logs = cluster.fixtures.enumerated().map { "== daemon \($0.offset)\n\($0.element.daemonLog)" }.joined(separator: "\n")
                 try? "open:\n\(open ?? "?")\n\(logs)".write(toFile: kept, atomically: true, encoding: .utf8)
                 Issue.record("captured \(cluster.sandbox.effects(kind: .captured).count) of \(total); the daemons' logs are kept in \(kept)")

@@ -64,18 +64,23 @@ import Testing
             let orderID = try await h.placedOrder()
             let anonymous = try await h.transport.execute(HTTPRequest(method: "GET", url: "\(h.baseURL)/ordermanagement/v1/orders/\(orderID)"))
             #expect(anonymous.status == 401)
-            let huge = try await h.transport.execute(HTTPRequest(
-                method: "POST", url: "\(h.baseURL)/ordermanagement/v1/orders/\(orderID)/captures",
-                body: Array(repeating: UInt8(ascii: " "), count: (1 << 20) + 1), credentials: SandboxHarness.credentials))
+            let huge = try await h.transport.execute(
+                HTTPRequest(
+                    method: "POST", url: "\(h.baseURL)/ordermanagement/v1/orders/\(orderID)/captures",
+                    body: Array(repeating: UInt8(ascii: " "), count: (1 << 20) + 1), credentials: SandboxHarness.credentials))
             #expect(huge.status == 413)
             let (created, token) = try await h.authorizedSession()
-            let incomplete = try await h.transport.execute(HTTPRequest(
-                method: "POST", url: "\(h.baseURL)/payments/v1/authorizations/\(token)/order",
-                body: Array(#"{"order_amount":20000}"#.utf8), credentials: SandboxHarness.credentials))
+            let incomplete = try await h.transport.execute(
+                HTTPRequest(
+                    method: "POST", url: "\(h.baseURL)/payments/v1/authorizations/\(token)/order",
+                    body: Array(#"{"order_amount":20000}"#.utf8), credentials: SandboxHarness.credentials))
             #expect(incomplete.status == 400)
-            #expect(String(decoding: incomplete.body, as: UTF8.self).contains("Missing required fields: [purchase_country, purchase_currency, order_lines]"))
+            #expect(
+                String(decoding: incomplete.body, as: UTF8.self).contains(
+                    "Missing required fields: [purchase_country, purchase_currency, order_lines]"))
             #expect(try await h.client.readPaymentSession(id: created.kpSessionId).status == .incomplete)
-            let wrongMethod = try await h.transport.execute(HTTPRequest(method: "PUT", url: "\(h.baseURL)/ordermanagement/v1/orders/\(orderID)", credentials: SandboxHarness.credentials))
+            let wrongMethod = try await h.transport.execute(
+                HTTPRequest(method: "PUT", url: "\(h.baseURL)/ordermanagement/v1/orders/\(orderID)", credentials: SandboxHarness.credentials))
             #expect(wrongMethod.status == 405)
             #expect(h.sandbox.effects(kind: .captured).isEmpty)
         }

@@ -39,7 +39,9 @@ final class DaemonFixture: @unchecked Sendable {
     ///   - storeConfig: the `store:` section's lines (a PostgreSQL `url:` instead of the SQLite file).
     /// - Parameter testingConfig: keys for the `testing:` section, besides the short create-order settle period every
     ///   fixture has (the operators' minimum, 30 s, would make each unclear create-order a half-minute wait).
-    init(extraConfig: String = "", ingestConfig: [String] = [], storeConfig: [String] = ["path: state/state.sqlite"], testingConfig: [String] = []) async throws {
+    init(
+        extraConfig: String = "", ingestConfig: [String] = [], storeConfig: [String] = ["path: state/state.sqlite"], testingConfig: [String] = []
+    ) async throws {
         directory = NSTemporaryDirectory() + "klarna-reconciler-daemon-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         sandbox = KlarnaSandbox(configuration: .init(username: "merchant", password: "daemon-secret"))
@@ -49,47 +51,48 @@ final class DaemonFixture: @unchecked Sendable {
         sandboxURL = "http://127.0.0.1:\(server.port!)"
         try "daemon-secret\n".write(toFile: directory + "/klarna-password", atomically: true, encoding: .utf8)
         try "\(Self.callbackKey)\n".write(toFile: directory + "/callback-key", atomically: true, encoding: .utf8)
-        try #"{"krn:partner:global:notification:signing-key:1": "\#(Self.signingKey)"}"#.write(toFile: directory + "/signing-keys.json", atomically: true, encoding: .utf8)
+        try #"{"krn:partner:global:notification:signing-key:1": "\#(Self.signingKey)"}"#.write(
+            toFile: directory + "/signing-keys.json", atomically: true, encoding: .utf8)
         try """
-            klarna:
-              base_url: \(sandboxURL)
-              username: merchant
-              password_file: klarna-password
-              request_timeout_seconds: 2
-            store:
-            \(storeConfig.map { "  " + $0 }.joined(separator: "\n"))
-            outbox:
-              dir: outbox
-            ingest:
-              socket: ingest.sock
-              spool_dir: spool
-              spool_rescan_seconds: 1
-              request_timeout_seconds: 1
-            \(ingestConfig.map { "  " + $0 }.joined(separator: "\n"))
-            control:
-              socket: control.sock
-            callback_token:
-              key_file: callback-key
-            webhook_signing:
-              keys_file: signing-keys.json
-            polling:
-              dense_interval_seconds: 0.2
-              pending_fraud_interval_seconds: 0.5
-            retry:
-              initial_delay_ms: 100
-              max_delay_seconds: 2
-            rate_limit:
-              requests_per_second: 2000
-              burst: 200
-            engine:
-              wakeup_interval_ms: 100
-            log:
-              level: info
-            testing:
-              create_order_settle_ms: 1000
-            \(testingConfig.map { "  " + $0 }.joined(separator: "\n"))
-            \(extraConfig)
-            """.write(toFile: configPath, atomically: true, encoding: .utf8)
+        klarna:
+          base_url: \(sandboxURL)
+          username: merchant
+          password_file: klarna-password
+          request_timeout_seconds: 2
+        store:
+        \(storeConfig.map { "  " + $0 }.joined(separator: "\n"))
+        outbox:
+          dir: outbox
+        ingest:
+          socket: ingest.sock
+          spool_dir: spool
+          spool_rescan_seconds: 1
+          request_timeout_seconds: 1
+        \(ingestConfig.map { "  " + $0 }.joined(separator: "\n"))
+        control:
+          socket: control.sock
+        callback_token:
+          key_file: callback-key
+        webhook_signing:
+          keys_file: signing-keys.json
+        polling:
+          dense_interval_seconds: 0.2
+          pending_fraud_interval_seconds: 0.5
+        retry:
+          initial_delay_ms: 100
+          max_delay_seconds: 2
+        rate_limit:
+          requests_per_second: 2000
+          burst: 200
+        engine:
+          wakeup_interval_ms: 100
+        log:
+          level: info
+        testing:
+          create_order_settle_ms: 1000
+        \(testingConfig.map { "  " + $0 }.joined(separator: "\n"))
+        \(extraConfig)
+        """.write(toFile: configPath, atomically: true, encoding: .utf8)
     }
 
     deinit {
@@ -127,8 +130,9 @@ final class DaemonFixture: @unchecked Sendable {
     /// once it is ready; ``stopInProcess()`` stops it and returns what its run threw.
     func startInProcess() async throws -> InProcessDaemon {
         let logs = LogLines()
-        let daemon = ReconcilerDaemon(options: .init(
-            configPath: configPath, environment: ProcessInfo.processInfo.environment.merging(stateDirectory) { $1 }, logger: logs.logger()))
+        let daemon = ReconcilerDaemon(
+            options: .init(
+                configPath: configPath, environment: ProcessInfo.processInfo.environment.merging(stateDirectory) { $1 }, logger: logs.logger()))
         let running = Task { try await daemon.run() }
         do {
             try await waitUntil(timeout: .seconds(20)) { daemon.isReady }

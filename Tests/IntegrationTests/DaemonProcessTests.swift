@@ -13,8 +13,10 @@ struct DaemonProcessTests {
     func operatorFlow() async throws {
         let fixture = try await DaemonFixture()
         try await fixture.start()
-        let immediate = try fixture.sandbox.createSession(SessionSpec(orderAmount: 2_000, merchantReference: "shop-1", schedule: [ScheduleStep(afterSeconds: 0.5, status: "COMPLETED")]))
-        let onRequest = try fixture.sandbox.createSession(SessionSpec(orderAmount: 9_000, merchantReference: "shop-2", schedule: [ScheduleStep(afterSeconds: 0.5, status: "COMPLETED")]))
+        let immediate = try fixture.sandbox.createSession(
+            SessionSpec(orderAmount: 2_000, merchantReference: "shop-1", schedule: [ScheduleStep(afterSeconds: 0.5, status: "COMPLETED")]))
+        let onRequest = try fixture.sandbox.createSession(
+            SessionSpec(orderAmount: 9_000, merchantReference: "shop-2", schedule: [ScheduleStep(afterSeconds: 0.5, status: "COMPLETED")]))
 
         let tracked = try await fixture.cli(["track", immediate.hppSessionId, "--kp-session", immediate.kpSessionId, "--reference", "shop-1"])
         #expect(tracked.status == 0)
@@ -22,9 +24,14 @@ struct DaemonProcessTests {
         let again = try await fixture.cli(["track", immediate.hppSessionId, "--kp-session", immediate.kpSessionId])
         #expect(again.status == 0)
         #expect(again.output.contains("already tracked"))
-        #expect(try await fixture.cli(["track", onRequest.hppSessionId, "--kp-session", onRequest.kpSessionId, "--reference", "shop-2", "--capture", "on_request"]).status == 0)
+        #expect(
+            try await fixture.cli([
+                "track", onRequest.hppSessionId, "--kp-session", onRequest.kpSessionId, "--reference", "shop-2", "--capture", "on_request",
+            ]).status == 0)
 
-        try await waitUntil(timeout: .seconds(30)) { fixture.outboxFiles().filter { $0.hasSuffix("captured.json") }.count == 1 && fixture.outboxFiles().count == 3 }
+        try await waitUntil(timeout: .seconds(30)) {
+            fixture.outboxFiles().filter { $0.hasSuffix("captured.json") }.count == 1 && fixture.outboxFiles().count == 3
+        }
         let store = try fixture.readStore()
         let order = try #require(try await store.timeline(for: "shop-2").orders.first)
         #expect(order.phase == .awaitingCapture)
@@ -70,8 +77,12 @@ struct DaemonProcessTests {
     func customerTokenRedacted() async throws {
         let fixture = try await DaemonFixture()
         try await fixture.start()
-        let session = try fixture.sandbox.createSession(SessionSpec(merchantReference: "sub-1", intent: "tokenize", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
-        #expect(try await fixture.cli(["track", session.hppSessionId, "--kp-session", session.kpSessionId, "--reference", "sub-1", "--intent", "tokenize"]).status == 0)
+        let session = try fixture.sandbox.createSession(
+            SessionSpec(merchantReference: "sub-1", intent: "tokenize", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        #expect(
+            try await fixture.cli([
+                "track", session.hppSessionId, "--kp-session", session.kpSessionId, "--reference", "sub-1", "--intent", "tokenize",
+            ]).status == 0)
         try await waitUntil(timeout: .seconds(30)) { fixture.outboxFiles().contains { $0.hasSuffix("customer_token_created.json") } }
         let token = try #require(fixture.sandbox.effects(kind: .customerTokenCreated).first?.tokenId)
         let outbox = try #require(fixture.outboxFiles().first { $0.hasSuffix("customer_token_created.json") })
@@ -90,9 +101,18 @@ struct DaemonProcessTests {
         let fixture = try await DaemonFixture()
         let cases: [(String, String)] = [
             ("klarna:\n  base_url: \(fixture.sandboxURL)\n  password_file: klarna-password\n", "klarna.username: missing"),
-            ("klarna:\n  base_url: https://\n  username: u\n  password_file: klarna-password\n", "klarna.base_url: \"https://\" is not an http(s) URL with a host"),
-            ("klarna:\n  base_url: https://a.example\n  username: u\n  password_file: /nonexistent/pw\n", "klarna.password_file: cannot read /nonexistent/pw: no such file"),
-            ("klarna:\n  base_url: https://a.example\n  username: u\n  password_file: klarna-password\nretry:\n  max_attempts: many\n", "retry.max_attempts: must be a whole number, not \"many\""),
+            (
+                "klarna:\n  base_url: https://\n  username: u\n  password_file: klarna-password\n",
+                "klarna.base_url: \"https://\" is not an http(s) URL with a host"
+            ),
+            (
+                "klarna:\n  base_url: https://a.example\n  username: u\n  password_file: /nonexistent/pw\n",
+                "klarna.password_file: cannot read /nonexistent/pw: no such file"
+            ),
+            (
+                "klarna:\n  base_url: https://a.example\n  username: u\n  password_file: klarna-password\nretry:\n  max_attempts: many\n",
+                "retry.max_attempts: must be a whole number, not \"many\""
+            ),
         ]
         for (index, (yaml, expected)) in cases.enumerated() {
             let path = fixture.directory + "/bad-\(index).yaml"
@@ -145,7 +165,10 @@ struct DaemonProcessTests {
                 placeOrderMode: kind == .placeOrder ? "PLACE_ORDER" : kind == .captureOrder ? "CAPTURE_ORDER" : "NONE",
                 fraudStatus: kind == .pending ? "PENDING" : nil, fraudDecisionAfterSeconds: kind == .pending ? 1.5 : nil,
                 fraudDecision: kind == .pending ? "ACCEPTED" : nil,
-                schedule: [ScheduleStep(afterSeconds: after, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: after + 0.5, status: kind == .cancelled ? "CANCELLED" : "COMPLETED")])
+                schedule: [
+                    ScheduleStep(afterSeconds: after, status: "IN_PROGRESS"),
+                    ScheduleStep(afterSeconds: after + 0.5, status: kind == .cancelled ? "CANCELLED" : "COMPLETED"),
+                ])
             sessions.append((try fixture.sandbox.createSession(spec), kind))
         }
 
@@ -220,6 +243,8 @@ struct DaemonProcessTests {
         // Every recorded outcome is in the outbox exactly once.
         let outcomeCount = try await store.summary(now: Date()).outcomesByKind.values.reduce(0, +)
         #expect(fixture.outboxFiles().count == outcomeCount)
-        print("crash test: 300 sessions, \(kills) kills, \(needsAttention) ambiguous create-order (needs_attention), \(fixture.sandbox.effects(kind: .orderPlaced).count) orders placed by the daemon")
+        print(
+            "crash test: 300 sessions, \(kills) kills, \(needsAttention) ambiguous create-order (needs_attention), \(fixture.sandbox.effects(kind: .orderPlaced).count) orders placed by the daemon"
+        )
     }
 }

@@ -9,9 +9,12 @@ import Testing
     @Test func hppSessionFollowsItsScheduleAndShowsTheAuthorizationToken() async throws {
         let clock = ManualClock()
         try await SandboxHarness.with(clock: clock) { h in
-            let created = try h.sandbox.createSession(SessionSpec(orderAmount: 12_345, schedule: [
-                ScheduleStep(afterSeconds: 10, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: 20, status: "COMPLETED"),
-            ]))
+            let created = try h.sandbox.createSession(
+                SessionSpec(
+                    orderAmount: 12_345,
+                    schedule: [
+                        ScheduleStep(afterSeconds: 10, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: 20, status: "COMPLETED"),
+                    ]))
             var session = try await h.client.readHPPSession(id: created.hppSessionId)
             #expect(session.status == .waiting)
             #expect(session.authorizationToken == nil)
@@ -73,9 +76,10 @@ import Testing
                 SandboxOrderLine(name: "Shoes", quantity: 2, unitPrice: 5_000, totalAmount: 10_000, taxRate: 2_500, totalTaxAmount: 2_000),
                 SandboxOrderLine(name: "Socks", quantity: 1, unitPrice: 995, totalAmount: 995),
             ]
-            let created = try h.sandbox.createSession(SessionSpec(
-                orderTaxAmount: 2_000, purchaseCurrency: "EUR", purchaseCountry: "DE", locale: "de-DE", orderLines: lines,
-                merchantReference: "order-4711"))
+            let created = try h.sandbox.createSession(
+                SessionSpec(
+                    orderTaxAmount: 2_000, purchaseCurrency: "EUR", purchaseCountry: "DE", locale: "de-DE", orderLines: lines,
+                    merchantReference: "order-4711"))
             let session = try await h.client.readPaymentSession(id: created.kpSessionId)
             #expect(session.status == .incomplete)
             #expect(session.orderAmount == 10_995)
@@ -92,7 +96,8 @@ import Testing
         try await SandboxHarness.with { h in
             let (created, token) = try await h.authorizedSession()
             let session = try await h.client.readPaymentSession(id: created.kpSessionId)
-            let placed = try await h.client.createOrder(authorizationToken: token, order: CreateOrderRequest(session: session, merchantReference: "ref-1"))
+            let placed = try await h.client.createOrder(
+                authorizationToken: token, order: CreateOrderRequest(session: session, merchantReference: "ref-1"))
             #expect(placed.fraudStatus == .accepted)
             #expect(placed.redirectURL != nil)
             #expect(try await h.client.readPaymentSession(id: created.kpSessionId).status == .complete)
@@ -153,7 +158,8 @@ import Testing
     @Test func captureAnswers201WithCaptureIdAndLocation() async throws {
         try await SandboxHarness.with { h in
             let orderID = try await h.placedOrder(amount: 20_000)
-            let first = try await h.client.createCapture(orderID: orderID, request: CaptureRequest(capturedAmount: 5_000), idempotencyKey: UUID().uuidString)
+            let first = try await h.client.createCapture(
+                orderID: orderID, request: CaptureRequest(capturedAmount: 5_000), idempotencyKey: UUID().uuidString)
             let captureID = try #require(first.captureID)
             #expect(first.location?.hasSuffix("/ordermanagement/v1/orders/\(orderID)/captures/\(captureID)") == true)
             var order = try await h.client.readOrder(id: orderID)

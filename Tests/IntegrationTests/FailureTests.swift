@@ -196,7 +196,8 @@ import TestSupport
             configuration: KlarnaConfiguration(baseURL: "http://127.0.0.1:\(refusing.port)", credentials: SandboxHarness.credentials),
             transport: CurlTransport(), logger: LogLines().logger())
         let error = await #expect(throws: KlarnaAPIError.self) {
-            try await client.createOrder(authorizationToken: "t", order: CreateOrderRequest(purchaseCountry: "SE", purchaseCurrency: "SEK", orderAmount: 1, orderLines: []))
+            try await client.createOrder(
+                authorizationToken: "t", order: CreateOrderRequest(purchaseCountry: "SE", purchaseCurrency: "SEK", orderAmount: 1, orderLines: []))
         }
         guard case .transport(let transport)? = error?.failure else { Issue.record("expected a transport failure"); return }
         #expect(transport.kind == .connectFailed)
@@ -295,7 +296,7 @@ import TestSupport
 }
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A loopback TCP port that refuses connections: bound (so no parallel test can take it) but never listening.
@@ -326,5 +327,3 @@ final class RefusingPort {
 }
 
 struct SocketSetupFailed: Error {}
-
-

@@ -49,7 +49,8 @@ import Testing
             }
             #expect(lost?.outcomeUnknown == true)
             #expect(lost?.retryDisposition == .retry(notBefore: nil))
-            let retried = try await h.client.createCapture(orderID: orderID, request: CaptureRequest(capturedAmount: 20_000), idempotencyKey: "retry-me")
+            let retried = try await h.client.createCapture(
+                orderID: orderID, request: CaptureRequest(capturedAmount: 20_000), idempotencyKey: "retry-me")
             let effects = h.sandbox.effects(kind: .captured)
             #expect(effects.count == 1)
             #expect(effects.first?.captureId == retried.captureID)
@@ -63,7 +64,8 @@ import Testing
             let ids = try await withThrowingTaskGroup(of: String?.self) { group in
                 for _ in 0..<16 {
                     group.addTask {
-                        try await client.createCapture(orderID: orderID, request: CaptureRequest(capturedAmount: 20_000), idempotencyKey: "burst").captureID
+                        try await client.createCapture(orderID: orderID, request: CaptureRequest(capturedAmount: 20_000), idempotencyKey: "burst")
+                            .captureID
                     }
                 }
                 return try await group.reduce(into: Set<String?>()) { $0.insert($1) }

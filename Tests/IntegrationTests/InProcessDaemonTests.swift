@@ -8,14 +8,18 @@ import TestSupport
 /// signals; the same config, store, socket, outbox and Klarna sandbox as the process tests.
 @Suite("The daemon in-process")
 struct InProcessDaemonTests {
-    @Test("Started in-process, it pays a payment end to end: tracked through the socket, ordered and captured once at Klarna, the outcome in the outbox; a reload applies a live change; stop() drains and run returns")
+    @Test(
+        "Started in-process, it pays a payment end to end: tracked through the socket, ordered and captured once at Klarna, the outcome in the outbox; a reload applies a live change; stop() drains and run returns"
+    )
     func paysAPaymentEndToEnd() async throws {
         let fixture = try await DaemonFixture()
         let daemon = try await fixture.startInProcess()
-        let payment = try fixture.sandbox.createSession(SessionSpec(
-            orderAmount: 12_300, merchantReference: "in-process", schedule: [ScheduleStep(afterSeconds: 0.3, status: "COMPLETED")]))
+        let payment = try fixture.sandbox.createSession(
+            SessionSpec(
+                orderAmount: 12_300, merchantReference: "in-process", schedule: [ScheduleStep(afterSeconds: 0.3, status: "COMPLETED")]))
         let tracked = try await fixture.post(
-            "/v1/sessions", #"{"hpp_session_id":"\#(payment.hppSessionId)","kp_session_id":"\#(payment.kpSessionId)","merchant_reference":"in-process"}"#)
+            "/v1/sessions",
+            #"{"hpp_session_id":"\#(payment.hppSessionId)","kp_session_id":"\#(payment.kpSessionId)","merchant_reference":"in-process"}"#)
         #expect(tracked.status == 202, "\(tracked.body)")
 
         try await waitUntil(timeout: .seconds(30)) { fixture.outboxFiles().contains { $0.hasSuffix("captured.json") } }

@@ -15,11 +15,14 @@ import TestSupport
 struct IngestSocketTests {
     func token(_ kind: String, _ kp: String) -> String {
         let mac = HMAC<SHA256>.authenticationCode(for: Array("\(kind):\(kp)".utf8), using: SymmetricKey(data: Array(DaemonFixture.callbackKey.utf8)))
-        return Data(mac).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        return Data(mac).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(
+            of: "=", with: "")
     }
 
     func sign(_ body: String) -> String {
-        HMAC<SHA256>.authenticationCode(for: Array(body.utf8), using: SymmetricKey(data: Array(DaemonFixture.signingKey.utf8))).map { String(format: "%02x", $0) }.joined()
+        HMAC<SHA256>.authenticationCode(for: Array(body.utf8), using: SymmetricKey(data: Array(DaemonFixture.signingKey.utf8))).map {
+            String(format: "%02x", $0)
+        }.joined()
     }
 
     @Test("Each kind through the socket leads to the right engine action, after a re-read of Klarna")
@@ -44,13 +47,19 @@ struct IngestSocketTests {
         #expect(repeated.body.contains(#""status":"repeat""#))
 
         // 2. A track request, and a capture request for it once placed.
-        let tracked = try fixture.sandbox.createSession(SessionSpec(orderAmount: 8_000, merchantReference: "sock-2", schedule: [ScheduleStep(afterSeconds: 0.3, status: "COMPLETED")]))
-        let track = try await fixture.post("/v1/sessions", #"{"hpp_session_id":"\#(tracked.hppSessionId)","kp_session_id":"\#(tracked.kpSessionId)","merchant_reference":"sock-2","capture":"on_request"}"#)
+        let tracked = try fixture.sandbox.createSession(
+            SessionSpec(orderAmount: 8_000, merchantReference: "sock-2", schedule: [ScheduleStep(afterSeconds: 0.3, status: "COMPLETED")]))
+        let track = try await fixture.post(
+            "/v1/sessions",
+            #"{"hpp_session_id":"\#(tracked.hppSessionId)","kp_session_id":"\#(tracked.kpSessionId)","merchant_reference":"sock-2","capture":"on_request"}"#
+        )
         #expect(track.status == 202, "\(track.body)")
         let store = try fixture.readStore()
         let order = try await { () async throws -> String in
             var found: String?
-            try await waitUntil(timeout: .seconds(30)) { found = try await store.timeline(for: "sock-2").orders.first { $0.phase == .awaitingCapture }?.orderID; return found != nil }
+            try await waitUntil(timeout: .seconds(30)) {
+                found = try await store.timeline(for: "sock-2").orders.first { $0.phase == .awaitingCapture }?.orderID; return found != nil
+            }
             return found!
         }()
         let capture = try await fixture.post("/v1/orders/\(order)/capture", #"{"amount":3000}"#)
@@ -58,20 +67,35 @@ struct IngestSocketTests {
         #expect(try await fixture.post("/v1/orders/unknown-order/capture", "{}").status == 404)
 
         // 3. A pending order and Klarna's notification: read at once, captured after acceptance.
-        let pending = try fixture.sandbox.createSession(SessionSpec(merchantReference: "sock-3", fraudStatus: "PENDING", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
-        #expect(try await fixture.post("/v1/sessions", #"{"hpp_session_id":"\#(pending.hppSessionId)","kp_session_id":"\#(pending.kpSessionId)","merchant_reference":"sock-3"}"#).status == 202)
+        let pending = try fixture.sandbox.createSession(
+            SessionSpec(merchantReference: "sock-3", fraudStatus: "PENDING", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        #expect(
+            try await fixture.post(
+                "/v1/sessions",
+                #"{"hpp_session_id":"\#(pending.hppSessionId)","kp_session_id":"\#(pending.kpSessionId)","merchant_reference":"sock-3"}"#
+            ).status == 202)
         var pendingOrder: String?
-        try await waitUntil(timeout: .seconds(30)) { pendingOrder = try await store.timeline(for: "sock-3").orders.first { $0.phase == .pendingFraud }?.orderID; return pendingOrder != nil }
+        try await waitUntil(timeout: .seconds(30)) {
+            pendingOrder = try await store.timeline(for: "sock-3").orders.first { $0.phase == .pendingFraud }?.orderID; return pendingOrder != nil
+        }
         try fixture.sandbox.setFraudStatus(orderID: pendingOrder!, "ACCEPTED")
-        let notification = try await fixture.post("/v1/webhooks/om-notification", #"{"order_id":"\#(pendingOrder!)","event_type":"FRAUD_RISK_ACCEPTED"}"#)
+        let notification = try await fixture.post(
+            "/v1/webhooks/om-notification", #"{"order_id":"\#(pendingOrder!)","event_type":"FRAUD_RISK_ACCEPTED"}"#)
         #expect(notification.status == 202)
 
         // 4. Klarna Network, signed.
-        let kn = #"{"metadata":{"event_type":"payment.request.state-change.completed","event_id":"kn-1"},"payload":{"payment_request_id":"krn:payment:eu1:request:1","state":"COMPLETED"}}"#
-        #expect(try await fixture.post("/v1/webhooks/klarna", kn, headers: ["Klarna-Signature: \(sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"]).status == 202)
+        let kn =
+            #"{"metadata":{"event_type":"payment.request.state-change.completed","event_id":"kn-1"},"payload":{"payment_request_id":"krn:payment:eu1:request:1","state":"COMPLETED"}}"#
+        #expect(
+            try await fixture.post(
+                "/v1/webhooks/klarna", kn,
+                headers: ["Klarna-Signature: \(sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"]
+            ).status == 202)
 
         try await waitUntil(timeout: .seconds(30)) {
-            let kinds = (try await store.timeline(for: fromWebhook.hppSessionId).outcomes + store.timeline(for: "sock-2").outcomes + store.timeline(for: "sock-3").outcomes).map(\.outcome.kind)
+            let kinds =
+                (try await store.timeline(for: fromWebhook.hppSessionId).outcomes + store.timeline(for: "sock-2").outcomes
+                + store.timeline(for: "sock-3").outcomes).map(\.outcome.kind)
             return kinds.filter { $0 == .captured }.count == 3
         }
         // The webhook-tracked session: tracked with the default policy and completed; no side effect came before
@@ -100,7 +124,10 @@ struct IngestSocketTests {
             (good, "{not json", [], 400, "malformed_json"),
             (good, "\u{0}", [], 400, "bad_encoding"),
             ("/v1/webhooks/om-notification", #"{"order_id":"o","event_type":"SOMETHING_ELSE"}"#, [], 400, "unknown_event_type"),
-            ("/v1/webhooks/klarna", kn, ["Klarna-Signature: \(sign(kn + " "))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"], 400, "bad_signature"),
+            (
+                "/v1/webhooks/klarna", kn,
+                ["Klarna-Signature: \(sign(kn + " "))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"], 400, "bad_signature"
+            ),
             ("/v1/webhooks/klarna", kn, ["Klarna-Signature: \(sign(kn))", "Klarna-Signing-Key-Id: krn:unknown"], 400, "bad_signature"),
             ("/v1/webhooks/klarna", kn, [], 400, "bad_signature"),
             ("/v1/sessions", #"{"hpp_session_id":"h"}"#, [], 400, "missing_field"),
@@ -126,7 +153,9 @@ struct IngestSocketTests {
         #expect(try await fixture.post("/v1/sessions?token=big-secret", big).status == 413)
         let afterTooLarge = try await fixture.cli(["status"])
         #expect(afterTooLarge.output.contains("refused input:  \(cases.count + 2) in the last 24 h; last"), "\(afterTooLarge.output)")
-        #expect(afterTooLarge.output.contains("socket 413 too_large: POST /v1/sessions: a body of 2097152 bytes is over the limit"), "\(afterTooLarge.output)")
+        #expect(
+            afterTooLarge.output.contains("socket 413 too_large: POST /v1/sessions: a body of 2097152 bytes is over the limit"),
+            "\(afterTooLarge.output)")
         #expect(!afterTooLarge.output.contains("big-secret"), "\(afterTooLarge.output)")
         // Sent chunked, without a length, it is cut off once it passes the limit, and recorded all the same. (The
         // client may see the connection close before it reads the 413: it was still sending.)
@@ -135,7 +164,10 @@ struct IngestSocketTests {
         #expect(chunked.status == 413 || chunked.status == 0, "\(chunked)")
         let afterChunked = try await fixture.cli(["status"])
         #expect(afterChunked.output.contains("refused input:  \(cases.count + 3) in the last 24 h; last"), "\(afterChunked.output)")
-        #expect(afterChunked.output.contains("socket 413 too_large: POST /v1/sessions: a body of more than 1048576 bytes (sent without a length) is over the limit"), "\(afterChunked.output)")
+        #expect(
+            afterChunked.output.contains(
+                "socket 413 too_large: POST /v1/sessions: a body of more than 1048576 bytes (sent without a length) is over the limit"),
+            "\(afterChunked.output)")
         #expect(try await fixture.post("/v1/health", "", method: "GET").status == 200)
         #expect(try await fixture.post(good, event).status == 202)
         #expect(try await fixture.stop() == 0)
@@ -160,25 +192,35 @@ struct IngestSpoolTests {
     func forwarder() async throws {
         let fixture = try await DaemonFixture()
         try await fixture.start()
-        let plain = try fixture.sandbox.createSession(SessionSpec(orderAmount: 4_400, merchantReference: "spool-1", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
-        try await shell(fixture, #"printf '%s' '{"hpp_session_id":"\#(plain.hppSessionId)","kp_session_id":"\#(plain.kpSessionId)","merchant_reference":"spool-1"}' > tmp/0001.json && mv tmp/0001.json new/0001.json"#)
+        let plain = try fixture.sandbox.createSession(
+            SessionSpec(orderAmount: 4_400, merchantReference: "spool-1", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        try await shell(
+            fixture,
+            #"printf '%s' '{"hpp_session_id":"\#(plain.hppSessionId)","kp_session_id":"\#(plain.kpSessionId)","merchant_reference":"spool-1"}' > tmp/0001.json && mv tmp/0001.json new/0001.json"#
+        )
 
         // A raw HTTP request as an nginx mirror would record it: the HPP callback for a session nobody tracked.
         let raw = try fixture.sandbox.createSession(SessionSpec(orderAmount: 5_500))
         try fixture.sandbox.setHPPStatus(raw.hppSessionId, "COMPLETED")
         let token = IngestSocketTests().token("hpp-status", raw.kpSessionId)
         let body = #"{"event_id":"spool-ev-1","session":{"session_id":"\#(raw.hppSessionId)","status":"COMPLETED"}}"#
-        let request = "POST /klarna/hpp-status?kp_session_id=\(raw.kpSessionId)&token=\(token)&hpp_session_id=\(raw.hppSessionId) HTTP/1.1\r\nHost: shop.example\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        let request =
+            "POST /klarna/hpp-status?kp_session_id=\(raw.kpSessionId)&token=\(token)&hpp_session_id=\(raw.hppSessionId) HTTP/1.1\r\nHost: shop.example\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
         try request.write(toFile: fixture.directory + "/spool/tmp/0002.http", atomically: false, encoding: .utf8)
         try await shell(fixture, "mv tmp/0002.http new/0002.http")
 
         // Hostile entries.
         try "secret".write(toFile: fixture.directory + "/outside", atomically: true, encoding: .utf8)
-        try await shell(fixture, "ln -s ../../outside new/0003-link && mkfifo new/0004-fifo && printf '{}' > ../hard && ln ../hard new/0005-hard && printf 'not json' > tmp/0006.json && mv tmp/0006.json new/0006.json")
+        try await shell(
+            fixture,
+            "ln -s ../../outside new/0003-link && mkfifo new/0004-fifo && printf '{}' > ../hard && ln ../hard new/0005-hard && printf 'not json' > tmp/0006.json && mv tmp/0006.json new/0006.json"
+        )
 
         let store = try fixture.readStore()
         try await waitUntil(timeout: .seconds(30)) {
-            let captured = (try await store.timeline(for: "spool-1").outcomes + store.timeline(for: raw.hppSessionId).outcomes).filter { $0.outcome.kind == .captured }
+            let captured = (try await store.timeline(for: "spool-1").outcomes + store.timeline(for: raw.hppSessionId).outcomes).filter {
+                $0.outcome.kind == .captured
+            }
             return captured.count == 2
         }
         try await waitUntil(timeout: .seconds(30)) { Set(fixture.quarantined()) == ["0003-link", "0004-fifo", "0005-hard", "0006.json"] }
@@ -191,7 +233,8 @@ struct IngestSpoolTests {
 
         // A KP callback with a wrong token: quarantined, and `show` hides both tokens.
         let secretToken = "secret-authorization-token-123"
-        let forged = "POST /klarna/kp?kp_session_id=kp-9&token=forged-callback-token HTTP/1.1\r\nHost: shop.example\r\n\r\n"
+        let forged =
+            "POST /klarna/kp?kp_session_id=kp-9&token=forged-callback-token HTTP/1.1\r\nHost: shop.example\r\n\r\n"
             + #"{"authorization_token":"\#(secretToken)","session_id":"kp-9"}"#
         try forged.write(toFile: fixture.directory + "/spool/tmp/0007.http", atomically: false, encoding: .utf8)
         try await shell(fixture, "mv tmp/0007.http new/0007.http")
@@ -209,7 +252,8 @@ struct IngestSpoolTests {
     @Test("kill -9 between claiming a file and removing it loses nothing: the file in cur/ is processed at the next start")
     func crashBetweenClaimAndCommit() async throws {
         let fixture = try await DaemonFixture()
-        let session = try fixture.sandbox.createSession(SessionSpec(merchantReference: "claimed", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        let session = try fixture.sandbox.createSession(
+            SessionSpec(merchantReference: "claimed", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
         // As the daemon leaves it when killed right after the claim.
         try FileManager.default.createDirectory(atPath: fixture.directory + "/spool/cur", withIntermediateDirectories: true)
         try #"{"hpp_session_id":"\#(session.hppSessionId)","kp_session_id":"\#(session.kpSessionId)","merchant_reference":"claimed"}"#
@@ -304,7 +348,8 @@ struct IngestLimitTests {
         #expect(refused.contains("too_large"))
 
         let header = try RawSocket(path: fixture.socketPath)
-        await header.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nX-Padding: \(String(repeating: "a", count: 1 << 20))\r\nContent-Length: 2\r\n\r\n{}")
+        await header.send(
+            "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nX-Padding: \(String(repeating: "a", count: 1 << 20))\r\nContent-Length: 2\r\n\r\n{}")
         let answer = await header.receiveAll()
         #expect(answer.isEmpty || answer.hasPrefix("HTTP/1.1 400") || answer.hasPrefix("HTTP/1.1 431"), "\(answer.prefix(200))")
 
@@ -357,7 +402,9 @@ struct IngestDurabilityTests {
         let sender = Task {
             for index in 0..<400 {
                 let id = "ack-\(index)"
-                if let answer = try? await fixture.post("/v1/sessions", #"{"hpp_session_id":"\#(id)","kp_session_id":"kp-\#(id)"}"#), answer.status == 202 {
+                if let answer = try? await fixture.post("/v1/sessions", #"{"hpp_session_id":"\#(id)","kp_session_id":"kp-\#(id)"}"#),
+                    answer.status == 202
+                {
                     acked.withLock { $0.append(id) }
                 }
             }
@@ -373,8 +420,9 @@ struct IngestDurabilityTests {
         _ = try await fixture.stop()
     }
 
-    @Test("A full disk: the socket answers 503, spool files stay in the spool, and both recover when space returns",
-          .enabled(if: canMountTmpfs(), "needs root and mount rights for a small tmpfs"))
+    @Test(
+        "A full disk: the socket answers 503, spool files stay in the spool, and both recover when space returns",
+        .enabled(if: canMountTmpfs(), "needs root and mount rights for a small tmpfs"))
     func fullDisk() async throws {
         let fixture = try await DaemonFixture()
         let state = fixture.directory + "/state"
@@ -387,12 +435,15 @@ struct IngestDurabilityTests {
         let padding = String(repeating: "x", count: 200)
         var status = 0
         for index in 0..<50 where status != 503 {
-            status = try await fixture.post("/v1/sessions", #"{"hpp_session_id":"full-\#(index)","kp_session_id":"kp","merchant_reference":"\#(padding)"}"#).status
+            status = try await fixture.post(
+                "/v1/sessions", #"{"hpp_session_id":"full-\#(index)","kp_session_id":"kp","merchant_reference":"\#(padding)"}"#
+            ).status
         }
         #expect(status == 503)
         // A spool file meanwhile: refused by the store (and kept in cur/ for a later rescan) or, if SQLite found room
         // in its WAL after all, committed. Never quarantined, never lost.
-        try #"{"hpp_session_id":"spooled","kp_session_id":"kp","merchant_reference":"\#(padding)"}"#.write(toFile: fixture.directory + "/spool/tmp/full.json", atomically: false, encoding: .utf8)
+        try #"{"hpp_session_id":"spooled","kp_session_id":"kp","merchant_reference":"\#(padding)"}"#.write(
+            toFile: fixture.directory + "/spool/tmp/full.json", atomically: false, encoding: .utf8)
         rename(fixture.directory + "/spool/tmp/full.json", fixture.directory + "/spool/new/full.json")
         let store = try fixture.readStore()
         try await waitUntil(timeout: .seconds(30)) {
@@ -443,10 +494,14 @@ struct SocketActivationTests {
         // Nothing runs yet but the activator: this request is what starts the daemon, on the same socket. (The file
         // appears at bind, a moment before listen: connect until it is accepted.)
         var connected: RawSocket?
-        try await waitUntil { connected = try? RawSocket(path: fixture.socketPath); return connected != nil }
+        try await waitUntil {
+            connected = try? RawSocket(path: fixture.socketPath); return connected != nil
+        }
         let client = try #require(connected)
         let body = #"{"hpp_session_id":"before-start","kp_session_id":"kp"}"#
-        await client.send("POST /v1/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        await client.send(
+            "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        )
         let answer = await client.receiveAll()
         #expect(answer.hasPrefix("HTTP/1.1 202"), "\(answer.prefix(300))")
         #expect(try await fixture.readStore().session("before-start") != nil)
@@ -473,7 +528,9 @@ struct SocketActivationTests {
         try await waitUntil(timeout: .seconds(20)) { !process.isRunning }
         #expect(process.terminationStatus == 1)
         let said = try String(contentsOfFile: errors, encoding: .utf8)
-        #expect(said.contains("cannot listen for deliveries: systemd passed 1 sockets (ingest) but none is a listening unix stream socket named ingest"), "\(said)")
+        #expect(
+            said.contains("cannot listen for deliveries: systemd passed 1 sockets (ingest) but none is a listening unix stream socket named ingest"),
+            "\(said)")
         #expect(!FileManager.default.fileExists(atPath: fixture.socketPath))
     }
 }
@@ -484,7 +541,8 @@ struct EveryKindBothPathsTests {
     func deliver(_ fixture: DaemonFixture, viaSpool: Bool, route: String, query: String = "", headers: [String] = [], body: String) async throws {
         if viaSpool {
             let name = "\(UUID().uuidString.prefix(8)).http"
-            let request = "POST /public\(route)\(query.isEmpty ? "" : "?" + query) HTTP/1.1\r\nHost: shop.example\r\n"
+            let request =
+                "POST /public\(route)\(query.isEmpty ? "" : "?" + query) HTTP/1.1\r\nHost: shop.example\r\n"
                 + headers.map { $0 + "\r\n" }.joined() + "Content-Length: \(body.utf8.count)\r\n\r\n" + body
             try request.write(toFile: fixture.directory + "/spool/tmp/" + name, atomically: false, encoding: .utf8)
             #expect(rename(fixture.directory + "/spool/tmp/" + name, fixture.directory + "/spool/new/" + name) == 0)
@@ -503,44 +561,64 @@ struct EveryKindBothPathsTests {
 
         // KP authorization callback for a tracked session: the engine reads HPP at once instead of at the next poll.
         let authorized = try fixture.sandbox.createSession(SessionSpec(merchantReference: "kp-cb"))
-        #expect(try await fixture.cli(["track", authorized.hppSessionId, "--kp-session", authorized.kpSessionId, "--reference", "kp-cb", "--capture", "on_request"]).status == 0)
+        #expect(
+            try await fixture.cli([
+                "track", authorized.hppSessionId, "--kp-session", authorized.kpSessionId, "--reference", "kp-cb", "--capture", "on_request",
+            ]).status == 0)
         try await waitUntil(timeout: .seconds(30)) { try await store.session(authorized.hppSessionId)?.hppStatus?.rawValue == "WAITING" }
         // Delivered while the session is open (the callback's token is only a hint: the daemon takes the real one
         // from its own read of HPP).
-        try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/kp-authorization",
-                          query: "kp_session_id=\(authorized.kpSessionId)&token=\(tokens.token("kp-authorization", authorized.kpSessionId))",
-                          body: #"{"authorization_token":"callback-token-\#(viaSpool)","session_id":"\#(authorized.kpSessionId)"}"#)
-        try await waitUntil(timeout: .seconds(30)) { try await store.timeline(for: "kp-cb").events.contains { $0.kind == "webhook" && $0.message.contains("KP authorization callback") } }
+        try await deliver(
+            fixture, viaSpool: viaSpool, route: "/v1/webhooks/kp-authorization",
+            query: "kp_session_id=\(authorized.kpSessionId)&token=\(tokens.token("kp-authorization", authorized.kpSessionId))",
+            body: #"{"authorization_token":"callback-token-\#(viaSpool)","session_id":"\#(authorized.kpSessionId)"}"#)
+        try await waitUntil(timeout: .seconds(30)) {
+            try await store.timeline(for: "kp-cb").events.contains { $0.kind == "webhook" && $0.message.contains("KP authorization callback") }
+        }
         try fixture.sandbox.setHPPStatus(authorized.hppSessionId, "COMPLETED")
         var orderID: String?
-        try await waitUntil(timeout: .seconds(30)) { orderID = try await store.timeline(for: "kp-cb").orders.first { $0.phase == .awaitingCapture }?.orderID; return orderID != nil }
+        try await waitUntil(timeout: .seconds(30)) {
+            orderID = try await store.timeline(for: "kp-cb").orders.first { $0.phase == .awaitingCapture }?.orderID; return orderID != nil
+        }
 
         // A capture request for it.
         if viaSpool {
-            try #"{"order_id":"\#(orderID!)","amount":1000,"request_id":"r-1"}"#.write(toFile: fixture.directory + "/spool/tmp/capture.json", atomically: false, encoding: .utf8)
+            try #"{"order_id":"\#(orderID!)","amount":1000,"request_id":"r-1"}"#.write(
+                toFile: fixture.directory + "/spool/tmp/capture.json", atomically: false, encoding: .utf8)
             rename(fixture.directory + "/spool/tmp/capture.json", fixture.directory + "/spool/new/capture.json")
         } else {
             try await deliver(fixture, viaSpool: false, route: "/v1/orders/\(orderID!)/capture", body: #"{"amount":1000,"request_id":"r-1"}"#)
         }
-        try await waitUntil(timeout: .seconds(30)) { fixture.sandbox.effects(kind: .captured).contains { $0.orderId == orderID && $0.amount == 1_000 } }
+        try await waitUntil(timeout: .seconds(30)) {
+            fixture.sandbox.effects(kind: .captured).contains { $0.orderId == orderID && $0.amount == 1_000 }
+        }
 
         // An OM notification for a pending order.
-        let pending = try fixture.sandbox.createSession(SessionSpec(merchantReference: "om-cb", fraudStatus: "PENDING", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        let pending = try fixture.sandbox.createSession(
+            SessionSpec(merchantReference: "om-cb", fraudStatus: "PENDING", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
         #expect(try await fixture.cli(["track", pending.hppSessionId, "--kp-session", pending.kpSessionId, "--reference", "om-cb"]).status == 0)
         var pendingOrder: String?
-        try await waitUntil(timeout: .seconds(30)) { pendingOrder = try await store.timeline(for: "om-cb").orders.first { $0.phase == .pendingFraud }?.orderID; return pendingOrder != nil }
+        try await waitUntil(timeout: .seconds(30)) {
+            pendingOrder = try await store.timeline(for: "om-cb").orders.first { $0.phase == .pendingFraud }?.orderID; return pendingOrder != nil
+        }
         try fixture.sandbox.setFraudStatus(orderID: pendingOrder!, "ACCEPTED")
-        try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/om-notification", body: #"{"order_id":"\#(pendingOrder!)","event_type":"FRAUD_RISK_ACCEPTED"}"#)
+        try await deliver(
+            fixture, viaSpool: viaSpool, route: "/v1/webhooks/om-notification",
+            body: #"{"order_id":"\#(pendingOrder!)","event_type":"FRAUD_RISK_ACCEPTED"}"#)
         try await waitUntil(timeout: .seconds(30)) { try await store.timeline(for: "om-cb").outcomes.contains { $0.outcome.kind == .captured } }
 
         // Klarna Network, signed over the byte-exact body: the daemon reads the payment request and writes an outcome
         // with the session token for the acquiring partner.
         let paymentRequest = fixture.sandbox.createPaymentRequest(state: "COMPLETED")
-        let kn = #"{"metadata":{"event_type":"payment.request.state-change.completed","event_id":"kn-\#(viaSpool)"},"payload":{"payment_request_id":"\#(paymentRequest)","state":"COMPLETED"}}"#
-        try await deliver(fixture, viaSpool: viaSpool, route: "/v1/webhooks/klarna",
-                          headers: ["Klarna-Signature: \(tokens.sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"], body: kn)
+        let kn =
+            #"{"metadata":{"event_type":"payment.request.state-change.completed","event_id":"kn-\#(viaSpool)"},"payload":{"payment_request_id":"\#(paymentRequest)","state":"COMPLETED"}}"#
+        try await deliver(
+            fixture, viaSpool: viaSpool, route: "/v1/webhooks/klarna",
+            headers: ["Klarna-Signature: \(tokens.sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"], body: kn)
         var completed: String?
-        try await waitUntil(timeout: .seconds(30)) { completed = fixture.outboxFiles().first { $0.hasSuffix("payment_request_completed.json") }; return completed != nil }
+        try await waitUntil(timeout: .seconds(30)) {
+            completed = fixture.outboxFiles().first { $0.hasSuffix("payment_request_completed.json") }; return completed != nil
+        }
         let document = try String(contentsOfFile: fixture.outboxNew + "/" + completed!, encoding: .utf8)
         #expect(document.contains(#""klarna_network_session_token":"krn:network:eu1:session-token:"#))
         #expect(document.contains(paymentRequest.replacingOccurrences(of: "/", with: "\\/")) || document.contains(paymentRequest))
@@ -566,9 +644,10 @@ struct IngestOwnershipTests {
         let port = try #require(ready.split(separator: "127.0.0.1:").last.flatMap { Int($0.prefix { $0.isNumber }) })
         let transport = CurlTransport()
         defer { transport.shutdown() }
-        let response = try await transport.execute(HTTPRequest(
-            method: "POST", url: "http://127.0.0.1:\(port)/v1/sessions", headers: HTTPHeaders([("Content-Type", "application/json")]),
-            body: Array(#"{"hpp_session_id":"over-tcp","kp_session_id":"kp"}"#.utf8)))
+        let response = try await transport.execute(
+            HTTPRequest(
+                method: "POST", url: "http://127.0.0.1:\(port)/v1/sessions", headers: HTTPHeaders([("Content-Type", "application/json")]),
+                body: Array(#"{"hpp_session_id":"over-tcp","kp_session_id":"kp"}"#.utf8)))
         #expect(response.status == 202)
         #expect(try await fixture.readStore().session("over-tcp") != nil)
         #expect(try await fixture.stop() == 0)

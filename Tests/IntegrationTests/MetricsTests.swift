@@ -20,13 +20,18 @@ struct MetricsTests {
     static func parse(_ text: String, in directory: String) async throws -> [Sample] {
         let input = directory + "/metrics-\(UUID().uuidString.prefix(6)).txt"
         try text.write(toFile: input, atomically: true, encoding: .utf8)
-        let (status, complaint) = try await Command.run("/usr/bin/python3", ["-c", """
-            import json, sys
-            from prometheus_client.parser import text_string_to_metric_families
-            samples = [{"name": s.name, "labels": s.labels, "value": s.value}
-                       for family in text_string_to_metric_families(open(sys.argv[1]).read()) for s in family.samples]
-            open(sys.argv[1] + ".json", "w").write(json.dumps(samples))
-            """, input])
+        let (status, complaint) = try await Command.run(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import json, sys
+                from prometheus_client.parser import text_string_to_metric_families
+                samples = [{"name": s.name, "labels": s.labels, "value": s.value}
+                           for family in text_string_to_metric_families(open(sys.argv[1]).read()) for s in family.samples]
+                open(sys.argv[1] + ".json", "w").write(json.dumps(samples))
+                """, input,
+            ])
         try #require(status == 0, "the Prometheus parser refused /metrics: \(complaint)")
         return try JSONDecoder().decode([Sample].self, from: Data(contentsOf: URL(fileURLWithPath: input + ".json")))
     }
@@ -48,14 +53,20 @@ struct MetricsTests {
         fixture.sandbox.addFault(SandboxFault(route: "hpp.read_session", kind: .rateLimit, resetSeconds: 1))
         try await fixture.start()
 
-        let paid = try fixture.sandbox.createSession(SessionSpec(
-            merchantReference: "m-paid", placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.1, status: "COMPLETED")]))
-        let track = try await fixture.post("/v1/sessions", #"{"hpp_session_id":"\#(paid.hppSessionId)","kp_session_id":"\#(paid.kpSessionId)","place_order_mode":"PLACE_ORDER","capture":"immediate","merchant_reference":"m-paid"}"#)
+        let paid = try fixture.sandbox.createSession(
+            SessionSpec(
+                merchantReference: "m-paid", placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.1, status: "COMPLETED")]))
+        let track = try await fixture.post(
+            "/v1/sessions",
+            #"{"hpp_session_id":"\#(paid.hppSessionId)","kp_session_id":"\#(paid.kpSessionId)","place_order_mode":"PLACE_ORDER","capture":"immediate","merchant_reference":"m-paid"}"#
+        )
         #expect(track.status == 202, "\(track.body)")
         let waiting = try fixture.sandbox.createSession(SessionSpec(merchantReference: "m-held"))
         #expect(try await fixture.cli(["track", waiting.hppSessionId, "--kp-session", waiting.kpSessionId, "--reference", "m-held"]).status == 0)
         #expect(try await fixture.cli(["hold", "m-held"]).status == 0)
-        #expect(try await fixture.post("/v1/webhooks/hpp-status?kp_session_id=\(waiting.kpSessionId)", #"{"event_id":"e","session":{"session_id":"x"}}"#).status == 401)
+        #expect(
+            try await fixture.post("/v1/webhooks/hpp-status?kp_session_id=\(waiting.kpSessionId)", #"{"event_id":"e","session":{"session_id":"x"}}"#)
+                .status == 401)
         try "not a webhook".write(toFile: fixture.directory + "/spool/new/broken.json", atomically: true, encoding: .utf8)
 
         let store = try fixture.readStore()
@@ -95,14 +106,17 @@ struct MetricsTests {
         }
         #expect((Self.value(samples, "klarna_reconciler_store_commit_duration_seconds_count") ?? 0) > 0)
         #expect((Self.value(samples, "klarna_reconciler_oldest_open_age_seconds") ?? 0) > 0)
-        #expect(samples.allSatisfy { sample in !sample.labels.values.contains { $0.contains(paid.hppSessionId) || $0.contains(waiting.hppSessionId) } }, "an id in a label")
+        #expect(
+            samples.allSatisfy { sample in !sample.labels.values.contains { $0.contains(paid.hppSessionId) || $0.contains(waiting.hppSessionId) } },
+            "an id in a label")
 
         // The shipped alerting rules and dashboard use only metrics and labels this exposition has, and promtool
         // accepts the exposition (a HELP line for every family). Only the settlement sync's metrics (settlements are
         // off here) may be missing, and the checker names them.
         let exposition = fixture.directory + "/metrics-for-rules.txt"
         try await fixture.post("/metrics", "", method: "GET").body.write(toFile: exposition, atomically: true, encoding: .utf8)
-        let checker = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts/check-prometheus.py").standardized.path
+        let checker = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts/check-prometheus.py")
+            .standardized.path
         let (checked, report) = try await Command.run("/usr/bin/python3", [checker, "--fresh", exposition])
         #expect(checked == 0, "\(report)")
         let unchecked = report.split(separator: "\n").filter { $0.hasPrefix("  - klarna_reconciler_") }

@@ -11,7 +11,9 @@ import TestSupport
 /// Debian's nginx in front of the daemon's socket, with the shipped `etc/nginx/klarna-reconciler.conf` and its log
 /// format `etc/nginx/klarna-reconciler-log-format.conf` as they are (only the socket path and the log folder point
 /// at the test's). `make check` installs nginx.
-@Suite("nginx in front of the socket", .serialized, .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx"), "needs Debian's nginx (make check installs it)"))
+@Suite(
+    "nginx in front of the socket", .serialized,
+    .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx"), "needs Debian's nginx (make check installs it)"))
 struct NginxTests {
     static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("etc/nginx")
@@ -39,21 +41,21 @@ struct NginxTests {
             // `user root`: this test runs as root and the daemon's socket is 0660 root; on a server nginx's own user
             // joins klarna-ingest instead (the snippet says so).
             try """
-                user root;
-                worker_processes 1;
-                error_log \(prefix)/logs/error.log;
-                events { worker_connections 64; }
-                http {
-                    include \(NginxTests.logFormat);
-                    access_log \(serverLog);
-                    client_body_temp_path \(prefix)/body;
-                    proxy_temp_path \(prefix)/proxy;
-                    server {
-                        listen 127.0.0.1:\(port);
-                        include \(prefix)/klarna-reconciler.conf;
-                    }
+            user root;
+            worker_processes 1;
+            error_log \(prefix)/logs/error.log;
+            events { worker_connections 64; }
+            http {
+                include \(NginxTests.logFormat);
+                access_log \(serverLog);
+                client_body_temp_path \(prefix)/body;
+                proxy_temp_path \(prefix)/proxy;
+                server {
+                    listen 127.0.0.1:\(port);
+                    include \(prefix)/klarna-reconciler.conf;
                 }
-                """.write(toFile: prefix + "/nginx.conf", atomically: true, encoding: .utf8)
+            }
+            """.write(toFile: prefix + "/nginx.conf", atomically: true, encoding: .utf8)
             process.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
             process.arguments = ["-p", prefix, "-c", prefix + "/nginx.conf", "-g", "daemon off; pid \(prefix)/nginx.pid;"]
             try process.run()
@@ -79,7 +81,8 @@ struct NginxTests {
         let created = try fixture.sandbox.createSession(SessionSpec(orderAmount: 5_000, merchantReference: "via-nginx"))
         try fixture.sandbox.setHPPStatus(created.hppSessionId, "COMPLETED")
         let callback = #"{"event_id":"nginx-1","session":{"session_id":"\#(created.hppSessionId)","status":"COMPLETED"}}"#
-        let query = "?kp_session_id=\(created.kpSessionId)&token=\(keys.token("hpp-status", created.kpSessionId))&hpp_session_id=\(created.hppSessionId)"
+        let query =
+            "?kp_session_id=\(created.kpSessionId)&token=\(keys.token("hpp-status", created.kpSessionId))&hpp_session_id=\(created.hppSessionId)"
         let answer = try await fixture.post("/klarna/hpp-status" + query, callback, via: nginx.base)
         #expect(answer.status == 202, "\(answer.body)")
         try await waitUntil(timeout: .seconds(30)) {
@@ -89,12 +92,17 @@ struct NginxTests {
         // A signed Klarna Network webhook whose body has what a rewriting proxy would change (spacing, escapes,
         // non-ASCII): the signature still matches, so nginx passed it byte for byte.
         let request = fixture.sandbox.createPaymentRequest(state: "COMPLETED")
-        let kn = "{ \"metadata\" : {\"event_type\":\"payment.request.state-change.completed\",\"event_id\":\"nginx-kn-1\", \"note\": \"Grüße \\u00e9\\t\"},\n  \"payload\":{\"payment_request_id\":\"\(request)\",\"state\":\"COMPLETED\"}}\n"
-        let signed = try await fixture.post("/klarna/network", kn, headers: ["Klarna-Signature: \(keys.sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"], via: nginx.base)
+        let kn =
+            "{ \"metadata\" : {\"event_type\":\"payment.request.state-change.completed\",\"event_id\":\"nginx-kn-1\", \"note\": \"Grüße \\u00e9\\t\"},\n  \"payload\":{\"payment_request_id\":\"\(request)\",\"state\":\"COMPLETED\"}}\n"
+        let signed = try await fixture.post(
+            "/klarna/network", kn,
+            headers: ["Klarna-Signature: \(keys.sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"], via: nginx.base)
         #expect(signed.status == 202, "\(signed.body)")
         try await waitUntil(timeout: .seconds(30)) { fixture.outboxFiles().contains { $0.hasSuffix("payment_request_completed.json") } }
         // A wrong signature is the daemon's refusal, passed on as it is.
-        let forged = try await fixture.post("/klarna/network", kn + " ", headers: ["Klarna-Signature: \(keys.sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"], via: nginx.base)
+        let forged = try await fixture.post(
+            "/klarna/network", kn + " ",
+            headers: ["Klarna-Signature: \(keys.sign(kn))", "Klarna-Signing-Key-Id: krn:partner:global:notification:signing-key:1"], via: nginx.base)
         #expect(forged.status == 400 && forged.body.contains("bad_signature"), "\(forged)")
         // Other methods get the daemon's own 405.
         #expect(try await fixture.post("/klarna/network", "", method: "GET", via: nginx.base).status == 405)
@@ -102,14 +110,19 @@ struct NginxTests {
         // The daemon down: nginx must not acknowledge; the delivery is not recorded, and Klarna sends it again.
         #expect(try await fixture.stop() == 0)
         let other = try fixture.sandbox.createSession(SessionSpec(orderAmount: 5_000))
-        let lostQuery = "?kp_session_id=\(other.kpSessionId)&token=\(keys.token("hpp-status", other.kpSessionId))&hpp_session_id=\(other.hppSessionId)"
-        let down = try await fixture.post("/klarna/hpp-status" + lostQuery, #"{"event_id":"nginx-2","session":{"session_id":"\#(other.hppSessionId)","status":"COMPLETED"}}"#, via: nginx.base)
+        let lostQuery =
+            "?kp_session_id=\(other.kpSessionId)&token=\(keys.token("hpp-status", other.kpSessionId))&hpp_session_id=\(other.hppSessionId)"
+        let down = try await fixture.post(
+            "/klarna/hpp-status" + lostQuery, #"{"event_id":"nginx-2","session":{"session_id":"\#(other.hppSessionId)","status":"COMPLETED"}}"#,
+            via: nginx.base)
         #expect(down.status == 502, "nginx answered \(down.status) with the daemon down")
         #expect(try await fixture.readStore().session(other.hppSessionId) == nil)
         // Sent again once the daemon is back: accepted and acted on.
         try fixture.sandbox.setHPPStatus(other.hppSessionId, "COMPLETED")
         try await fixture.start()
-        let retried = try await fixture.post("/klarna/hpp-status" + lostQuery, #"{"event_id":"nginx-2","session":{"session_id":"\#(other.hppSessionId)","status":"COMPLETED"}}"#, via: nginx.base)
+        let retried = try await fixture.post(
+            "/klarna/hpp-status" + lostQuery, #"{"event_id":"nginx-2","session":{"session_id":"\#(other.hppSessionId)","status":"COMPLETED"}}"#,
+            via: nginx.base)
         #expect(retried.status == 202)
         try await waitUntil(timeout: .seconds(30)) {
             try await fixture.readStore().timeline(for: other.hppSessionId).outcomes.map(\.outcome.kind) == [.orderPlaced, .captured]
@@ -126,7 +139,8 @@ struct NginxTests {
         let kp = "kp-logged"
         let token = IngestSocketTests().token("kp-authorization", kp)
         let accepted = try await fixture.post(
-            "/klarna/kp-authorization?kp_session_id=\(kp)&token=\(token)", #"{"authorization_token":"auth-logged","session_id":"\#(kp)"}"#, via: nginx.base)
+            "/klarna/kp-authorization?kp_session_id=\(kp)&token=\(token)", #"{"authorization_token":"auth-logged","session_id":"\#(kp)"}"#,
+            via: nginx.base)
         #expect(accepted.status == 202, "\(accepted.body)")
         let refused = try await fixture.post(
             "/klarna/hpp-status?kp_session_id=\(kp)&token=wrong-token-value&hpp_session_id=hpp-logged",
@@ -177,7 +191,8 @@ struct NginxTests {
             try fixture.sandbox.setHPPStatus(created.hppSessionId, "COMPLETED")
             return ValidDelivery(
                 hppSessionId: created.hppSessionId,
-                target: "/klarna/hpp-status?kp_session_id=\(created.kpSessionId)&token=\(keys.token("hpp-status", created.kpSessionId))&hpp_session_id=\(created.hppSessionId)",
+                target:
+                    "/klarna/hpp-status?kp_session_id=\(created.kpSessionId)&token=\(keys.token("hpp-status", created.kpSessionId))&hpp_session_id=\(created.hppSessionId)",
                 body: #"{"event_id":"storm-\#(index)","session":{"session_id":"\#(created.hppSessionId)","status":"COMPLETED"}}"#)
         }
 
@@ -192,10 +207,16 @@ struct NginxTests {
         // not sign it) by the bounded reader.
         let signingKeyID = ("Klarna-Signing-Key-Id", "krn:partner:global:notification:signing-key:1")
         let targets = [
-            HostileTarget("network, wrong signature", "/klarna/network", [("Klarna-Signature", keys.sign("another body")), signingKeyID], expected: 400),
+            HostileTarget(
+                "network, wrong signature", "/klarna/network", [("Klarna-Signature", keys.sign("another body")), signingKeyID], expected: 400),
             HostileTarget("network, unsigned", "/klarna/network", expected: 400),
-            HostileTarget("hpp-status, forged token", "/klarna/hpp-status?kp_session_id=kp-storm&token=\(keys.token("hpp-status", "kp-someone-else"))&hpp_session_id=hpp-storm", expected: 403),
-            HostileTarget("kp-authorization, forged token", "/klarna/kp-authorization?kp_session_id=kp-storm&token=\(keys.token("hpp-status", "kp-storm"))", expected: 403),
+            HostileTarget(
+                "hpp-status, forged token",
+                "/klarna/hpp-status?kp_session_id=kp-storm&token=\(keys.token("hpp-status", "kp-someone-else"))&hpp_session_id=hpp-storm",
+                expected: 403),
+            HostileTarget(
+                "kp-authorization, forged token", "/klarna/kp-authorization?kp_session_id=kp-storm&token=\(keys.token("hpp-status", "kp-storm"))",
+                expected: 403),
             HostileTarget("om-notification", "/klarna/om-notification", expected: 400),
         ]
         // Every shape to every target, 10 times: 300 requests of ~1 MiB. 24 senders, more than max_connections, so
@@ -241,10 +262,12 @@ struct NginxTests {
                         let (shape, body) = bodies[request % bodies.count]
                         let target = targets[(request / bodies.count) % targets.count]
                         do {
-                            let response = try await transport.execute(HTTPRequest(method: "POST", url: base + target.path, headers: target.headers, body: body))
-                            mine.append(StormAnswer(
-                                target: target.name, shape: shape, expected: target.expected, status: response.status,
-                                detail: String(decoding: response.body.prefix(300), as: UTF8.self)))
+                            let response = try await transport.execute(
+                                HTTPRequest(method: "POST", url: base + target.path, headers: target.headers, body: body))
+                            mine.append(
+                                StormAnswer(
+                                    target: target.name, shape: shape, expected: target.expected, status: response.status,
+                                    detail: String(decoding: response.body.prefix(300), as: UTF8.self)))
                         } catch {
                             mine.append(StormAnswer(target: target.name, shape: shape, expected: target.expected, status: 0, detail: "\(error)"))
                         }
@@ -260,8 +283,10 @@ struct NginxTests {
                     let after = (index + 1) * total / (deliveries.count + 1)
                     try await waitUntil(timeout: .seconds(60)) { answered.value >= after }
                     let answer = try await fixture.post(delivery.target, delivery.body, via: base)
-                    mine.append(StormAnswer(
-                        target: "hpp-status, valid", shape: delivery.hppSessionId, expected: 202, status: answer.status, detail: String(answer.body.prefix(300))))
+                    mine.append(
+                        StormAnswer(
+                            target: "hpp-status, valid", shape: delivery.hppSessionId, expected: 202, status: answer.status,
+                            detail: String(answer.body.prefix(300))))
                 }
                 return mine
             }
@@ -279,7 +304,9 @@ struct NginxTests {
             .sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ")
         #expect(answers.count == total + deliveries.count, "\(answers.count) answers for \(total) hostile and \(deliveries.count) valid requests")
         let wrong = answers.filter { $0.status != $0.expected }
-        #expect(wrong.isEmpty, """
+        #expect(
+            wrong.isEmpty,
+            """
             \(wrong.count) of \(answers.count) answers were not the expected ones (0: no HTTP answer; 502/504: nginx lost the daemon); \
             first: \(wrong.prefix(5).map { "\($0.shape) → \($0.target): \($0.status) \($0.detail)" }); all: \(tally)
             """)
@@ -287,7 +314,9 @@ struct NginxTests {
         #expect(answers.filter { $0.expected == 202 }.allSatisfy { $0.status == 202 }, "\(tally)")
 
         // The documented bound held throughout.
-        #expect(peak <= bound, """
+        #expect(
+            peak <= bound,
+            """
             peak RSS \(peak / 1_024) MiB over the bound \(bound / 1_024) MiB (idle \(idle / 1_024) MiB + \(maxConnections) × 1.8 × \
             \(maxBodyBytes >> 20) MiB + 32 MiB); sampled \(sampled) KiB, VmHWM \(highWater.map { "\($0) KiB" } ?? "not reset"); \
             \(total) hostile requests in \(elapsed); \(tally)

@@ -24,14 +24,16 @@ struct PostgresDaemonTests {
     }
 
     static func open(_ server: PostgresServer, _ database: String) async throws -> PostgresStore {
-        try await PostgresStore.open(try PostgresLocation(url: server.url(database)), password: server.password, migrate: false, logger: Logger(label: "test"))
+        try await PostgresStore.open(
+            try PostgresLocation(url: server.url(database)), password: server.password, migrate: false, logger: Logger(label: "test"))
     }
 
     @Test("A payment tracked through the command line is placed and captured once; status and show read the database")
     func paymentEndToEnd() async throws {
         let (fixture, server, database) = try await Self.fixture()
         try await fixture.start()
-        let payment = try fixture.sandbox.createSession(SessionSpec(orderAmount: 3_000, merchantReference: "pg-1", schedule: [ScheduleStep(afterSeconds: 0.3, status: "COMPLETED")]))
+        let payment = try fixture.sandbox.createSession(
+            SessionSpec(orderAmount: 3_000, merchantReference: "pg-1", schedule: [ScheduleStep(afterSeconds: 0.3, status: "COMPLETED")]))
         let tracked = try await fixture.cli(["track", payment.hppSessionId, "--kp-session", payment.kpSessionId, "--reference", "pg-1"])
         #expect(tracked.status == 0, "\(tracked.errors)")
         try await waitUntil(timeout: .seconds(30)) { fixture.outboxFiles().contains { $0.hasSuffix("captured.json") } }
@@ -81,7 +83,9 @@ struct PostgresDaemonTests {
 /// serves the tests running alongside.
 @Suite("The daemon when PostgreSQL restarts", .serialized)
 struct PostgresRestartTests {
-    @Test("PostgreSQL restarted under the daemon: ingest answers 503 while the server is down and acknowledges nothing; the daemon reconnects and every payment ends once")
+    @Test(
+        "PostgreSQL restarted under the daemon: ingest answers 503 while the server is down and acknowledges nothing; the daemon reconnects and every payment ends once"
+    )
     func serverRestart() async throws {
         let server = try await PostgresServer.dedicated()  // stopped at the end, or by the exit handler if the test fails
         let database = try await server.createDatabase()
@@ -128,19 +132,28 @@ struct PostgresRestartTests {
 /// Moving an existing SQLite store to PostgreSQL with `store copy`.
 @Suite("store copy", .serialized)
 struct StoreCopyTests {
-    @Test("A SQLite daemon's store, copied into an empty database: every table's rows, the history, the counters; a daemon on PostgreSQL finishes the open payment")
+    @Test(
+        "A SQLite daemon's store, copied into an empty database: every table's rows, the history, the counters; a daemon on PostgreSQL finishes the open payment"
+    )
     func sqliteToPostgres() async throws {
         let fixture = try await DaemonFixture()
         try await fixture.start()
-        let done = try fixture.sandbox.createSession(SessionSpec(orderAmount: 1_000, merchantReference: "copy-done", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
-        let open = try fixture.sandbox.createSession(SessionSpec(orderAmount: 2_000, merchantReference: "copy-open", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        let done = try fixture.sandbox.createSession(
+            SessionSpec(orderAmount: 1_000, merchantReference: "copy-done", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        let open = try fixture.sandbox.createSession(
+            SessionSpec(orderAmount: 2_000, merchantReference: "copy-open", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
         #expect(try await fixture.cli(["track", done.hppSessionId, "--kp-session", done.kpSessionId, "--reference", "copy-done"]).status == 0)
-        #expect(try await fixture.cli(["track", open.hppSessionId, "--kp-session", open.kpSessionId, "--reference", "copy-open", "--capture", "on_request"]).status == 0)
+        #expect(
+            try await fixture.cli([
+                "track", open.hppSessionId, "--kp-session", open.kpSessionId, "--reference", "copy-open", "--capture", "on_request",
+            ]).status == 0)
         try await waitUntil(timeout: .seconds(30)) { fixture.outboxFiles().count == 3 }  // placed, captured; placed
         let server = try await PostgresServer.shared()
         let database = try await server.createDatabase()
         try "\(server.password)\n".write(toFile: fixture.directory + "/store-password", atomically: true, encoding: .utf8)
-        let copy = ["store", "copy", "--from", fixture.storePath, "--to", server.url(database), "--password-file", fixture.directory + "/store-password"]
+        let copy = [
+            "store", "copy", "--from", fixture.storePath, "--to", server.url(database), "--password-file", fixture.directory + "/store-password",
+        ]
 
         // Not while the daemon runs on the file.
         let refused = try await fixture.cli(copy)

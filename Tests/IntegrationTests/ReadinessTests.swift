@@ -73,7 +73,8 @@ struct ReadinessTests {
             .write(toFile: fixture.configPath, atomically: true, encoding: .utf8)
         fixture.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .delay, delayMs: 4_000))
         try await fixture.start()
-        let payment = try fixture.sandbox.createSession(SessionSpec(placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        let payment = try fixture.sandbox.createSession(
+            SessionSpec(placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
         #expect(try await fixture.cli(["track", payment.hppSessionId, "--kp-session", payment.kpSessionId, "--mode", "PLACE_ORDER"]).status == 0)
         try await waitUntil(timeout: .seconds(20)) { !fixture.sandbox.requests(route: "om.create_capture").isEmpty }
 

@@ -13,10 +13,17 @@ import TestSupport
 @Suite("Operator commands on a running daemon", .serialized)
 struct RemediationProcessTests {
     /// A payment HPP completes at once (`PLACE_ORDER`: HPP places the order), tracked with `capture`.
-    func placed(_ fixture: DaemonFixture, _ reference: String, capture: String = "on_request", amount: Int = 20_000) async throws -> (hpp: String, order: String) {
-        let created = try fixture.sandbox.createSession(SessionSpec(
-            orderAmount: amount, merchantReference: reference, placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.1, status: "COMPLETED")]))
-        let tracked = try await fixture.cli(["track", created.hppSessionId, "--kp-session", created.kpSessionId, "--mode", "PLACE_ORDER", "--reference", reference, "--capture", capture])
+    func placed(
+        _ fixture: DaemonFixture, _ reference: String, capture: String = "on_request", amount: Int = 20_000
+    ) async throws -> (hpp: String, order: String) {
+        let created = try fixture.sandbox.createSession(
+            SessionSpec(
+                orderAmount: amount, merchantReference: reference, placeOrderMode: "PLACE_ORDER",
+                schedule: [ScheduleStep(afterSeconds: 0.1, status: "COMPLETED")]))
+        let tracked = try await fixture.cli([
+            "track", created.hppSessionId, "--kp-session", created.kpSessionId, "--mode", "PLACE_ORDER", "--reference", reference, "--capture",
+            capture,
+        ])
         #expect(tracked.status == 0, "\(tracked.errors)")
         let store = try fixture.readStore()
         var order: TrackedOrder?
@@ -48,7 +55,9 @@ struct RemediationProcessTests {
         let fixture = try await DaemonFixture()
         try await fixture.start()
         let held = try fixture.sandbox.createSession(SessionSpec(merchantReference: "held-1"))
-        #expect(try await fixture.cli(["track", held.hppSessionId, "--kp-session", held.kpSessionId, "--reference", "held-1", "--capture", "on_request"]).status == 0)
+        #expect(
+            try await fixture.cli(["track", held.hppSessionId, "--kp-session", held.kpSessionId, "--reference", "held-1", "--capture", "on_request"])
+                .status == 0)
         let reads = { fixture.sandbox.requests(route: "hpp.read_session").filter { $0.path.hasSuffix(held.hppSessionId) }.count }
         try await waitUntil { reads() > 0 }
 
@@ -59,8 +68,11 @@ struct RemediationProcessTests {
         // The consumer completes and Klarna calls back: a held payment still makes no call.
         try fixture.sandbox.setHPPStatus(held.hppSessionId, "COMPLETED")
         let kp = held.kpSessionId
-        let callback = "/v1/webhooks/hpp-status?kp_session_id=\(kp)&token=\(IngestSocketTests().token("hpp-status", kp))&hpp_session_id=\(held.hppSessionId)"
-        #expect(try await fixture.post(callback, #"{"event_id":"ev-held","session":{"session_id":"\#(held.hppSessionId)","status":"COMPLETED"}}"#).status == 202)
+        let callback =
+            "/v1/webhooks/hpp-status?kp_session_id=\(kp)&token=\(IngestSocketTests().token("hpp-status", kp))&hpp_session_id=\(held.hppSessionId)"
+        #expect(
+            try await fixture.post(callback, #"{"event_id":"ev-held","session":{"session_id":"\#(held.hppSessionId)","status":"COMPLETED"}}"#).status
+                == 202)
         // Meanwhile another payment goes all the way: the daemon is working, just not on the held one.
         let other = try await placed(fixture, "other-1", capture: "immediate")
         _ = try await order(fixture, other.order) { $0.outcome == .captured }
@@ -88,7 +100,10 @@ struct RemediationProcessTests {
 
         // Who asked is on the timeline and in the journal's fields (REQUESTED_BY).
         let timeline = try await events(fixture, "held-1")
-        #expect(timeline.contains { $0.kind == "operator" && $0.message.contains("held by \(me)") && $0.detail["requested_by"]?.contains("via the command line") == true })
+        #expect(
+            timeline.contains {
+                $0.kind == "operator" && $0.message.contains("held by \(me)") && $0.detail["requested_by"]?.contains("via the command line") == true
+            })
         #expect(timeline.contains { $0.kind == "operator" && $0.message.contains("released by \(me)") })
         #expect(fixture.daemonLog.contains("held by \(me)"))
         try await fixture.kill9()
@@ -125,8 +140,12 @@ struct RemediationProcessTests {
         // The order is placed, the answer is lost; the KP session is then complete: needs_attention.
         fixture.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .reset, afterEffect: true))
         try await fixture.start()
-        let created = try fixture.sandbox.createSession(SessionSpec(merchantReference: "lost-1", schedule: [ScheduleStep(afterSeconds: 0.1, status: "COMPLETED")]))
-        #expect(try await fixture.cli(["track", created.hppSessionId, "--kp-session", created.kpSessionId, "--reference", "lost-1", "--capture", "immediate"]).status == 0)
+        let created = try fixture.sandbox.createSession(
+            SessionSpec(merchantReference: "lost-1", schedule: [ScheduleStep(afterSeconds: 0.1, status: "COMPLETED")]))
+        #expect(
+            try await fixture.cli([
+                "track", created.hppSessionId, "--kp-session", created.kpSessionId, "--reference", "lost-1", "--capture", "immediate",
+            ]).status == 0)
         let store = try fixture.readStore()
         try await waitUntil(timeout: .seconds(20)) { try await store.session(created.hppSessionId)?.outcome == .needsAttention }
         let placed = try #require(fixture.sandbox.effects(kind: .orderPlaced).first?.orderId)
@@ -189,7 +208,9 @@ struct RemediationProcessTests {
         try await fixture.kill9()
     }
 
-    @Test("a cancel Klarna refuses ends needs_attention, never in the capture policy; asked again after the cause is gone, it reads first and cancels once")
+    @Test(
+        "a cancel Klarna refuses ends needs_attention, never in the capture policy; asked again after the cause is gone, it reads first and cancels once"
+    )
     func cancelRefused() async throws {
         let fixture = try await DaemonFixture()
         try await fixture.start()
@@ -217,11 +238,20 @@ struct RemediationProcessTests {
         // waits for its next attempt (a 5xx would leave it unclear, which is read first anyway).
         fixture.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .rateLimit, resetSeconds: 1, count: nil))
         try await fixture.start()
-        let created = try fixture.sandbox.createSession(SessionSpec(
-            merchantReference: "release-1", placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.1, status: "COMPLETED")]))
-        #expect(try await fixture.cli(["track", created.hppSessionId, "--kp-session", created.kpSessionId, "--mode", "PLACE_ORDER", "--reference", "release-1", "--capture", "immediate"]).status == 0)
+        let created = try fixture.sandbox.createSession(
+            SessionSpec(
+                merchantReference: "release-1", placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.1, status: "COMPLETED")]))
+        #expect(
+            try await fixture.cli([
+                "track", created.hppSessionId, "--kp-session", created.kpSessionId, "--mode", "PLACE_ORDER", "--reference", "release-1", "--capture",
+                "immediate",
+            ]).status == 0)
         try await waitUntil(timeout: .seconds(20)) { fixture.sandbox.requests(route: "om.create_capture").count >= 2 }
-        let payment = (hpp: created.hppSessionId, order: try #require(fixture.sandbox.requests(route: "om.create_capture").first?.path.split(separator: "/").dropLast().last.map(String.init)))
+        let payment = (
+            hpp: created.hppSessionId,
+            order: try #require(
+                fixture.sandbox.requests(route: "om.create_capture").first?.path.split(separator: "/").dropLast().last.map(String.init))
+        )
         let hold = try await fixture.cli(["hold", "release-1"])
         #expect(hold.status == 0, "\(hold.output) \(hold.errors)")
         fixture.sandbox.clearFaults()
@@ -229,10 +259,12 @@ struct RemediationProcessTests {
         let transport = CurlTransport(configuration: .init(requestTimeout: .seconds(10)))
         defer { transport.shutdown() }
         let client = KlarnaClient(
-            configuration: KlarnaConfiguration(baseURL: fixture.sandboxURL, credentials: BasicCredentials(username: "merchant", password: "daemon-secret")),
+            configuration: KlarnaConfiguration(
+                baseURL: fixture.sandboxURL, credentials: BasicCredentials(username: "merchant", password: "daemon-secret")),
             transport: transport, logger: Logger(label: "test.portal"))
         let remaining = try #require(try await client.readOrder(id: payment.order).remainingAuthorizedAmount)
-        _ = try await client.createCapture(orderID: payment.order, request: CaptureRequest(capturedAmount: remaining), idempotencyKey: UUID().uuidString)
+        _ = try await client.createCapture(
+            orderID: payment.order, request: CaptureRequest(capturedAmount: remaining), idempotencyKey: UUID().uuidString)
         let attemptsBefore = fixture.sandbox.requests(route: "om.create_capture").count
         #expect(try await fixture.cli(["release", "release-1"]).status == 0)
         let done = try await order(fixture, payment.order) { !$0.isOpen }
@@ -242,7 +274,9 @@ struct RemediationProcessTests {
         try await fixture.kill9()
     }
 
-    @Test("the operators' socket: 200 when applied, 404 for an unknown id, 409 with the reason, who asked by uid; status, list and show as JSON; none of it on the ingest socket")
+    @Test(
+        "the operators' socket: 200 when applied, 404 for an unknown id, 409 with the reason, who asked by uid; status, list and show as JSON; none of it on the ingest socket"
+    )
     func socketRoutes() async throws {
         let fixture = try await DaemonFixture()
         try await fixture.start()
@@ -295,11 +329,15 @@ struct RemediationProcessTests {
         #expect(cancel.status == 200, "\(cancel.body)")
         _ = try await order(fixture, payment.order) { $0.outcome == .cancelled }
         let timeline = try await events(fixture, "sock-op-1")
-        #expect(timeline.contains { $0.kind == "operator" && $0.message.contains("held by \(me)") && $0.message.contains("via the control socket") }, "\(timeline.map(\.message))")
+        #expect(
+            timeline.contains { $0.kind == "operator" && $0.message.contains("held by \(me)") && $0.message.contains("via the control socket") },
+            "\(timeline.map(\.message))")
         try await fixture.kill9()
     }
 
-    @Test("a request made while the daemon is down waits in the store (exit 75) and is applied once it starts; a kill -9 during the cancel call leaves one cancel")
+    @Test(
+        "a request made while the daemon is down waits in the store (exit 75) and is applied once it starts; a kill -9 during the cancel call leaves one cancel"
+    )
     func crashBetweenRequestAndEffect() async throws {
         let fixture = try await DaemonFixture()
         try await fixture.start()

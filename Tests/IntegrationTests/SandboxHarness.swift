@@ -25,16 +25,19 @@ struct SandboxHarness {
         requestTimeout: Duration = .seconds(30),
         _ body: (SandboxHarness) async throws -> T
     ) async throws -> T {
-        let sandbox = KlarnaSandbox(configuration: .init(
-            username: Self.credentials.username, password: Self.credentials.password, clock: clock))
+        let sandbox = KlarnaSandbox(
+            configuration: .init(
+                username: Self.credentials.username, password: Self.credentials.password, clock: clock))
         let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "test.sandbox")) {
             await sandbox.handle($0)
         }
         let serving = Task { try await server.run() }
         defer { serving.cancel() }
         let baseURL = "http://127.0.0.1:\(server.port!)"
-        let transport = CurlTransport(configuration: .init(
-            connectTimeout: .seconds(2), requestTimeout: requestTimeout, userAgent: KlarnaClient.userAgent(libcurl: CurlTransport.libcurlVersion)))
+        let transport = CurlTransport(
+            configuration: .init(
+                connectTimeout: .seconds(2), requestTimeout: requestTimeout, userAgent: KlarnaClient.userAgent(libcurl: CurlTransport.libcurlVersion))
+        )
         let logs = LogLines()
         let client = KlarnaClient(
             configuration: KlarnaConfiguration(baseURL: baseURL, credentials: credentials), transport: transport,
@@ -48,8 +51,9 @@ struct SandboxHarness {
     func withImpatientClient<T>(timeout: Duration, _ body: (KlarnaClient) async throws -> T) async throws -> T {
         let transport = CurlTransport(configuration: .init(connectTimeout: .seconds(2), requestTimeout: timeout))
         defer { transport.shutdown() }
-        return try await body(KlarnaClient(
-            configuration: KlarnaConfiguration(baseURL: baseURL, credentials: Self.credentials), transport: transport, logger: logs.logger()))
+        return try await body(
+            KlarnaClient(
+                configuration: KlarnaConfiguration(baseURL: baseURL, credentials: Self.credentials), transport: transport, logger: logs.logger()))
     }
 
     /// A completed HPP session in the default mode: the consumer authorized, the token is waiting to be used.
@@ -67,5 +71,3 @@ struct SandboxHarness {
         return try await client.createOrder(authorizationToken: token, order: CreateOrderRequest(session: session)).orderID
     }
 }
-
-

@@ -46,7 +46,9 @@ import Testing
         #expect(payout.totals.settlementAmount == 9_687)
     }
 
-    @Test("Swift controls: Int.max, Int.min, negative and huge basis points throw a 400 naming the field and its range; nothing is recorded and the next payout is as if they were never asked")
+    @Test(
+        "Swift controls: Int.max, Int.min, negative and huge basis points throw a 400 naming the field and its range; nothing is recorded and the next payout is as if they were never asked"
+    )
     func swiftControlsRefuseAbsurdNumbers() async throws {
         try await SandboxHarness.with { h in
             let (order, capture) = try await Self.capturedOrder(h)
@@ -129,7 +131,9 @@ import Testing
         return (response.status, (object["error_messages"] as? [String])?.first ?? "")
     }
 
-    @Test("/_sandbox routes: the same numbers posted over HTTP are a 400 naming the field and its range (or Klarna's 403 for a portal capture beyond the order); the sandbox keeps serving and pays out as if they were never posted")
+    @Test(
+        "/_sandbox routes: the same numbers posted over HTTP are a 400 naming the field and its range (or Klarna's 403 for a portal capture beyond the order); the sandbox keeps serving and pays out as if they were never posted"
+    )
     func httpControlsRefuseAbsurdNumbers() async throws {
         try await SandboxHarness.with { h in
             let (order, capture) = try await Self.capturedOrder(h)
@@ -151,7 +155,10 @@ import Testing
                 ("settlements/payouts", #"{"reversals":{"\#(order)":\#(huge)}}"#, "reversals[\(order)] must be \(Self.amounts), not \(huge)"),
                 ("settlements/payouts", #"{"corrections":{"\#(order)":\#(tiny)}}"#, "corrections[\(order)] must be \(Self.offsets), not \(tiny)"),
                 ("settlements/payouts", #"{"delay_seconds":-1}"#, "delay_seconds must be a finite number of seconds, at least 0, not -1.0"),
-                ("settlements/schedule", #"{"every_seconds":60,"spec":{"fee_basis_points":\#(huge)}}"#, "fee_basis_points must be from 0 to 10000, not \(huge)"),
+                (
+                    "settlements/schedule", #"{"every_seconds":60,"spec":{"fee_basis_points":\#(huge)}}"#,
+                    "fee_basis_points must be from 0 to 10000, not \(huge)"
+                ),
                 ("sessions", #"{"order_amount":\#(huge)}"#, "order_amount must be \(Self.amounts), not \(huge)"),
                 ("orders/\(order)/portal-refund", #"{"amount":\#(tiny)}"#, "BAD_VALUE: refunded_amount must be positive"),
             ]
@@ -162,7 +169,8 @@ import Testing
             }
             // Beyond Int is no number the sandbox can read: a 400 too, from the body's decoding.
             #expect(try await Self.call(h, "POST", "/_sandbox/settlements/break-totals", #"{"delta":1e30}"#).status == 400)
-            #expect(try await Self.call(h, "POST", "/_sandbox/settlements/invent", #"{"amount":99999999999999999999999,"currency":"SEK"}"#).status == 400)
+            #expect(
+                try await Self.call(h, "POST", "/_sandbox/settlements/invent", #"{"amount":99999999999999999999999,"currency":"SEK"}"#).status == 400)
             // Klarna's refusal of a portal capture beyond what is authorized.
             let other = try await h.placedOrder(amount: 5_000)
             #expect(try await Self.call(h, "POST", "/_sandbox/orders/\(other)/portal-capture", #"{"amount":\#(huge)}"#).status == 403)
@@ -183,12 +191,15 @@ import Testing
         }
     }
 
-    @Test("Settlements API dates: a day that does not exist (2026-02-30, 2026-13-01) is a 400 naming the parameter, as is garbage; a real day and a date-time are read")
+    @Test(
+        "Settlements API dates: a day that does not exist (2026-02-30, 2026-13-01) is a 400 naming the parameter, as is garbage; a real day and a date-time are read"
+    )
     func impossibleDatesAreRefused() async throws {
         try await SandboxHarness.with { h in
             func get(_ path: String) async throws -> (status: Int, body: String) {
-                let response = try await h.transport.execute(HTTPRequest(
-                    method: "GET", url: h.baseURL + "/settlements/v1" + path, credentials: SandboxHarness.credentials))
+                let response = try await h.transport.execute(
+                    HTTPRequest(
+                        method: "GET", url: h.baseURL + "/settlements/v1" + path, credentials: SandboxHarness.credentials))
                 return (response.status, String(decoding: response.body, as: UTF8.self))
             }
             for (path, name) in [

@@ -18,7 +18,9 @@ struct SettlementsCommandTests {
         [
             "order-1": LedgerOrder(
                 orderID: "order-1", merchantReference: "shop-2001", currency: "EUR",
-                captures: [LedgerCapture(orderID: "order-1", captureID: "cap-1", amount: 19_900, currency: "EUR", capturedAt: first, source: .daemon)],
+                captures: [
+                    LedgerCapture(orderID: "order-1", captureID: "cap-1", amount: 19_900, currency: "EUR", capturedAt: first, source: .daemon)
+                ],
                 refunds: [LedgerRefund(orderID: "order-1", refundID: "ref-1", amount: 5_000, at: first, source: .daemon)]),
             "order-2": LedgerOrder(orderID: "order-2", merchantReference: "shop-2002", currency: "EUR"),
         ]
@@ -28,10 +30,18 @@ struct SettlementsCommandTests {
     var payoutOne: PayoutReconciliation {
         let reference = "PAYOUT01"
         let lines = [
-            SettledLine(paymentReference: reference, ordinal: 0, kind: .sale, detailedType: "PURCHASE", amount: 19_900, orderID: "order-1", captureID: "cap-1", currency: "EUR"),
-            SettledLine(paymentReference: reference, ordinal: 1, kind: .fee, detailedType: "PURCHASE_FEE_PERCENTAGE", amount: 498, vatAmount: 125, orderID: "order-1", captureID: "cap-1", currency: "EUR"),
-            SettledLine(paymentReference: reference, ordinal: 2, kind: .sale, detailedType: "PURCHASE", amount: 4_200, orderID: "order-ghost", captureID: "cap-x", currency: "EUR"),
-            SettledLine(paymentReference: reference, ordinal: 3, kind: .fee, detailedType: "PURCHASE_FEE_PERCENTAGE", amount: 105, vatAmount: 26, orderID: "order-ghost", captureID: "cap-x", currency: "EUR"),
+            SettledLine(
+                paymentReference: reference, ordinal: 0, kind: .sale, detailedType: "PURCHASE", amount: 19_900, orderID: "order-1",
+                captureID: "cap-1", currency: "EUR"),
+            SettledLine(
+                paymentReference: reference, ordinal: 1, kind: .fee, detailedType: "PURCHASE_FEE_PERCENTAGE", amount: 498, vatAmount: 125,
+                orderID: "order-1", captureID: "cap-1", currency: "EUR"),
+            SettledLine(
+                paymentReference: reference, ordinal: 2, kind: .sale, detailedType: "PURCHASE", amount: 4_200, orderID: "order-ghost",
+                captureID: "cap-x", currency: "EUR"),
+            SettledLine(
+                paymentReference: reference, ordinal: 3, kind: .fee, detailedType: "PURCHASE_FEE_PERCENTAGE", amount: 105, vatAmount: 26,
+                orderID: "order-ghost", captureID: "cap-x", currency: "EUR"),
         ]
         let totals = SettledTotals(saleAmount: 24_100, feeAmount: 603, taxAmount: 151, settlementAmount: 23_346)
         let payout = SettledPayout(paymentReference: reference, payoutDate: first, currency: "EUR", settlementType: "NET", totals: totals)
@@ -44,11 +54,16 @@ struct SettlementsCommandTests {
         let reference = "PAYOUT02"
         let lines = [
             SettledLine(paymentReference: reference, ordinal: 0, kind: .holdback, detailedType: "ROLLING_RESERVE", amount: 1_000, currency: "EUR"),
-            SettledLine(paymentReference: reference, ordinal: 1, kind: .return, detailedType: "PURCHASE_RETURN", amount: 5_000, orderID: "order-1", captureID: "", refundID: "ref-1", currency: "EUR"),
-            SettledLine(paymentReference: reference, ordinal: 2, kind: .sale, detailedType: "PURCHASE", amount: 3_000, orderID: "order-2", captureID: "cap-9", currency: "EUR"),
+            SettledLine(
+                paymentReference: reference, ordinal: 1, kind: .return, detailedType: "PURCHASE_RETURN", amount: 5_000, orderID: "order-1",
+                captureID: "", refundID: "ref-1", currency: "EUR"),
+            SettledLine(
+                paymentReference: reference, ordinal: 2, kind: .sale, detailedType: "PURCHASE", amount: 3_000, orderID: "order-2", captureID: "cap-9",
+                currency: "EUR"),
         ]
         let totals = SettledTotals(saleAmount: 3_000, returnAmount: 5_000, holdbackAmount: 1_000, settlementAmount: -3_000)
-        let payout = SettledPayout(paymentReference: reference, payoutDate: second, currency: "EUR", settlementType: #"GROSS_FEE, "invoiced""#, totals: totals)
+        let payout = SettledPayout(
+            paymentReference: reference, payoutDate: second, currency: "EUR", settlementType: #"GROSS_FEE, "invoiced""#, totals: totals)
         return SettlementMatcher.reconcile(payout: payout, lines: lines, orders: ledger)
     }
 
@@ -90,7 +105,9 @@ struct SettlementsCommandTests {
         ] {
             #expect(lines.contains(expected), "missing \(expected) in\n\(result.output)")
         }
-        #expect(lines.contains { $0.hasPrefix("    orphan: order order-ghost is not in the ledger: paid at Klarna, unknown to the shop") }, "\(result.output)")
+        #expect(
+            lines.contains { $0.hasPrefix("    orphan: order order-ghost is not in the ledger: paid at Klarna, unknown to the shop") },
+            "\(result.output)")
         #expect(lines.contains { $0.hasPrefix("    unknown_capture: SALE of 3000 EUR settles capture cap-9 of order order-2") }, "\(result.output)")
         #expect(lines.last == "Total: 2 payouts, net 20346 EUR; 7 lines: 3 matched, 1 payout-level, 3 unmatched; 2 findings", "\(result.output)")
     }
@@ -126,7 +143,9 @@ struct SettlementsCommandTests {
         #expect(rows.count == 4 && rows[3].isEmpty, "\(rows)")
         #expect(rows[0] == PayoutReport.columns.joined(separator: ","))
         #expect(rows[1] == "PAYOUT01,2026-11-02T07:00:00Z,EUR,NET,4,2,0,2,24100,0,0,603,151,754,0,0,0,0,0,0,0,0,23346,23346,1", "\(rows[1])")
-        #expect(rows[2] == #"PAYOUT02,2026-11-09T07:00:00Z,EUR,"GROSS_FEE, ""invoiced""",3,1,1,1,3000,5000,0,0,0,0,0,0,0,0,1000,0,0,0,-3000,-3000,1"#, "\(rows[2])")
+        #expect(
+            rows[2] == #"PAYOUT02,2026-11-09T07:00:00Z,EUR,"GROSS_FEE, ""invoiced""",3,1,1,1,3000,5000,0,0,0,0,0,0,0,0,1000,0,0,0,-3000,-3000,1"#,
+            "\(rows[2])")
     }
 
     @Test("--payout and --since filter; an unknown payout exits 1 saying so; bad input is a usage error (64)")
@@ -186,7 +205,8 @@ struct SettlementsCommandTests {
         let fixture = try await recorded(payouts: false)
         let text = try await fixture.cli(["settlements"])
         #expect(text.status == 0, "\(text.errors)")
-        #expect(text.output.hasPrefix("No payouts recorded. The daemon fetches Klarna's payouts only with settlements.enabled: true"), "\(text.output)")
+        #expect(
+            text.output.hasPrefix("No payouts recorded. The daemon fetches Klarna's payouts only with settlements.enabled: true"), "\(text.output)")
         let json = try await fixture.cli(["settlements", "--json"])
         #expect((try JSONSerialization.jsonObject(with: Data(json.output.utf8)) as? [Any])?.isEmpty == true, "\(json.output)")
         let csv = try await fixture.cli(["settlements", "--csv"])
@@ -200,14 +220,17 @@ struct SettlementsCommandTests {
         #expect(settled.status == 0, "\(settled.errors)")
         let lines = settled.output.split(separator: "\n").map(String.init)
         let start = try #require(lines.firstIndex(of: "Settlement lines"), "\(settled.output)")
-        #expect(Array(lines[(start + 1)...]) == [
-            "  payout PAYOUT01 line 0  SALE +19900 EUR  capture: capture cap-1 of order order-1",
-            "  payout PAYOUT01 line 1  FEE -498 EUR (VAT 125)  order: fee on order order-1, capture cap-1",
-            "  payout PAYOUT02 line 1  RETURN -5000 EUR  refund: refund ref-1 of order order-1",
-        ], "\(settled.output)")
+        #expect(
+            Array(lines[(start + 1)...]) == [
+                "  payout PAYOUT01 line 0  SALE +19900 EUR  capture: capture cap-1 of order order-1",
+                "  payout PAYOUT01 line 1  FEE -498 EUR (VAT 125)  order: fee on order order-1, capture cap-1",
+                "  payout PAYOUT02 line 1  RETURN -5000 EUR  refund: refund ref-1 of order order-1",
+            ], "\(settled.output)")
 
         let drift = try await fixture.cli(["show", "shop-2002"])
-        #expect(drift.output.contains("  payout PAYOUT02 line 2  SALE +3000 EUR  unmatched (capture_unknown): capture cap-9 is not in the ledger"), "\(drift.output)")
+        #expect(
+            drift.output.contains("  payout PAYOUT02 line 2  SALE +3000 EUR  unmatched (capture_unknown): capture cap-9 is not in the ledger"),
+            "\(drift.output)")
         let unsettled = try await fixture.cli(["show", "order-3"])
         #expect(unsettled.output.contains("Settlement lines: none (no recorded payout names this payment's orders)"), "\(unsettled.output)")
 

@@ -28,7 +28,9 @@ struct SystemdProtocolTests {
         return Int64(now.tv_sec) * 1_000_000 + Int64(now.tv_nsec) / 1_000
     }
 
-    @Test("reload: RELOADING=1 with MONOTONIC_USEC, then READY=1; a changed setting is applied; a broken file exits 78 and changes nothing; no daemon exits 69")
+    @Test(
+        "reload: RELOADING=1 with MONOTONIC_USEC, then READY=1; a changed setting is applied; a broken file exits 78 and changes nothing; no daemon exits 69"
+    )
     func reload() async throws {
         let fixture = try await DaemonFixture()
         try await fixture.start()
@@ -126,7 +128,8 @@ struct SystemdProtocolTests {
         let fixture = try await Self.fixture(requestTimeout: 3)
         fixture.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .delay, delayMs: 15_000))
         try await fixture.start()
-        let payment = try fixture.sandbox.createSession(SessionSpec(placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        let payment = try fixture.sandbox.createSession(
+            SessionSpec(placeOrderMode: "PLACE_ORDER", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
         #expect(try await fixture.cli(["track", payment.hppSessionId, "--kp-session", payment.kpSessionId, "--mode", "PLACE_ORDER"]).status == 0)
         try await waitUntil(timeout: .seconds(20)) { !fixture.sandbox.requests(route: "om.create_capture").isEmpty }
 
@@ -144,13 +147,16 @@ struct SystemdProtocolTests {
         #expect(daemon.terminationStatus == 0, "\(fixture.daemonLog.suffix(600))")
     }
 
-    @Test("stop while a create-order is on its way: the drain waits for Klarna's answer, never cancels it; the order is recorded before the daemon exits")
+    @Test(
+        "stop while a create-order is on its way: the drain waits for Klarna's answer, never cancels it; the order is recorded before the daemon exits"
+    )
     func stopWaitsForCreateOrder() async throws {
         let fixture = try await Self.fixture(requestTimeout: 10)
         // Klarna places the order at once and answers 4 s later.
         fixture.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .holdAnswer, holdSeconds: 4, count: 1))
         try await fixture.start()
-        let payment = try fixture.sandbox.createSession(SessionSpec(orderAmount: 4_200, placeOrderMode: "NONE", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        let payment = try fixture.sandbox.createSession(
+            SessionSpec(orderAmount: 4_200, placeOrderMode: "NONE", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
         #expect(try await fixture.cli(["track", payment.hppSessionId, "--kp-session", payment.kpSessionId, "--mode", "NONE"]).status == 0)
         try await waitUntil(timeout: .seconds(20)) { !fixture.sandbox.requests(route: "kp.create_order").isEmpty }
 

@@ -9,10 +9,16 @@ import Testing
 
     // The three read-session examples Klarna publishes (HPP API reference).
     @Test func hppExamplesFromKlarnasDocs() throws {
-        let waiting = try decode(HPPSession.self, #"{"session_id":"39a1c773-bafd-754d-af1f-b30c592f1267","status":"WAITING","updated_at":"2019-05-13T14:51:46.288Z","expires_at":"2019-05-15T13:51:43.507Z"}"#)
+        let waiting = try decode(
+            HPPSession.self,
+            #"{"session_id":"39a1c773-bafd-754d-af1f-b30c592f1267","status":"WAITING","updated_at":"2019-05-13T14:51:46.288Z","expires_at":"2019-05-15T13:51:43.507Z"}"#
+        )
         #expect(waiting.status == .waiting)
         #expect(waiting.expiresAt == KlarnaJSON.parseDate("2019-05-15T13:51:43.507Z"))
-        let token = try decode(HPPSession.self, #"{"session_id":"39a1","status":"COMPLETED","authorization_token":"a1a8f727-2756-6058-bd3c-40069be0994b","updated_at":"2019-05-13T14:51:46Z","expires_at":"2019-05-15T13:51:43Z"}"#)
+        let token = try decode(
+            HPPSession.self,
+            #"{"session_id":"39a1","status":"COMPLETED","authorization_token":"a1a8f727-2756-6058-bd3c-40069be0994b","updated_at":"2019-05-13T14:51:46Z","expires_at":"2019-05-15T13:51:43Z"}"#
+        )
         #expect(token.authorizationToken == "a1a8f727-2756-6058-bd3c-40069be0994b")
         let order = try decode(HPPSession.self, #"{"session_id":"39a1","status":"COMPLETED","order_id":"a1a8f727","klarna_reference":"X438HG0Q"}"#)
         #expect(order.orderID == "a1a8f727")
@@ -24,45 +30,65 @@ import Testing
         let session = try decode(HPPSession.self, #"{"session_id":"s","status":"\#(value)"}"#)
         #expect(session.status?.rawValue == value)
         #expect(session.status?.isKnown == false)
-        let order = try decode(Order.self, #"{"order_id":"o","status":"\#(value)","fraud_status":"\#(value)","order_amount":1,"remaining_authorized_amount":1}"#)
+        let order = try decode(
+            Order.self, #"{"order_id":"o","status":"\#(value)","fraud_status":"\#(value)","order_amount":1,"remaining_authorized_amount":1}"#)
         #expect(order.status?.rawValue == value)
         #expect(order.fraudStatus != .accepted)
     }
 
     @Test func createOrderResponseTakesBothShapesOfPaymentMethod() throws {
-        let docs = try decode(CreateOrderResponse.self, #"{"order_id":"3eaeb557-5e30-47f8-b840-b8d987f5945d","redirect_url":"https://payments.klarna.com/redirect/x","fraud_status":"ACCEPTED","authorized_payment_method":"invoice"}"#)
+        let docs = try decode(
+            CreateOrderResponse.self,
+            #"{"order_id":"3eaeb557-5e30-47f8-b840-b8d987f5945d","redirect_url":"https://payments.klarna.com/redirect/x","fraud_status":"ACCEPTED","authorized_payment_method":"invoice"}"#
+        )
         #expect(docs.authorizedPaymentMethod == .string("invoice"))
-        let spec = try decode(CreateOrderResponse.self, #"{"order_id":"o","fraud_status":"PENDING","authorized_payment_method":{"type":"invoice","number_of_days":14}}"#)
+        let spec = try decode(
+            CreateOrderResponse.self, #"{"order_id":"o","fraud_status":"PENDING","authorized_payment_method":{"type":"invoice","number_of_days":14}}"#
+        )
         #expect(spec.fraudStatus == .pending)
         #expect(spec.authorizedPaymentMethod?["number_of_days"] == .int(14))
     }
 
     @Test func orderAmountsAreIntegerMinorUnits() throws {
-        let order = try decode(Order.self, #"{"order_id":"o","status":"PART_CAPTURED","fraud_status":"ACCEPTED","order_amount":20000,"captured_amount":5000,"remaining_authorized_amount":15000,"captures":[{"capture_id":"c","captured_amount":5000,"captured_at":"2026-01-01T10:00:00Z"}]}"#)
+        let order = try decode(
+            Order.self,
+            #"{"order_id":"o","status":"PART_CAPTURED","fraud_status":"ACCEPTED","order_amount":20000,"captured_amount":5000,"remaining_authorized_amount":15000,"captures":[{"capture_id":"c","captured_amount":5000,"captured_at":"2026-01-01T10:00:00Z"}]}"#
+        )
         #expect(order.capturedAmount == 5_000)
         #expect(order.captures.first?.capturedAmount == 5_000)
         // A fractional amount is not money Klarna sends: refuse it instead of rounding.
         #expect(throws: DecodingError.self) {
-            try decode(Order.self, #"{"order_id":"o","status":"AUTHORIZED","fraud_status":"ACCEPTED","order_amount":200.5,"remaining_authorized_amount":1}"#)
+            try decode(
+                Order.self, #"{"order_id":"o","status":"AUTHORIZED","fraud_status":"ACCEPTED","order_amount":200.5,"remaining_authorized_amount":1}"#)
         }
     }
 
     @Test("An order's captures and refunds are read with their ids, amounts and times; absent refunds are none, a refund's fields each optional")
     func orderCapturesAndRefunds() throws {
-        let order = try decode(Order.self, #"{"order_id":"o","status":"CAPTURED","fraud_status":"ACCEPTED","order_amount":20000,"captured_amount":20000,"refunded_amount":3000,"remaining_authorized_amount":0,"captures":[{"capture_id":"c-1","captured_amount":20000,"captured_at":"2026-01-01T10:00:00Z","reference":"ship-1"}],"refunds":[{"refund_id":"r-1","refunded_amount":2500,"refunded_at":"2026-01-02T09:30:00Z","reference":"rma-7","description":"returned","order_lines":[]},{"refunded_amount":500}]}"#)
-        #expect(order.captures == [Capture(captureID: "c-1", capturedAmount: 20_000, capturedAt: KlarnaJSON.parseDate("2026-01-01T10:00:00Z"), reference: "ship-1")])
-        #expect(order.refunds == [
-            Refund(refundID: "r-1", refundedAmount: 2_500, refundedAt: KlarnaJSON.parseDate("2026-01-02T09:30:00Z"), reference: "rma-7"),
-            Refund(refundID: nil, refundedAmount: 500),
-        ])
+        let order = try decode(
+            Order.self,
+            #"{"order_id":"o","status":"CAPTURED","fraud_status":"ACCEPTED","order_amount":20000,"captured_amount":20000,"refunded_amount":3000,"remaining_authorized_amount":0,"captures":[{"capture_id":"c-1","captured_amount":20000,"captured_at":"2026-01-01T10:00:00Z","reference":"ship-1"}],"refunds":[{"refund_id":"r-1","refunded_amount":2500,"refunded_at":"2026-01-02T09:30:00Z","reference":"rma-7","description":"returned","order_lines":[]},{"refunded_amount":500}]}"#
+        )
+        #expect(
+            order.captures == [
+                Capture(captureID: "c-1", capturedAmount: 20_000, capturedAt: KlarnaJSON.parseDate("2026-01-01T10:00:00Z"), reference: "ship-1")
+            ])
+        #expect(
+            order.refunds == [
+                Refund(refundID: "r-1", refundedAmount: 2_500, refundedAt: KlarnaJSON.parseDate("2026-01-02T09:30:00Z"), reference: "rma-7"),
+                Refund(refundID: nil, refundedAmount: 500),
+            ])
         #expect(order.refundedAmount == 3_000)
-        let none = try decode(Order.self, #"{"order_id":"o","status":"AUTHORIZED","fraud_status":"ACCEPTED","order_amount":1,"remaining_authorized_amount":1}"#)
+        let none = try decode(
+            Order.self, #"{"order_id":"o","status":"AUTHORIZED","fraud_status":"ACCEPTED","order_amount":1,"remaining_authorized_amount":1}"#)
         #expect(none.refunds.isEmpty)
         #expect(none.captures.isEmpty)
     }
 
     @Test func createOrderRequestCopiesTheAuthorizedSessionAndPassesAddressesThrough() throws {
-        let session = try decode(PaymentSession.self, #"""
+        let session = try decode(
+            PaymentSession.self,
+            #"""
             {"status":"incomplete","purchase_country":"DE","purchase_currency":"EUR","locale":"de-DE","order_amount":10995,
              "order_tax_amount":1755,"order_lines":[{"name":"Shoes","quantity":1,"unit_price":10995,"total_amount":10995,"tax_rate":1900,"total_tax_amount":1755}],
              "billing_address":{"given_name":"Ada","postal_code":"10115","attention":null},"merchant_reference1":"m-1","intent":"buy"}
@@ -78,7 +104,9 @@ import Testing
     }
 
     @Test func paymentRequestTokenComesFromStateContext() throws {
-        let request = try decode(PaymentRequest.self, #"{"payment_request_id":"krn:payment:eu1:request:1","state":"COMPLETED","state_context":{"klarna_network_session_token":"tok"}}"#)
+        let request = try decode(
+            PaymentRequest.self,
+            #"{"payment_request_id":"krn:payment:eu1:request:1","state":"COMPLETED","state_context":{"klarna_network_session_token":"tok"}}"#)
         #expect(request.klarnaNetworkSessionToken == "tok")
     }
 }
@@ -200,6 +228,9 @@ import Testing
         failure.errorCode = "CAPTURE_NOT_ALLOWED"
         failure.errorMessages = ["Capture not allowed."]
         failure.correlationIDHeader = "corr-1"
-        #expect(failure.description == "Klarna om.create_capture failed, HTTP 403, error_code CAPTURE_NOT_ALLOWED, messages: Capture not allowed., correlation id corr-1, request r")
+        #expect(
+            failure.description
+                == "Klarna om.create_capture failed, HTTP 403, error_code CAPTURE_NOT_ALLOWED, messages: Capture not allowed., correlation id corr-1, request r"
+        )
     }
 }

@@ -13,7 +13,8 @@ struct SpecMinimalTests {
     }
 
     static let unknownFields = #""sandbox_unknown_field":"x","sandbox_unknown_object":{"nested":[1,"two",true,null],"empty":{}}"#
-    static let address = #"{"attention":"Reception","city":"Stockholm","country":"SE","email":"a@example.com","family_name":"Andersson","given_name":"Ada","organization_name":"AB","phone":"+46701234567","postal_code":"12345","region":"AB","street_address":"Sveavägen 46","street_address2":"3","title":"Mx","sandbox_unknown_field":"x"}"#
+    static let address =
+        #"{"attention":"Reception","city":"Stockholm","country":"SE","email":"a@example.com","family_name":"Andersson","given_name":"Ada","organization_name":"AB","phone":"+46701234567","postal_code":"12345","region":"AB","street_address":"Sveavägen 46","street_address2":"3","title":"Mx","sandbox_unknown_field":"x"}"#
 
     // MARK: HPP (SessionResponseV1: nothing required)
 
@@ -26,7 +27,9 @@ struct SpecMinimalTests {
 
     @Test("HPP session: every documented field, unknown fields and an unknown status")
     func hppMaximal() throws {
-        let session = try decode(HPPSession.self, #"""
+        let session = try decode(
+            HPPSession.self,
+            #"""
             {"authorization_token":"tok-1","customer":{"date_of_birth":"1987-08-15","family_name":"A","given_name":"B","national_identification_number":"19870815-8493","title":"Mx"},
              "expires_at":"2038-01-19T03:14:07.000Z","klarna_reference":"ffc25786",
              "manual_identification":{"challenge":"A78","customer":{"given_name":"B"},"customer_obfuscated":{"given_name":"B*"},"expires_at":"2038-01-19T03:14:07.000Z"},
@@ -62,15 +65,19 @@ struct SpecMinimalTests {
 
     @Test("KP session: session_create's required fields alone are an order; the token falls back to en-US")
     func kpWithSessionCreateFields() throws {
-        let session = try decode(PaymentSession.self, #"""
+        let session = try decode(
+            PaymentSession.self,
+            #"""
             {"purchase_country":"SE","purchase_currency":"SEK","order_amount":10000,"order_lines":[{"name":"Item","quantity":1,"total_amount":10000,"unit_price":10000}]}
             """#)
         #expect(session.missingOrderFields.isEmpty && session.missingCustomerTokenFields.isEmpty)
         #expect(session.status == nil)
         let order = try CreateOrderRequest(session: session, merchantReference: "shop-1")
-        #expect(order == CreateOrderRequest(
-            purchaseCountry: "SE", purchaseCurrency: "SEK", orderAmount: 10_000,
-            orderLines: [OrderLine(name: "Item", quantity: 1, unitPrice: 10_000, totalAmount: 10_000)], merchantReference1: "shop-1"))
+        #expect(
+            order
+                == CreateOrderRequest(
+                    purchaseCountry: "SE", purchaseCurrency: "SEK", orderAmount: 10_000,
+                    orderLines: [OrderLine(name: "Item", quantity: 1, unitPrice: 10_000, totalAmount: 10_000)], merchantReference1: "shop-1"))
         let body = try JSONSerialization.jsonObject(with: KlarnaJSON.encoder().encode(order)) as? [String: Any]
         #expect(body.map { Set($0.keys) } == ["purchase_country", "purchase_currency", "order_amount", "order_lines", "merchant_reference1"])
         let token = try CustomerTokenRequest(session: session, description: "Subscription")
@@ -79,7 +86,9 @@ struct SpecMinimalTests {
 
     @Test("KP session: every documented field, unknown fields and enum values; create-order passes them on unchanged")
     func kpMaximal() throws {
-        let session = try decode(PaymentSession.self, #"""
+        let session = try decode(
+            PaymentSession.self,
+            #"""
             {"acquiring_channel":"SANDBOX_CHANNEL","attachment":{"body":"{}","content_type":"application/vnd.klarna.internal.emd-v2+json"},
              "authorization_token":"tok","billing_address":\#(Self.address),"client_token":"ct","custom_payment_method_ids":["promo-1"],
              "customer":{"date_of_birth":"1987-08-15","gender":"female","organization_entity_type":"SANDBOX_ENTITY","organization_registration_id":"1","title":"Mx","type":"person","vat_id":"SE1"},
@@ -120,7 +129,9 @@ struct SpecMinimalTests {
 
     @Test("create-order answer: every documented field, unknown fields, an unknown fraud status and payment method")
     func createOrderMaximal() throws {
-        let created = try decode(CreateOrderResponse.self, #"""
+        let created = try decode(
+            CreateOrderResponse.self,
+            #"""
             {"order_id":"o-1","fraud_status":"SANDBOX_REVIEW","redirect_url":"https://r",
              "authorized_payment_method":{"type":"sandbox_method","number_of_days":14,"number_of_installments":3},\#(Self.unknownFields)}
             """#)
@@ -133,7 +144,9 @@ struct SpecMinimalTests {
     @Test("customer token answer: token_id alone, and every documented field with unknown ones")
     func customerToken() throws {
         #expect(try decode(CustomerTokenResponse.self, #"{"token_id":"t-1"}"#) == CustomerTokenResponse(tokenID: "t-1"))
-        let full = try decode(CustomerTokenResponse.self, #"""
+        let full = try decode(
+            CustomerTokenResponse.self,
+            #"""
             {"token_id":"t-1","billing_address":\#(Self.address),"customer":{"date_of_birth":"1987-08-15","gender":"female"},
              "payment_method_reference":"pmr","redirect_url":"https://r",\#(Self.unknownFields)}
             """#)
@@ -149,7 +162,8 @@ struct SpecMinimalTests {
         #expect(order == Order())
         #expect(order.capturedTotal == nil && order.captures.isEmpty && order.refunds.isEmpty)
         // The fields the order rules decide with, alone.
-        let rules = try decode(Order.self, #"{"status":"AUTHORIZED","fraud_status":"ACCEPTED","captured_amount":0,"remaining_authorized_amount":10000}"#)
+        let rules = try decode(
+            Order.self, #"{"status":"AUTHORIZED","fraud_status":"ACCEPTED","captured_amount":0,"remaining_authorized_amount":10000}"#)
         #expect(rules.orderID == nil && rules.orderAmount == nil && rules.expiresAt == nil)
         #expect(rules.capturedTotal == 0 && rules.remainingAuthorizedAmount == 10_000 && rules.status == .authorized)
     }
@@ -168,7 +182,9 @@ struct SpecMinimalTests {
 
     @Test("OM order: every documented field, unknown fields and enum values")
     func orderMaximal() throws {
-        let order = try decode(Order.self, #"""
+        let order = try decode(
+            Order.self,
+            #"""
             {"billing_address":\#(Self.address),"captured_amount":5000,
              "captures":[{"billing_address":\#(Self.address),"capture_id":"c-1","captured_amount":5000,"captured_at":"2026-01-01T10:00:00Z","description":"Shipped",
                           "klarna_reference":"K-1","order_lines":[],"reference":"ship-1","refunded_amount":1000,"shipping_address":\#(Self.address),
@@ -188,8 +204,14 @@ struct SpecMinimalTests {
         #expect(order.capturedTotal == 5_000 && order.remainingAuthorizedAmount == 5_000 && order.refundedAmount == 1_000)
         #expect(order.purchaseCurrency == "SEK" && order.merchantReference1 == "m1" && order.klarnaReference == "K")
         #expect(order.expiresAt == KlarnaJSON.parseDate("2026-01-28T10:00:00Z"))
-        #expect(order.captures == [Capture(captureID: "c-1", capturedAmount: 5_000, capturedAt: KlarnaJSON.parseDate("2026-01-01T10:00:00Z"), reference: "ship-1")])
-        #expect(order.refunds == [Refund(refundID: "r-1", refundedAmount: 1_000, refundedAt: KlarnaJSON.parseDate("2026-01-02T10:00:00Z"), reference: "rma-1")])
+        #expect(
+            order.captures == [
+                Capture(captureID: "c-1", capturedAmount: 5_000, capturedAt: KlarnaJSON.parseDate("2026-01-01T10:00:00Z"), reference: "ship-1")
+            ])
+        #expect(
+            order.refunds == [
+                Refund(refundID: "r-1", refundedAmount: 1_000, refundedAt: KlarnaJSON.parseDate("2026-01-02T10:00:00Z"), reference: "rma-1")
+            ])
     }
 
     @Test("A capture's 201: the id from Capture-Id, else from Location, else none")
@@ -214,7 +236,9 @@ struct SpecMinimalTests {
 
     @Test("Payment request: every field seen, unknown fields, an unknown state and state reason")
     func paymentRequestMaximal() throws {
-        let request = try decode(PaymentRequest.self, #"""
+        let request = try decode(
+            PaymentRequest.self,
+            #"""
             {"payment_request_id":"krn:payment:eu1:request:1","state":"SANDBOX_PENDING","state_reason":"SANDBOX_REASON",
              "expires_at":"2026-01-01T03:00:00Z","state_expires_at":"2026-01-01T02:00:00Z","created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:30:00Z",
              "state_context":{"klarna_network_session_token":"krn:network:eu1:session-token:1","sandbox_unknown_field":"x"},
@@ -228,9 +252,12 @@ struct SpecMinimalTests {
 
     // MARK: Settlements (required lists: SETTLEMENTS.md §2)
 
-    static let requiredTotals = #"{"commission_amount":0,"repay_amount":0,"sale_amount":10000,"holdback_amount":0,"settlement_amount":9700,"reversal_amount":0,"release_amount":0,"return_amount":0,"fee_amount":300,"charge_amount":0,"credit_amount":0,"fee_refund_amount":0,"tax_refund_amount":0,"deposit_amount":0,"opening_debt_balance_amount":0,"closing_debt_balance_amount":0}"#
-    static let requiredPayout = #"{"totals":\#(requiredTotals),"payment_reference":"PAY-1","payout_date":"2026-01-05T07:00:00Z","currency_code":"SEK","merchant_settlement_type":"NET","merchant_id":"K1"}"#
-    static let requiredTransaction = #"{"amount":10000,"sale_date":"2026-01-01T10:00:00Z","type":"SALE","capture_date":"2026-01-02T10:00:00Z","order_id":"o-1","currency_code":"SEK","purchase_country":"SE"}"#
+    static let requiredTotals =
+        #"{"commission_amount":0,"repay_amount":0,"sale_amount":10000,"holdback_amount":0,"settlement_amount":9700,"reversal_amount":0,"release_amount":0,"return_amount":0,"fee_amount":300,"charge_amount":0,"credit_amount":0,"fee_refund_amount":0,"tax_refund_amount":0,"deposit_amount":0,"opening_debt_balance_amount":0,"closing_debt_balance_amount":0}"#
+    static let requiredPayout =
+        #"{"totals":\#(requiredTotals),"payment_reference":"PAY-1","payout_date":"2026-01-05T07:00:00Z","currency_code":"SEK","merchant_settlement_type":"NET","merchant_id":"K1"}"#
+    static let requiredTransaction =
+        #"{"amount":10000,"sale_date":"2026-01-01T10:00:00Z","type":"SALE","capture_date":"2026-01-02T10:00:00Z","order_id":"o-1","currency_code":"SEK","purchase_country":"SE"}"#
 
     @Test("Payouts and their pages: required fields only; what is not required is absent")
     func payoutMinimal() throws {
@@ -246,7 +273,9 @@ struct SpecMinimalTests {
 
     @Test("Payouts: every documented field, unknown fields and an unknown settlement type")
     func payoutMaximal() throws {
-        let payout = try decode(Payout.self, #"""
+        let payout = try decode(
+            Payout.self,
+            #"""
             {"totals":{"commission_amount":1,"repay_amount":2,"sale_amount":3,"holdback_amount":4,"tax_amount":5,"settlement_amount":6,"fee_correction_amount":7,
                        "reversal_amount":8,"release_amount":9,"return_amount":10,"fee_amount":11,"charge_amount":12,"credit_amount":13,"fee_refund_amount":14,
                        "tax_refund_amount":15,"deposit_amount":16,"opening_debt_balance_amount":17,"closing_debt_balance_amount":18,"commission_reversal_amount":19,\#(Self.unknownFields)},
@@ -255,16 +284,20 @@ struct SpecMinimalTests {
             """#)
         #expect(payout.merchantSettlementType.rawValue == "SANDBOX_SETTLEMENT" && !payout.merchantSettlementType.isKnown)
         #expect(payout.currencyCodeOfRegistrationCountry == "EUR" && payout.transactionsLink?.hasSuffix("PAY-1") == true)
-        #expect(payout.totals == PayoutTotals(
-            settlementAmount: 6, saleAmount: 3, returnAmount: 10, reversalAmount: 8, feeAmount: 11, taxAmount: 5, feeCorrectionAmount: 7,
-            feeRefundAmount: 14, taxRefundAmount: 15, commissionAmount: 1, commissionReversalAmount: 19, chargeAmount: 12, creditAmount: 13,
-            holdbackAmount: 4, releaseAmount: 9, repayAmount: 2, depositAmount: 16, openingDebtBalanceAmount: 17, closingDebtBalanceAmount: 18))
+        #expect(
+            payout.totals
+                == PayoutTotals(
+                    settlementAmount: 6, saleAmount: 3, returnAmount: 10, reversalAmount: 8, feeAmount: 11, taxAmount: 5, feeCorrectionAmount: 7,
+                    feeRefundAmount: 14, taxRefundAmount: 15, commissionAmount: 1, commissionReversalAmount: 19, chargeAmount: 12, creditAmount: 13,
+                    holdbackAmount: 4, releaseAmount: 9, repayAmount: 2, depositAmount: 16, openingDebtBalanceAmount: 17, closingDebtBalanceAmount: 18
+                ))
         #expect(throws: DecodingError.self) { try decode(Payout.self, #"{"payment_reference":"PAY-1"}"#) }
     }
 
     @Test("Payout summary: the required fields (all of them), then with unknown fields")
     func payoutSummary() throws {
-        let required = #""summary_total_fee_correction_amount":1,"summary_payout_date_start":"2026-01-01T00:00:00Z","summary_total_release_amount":2,"summary_settlement_currency":"SEK","summary_payout_date_end":"2026-01-31T23:59:59Z","summary_total_tax_amount":3,"summary_total_settlement_amount":4,"summary_total_holdback_amount":5,"summary_total_reversal_amount":6,"summary_total_return_amount":7,"summary_total_fee_amount":8,"summary_total_commission_amount":9,"summary_total_sale_amount":10,"summary_total_repay_amount":11"#
+        let required =
+            #""summary_total_fee_correction_amount":1,"summary_payout_date_start":"2026-01-01T00:00:00Z","summary_total_release_amount":2,"summary_settlement_currency":"SEK","summary_payout_date_end":"2026-01-31T23:59:59Z","summary_total_tax_amount":3,"summary_total_settlement_amount":4,"summary_total_holdback_amount":5,"summary_total_reversal_amount":6,"summary_total_return_amount":7,"summary_total_fee_amount":8,"summary_total_commission_amount":9,"summary_total_sale_amount":10,"summary_total_repay_amount":11"#
         let minimal = try decode([PayoutSummary].self, "[{\(required)}]")
         let maximal = try decode([PayoutSummary].self, "[{\(required),\(Self.unknownFields)}]")
         #expect(minimal == maximal)
@@ -282,7 +315,9 @@ struct SpecMinimalTests {
 
     @Test("Transactions: every documented field, unknown fields, an unknown type and detailed type")
     func transactionMaximal() throws {
-        let row = try decode(SettlementTransaction.self, #"""
+        let row = try decode(
+            SettlementTransaction.self,
+            #"""
             {"amount":300,"capture_id":"c-1","merchant_reference1":"m1","sale_date":"2026-01-01T10:00:00Z","type":"SANDBOX_TYPE","capture_date":"2026-01-02T10:00:00Z",
              "payment_reference":"PAY-1","order_id":"o-1","payout":"https://api.klarna.com/settlements/v1/payouts/PAY-1","refund_id":"","short_order_id":"K",
              "merchant_reference2":"m2","currency_code":"SEK","purchase_country":"SE","vat_rate":2500,"vat_amount":75,"shipping_country":"SE",

@@ -31,7 +31,8 @@ struct CompletionModelTests {
     @Test("A session past expires_at is worth the most, a never-read one next, then by the delay a read would end")
     func value() {
         let model = CompletionModel()
-        let expired = PollProfile(trackedAt: now.addingTimeInterval(-3_600), lastReadAt: now.addingTimeInterval(-5), expiresAt: now.addingTimeInterval(-1))
+        let expired = PollProfile(
+            trackedAt: now.addingTimeInterval(-3_600), lastReadAt: now.addingTimeInterval(-5), expiresAt: now.addingTimeInterval(-1))
         let unread = PollProfile(trackedAt: now)
         let typical = PollProfile(trackedAt: now.addingTimeInterval(-180), lastReadAt: now.addingTimeInterval(-20))
         let justRead = PollProfile(trackedAt: now.addingTimeInterval(-180), lastReadAt: now.addingTimeInterval(-1))

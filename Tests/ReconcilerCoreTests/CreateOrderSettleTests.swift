@@ -48,7 +48,10 @@ struct CreateOrderSettleTests {
         #expect(next.settleUntil == until && next.nextAttemptAt == until)
         #expect(next.lastError == "timeout: Operation timed out after 30001 milliseconds")
         #expect(event.kind == .ambiguous)
-        #expect(event.message == "place_order attempt 1 ended without a clear answer (timeout: Operation timed out after 30001 milliseconds); it may still be on its way to Klarna: settling until \(TrackedSession.format(until)) (engine.create_order_settle_seconds, 120.0 s after it ended), then the KP session is read; no create-order before")
+        #expect(
+            event.message
+                == "place_order attempt 1 ended without a clear answer (timeout: Operation timed out after 30001 milliseconds); it may still be on its way to Klarna: settling until \(TrackedSession.format(until)) (engine.create_order_settle_seconds, 120.0 s after it ended), then the KP session is read; no create-order before"
+        )
 
         // While it settles nothing is read or sent (a wake-up in between changes nothing and says nothing again);
         // from its end the KP session is read.
@@ -65,7 +68,10 @@ struct CreateOrderSettleTests {
         }
         #expect(at == Fixtures.t0.addingTimeInterval(120))
         #expect(next.settleUntil == at)
-        #expect(event.message.hasSuffix(". The authorization token expires first (\(TrackedSession.format(expiry))): if Klarna has not placed the order by then, the payment expires"))
+        #expect(
+            event.message.hasSuffix(
+                ". The authorization token expires first (\(TrackedSession.format(expiry))): if Klarna has not placed the order by then, the payment expires"
+            ))
         #expect(step(next, now: expiry, tokenExpiresAt: expiry) == .settle(next, until: at, event: nil))
     }
 
@@ -78,7 +84,10 @@ struct CreateOrderSettleTests {
         #expect(at == Fixtures.t0.addingTimeInterval(0.5))
         #expect(next.state == .intended && next.nextAttemptAt == at && next.settleUntil == nil)
         #expect(event.kind == .retry)
-        #expect(event.message == "place_order attempt 1 failed (connect failed: Connection refused); retrying in 0.5 s without a settle period: the request never reached Klarna, or Klarna refused it unprocessed")
+        #expect(
+            event.message
+                == "place_order attempt 1 failed (connect failed: Connection refused); retrying in 0.5 s without a settle period: the request never reached Klarna, or Klarna refused it unprocessed"
+        )
         #expect(step(next, now: Fixtures.t0) == .proceed)
     }
 
@@ -94,7 +103,9 @@ struct CreateOrderSettleTests {
         #expect(step(redriven, now: Fixtures.t0.addingTimeInterval(10)) == .settle(redriven, until: Fixtures.t0.addingTimeInterval(120), event: nil))
     }
 
-    @Test("A create-order found sent (restart, takeover) settles from the latest its attempt could have ended, the sent mark plus the longest call, and says so once")
+    @Test(
+        "A create-order found sent (restart, takeover) settles from the latest its attempt could have ended, the sent mark plus the longest call, and says so once"
+    )
     func sentFoundSettlesFromItsLatestEnd() {
         let sentAt = Fixtures.t0.addingTimeInterval(5)
         let intent = sent(attempts: 2, at: sentAt)
@@ -108,7 +119,12 @@ struct CreateOrderSettleTests {
         #expect(settling.state == .ambiguous && settling.settleUntil == until && settling.nextAttemptAt == until)
         #expect(settling.attempts == 2 && settling.key == intent.key)
         #expect(settling.lastError == "the answer to attempt 2 was never recorded")
-        #expect(event == DomainEvent(.settling, "place_order attempt 2 was sent at \(TrackedSession.format(sentAt)) and its answer never recorded (this daemon stopped, or another one held the payment); it may still be on its way to Klarna: settling until \(TrackedSession.format(until)) (engine.create_order_settle_seconds, 120.0 s after the attempt could last have ended, \(TrackedSession.format(latestEnd)): sent plus the longest call, 31.0 s), then the KP session is read; no create-order before"))
+        #expect(
+            event
+                == DomainEvent(
+                    .settling,
+                    "place_order attempt 2 was sent at \(TrackedSession.format(sentAt)) and its answer never recorded (this daemon stopped, or another one held the payment); it may still be on its way to Klarna: settling until \(TrackedSession.format(until)) (engine.create_order_settle_seconds, 120.0 s after the attempt could last have ended, \(TrackedSession.format(latestEnd)): sent plus the longest call, 31.0 s), then the KP session is read; no create-order before"
+                ))
         // Committed, it waits silently until the end, then the KP session is read.
         #expect(step(settling, now: found.addingTimeInterval(1)) == .settle(settling, until: until, event: nil))
         #expect(step(settling, now: until) == .readKlarna)
@@ -116,7 +132,9 @@ struct CreateOrderSettleTests {
 
     @Test("A create-order found sent after its settle period is read at once")
     func sentLongAgoIsRead() {
-        guard case .settle = step(sent(), now: Fixtures.t0.addingTimeInterval(150)) else { Issue.record("read before the longest call and the period were over"); return }
+        guard case .settle = step(sent(), now: Fixtures.t0.addingTimeInterval(150)) else {
+            Issue.record("read before the longest call and the period were over"); return
+        }
         #expect(step(sent(), now: Fixtures.t0.addingTimeInterval(151)) == .readKlarna)
         #expect(step(sent(), now: Fixtures.t0.addingTimeInterval(7_200)) == .readKlarna)
     }
@@ -139,7 +157,8 @@ struct CreateOrderSettleTests {
         #expect(step(sent().confirmed(result: "order-1", now: Fixtures.t0), now: Fixtures.t0) == .proceed)
         #expect(step(sent().failed("HTTP 409", now: Fixtures.t0), now: Fixtures.t0) == .proceed)
         // An operator's retry of a clearly failed create-order: nothing can be in transit.
-        #expect(step(sent().failed("HTTP 409", now: Fixtures.t0).ambiguous("re-driven by operator", now: Fixtures.t0), now: Fixtures.t0) == .readKlarna)
+        #expect(
+            step(sent().failed("HTTP 409", now: Fixtures.t0).ambiguous("re-driven by operator", now: Fixtures.t0), now: Fixtures.t0) == .readKlarna)
     }
 
     @Test("Other kinds never settle: an unclear one is read at once", arguments: Intent.Kind.allCases.filter { $0 != .placeOrder })
@@ -156,7 +175,8 @@ struct CreateOrderSettleTests {
     @Test("A new attempt clears the settle period; a clear answer keeps nothing waiting")
     func sendingClearsIt() {
         let settling = sent().ambiguous("timeout", now: Fixtures.t0).settling(until: Fixtures.t0.addingTimeInterval(120))
-        let again = settling.retrying(nil, at: Fixtures.t0.addingTimeInterval(120), now: Fixtures.t0.addingTimeInterval(120)).sending(now: Fixtures.t0.addingTimeInterval(120))
+        let again = settling.retrying(nil, at: Fixtures.t0.addingTimeInterval(120), now: Fixtures.t0.addingTimeInterval(120)).sending(
+            now: Fixtures.t0.addingTimeInterval(120))
         #expect(again.settleUntil == nil && again.attempts == 2 && again.state == .sent)
     }
 

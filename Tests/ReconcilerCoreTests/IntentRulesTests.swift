@@ -39,10 +39,18 @@ struct IntentRulesTests {
     func cancelAndRelease() {
         #expect(OrderIntentRules.isDone(.cancelOrder, facts: facts(.cancelled), expectedCapturedTotal: nil, knownExpiry: nil))
         #expect(!OrderIntentRules.isDone(.cancelOrder, facts: facts(.authorized), expectedCapturedTotal: nil, knownExpiry: nil))
-        #expect(!OrderIntentRules.isDone(.cancelOrder, facts: facts(OrderStatus(rawValue: "SOMETHING_NEW")), expectedCapturedTotal: nil, knownExpiry: nil))
-        #expect(OrderIntentRules.isDone(.releaseRemaining, facts: facts(.captured, captured: 4_000, remaining: 0), expectedCapturedTotal: nil, knownExpiry: nil))
-        #expect(!OrderIntentRules.isDone(.releaseRemaining, facts: facts(.partCaptured, captured: 4_000, remaining: 6_000), expectedCapturedTotal: nil, knownExpiry: nil))
-        #expect(!OrderIntentRules.isDone(.releaseRemaining, facts: facts(.cancelled, captured: 0, remaining: 0), expectedCapturedTotal: nil, knownExpiry: nil))
+        #expect(
+            !OrderIntentRules.isDone(.cancelOrder, facts: facts(OrderStatus(rawValue: "SOMETHING_NEW")), expectedCapturedTotal: nil, knownExpiry: nil)
+        )
+        #expect(
+            OrderIntentRules.isDone(
+                .releaseRemaining, facts: facts(.captured, captured: 4_000, remaining: 0), expectedCapturedTotal: nil, knownExpiry: nil))
+        #expect(
+            !OrderIntentRules.isDone(
+                .releaseRemaining, facts: facts(.partCaptured, captured: 4_000, remaining: 6_000), expectedCapturedTotal: nil, knownExpiry: nil))
+        #expect(
+            !OrderIntentRules.isDone(
+                .releaseRemaining, facts: facts(.cancelled, captured: 0, remaining: 0), expectedCapturedTotal: nil, knownExpiry: nil))
     }
 
     @Test("An extension is done when the authorization ends later than it did; a read without an expiry proves nothing")
@@ -54,7 +62,9 @@ struct IntentRulesTests {
         #expect(OrderIntentRules.isDone(.extendAuthorization, facts: facts(expires: later), expectedCapturedTotal: nil, knownExpiry: nil))
     }
 
-    @Test("Giving up an order intent: an operator's cancel or release waits for a person, an extension or Klarna's 403 reads the order, anything else fails")
+    @Test(
+        "Giving up an order intent: an operator's cancel or release waits for a person, an extension or Klarna's 403 reads the order, anything else fails"
+    )
     func orderGiveUp() {
         for status in [nil, 400, 403, 500] as [Int?] {
             #expect(OrderIntentRules.giveUp(.cancelOrder, status: status) == .waitForOperator)
@@ -71,10 +81,14 @@ struct IntentRulesTests {
         let expired = SessionIntentRules.giveUp(.placeOrder, status: 404, errorCode: "NOT_FOUND", error: "404 NOT_FOUND", retryReason: "not retried")
         #expect(expired.outcome == .expired)
         #expect(expired.reason.contains("expired or was released"))
-        let rejected = SessionIntentRules.giveUp(.customerToken, status: 403, errorCode: "REJECTED", error: "403 REJECTED", retryReason: "not retried")
+        let rejected = SessionIntentRules.giveUp(
+            .customerToken, status: 403, errorCode: "REJECTED", error: "403 REJECTED", retryReason: "not retried")
         #expect(rejected == (.rejected, "Klarna rejected the customer token (403 REJECTED)"))
-        let other = SessionIntentRules.giveUp(.placeOrder, status: 403, errorCode: "FORBIDDEN", error: "403 FORBIDDEN", retryReason: "a 4xx is not retried")
+        let other = SessionIntentRules.giveUp(
+            .placeOrder, status: 403, errorCode: "FORBIDDEN", error: "403 FORBIDDEN", retryReason: "a 4xx is not retried")
         #expect(other == (.needsAttention, "place_order failed: 403 FORBIDDEN; a 4xx is not retried"))
-        #expect(SessionIntentRules.giveUp(.placeOrder, status: nil, errorCode: nil, error: "timeout", retryReason: "token expires").outcome == .needsAttention)
+        #expect(
+            SessionIntentRules.giveUp(.placeOrder, status: nil, errorCode: nil, error: "timeout", retryReason: "token expires").outcome
+                == .needsAttention)
     }
 }

@@ -21,7 +21,8 @@ struct IntentVerdictTests {
     }
 
     func decide(_ intent: Intent, _ failure: CallFailure, now: Date? = nil, deadline: Date? = nil) -> IntentVerdict {
-        IntentVerdict.decide(intent: intent, failure: failure, now: now ?? Fixtures.t0, deadline: deadline, policy: policy, createOrderSettle: settle, random: half)
+        IntentVerdict.decide(
+            intent: intent, failure: failure, now: now ?? Fixtures.t0, deadline: deadline, policy: policy, createOrderSettle: settle, random: half)
     }
 
     @Test("A capture whose answer was lost takes the newest capture of its amount that no other capture intent claims")
@@ -39,7 +40,9 @@ struct IntentVerdictTests {
         #expect(Intent(key: "x", kind: .cancelOrder, subject: "o-1", now: Fixtures.t0).resolvedCaptureID(among: captures, claimed: []) == nil)
     }
 
-    @Test("An unclear answer below the attempt limit makes the intent ambiguous and comes back after a jittered backoff (a create-order after its settle period: CreateOrderSettleTests)")
+    @Test(
+        "An unclear answer below the attempt limit makes the intent ambiguous and comes back after a jittered backoff (a create-order after its settle period: CreateOrderSettleTests)"
+    )
     func ambiguousBelowLimit() {
         let intent = sent(.capture, attempts: 2)
         guard case .tryAgain(let next, let at, let event) = decide(intent, failure(unknown: true)) else {
@@ -85,7 +88,10 @@ struct IntentVerdictTests {
         #expect(next.lastError == "HTTP 503 SERVICE_UNAVAILABLE")
         #expect(next.attempts == 2)
         #expect(event.kind == .retry)
-        #expect(event.message == "place_order attempt 2 failed (HTTP 503 SERVICE_UNAVAILABLE); retrying in 1.0 s without a settle period: the request never reached Klarna, or Klarna refused it unprocessed")
+        #expect(
+            event.message
+                == "place_order attempt 2 failed (HTTP 503 SERVICE_UNAVAILABLE); retrying in 1.0 s without a settle period: the request never reached Klarna, or Klarna refused it unprocessed"
+        )
     }
 
     @Test("The backoff never passes the deadline (the authorization token's expiry)")
@@ -134,7 +140,11 @@ struct IntentVerdictTests {
         let late = IntentVerdict.decide(
             intent: sent(attempts: 1), failure: failure(), now: Fixtures.t0.addingTimeInterval(59.9), deadline: nil, policy: patient,
             createOrderSettle: settle, random: half)
-        #expect(late == .giveUp(sent(attempts: 1).failed("HTTP 503 SERVICE_UNAVAILABLE", now: Fixtures.t0.addingTimeInterval(59.9)), reason: "the retry deadline would be exceeded"))
+        #expect(
+            late
+                == .giveUp(
+                    sent(attempts: 1).failed("HTTP 503 SERVICE_UNAVAILABLE", now: Fixtures.t0.addingTimeInterval(59.9)),
+                    reason: "the retry deadline would be exceeded"))
     }
 
     @Test("Kinds Klarna deduplicates say they retry with the same idempotency key; the others do not", arguments: Intent.Kind.allCases)
@@ -149,9 +159,11 @@ struct IntentVerdictTests {
     @Test("The same seed gives the same verdict")
     func seededIsReproducible() {
         let first = IntentVerdict.decide(
-            intent: sent(attempts: 2), failure: failure(), now: Fixtures.t0, deadline: nil, policy: policy, createOrderSettle: settle, random: SeededRandomSource(seed: 9))
+            intent: sent(attempts: 2), failure: failure(), now: Fixtures.t0, deadline: nil, policy: policy, createOrderSettle: settle,
+            random: SeededRandomSource(seed: 9))
         let second = IntentVerdict.decide(
-            intent: sent(attempts: 2), failure: failure(), now: Fixtures.t0, deadline: nil, policy: policy, createOrderSettle: settle, random: SeededRandomSource(seed: 9))
+            intent: sent(attempts: 2), failure: failure(), now: Fixtures.t0, deadline: nil, policy: policy, createOrderSettle: settle,
+            random: SeededRandomSource(seed: 9))
         #expect(first == second)
         guard case .tryAgain(_, let at, _) = first else { Issue.record("expected tryAgain"); return }
         #expect(at >= Fixtures.t0 && at < Fixtures.t0.addingTimeInterval(2))

@@ -5,13 +5,17 @@ import TestSupport
 
 @Suite("Order state machine")
 struct OrderMachineTests {
-    let deadlines = Deadlines(authorizationWarnBefore: .seconds(3 * 86_400), autoExtendAuthorization: false, pendingFraudInterval: .seconds(900), orderRecheckInterval: .seconds(6 * 3_600))
+    let deadlines = Deadlines(
+        authorizationWarnBefore: .seconds(3 * 86_400), autoExtendAuthorization: false, pendingFraudInterval: .seconds(900),
+        orderRecheckInterval: .seconds(6 * 3_600))
 
     func order(_ policy: CapturePolicy, placedBy: PlaceOrderMode = PlaceOrderMode.none) -> TrackedOrder {
         Fixtures.order("o-1", session: "hpp-1", kp: "kp-1", reference: "ref", policy: policy, placedBy: placedBy)
     }
 
-    func read(_ status: String = "AUTHORIZED", fraud: String = "ACCEPTED", captured: Int = 0, remaining: Int? = nil, expiresIn days: Double = 28) -> OrderObservation {
+    func read(
+        _ status: String = "AUTHORIZED", fraud: String = "ACCEPTED", captured: Int = 0, remaining: Int? = nil, expiresIn days: Double = 28
+    ) -> OrderObservation {
         OrderObservation(
             status: OrderStatus(rawValue: status), fraudStatus: FraudStatus(rawValue: fraud), orderAmount: 10_000, capturedAmount: captured,
             remainingAuthorizedAmount: remaining ?? (10_000 - captured), currency: "EUR",
@@ -44,7 +48,9 @@ struct OrderMachineTests {
 
     @Test("PENDING is never captured, whatever the policy", arguments: CapturePolicy.allCases)
     func pendingNeverCaptured(policy: CapturePolicy) {
-        let step = order(policy).applying(read(fraud: "PENDING"), request: CaptureRequestItem(id: 1, orderID: "o-1", amount: nil, requestedAt: Fixtures.t0), now: Fixtures.t0, deadlines: deadlines)
+        let step = order(policy).applying(
+            read(fraud: "PENDING"), request: CaptureRequestItem(id: 1, orderID: "o-1", amount: nil, requestedAt: Fixtures.t0), now: Fixtures.t0,
+            deadlines: deadlines)
         #expect(step.action == nil)
         #expect(step.order.phase == .pendingFraud)
         #expect(step.order.nextDueAt == Fixtures.t0.addingTimeInterval(900))
@@ -73,10 +79,12 @@ struct OrderMachineTests {
         #expect(step.outcomes.map(\.kind) == [.orderPlaced, .rejected])
     }
 
-    @Test("Klarna-side end states close the order", arguments: [
-        ("CANCELLED", 0, OutcomeKind.cancelled), ("EXPIRED", 0, .expired), ("CAPTURED", 10_000, .captured),
-        ("CLOSED", 10_000, .captured), ("CLOSED", 0, .cancelled),
-    ])
+    @Test(
+        "Klarna-side end states close the order",
+        arguments: [
+            ("CANCELLED", 0, OutcomeKind.cancelled), ("EXPIRED", 0, .expired), ("CAPTURED", 10_000, .captured),
+            ("CLOSED", 10_000, .captured), ("CLOSED", 0, .cancelled),
+        ])
     func endStates(status: String, captured: Int, kind: OutcomeKind) {
         let step = order(.onRequest).applying(read(status, captured: captured, remaining: 0), request: nil, now: Fixtures.t0, deadlines: deadlines)
         #expect(step.order.phase == .closed)
@@ -93,16 +101,24 @@ struct OrderMachineTests {
         #expect(step.outcomes.map(\.kind) == [.orderPlaced, .captured])
         #expect(step.outcomes.last?.reason.contains("CAPTURE_ORDER") == true)
         #expect(step.action == nil)
-        #expect(step.ledgerCaptures == [LedgerCapture(
-            orderID: step.order.orderID, captureID: "cap-hpp", amount: 10_000, currency: "EUR", capturedAt: Fixtures.t0.addingTimeInterval(-5), source: .daemon)])
+        #expect(
+            step.ledgerCaptures == [
+                LedgerCapture(
+                    orderID: step.order.orderID, captureID: "cap-hpp", amount: 10_000, currency: "EUR",
+                    capturedAt: Fixtures.t0.addingTimeInterval(-5), source: .daemon)
+            ])
         // An order the daemon did not ask HPP to capture: a capture it did not make is left for the settlement sync.
         #expect(order(.immediate).applying(observed, request: nil, now: Fixtures.t0, deadlines: deadlines).ledgerCaptures.isEmpty)
     }
 
     @Test("immediate captures the remaining amount (after a partial capture elsewhere too)")
     func immediate() {
-        #expect(order(.immediate).applying(read(), request: nil, now: Fixtures.t0, deadlines: deadlines).action == .capture(amount: 10_000, requestID: nil))
-        #expect(order(.immediate).applying(read("PART_CAPTURED", captured: 4_000), request: nil, now: Fixtures.t0, deadlines: deadlines).action == .capture(amount: 6_000, requestID: nil))
+        #expect(
+            order(.immediate).applying(read(), request: nil, now: Fixtures.t0, deadlines: deadlines).action
+                == .capture(amount: 10_000, requestID: nil))
+        #expect(
+            order(.immediate).applying(read("PART_CAPTURED", captured: 4_000), request: nil, now: Fixtures.t0, deadlines: deadlines).action
+                == .capture(amount: 6_000, requestID: nil))
     }
 
     @Test("never: closes after order_placed without capturing")
@@ -119,16 +135,21 @@ struct OrderMachineTests {
         #expect(waiting.action == nil)
         #expect(waiting.order.phase == .awaitingCapture)
         #expect(waiting.order.nextDueAt == Fixtures.t0.addingTimeInterval(6 * 3_600))
-        let partial = waiting.order.applying(read(), request: CaptureRequestItem(id: 7, orderID: "o-1", amount: 2_500, requestedAt: Fixtures.t0), now: Fixtures.t0, deadlines: deadlines)
+        let partial = waiting.order.applying(
+            read(), request: CaptureRequestItem(id: 7, orderID: "o-1", amount: 2_500, requestedAt: Fixtures.t0), now: Fixtures.t0,
+            deadlines: deadlines)
         #expect(partial.action == .capture(amount: 2_500, requestID: 7))
         #expect(partial.order.phase == .capturing)
-        let rest = waiting.order.applying(read(), request: CaptureRequestItem(id: 8, orderID: "o-1", amount: nil, requestedAt: Fixtures.t0), now: Fixtures.t0, deadlines: deadlines)
+        let rest = waiting.order.applying(
+            read(), request: CaptureRequestItem(id: 8, orderID: "o-1", amount: nil, requestedAt: Fixtures.t0), now: Fixtures.t0, deadlines: deadlines)
         #expect(rest.action == .capture(amount: 10_000, requestID: 8))
     }
 
     @Test("A request above what remains is refused with the reason, and the next request is looked at at once")
     func overCapture() {
-        let step = order(.onRequest).applying(read("PART_CAPTURED", captured: 9_000), request: CaptureRequestItem(id: 3, orderID: "o-1", amount: 5_000, requestedAt: Fixtures.t0), now: Fixtures.t0, deadlines: deadlines)
+        let step = order(.onRequest).applying(
+            read("PART_CAPTURED", captured: 9_000), request: CaptureRequestItem(id: 3, orderID: "o-1", amount: 5_000, requestedAt: Fixtures.t0),
+            now: Fixtures.t0, deadlines: deadlines)
         guard case .refuseRequest(let id, let reason) = step.action else { Issue.record("expected a refusal"); return }
         #expect(id == 3)
         #expect(reason.contains("1000 remains"))
@@ -179,7 +200,10 @@ struct OrderMachineTests {
 
     @Test("A confirmed capture closes the order when nothing remains, else reads again")
     func captureConfirmed() {
-        let capturing = order(.onRequest).applying(read(), request: CaptureRequestItem(id: 1, orderID: "o-1", amount: 4_000, requestedAt: Fixtures.t0), now: Fixtures.t0, deadlines: deadlines).order
+        let capturing = order(.onRequest).applying(
+            read(), request: CaptureRequestItem(id: 1, orderID: "o-1", amount: 4_000, requestedAt: Fixtures.t0), now: Fixtures.t0,
+            deadlines: deadlines
+        ).order
         let partial = capturing.captureConfirmed(amount: 4_000, captureID: "cap-1", now: Fixtures.t0)
         #expect(partial.order.phase == .checking)
         #expect(partial.order.capturedAmount == 4_000)
@@ -230,7 +254,8 @@ struct OrderMachineTests {
 
     @Test("A refused intent is dropped and the order is read now, with Klarna's answer in the event")
     func intentRefused() {
-        let capturing = order(.immediate).applying(read(), request: nil, now: Fixtures.t0, deadlines: deadlines).order.intentStarted(key: "cap-key", now: Fixtures.t0)
+        let capturing = order(.immediate).applying(read(), request: nil, now: Fixtures.t0, deadlines: deadlines).order.intentStarted(
+            key: "cap-key", now: Fixtures.t0)
         let step = capturing.intentRefused(.capture, error: "HTTP 403 NOT_ALLOWED", now: Fixtures.t0.addingTimeInterval(2))
         #expect(step.order.activeIntent == nil)
         #expect(step.order.phase == .checking)
@@ -242,7 +267,8 @@ struct OrderMachineTests {
 
     @Test("A failed intent is dropped and the order closes for an operator")
     func intentFailed() {
-        let capturing = order(.immediate).applying(read(), request: nil, now: Fixtures.t0, deadlines: deadlines).order.intentStarted(key: "cap-key", now: Fixtures.t0)
+        let capturing = order(.immediate).applying(read(), request: nil, now: Fixtures.t0, deadlines: deadlines).order.intentStarted(
+            key: "cap-key", now: Fixtures.t0)
         let step = capturing.intentFailed("capture failed: HTTP 400; the failure is not retryable")
         #expect(step.order.activeIntent == nil)
         #expect(step.order.phase == .closed)
@@ -283,7 +309,8 @@ struct IntentTests {
         let unclear = sent.ambiguous("timeout", now: Fixtures.t0)
         #expect(unclear.needsResolution && !unclear.isFinished)
         let again = unclear.retrying(nil, at: Fixtures.t0.addingTimeInterval(5), now: Fixtures.t0)
-        #expect(again.state == .intended && again.key == "k" && again.lastError == "timeout" && again.nextAttemptAt == Fixtures.t0.addingTimeInterval(5))
+        #expect(
+            again.state == .intended && again.key == "k" && again.lastError == "timeout" && again.nextAttemptAt == Fixtures.t0.addingTimeInterval(5))
         #expect(again.sending(now: Fixtures.t0).attempts == 2)
         #expect(unclear.failed("refused", now: Fixtures.t0).isFinished)
     }

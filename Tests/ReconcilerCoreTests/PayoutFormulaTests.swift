@@ -33,21 +33,27 @@ struct PayoutFormulaTests {
         ]
     }
 
-    @Test("settlement = sale − return − reversal − fee + fee_correction + commission − tax − charge + credit − repay − holdback + release + fee_refund")
+    @Test(
+        "settlement = sale − return − reversal − fee + fee_correction + commission − tax − charge + credit − repay − holdback + release + fee_refund")
     func formula() {
         let figures = PayoutFigures(totals: everyTerm)
         // 1000 − 100 − 50 − 30 + 5 + 20 − 7 − 3 + 2 − 11 − 13 + 17 + 19
         #expect(figures.formulaSettlement == 849)
-        #expect(figures.formulaText == "sale 1000 - return 100 - reversal 50 - fee 30 + fee_correction 5 + commission 20 - tax 7 - charge 3 + credit 2 - repay 11 - holdback 13 + release 17 + fee_refund 19")
+        #expect(
+            figures.formulaText
+                == "sale 1000 - return 100 - reversal 50 - fee 30 + fee_correction 5 + commission 20 - tax 7 - charge 3 + credit 2 - repay 11 - holdback 13 + release 17 + fee_refund 19"
+        )
         #expect(PayoutFormula.check(payout(everyTerm), lines: everyLine) == [])
     }
 
     @Test("The lines' figures: reversal less merchant protection, tax from vat_amount, CORRECTION and new types outside")
     func figuresFromLines() {
         let figures = PayoutFigures(lines: everyLine, totals: everyTerm)
-        #expect(figures == PayoutFigures(
-            sale: 1_000, returns: 100, reversal: 50, fee: 30, tax: 7, feeCorrection: 5, commission: 20, charge: 3, credit: 2,
-            repay: 11, holdback: 13, release: 17, feeRefund: 19, settlement: 849))
+        #expect(
+            figures
+                == PayoutFigures(
+                    sale: 1_000, returns: 100, reversal: 50, fee: 30, tax: 7, feeCorrection: 5, commission: 20, charge: 3, credit: 2,
+                    repay: 11, holdback: 13, release: 17, feeRefund: 19, settlement: 849))
     }
 
     @Test("Each term moves the settlement its own way: one unit more in a term changes the formula by one, with its sign")
@@ -79,7 +85,8 @@ struct PayoutFormulaTests {
         }
     }
 
-    @Test("Totals sent negative for the debits read the same: a directional total is taken by its magnitude, the reversal (a net) by the debits' sign")
+    @Test(
+        "Totals sent negative for the debits read the same: a directional total is taken by its magnitude, the reversal (a net) by the debits' sign")
     func negativeTotals() {
         var totals = everyTerm
         totals.reversalAmount = -50
@@ -124,27 +131,36 @@ struct PayoutFormulaTests {
     func feeLineMissing() {
         let lines = everyLine.filter { $0.kind != .fee } + [line(4, .fee, 25, vat: 7)]
         let findings = PayoutFormula.check(payout(everyTerm), lines: lines)
-        #expect(findings == [SettlementFinding(
-            kind: .totalsMismatch, paymentReference: "P1", figure: .fee, expected: 25, actual: 30,
-            reason: "fee_amount is 30 but the FEE lines sum to 25 (+5)")])
+        #expect(
+            findings == [
+                SettlementFinding(
+                    kind: .totalsMismatch, paymentReference: "P1", figure: .fee, expected: 25, actual: 30,
+                    reason: "fee_amount is 30 but the FEE lines sum to 25 (+5)")
+            ])
     }
 
     @Test("The reversal figure is REVERSAL less REVERSAL_MERCHANT_PROTECTION")
     func reversalNet() {
         let lines = everyLine.filter { $0.kind != .reversalMerchantProtection }
         let findings = PayoutFormula.check(payout(everyTerm), lines: lines)
-        #expect(findings == [SettlementFinding(
-            kind: .totalsMismatch, paymentReference: "P1", figure: .reversal, expected: 60, actual: 50,
-            reason: "reversal_amount is 50 but the REVERSAL lines less the REVERSAL_MERCHANT_PROTECTION lines sum to 60 (-10)")])
+        #expect(
+            findings == [
+                SettlementFinding(
+                    kind: .totalsMismatch, paymentReference: "P1", figure: .reversal, expected: 60, actual: 50,
+                    reason: "reversal_amount is 50 but the REVERSAL lines less the REVERSAL_MERCHANT_PROTECTION lines sum to 60 (-10)")
+            ])
     }
 
     @Test("An absent tax_amount counts as 0: VAT on the lines then shows as the tax figure differing")
     func absentTax() {
         let totals = SettledTotals(saleAmount: 500_000, feeAmount: 12_000, settlementAmount: 488_000)
         let lines = [line(0, .sale, 500_000), line(1, .fee, 12_000, vat: 3_000)]
-        #expect(PayoutFormula.check(payout(totals), lines: lines) == [SettlementFinding(
-            kind: .totalsMismatch, paymentReference: "P1", figure: .tax, expected: 3_000, actual: 0,
-            reason: "tax_amount is 0 (absent) but the lines' vat_amount (and TAX lines) sum to 3000 (-3000)")])
+        #expect(
+            PayoutFormula.check(payout(totals), lines: lines) == [
+                SettlementFinding(
+                    kind: .totalsMismatch, paymentReference: "P1", figure: .tax, expected: 3_000, actual: 0,
+                    reason: "tax_amount is 0 (absent) but the lines' vat_amount (and TAX lines) sum to 3000 (-3000)")
+            ])
     }
 
     @Test("A payout of nothing adds up")

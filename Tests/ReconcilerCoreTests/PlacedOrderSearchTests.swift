@@ -15,7 +15,9 @@ struct PlacedOrderSearchTests {
     @Test("The HPP session's order_id decides alone: it names this payment's order, whatever else is found")
     func hppDecides() {
         let other = Clue(orderID: "o-other", source: .omNotification, merchantReference: "shop-7", currency: "EUR")
-        #expect(verdict(hpp: "o-hpp", [other], reference: nil) == .found(orderID: "o-hpp", how: "named by the HPP session's order_id", sources: [.hostedPaymentPage]))
+        #expect(
+            verdict(hpp: "o-hpp", [other], reference: nil)
+                == .found(orderID: "o-hpp", how: "named by the HPP session's order_id", sources: [.hostedPaymentPage]))
         // An empty order_id names nothing.
         guard case .notFound = verdict(hpp: "", [], reference: nil) else { Issue.record("an empty order_id linked an order"); return }
     }
@@ -25,9 +27,14 @@ struct PlacedOrderSearchTests {
         let notified = Clue(orderID: "o-1", source: .omNotification, merchantReference: "shop-7", currency: "EUR")
         let settled = Clue(orderID: "o-1", source: sale, merchantReference: "shop-7", currency: "EUR")
         let unrelated = Clue(orderID: "o-2", source: .omNotification, merchantReference: "shop-8", currency: "EUR")
-        #expect(verdict([unrelated, notified]) == .found(
-            orderID: "o-1", how: "named by an OM notification for an order this daemon did not know with merchant reference shop-7", sources: [.omNotification]))
-        #expect(verdict([settled]) == .found(orderID: "o-1", how: "named by settlement line PAY-1#3 (a SALE) with merchant reference shop-7", sources: [sale]))
+        #expect(
+            verdict([unrelated, notified])
+                == .found(
+                    orderID: "o-1", how: "named by an OM notification for an order this daemon did not know with merchant reference shop-7",
+                    sources: [.omNotification]))
+        #expect(
+            verdict([settled])
+                == .found(orderID: "o-1", how: "named by settlement line PAY-1#3 (a SALE) with merchant reference shop-7", sources: [sale]))
         guard case .found(let orderID, let how, let sources) = verdict([notified, settled]) else { Issue.record("not linked"); return }
         #expect(orderID == "o-1" && sources == [.omNotification, sale])
         #expect(how.contains(" and settlement line PAY-1#3"))
@@ -37,10 +44,15 @@ struct PlacedOrderSearchTests {
     func nothingOrTooMuch() {
         let first = Clue(orderID: "o-1", source: .omNotification, merchantReference: "shop-7", currency: "EUR")
         let second = Clue(orderID: "o-2", source: sale, merchantReference: "shop-7", currency: "EUR")
-        #expect(verdict([first, second]) == .notFound("2 orders carry merchant reference shop-7 (o-1, o-2): which one Klarna placed for this payment is not known"))
+        #expect(
+            verdict([first, second])
+                == .notFound("2 orders carry merchant reference shop-7 (o-1, o-2): which one Klarna placed for this payment is not known"))
         #expect(verdict([]) == .notFound("nothing names it: the HPP session gives no order_id, and no \(searched) carries merchant reference shop-7"))
-        #expect(verdict([first], reference: nil) == .notFound(
-            "the HPP session names no order_id, and the payment has no merchant reference that an OM notification or a settlement line could be matched by"))
+        #expect(
+            verdict([first], reference: nil)
+                == .notFound(
+                    "the HPP session names no order_id, and the payment has no merchant reference that an OM notification or a settlement line could be matched by"
+                ))
     }
 
     @Test("A candidate in another currency, or whose reference Klarna left out, is not this payment's order")

@@ -216,9 +216,13 @@ struct RateLimiterTests {
         let limiter = RateLimiter(ratePerSecond: 10, burst: 1, clock: clock)
         try await limiter.acquire(.routine)
         let order = OrderLog()
-        let routine = Task { try await limiter.acquire(.routine); order.append("routine") }
+        let routine = Task {
+            try await limiter.acquire(.routine); order.append("routine")
+        }
         try await waitUntil { limiter.waiting == 1 }
-        let capture = Task { try await limiter.acquire(.inMotion); order.append("capture") }
+        let capture = Task {
+            try await limiter.acquire(.inMotion); order.append("capture")
+        }
         try await waitUntil { limiter.waiting == 2 && clock.sleeperCount == 1 }
         clock.advance(by: .milliseconds(100))
         try await capture.value
@@ -235,9 +239,13 @@ struct RateLimiterTests {
         let limiter = RateLimiter(ratePerSecond: 10, burst: 1, clock: clock)
         try await limiter.acquire(.routine)
         let order = OrderLog()
-        let sync = Task { try await limiter.acquire(.background); order.append("settlements") }
+        let sync = Task {
+            try await limiter.acquire(.background); order.append("settlements")
+        }
         try await waitUntil { limiter.waiting == 1 }
-        let poll = Task { try await limiter.acquire(.routine); order.append("poll") }
+        let poll = Task {
+            try await limiter.acquire(.routine); order.append("poll")
+        }
         try await waitUntil { limiter.waiting == 2 && clock.sleeperCount == 1 }
         clock.advance(by: .milliseconds(100))
         try await poll.value
@@ -254,7 +262,9 @@ struct RateLimiterTests {
         let deadline = clock.now.addingTimeInterval(1)
         clock.advance(by: .milliseconds(400))  // time moves between computing the deadline and parking
         let woke = Flag()
-        let sleeper = Task { try await clock.sleep(until: deadline); woke.set() }
+        let sleeper = Task {
+            try await clock.sleep(until: deadline); woke.set()
+        }
         try await waitUntil { clock.sleeperCount == 1 }
         clock.advance(by: .milliseconds(599))
         #expect(!woke.isSet)

@@ -6,19 +6,24 @@ import TestSupport
 /// Where operator requests apply, why they are refused, and what re-driving a payment changes.
 @Suite("Remediation rules")
 struct RemediationTests {
-    func session(_ phase: TrackedSession.Phase = .polling, outcome: OutcomeKind? = nil, token: String? = nil, tokenExpires: TimeInterval = 3_600) -> TrackedSession {
+    func session(
+        _ phase: TrackedSession.Phase = .polling, outcome: OutcomeKind? = nil, token: String? = nil, tokenExpires: TimeInterval = 3_600
+    ) -> TrackedSession {
         Fixtures.session(
             "hpp-1", kp: "kp-1", reference: "ref", policy: .immediate, phase: phase, outcome: outcome, token: token,
             tokenExpiresAt: token == nil ? nil : Fixtures.t0.addingTimeInterval(tokenExpires))
     }
 
-    func order(_ phase: TrackedOrder.Phase = .awaitingCapture, outcome: OutcomeKind? = nil, captured: Int = 0, remaining: Int = 10_000) -> TrackedOrder {
+    func order(
+        _ phase: TrackedOrder.Phase = .awaitingCapture, outcome: OutcomeKind? = nil, captured: Int = 0, remaining: Int = 10_000
+    ) -> TrackedOrder {
         Fixtures.order(
             "o-1", session: "hpp-1", kp: "kp-1", reference: "ref", placedBy: PlaceOrderMode.none, phase: phase, outcome: outcome,
             amount: 10_000, captured: captured, remaining: remaining)
     }
 
-    func view(sessions: [TrackedSession] = [], orders: [TrackedOrder] = [], intents: [Intent] = [], held: Set<RemediationTarget> = []) -> PaymentView {
+    func view(sessions: [TrackedSession] = [], orders: [TrackedOrder] = [], intents: [Intent] = [], held: Set<RemediationTarget> = []) -> PaymentView
+    {
         PaymentView(sessions: sessions, orders: orders, intents: intents, held: held)
     }
 
@@ -38,8 +43,11 @@ struct RemediationTests {
     func holdAndRelease() throws {
         let open = view(sessions: [session(.ordered)], orders: [order()])
         #expect(try Remediation.targets(.hold, payment: open, now: Fixtures.t0).get() == [.order("o-1")])
-        #expect(refusal(Remediation.targets(.hold, payment: view(sessions: [session(.ordered)], orders: [order(.closed, outcome: .captured)]), now: Fixtures.t0))?.reason
-            .contains("nothing to hold: order o-1 is captured") == true)
+        #expect(
+            refusal(
+                Remediation.targets(
+                    .hold, payment: view(sessions: [session(.ordered)], orders: [order(.closed, outcome: .captured)]), now: Fixtures.t0))?.reason
+                .contains("nothing to hold: order o-1 is captured") == true)
         let held = view(sessions: [session(.ordered)], orders: [order()], held: [.order("o-1")])
         #expect(refusal(Remediation.targets(.hold, payment: held, now: Fixtures.t0))?.reason == "already held")
         #expect(try Remediation.targets(.release, payment: held, now: Fixtures.t0).get() == [.order("o-1")])
@@ -50,7 +58,8 @@ struct RemediationTests {
     func retryTargets() throws {
         let fine = view(sessions: [session(.ordered)], orders: [order(.closed, outcome: .captured)])
         #expect(refusal(Remediation.targets(.retry, payment: fine, now: Fixtures.t0))?.reason == "nothing to retry: order o-1 is captured")
-        #expect(refusal(Remediation.targets(.retry, payment: view(sessions: [session()]), now: Fixtures.t0))?.reason.contains("nothing to retry") == true)
+        #expect(
+            refusal(Remediation.targets(.retry, payment: view(sessions: [session()]), now: Fixtures.t0))?.reason.contains("nothing to retry") == true)
         let stuck = view(sessions: [session(.ordered)], orders: [order(.closed, outcome: .needsAttention)])
         #expect(try Remediation.targets(.retry, payment: stuck, now: Fixtures.t0).get() == [.order("o-1")])
         let heldStuck = view(sessions: [session(.ordered)], orders: [order(.closed, outcome: .needsAttention)], held: [.order("o-1")])
@@ -65,13 +74,15 @@ struct RemediationTests {
         let answer = Remediation.targets(.retry, payment: view(sessions: [expired]), now: Fixtures.t0.addingTimeInterval(3_601))
         #expect(refusal(answer)?.reason.contains("authorization token expired") == true)
         // Before its expiry the same session may be re-driven.
-        #expect(try Remediation.targets(.retry, payment: view(sessions: [expired]), now: Fixtures.t0.addingTimeInterval(60)).get() == [.session("hpp-1")])
+        #expect(
+            try Remediation.targets(.retry, payment: view(sessions: [expired]), now: Fixtures.t0.addingTimeInterval(60)).get() == [.session("hpp-1")])
     }
 
     @Test("retry of an authorized session goes back to its intent, made unclear so that Klarna is read before any attempt")
     func retryAuthorized() {
         let stuck = session(.closed, outcome: .needsAttention, token: "tok-123456")
-        let failed = Intent(key: "k", kind: .placeOrder, subject: "hpp-1", now: Fixtures.t0).sending(now: Fixtures.t0).failed("HTTP 400", now: Fixtures.t0)
+        let failed = Intent(key: "k", kind: .placeOrder, subject: "hpp-1", now: Fixtures.t0).sending(now: Fixtures.t0).failed(
+            "HTTP 400", now: Fixtures.t0)
         let (step, intent) = stuck.retried(intents: [failed], orderID: nil, by: "uid 0 (root) via the command line", now: Fixtures.t0)
         #expect(step.session.phase == .authorized)
         #expect(step.session.outcome == nil)
@@ -84,7 +95,8 @@ struct RemediationTests {
     @Test("retry --order-id records the order Klarna placed and hands the session over to it")
     func retryWithOrderID() {
         let stuck = session(.closed, outcome: .needsAttention, token: "tok-123456")
-        let unclear = Intent(key: "k", kind: .placeOrder, subject: "hpp-1", now: Fixtures.t0).sending(now: Fixtures.t0).ambiguous("reset", now: Fixtures.t0)
+        let unclear = Intent(key: "k", kind: .placeOrder, subject: "hpp-1", now: Fixtures.t0).sending(now: Fixtures.t0).ambiguous(
+            "reset", now: Fixtures.t0)
         #expect(stuck.retryRefusal(orderID: "o-9", now: Fixtures.t0) == nil)
         let (step, intent) = stuck.retried(intents: [unclear], orderID: "o-9", by: "someone", now: Fixtures.t0)
         #expect(step.session.phase == .ordered)
@@ -98,7 +110,8 @@ struct RemediationTests {
     @Test("retry of an order whose capture failed takes the capture up again under its own key, after a read")
     func retryOrder() {
         let stuck = order(.closed, outcome: .needsAttention)
-        let capture = Intent(key: "cap", kind: .capture, subject: "o-1", amount: 10_000, now: Fixtures.t0).sending(now: Fixtures.t0).failed("HTTP 400", now: Fixtures.t0)
+        let capture = Intent(key: "cap", kind: .capture, subject: "o-1", amount: 10_000, now: Fixtures.t0).sending(now: Fixtures.t0).failed(
+            "HTTP 400", now: Fixtures.t0)
         let (step, intent) = stuck.retried(intents: [capture], by: "someone", now: Fixtures.t0)
         #expect(step.order.phase == .checking && step.order.outcome == nil)
         #expect(step.order.activeIntent == "cap")

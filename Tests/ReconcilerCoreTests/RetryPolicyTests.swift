@@ -30,8 +30,9 @@ struct TestFailure: RetryClassifiable {
     @Test func jitterIsSpreadOverTheWholeWindow() {
         let random = SeededRandomSource(seed: 42)
         let delays = (0..<2_000).map { _ -> Double in
-            guard case .retry(let delay) = policy.decide(
-                afterAttempt: 4, elapsed: .zero, disposition: .retry(notBefore: nil), random: random)
+            guard
+                case .retry(let delay) = policy.decide(
+                    afterAttempt: 4, elapsed: .zero, disposition: .retry(notBefore: nil), random: random)
             else { return -1 }
             return delay.timeInterval
         }
@@ -67,9 +68,13 @@ struct TestFailure: RetryClassifiable {
         bounded.deadline = .seconds(10)
         let retry = RetryDisposition.retry(notBefore: nil)
         // ceiling after attempt 3 is 4 s; at 0.5 that is 2 s: 7 + 2 < 10 is fine, 9 + 2 is not.
-        #expect(bounded.decide(afterAttempt: 3, elapsed: .seconds(7), disposition: retry, random: FixedRandom(value: 0.5)) == .retry(after: .seconds(2)))
-        #expect(bounded.decide(afterAttempt: 3, elapsed: .seconds(9), disposition: retry, random: FixedRandom(value: 0.5)) == .giveUp(.deadlineExceeded))
+        #expect(
+            bounded.decide(afterAttempt: 3, elapsed: .seconds(7), disposition: retry, random: FixedRandom(value: 0.5)) == .retry(after: .seconds(2)))
+        #expect(
+            bounded.decide(afterAttempt: 3, elapsed: .seconds(9), disposition: retry, random: FixedRandom(value: 0.5)) == .giveUp(.deadlineExceeded))
         // A server hint past the deadline also ends it: better to report now than to wait and fail.
-        #expect(bounded.decide(afterAttempt: 1, elapsed: .zero, disposition: .retry(notBefore: .seconds(20)), random: FixedRandom(value: 0)) == .giveUp(.deadlineExceeded))
+        #expect(
+            bounded.decide(afterAttempt: 1, elapsed: .zero, disposition: .retry(notBefore: .seconds(20)), random: FixedRandom(value: 0))
+                == .giveUp(.deadlineExceeded))
     }
 }

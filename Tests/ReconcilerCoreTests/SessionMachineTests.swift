@@ -11,11 +11,18 @@ struct SessionMachineTests {
         Fixtures.session("hpp-1", kp: "kp-1", mode: mode, policy: .immediate, purpose: purpose)
     }
 
-    func read(_ status: String, at seconds: TimeInterval = 0, token: String? = nil, order: String? = nil, expires: TimeInterval = 86_400) -> HPPObservation {
-        .session(status: HPPSessionStatus(rawValue: status), updatedAt: Fixtures.t0.addingTimeInterval(seconds), expiresAt: Fixtures.t0.addingTimeInterval(expires), authorizationToken: token, orderID: order, klarnaReference: order == nil ? nil : "KREF")
+    func read(
+        _ status: String, at seconds: TimeInterval = 0, token: String? = nil, order: String? = nil, expires: TimeInterval = 86_400
+    ) -> HPPObservation {
+        .session(
+            status: HPPSessionStatus(rawValue: status), updatedAt: Fixtures.t0.addingTimeInterval(seconds),
+            expiresAt: Fixtures.t0.addingTimeInterval(expires), authorizationToken: token, orderID: order,
+            klarnaReference: order == nil ? nil : "KREF")
     }
 
-    @Test("Non-final statuses keep polling, known or not", arguments: ["WAITING", "BACK", "IN_PROGRESS", "MANUAL_ID_CHECK", "FAILED", "ERROR", "TIMEOUT", "SOMETHING_NEW"])
+    @Test(
+        "Non-final statuses keep polling, known or not",
+        arguments: ["WAITING", "BACK", "IN_PROGRESS", "MANUAL_ID_CHECK", "FAILED", "ERROR", "TIMEOUT", "SOMETHING_NEW"])
     func nonFinalKeepsPolling(status: String) {
         let step = tracked().applying(read(status, at: 1), now: Fixtures.t0.addingTimeInterval(1), schedule: schedule)
         #expect(step.session.phase == .polling)
@@ -30,7 +37,10 @@ struct SessionMachineTests {
     @Test("Exactly COMPLETED, CANCELLED and DISABLED are final (Klarna's HPP API reference)")
     func finalStatuses() {
         let all = HPPSessionStatus.knownValues + [HPPSessionStatus(rawValue: "SOMETHING_NEW")]
-        let final = all.filter { tracked().applying(read($0.rawValue, at: 5, token: "tok"), now: Fixtures.t0.addingTimeInterval(5), schedule: schedule).session.phase != .polling }
+        let final = all.filter {
+            tracked().applying(read($0.rawValue, at: 5, token: "tok"), now: Fixtures.t0.addingTimeInterval(5), schedule: schedule).session.phase
+                != .polling
+        }
         #expect(final == [.completed, .cancelled, .disabled])
     }
 
@@ -66,7 +76,8 @@ struct SessionMachineTests {
 
     @Test("COMPLETED with an order id hands off to the order", arguments: [PlaceOrderMode.placeOrder, .captureOrder])
     func completedWithOrder(mode: PlaceOrderMode) {
-        let step = tracked(mode: mode).applying(read("COMPLETED", at: 5, order: "order-1"), now: Fixtures.t0.addingTimeInterval(5), schedule: schedule)
+        let step = tracked(mode: mode).applying(
+            read("COMPLETED", at: 5, order: "order-1"), now: Fixtures.t0.addingTimeInterval(5), schedule: schedule)
         #expect(step.session.phase == .ordered)
         #expect(step.session.orderID == "order-1")
         #expect(step.session.klarnaReference == "KREF")
@@ -114,7 +125,8 @@ struct SessionMachineTests {
 
     @Test("An older CANCELLED cannot undo a newer state, and nothing moves a final session")
     func finalIsFinal() {
-        let authorized = tracked().applying(read("COMPLETED", at: 10, token: "t"), now: Fixtures.t0.addingTimeInterval(10), schedule: schedule).session
+        let authorized = tracked().applying(read("COMPLETED", at: 10, token: "t"), now: Fixtures.t0.addingTimeInterval(10), schedule: schedule)
+            .session
         let late = authorized.applying(read("CANCELLED", at: 20), now: Fixtures.t0.addingTimeInterval(20), schedule: schedule)
         #expect(late.session.phase == .authorized)
         #expect(late.outcome == nil)
@@ -152,9 +164,11 @@ struct SessionMachineTests {
         #expect(failed.session.nextDueAt == Fixtures.t0.addingTimeInterval(14))
         #expect(failed.session.lastError == "HTTP 503")
         #expect(failed.outcome == nil)
-        let withinGrace = failed.session.readFailed("HTTP 503", now: Fixtures.t0.addingTimeInterval(3_600 + 599), retryAfter: .seconds(4), schedule: schedule)
+        let withinGrace = failed.session.readFailed(
+            "HTTP 503", now: Fixtures.t0.addingTimeInterval(3_600 + 599), retryAfter: .seconds(4), schedule: schedule)
         #expect(withinGrace.session.phase == .polling)
-        let pastGrace = failed.session.readFailed("HTTP 503", now: Fixtures.t0.addingTimeInterval(3_600 + 600), retryAfter: .seconds(4), schedule: schedule)
+        let pastGrace = failed.session.readFailed(
+            "HTTP 503", now: Fixtures.t0.addingTimeInterval(3_600 + 600), retryAfter: .seconds(4), schedule: schedule)
         #expect(pastGrace.session.phase == .closed)
         #expect(pastGrace.outcome?.kind == .expired)
         #expect(pastGrace.outcome?.reason.contains("HTTP 503") == true)
@@ -206,9 +220,11 @@ struct SessionMachineTests {
     func handedOverOrder() {
         let session = tracked(mode: .captureOrder)
         let order = session.order(for: OrderHandOff(orderID: "order-2", placedBy: .captureOrder), createdAt: Fixtures.t0.addingTimeInterval(7))
-        #expect(order == TrackedOrder(
-            orderID: "order-2", hppSessionID: "hpp-1", kpSessionID: "kp-1", merchantReference: "ref-1", capturePolicy: .immediate,
-            placedBy: .captureOrder, createdAt: Fixtures.t0.addingTimeInterval(7)))
+        #expect(
+            order
+                == TrackedOrder(
+                    orderID: "order-2", hppSessionID: "hpp-1", kpSessionID: "kp-1", merchantReference: "ref-1", capturePolicy: .immediate,
+                    placedBy: .captureOrder, createdAt: Fixtures.t0.addingTimeInterval(7)))
     }
 
     @Test("A customer token closes a tokenize-only session, with its outcome and only the token's tail in the event")

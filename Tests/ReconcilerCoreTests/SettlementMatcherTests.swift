@@ -32,7 +32,8 @@ struct SettlementMatcherTests {
             settledBy: settledBy)
     }
 
-    func refund(_ id: String?, _ amount: Int, order: String = "o-1", source: LedgerSource = .daemon, settledBy: SettledLineKey? = nil) -> LedgerRefund {
+    func refund(_ id: String?, _ amount: Int, order: String = "o-1", source: LedgerSource = .daemon, settledBy: SettledLineKey? = nil) -> LedgerRefund
+    {
         LedgerRefund(orderID: order, refundID: id, amount: amount, at: Fixtures.t0, source: source, settledBy: settledBy)
     }
 
@@ -64,20 +65,24 @@ struct SettlementMatcherTests {
 
     // MARK: - A payout that adds up
 
-    @Test("The documented example adds up: the SALE settles its capture, the FEE goes to its order and capture, the RETURN settles its refund, no finding")
+    @Test(
+        "The documented example adds up: the SALE settles its capture, the FEE goes to its order and capture, the RETURN settles its refund, no finding"
+    )
     func exampleMatches() {
         let result = reconcile(payout(exampleTotals), exampleLines, [exampleOrder])
         #expect(result.findings == [])
-        #expect(result.lines.map(\.match) == [
-            .capture(key("c-1"), byAmount: false),
-            .order("o-1", capture: key("c-1")),
-            .refund(RefundKey(orderID: "o-1", refundID: "r-1"), byAmount: false),
-        ])
+        #expect(
+            result.lines.map(\.match) == [
+                .capture(key("c-1"), byAmount: false),
+                .order("o-1", capture: key("c-1")),
+                .refund(RefundKey(orderID: "o-1", refundID: "r-1"), byAmount: false),
+            ])
         #expect(result.lines.map(\.signedAmount) == [500_000, -12_000, -20_000])
         #expect(result.lines.map(\.source) == [.daemon, nil, .daemon])
-        #expect(result.lines.map(\.note) == [
-            "capture c-1 of order o-1", "fee on order o-1, capture c-1", "refund r-1 of order o-1",
-        ])
+        #expect(
+            result.lines.map(\.note) == [
+                "capture c-1 of order o-1", "fee on order o-1, capture c-1", "refund r-1 of order o-1",
+            ])
         #expect(result.settledCaptures == [key("c-1"): SettledLineKey(paymentReference: ref, ordinal: 0)])
         #expect(result.settledRefunds == [RefundKey(orderID: "o-1", refundID: "r-1"): SettledLineKey(paymentReference: ref, ordinal: 2)])
         #expect(result.matchedCount == 3)
@@ -110,10 +115,12 @@ struct SettlementMatcherTests {
     func ledgerAskedOncePerOrder() {
         var asked: [String] = []
         let lines = exampleLines + [line(3, .sale, 100, order: "o-2", capture: "c-9")]
-        _ = SettlementMatcher.reconcile(payout: payout(exampleTotals), lines: lines, ledger: { orderID in
-            asked.append(orderID)
-            return orderID == "o-1" ? exampleOrder : nil
-        })
+        _ = SettlementMatcher.reconcile(
+            payout: payout(exampleTotals), lines: lines,
+            ledger: { orderID in
+                asked.append(orderID)
+                return orderID == "o-1" ? exampleOrder : nil
+            })
         #expect(asked.sorted() == ["o-1", "o-2"])
         #expect(SettlementMatcher.orderIDs(in: lines + [line(4, .holdback, 5, order: "")]) == ["o-1", "o-2"])
     }
@@ -128,10 +135,13 @@ struct SettlementMatcherTests {
         ]
         let totals = SettledTotals(saleAmount: 50_000, feeAmount: 1_500, settlementAmount: 48_500)
         let result = reconcile(payout(totals), lines, [exampleOrder])
-        #expect(result.findings == [SettlementFinding(
-            kind: .orphan, paymentReference: ref, lineOrdinals: [0, 1], orderID: "o-9", captureID: "c-9",
-            merchantReference: "1009", actual: 48_500, actualCurrency: "EUR",
-            reason: "order o-9 is not in the ledger: paid at Klarna, unknown to the shop (lines 0, 1: SALE, FEE; net 48500 EUR)")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .orphan, paymentReference: ref, lineOrdinals: [0, 1], orderID: "o-9", captureID: "c-9",
+                    merchantReference: "1009", actual: 48_500, actualCurrency: "EUR",
+                    reason: "order o-9 is not in the ledger: paid at Klarna, unknown to the shop (lines 0, 1: SALE, FEE; net 48500 EUR)")
+            ])
         #expect(result.lines.map(\.match) == [.unmatched(.orderUnknown), .unmatched(.orderUnknown)])
         #expect(result.unmatchedCount == 2)
         #expect(result.settledCaptures == [:])
@@ -145,9 +155,12 @@ struct SettlementMatcherTests {
     func saleWithoutOrderID() {
         let result = reconcile(payout(SettledTotals(saleAmount: 1_000, settlementAmount: 1_000)), [line(0, .sale, 1_000, order: "")], [])
         #expect(result.lines.map(\.match) == [.unmatched(.noOrderID)])
-        #expect(result.findings == [SettlementFinding(
-            kind: .orphan, paymentReference: ref, lineOrdinals: [0], actual: 1_000, actualCurrency: "EUR",
-            reason: "SALE of 1000 EUR (line 0) has no order id: paid at Klarna, unknown to the shop")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .orphan, paymentReference: ref, lineOrdinals: [0], actual: 1_000, actualCurrency: "EUR",
+                    reason: "SALE of 1000 EUR (line 0) has no order id: paid at Klarna, unknown to the shop")
+            ])
     }
 
     @Test("HOLDBACK, RELEASE, CHARGE and CREDIT without an order id, or with one the ledger does not know, are payout-level, not orphans")
@@ -179,10 +192,13 @@ struct SettlementMatcherTests {
         let totals = SettledTotals(saleAmount: 500_001, settlementAmount: 500_001)
         let result = reconcile(payout(totals), [line(0, .sale, 500_001, capture: "c-1")], [exampleOrder])
         #expect(result.lines.map(\.match) == [.capture(key("c-1"), byAmount: false)])
-        #expect(result.findings == [SettlementFinding(
-            kind: .amountMismatch, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", captureID: "c-1",
-            merchantReference: "1001", expected: 500_000, actual: 500_001, expectedCurrency: "EUR", actualCurrency: "EUR",
-            reason: "SALE of 500001 for capture c-1 of order o-1, which was 500000 (+1)")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .amountMismatch, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", captureID: "c-1",
+                    merchantReference: "1001", expected: 500_000, actual: 500_001, expectedCurrency: "EUR", actualCurrency: "EUR",
+                    reason: "SALE of 500001 for capture c-1 of order o-1, which was 500000 (+1)")
+            ])
         #expect(result.findings.first?.delta == 1)
     }
 
@@ -191,10 +207,13 @@ struct SettlementMatcherTests {
         let order = ledger(captures: [capture("c-1", 500_000)], refunds: [refund("r-1", 15_000)])
         let totals = SettledTotals(returnAmount: 20_000, settlementAmount: -20_000)
         let result = reconcile(payout(totals), [line(0, .return, 20_000, refund: "r-1")], [order])
-        #expect(result.findings == [SettlementFinding(
-            kind: .amountMismatch, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", refundID: "r-1",
-            merchantReference: "1001", expected: 15_000, actual: 20_000, expectedCurrency: "EUR", actualCurrency: "EUR",
-            reason: "RETURN of 20000 for refund r-1 of order o-1, which was 15000 (+5000)")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .amountMismatch, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", refundID: "r-1",
+                    merchantReference: "1001", expected: 15_000, actual: 20_000, expectedCurrency: "EUR", actualCurrency: "EUR",
+                    reason: "RETURN of 20000 for refund r-1 of order o-1, which was 15000 (+5000)")
+            ])
         #expect(result.findings.first?.delta == 5_000)
     }
 
@@ -205,10 +224,13 @@ struct SettlementMatcherTests {
         let same = reconcile(payout(totals), [line(0, .sale, 500_000, capture: "c-1", currency: "EUR")], [order])
         #expect(same.findings == [])
         let result = reconcile(payout(totals), [line(0, .sale, 500_000, capture: "c-1", currency: "SEK")], [order])
-        #expect(result.findings == [SettlementFinding(
-            kind: .amountMismatch, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", captureID: "c-1",
-            merchantReference: "1001", expected: 500_000, actual: 500_000, expectedCurrency: "eur", actualCurrency: "SEK",
-            reason: "SALE in SEK for capture c-1 of order o-1, which was in eur")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .amountMismatch, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", captureID: "c-1",
+                    merchantReference: "1001", expected: 500_000, actual: 500_000, expectedCurrency: "eur", actualCurrency: "SEK",
+                    reason: "SALE in SEK for capture c-1 of order o-1, which was in eur")
+            ])
     }
 
     // MARK: - Drift
@@ -219,10 +241,15 @@ struct SettlementMatcherTests {
         let result = reconcile(payout(totals), [line(0, .sale, 30_000, capture: "c-portal")], [exampleOrder])
         #expect(result.lines.map(\.match) == [.unmatched(.captureUnknown)])
         #expect(result.lines[0].note == "capture c-portal is not in the ledger")
-        #expect(result.findings == [SettlementFinding(
-            kind: .unknownCapture, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", captureID: "c-portal",
-            merchantReference: "1001", actual: 30_000, actualCurrency: "EUR",
-            reason: "SALE of 30000 EUR settles capture c-portal of order o-1, which the ledger does not know: captured outside the daemon (Merchant Portal?)")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .unknownCapture, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", captureID: "c-portal",
+                    merchantReference: "1001", actual: 30_000, actualCurrency: "EUR",
+                    reason:
+                        "SALE of 30000 EUR settles capture c-portal of order o-1, which the ledger does not know: captured outside the daemon (Merchant Portal?)"
+                )
+            ])
         #expect(result.settledCaptures == [:])
     }
 
@@ -231,10 +258,15 @@ struct SettlementMatcherTests {
         let totals = SettledTotals(returnAmount: 7_000, settlementAmount: -7_000)
         let result = reconcile(payout(totals), [line(0, .return, 7_000, capture: "", refund: "r-portal")], [exampleOrder])
         #expect(result.lines.map(\.match) == [.unmatched(.refundUnknown)])
-        #expect(result.findings == [SettlementFinding(
-            kind: .unknownRefund, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", refundID: "r-portal",
-            merchantReference: "1001", actual: 7_000, actualCurrency: "EUR",
-            reason: "RETURN of 7000 EUR settles refund r-portal of order o-1, which the ledger does not know: refunded outside the daemon (Merchant Portal?)")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .unknownRefund, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", refundID: "r-portal",
+                    merchantReference: "1001", actual: 7_000, actualCurrency: "EUR",
+                    reason:
+                        "RETURN of 7000 EUR settles refund r-portal of order o-1, which the ledger does not know: refunded outside the daemon (Merchant Portal?)"
+                )
+            ])
     }
 
     @Test("A capture a read of the order noticed (done outside the daemon) matches like any other, and says so")
@@ -257,11 +289,16 @@ struct SettlementMatcherTests {
         ]
         let totals = SettledTotals(reversalAmount: 3_000, settlementAmount: -3_000)
         let result = reconcile(payout(totals), lines, [exampleOrder])
-        #expect(result.findings == [SettlementFinding(
-            kind: .reversal, paymentReference: ref, lineOrdinals: [0], orderID: "o-1",
-            reversalReference: "krn:klarna:eu1:dispute:fraud:12", merchantReference: "1001", actual: 5_000,
-            actualCurrency: "EUR",
-            reason: "REVERSAL of 5000 EUR on order o-1 (dispute krn:klarna:eu1:dispute:fraud:12): Klarna refunded the customer on a dispute the merchant lost")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .reversal, paymentReference: ref, lineOrdinals: [0], orderID: "o-1",
+                    reversalReference: "krn:klarna:eu1:dispute:fraud:12", merchantReference: "1001", actual: 5_000,
+                    actualCurrency: "EUR",
+                    reason:
+                        "REVERSAL of 5000 EUR on order o-1 (dispute krn:klarna:eu1:dispute:fraud:12): Klarna refunded the customer on a dispute the merchant lost"
+                )
+            ])
         #expect(result.lines.map(\.match) == [.order("o-1", capture: nil), .order("o-1", capture: nil)])
         #expect(result.lines.map(\.signedAmount) == [-5_000, 2_000])
         #expect(result.report.reversals == 3_000)
@@ -297,7 +334,9 @@ struct SettlementMatcherTests {
         #expect(result.settledCaptures == [key("c-2"): SettledLineKey(paymentReference: ref, ordinal: 0)])
     }
 
-    @Test("A SALE whose capture id the ledger lacks takes the order's only capture of its amount the ledger holds without an id (an answer lost and resolved by a read); never one with another id")
+    @Test(
+        "A SALE whose capture id the ledger lacks takes the order's only capture of its amount the ledger holds without an id (an answer lost and resolved by a read); never one with another id"
+    )
     func idlessLedgerCapture() {
         let idless = capture(nil, 30_000)
         let order = ledger(captures: [capture("c-1", 30_000), idless])
@@ -310,7 +349,9 @@ struct SettlementMatcherTests {
 
         let withIDsOnly = reconcile(payout(totals), [line(0, .sale, 30_000, capture: "c-9")], [ledger(captures: [capture("c-1", 30_000)])])
         #expect(withIDsOnly.findings.map(\.kind) == [.unknownCapture])
-        let twoIDless = reconcile(payout(totals), [line(0, .sale, 30_000, capture: "c-9")], [ledger(captures: [idless, capture(nil, 30_000, order: "o-1", source: .observed)])])
+        let twoIDless = reconcile(
+            payout(totals), [line(0, .sale, 30_000, capture: "c-9")],
+            [ledger(captures: [idless, capture(nil, 30_000, order: "o-1", source: .observed)])])
         #expect(twoIDless.findings.map(\.kind) == [.unknownCapture])
     }
 
@@ -341,10 +382,14 @@ struct SettlementMatcherTests {
         let totals = SettledTotals(saleAmount: 30_000, settlementAmount: 30_000)
         let result = reconcile(payout(totals), [line(0, .sale, 30_000)], [order])
         #expect(result.lines.map(\.match) == [.unmatched(.ambiguous)])
-        #expect(result.findings == [SettlementFinding(
-            kind: .ambiguousMatch, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", merchantReference: "1001",
-            actual: 30_000, actualCurrency: "EUR",
-            reason: "SALE of 30000 EUR on order o-1 has no capture id, and 2 unsettled captures of that amount could be it: left for an operator")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .ambiguousMatch, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", merchantReference: "1001",
+                    actual: 30_000, actualCurrency: "EUR",
+                    reason:
+                        "SALE of 30000 EUR on order o-1 has no capture id, and 2 unsettled captures of that amount could be it: left for an operator")
+            ])
     }
 
     @Test("An id-less SALE with no unsettled capture of its amount on the order is an unknown capture")
@@ -352,10 +397,15 @@ struct SettlementMatcherTests {
         let totals = SettledTotals(saleAmount: 30_000, settlementAmount: 30_000)
         let result = reconcile(payout(totals), [line(0, .sale, 30_000)], [exampleOrder])
         #expect(result.lines.map(\.match) == [.unmatched(.captureUnknown)])
-        #expect(result.findings == [SettlementFinding(
-            kind: .unknownCapture, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", merchantReference: "1001",
-            actual: 30_000, actualCurrency: "EUR",
-            reason: "SALE of 30000 EUR on order o-1 has no capture id, and the ledger has no unsettled capture of that amount on the order: captured outside the daemon (Merchant Portal?)")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .unknownCapture, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", merchantReference: "1001",
+                    actual: 30_000, actualCurrency: "EUR",
+                    reason:
+                        "SALE of 30000 EUR on order o-1 has no capture id, and the ledger has no unsettled capture of that amount on the order: captured outside the daemon (Merchant Portal?)"
+                )
+            ])
     }
 
     @Test("A RETURN without a refund id takes the order's only unsettled refund of its amount")
@@ -375,10 +425,13 @@ struct SettlementMatcherTests {
         let totals = SettledTotals(saleAmount: 100_000, settlementAmount: 100_000)
         let result = reconcile(payout(totals), [line(0, .sale, 50_000, capture: "c-1"), line(1, .sale, 50_000, capture: "c-1")], [order])
         #expect(result.lines.map(\.match) == [.capture(key("c-1"), byAmount: false), .capture(key("c-1"), byAmount: false)])
-        #expect(result.findings == [SettlementFinding(
-            kind: .duplicateSettlement, paymentReference: ref, lineOrdinals: [0, 1], orderID: "o-1", captureID: "c-1",
-            merchantReference: "1001", expected: 50_000, actual: 50_000, actualCurrency: "EUR",
-            reason: "capture c-1 of order o-1 is settled twice in payout XISA93DJ: lines 0 and 1")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .duplicateSettlement, paymentReference: ref, lineOrdinals: [0, 1], orderID: "o-1", captureID: "c-1",
+                    merchantReference: "1001", expected: 50_000, actual: 50_000, actualCurrency: "EUR",
+                    reason: "capture c-1 of order o-1 is settled twice in payout XISA93DJ: lines 0 and 1")
+            ])
         #expect(result.settledCaptures == [key("c-1"): SettledLineKey(paymentReference: ref, ordinal: 0)])
     }
 
@@ -387,14 +440,19 @@ struct SettlementMatcherTests {
         let totals = SettledTotals(saleAmount: 50_000, settlementAmount: 50_000)
         let earlier = ledger(captures: [capture("c-1", 50_000, settledBy: SettledLineKey(paymentReference: "EARLIER", ordinal: 4))])
         let result = reconcile(payout(totals), [line(0, .sale, 50_000, capture: "c-1")], [earlier])
-        #expect(result.findings == [SettlementFinding(
-            kind: .duplicateSettlement, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", captureID: "c-1",
-            merchantReference: "1001", expected: 50_000, actual: 50_000, actualCurrency: "EUR",
-            reason: "capture c-1 of order o-1 was settled by payout EARLIER (line 4) and again by payout XISA93DJ (line 0)")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .duplicateSettlement, paymentReference: ref, lineOrdinals: [0], orderID: "o-1", captureID: "c-1",
+                    merchantReference: "1001", expected: 50_000, actual: 50_000, actualCurrency: "EUR",
+                    reason: "capture c-1 of order o-1 was settled by payout EARLIER (line 4) and again by payout XISA93DJ (line 0)")
+            ])
         // It does not settle the capture again: the store keeps EARLIER's settlement.
         #expect(result.lines[0].settledElsewhere == SettledLineKey(paymentReference: "EARLIER", ordinal: 4))
         #expect(result.settledCaptures.isEmpty)
-        let twice = reconcile(payout(SettledTotals(saleAmount: 100_000, settlementAmount: 100_000)), [line(0, .sale, 50_000, capture: "c-1"), line(1, .sale, 50_000, capture: "c-1")], [earlier])
+        let twice = reconcile(
+            payout(SettledTotals(saleAmount: 100_000, settlementAmount: 100_000)),
+            [line(0, .sale, 50_000, capture: "c-1"), line(1, .sale, 50_000, capture: "c-1")], [earlier])
         #expect(twice.settledCaptures.isEmpty)
 
         let again = ledger(captures: [capture("c-1", 50_000, settledBy: SettledLineKey(paymentReference: ref, ordinal: 0))])
@@ -441,9 +499,14 @@ struct SettlementMatcherTests {
         var totals = exampleTotals
         totals.settlementAmount = 465_001
         let result = reconcile(payout(totals), exampleLines, [exampleOrder])
-        #expect(result.findings == [SettlementFinding(
-            kind: .totalsMismatch, paymentReference: ref, figure: .settlement, expected: 465_000, actual: 465_001,
-            reason: "settlement_amount is 465001 but Klarna's formula over the totals gives 465000 (+1): sale 500000 - return 20000 - fee 12000 - tax 3000")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .totalsMismatch, paymentReference: ref, figure: .settlement, expected: 465_000, actual: 465_001,
+                    reason:
+                        "settlement_amount is 465001 but Klarna's formula over the totals gives 465000 (+1): sale 500000 - return 20000 - fee 12000 - tax 3000"
+                )
+            ])
         #expect(result.findings.first?.delta == 1)
     }
 
@@ -453,9 +516,12 @@ struct SettlementMatcherTests {
         totals.saleAmount = 500_001
         totals.settlementAmount = 465_001
         let result = reconcile(payout(totals), exampleLines, [exampleOrder])
-        #expect(result.findings == [SettlementFinding(
-            kind: .totalsMismatch, paymentReference: ref, figure: .sale, expected: 500_000, actual: 500_001,
-            reason: "sale_amount is 500001 but the SALE lines sum to 500000 (+1)")])
+        #expect(
+            result.findings == [
+                SettlementFinding(
+                    kind: .totalsMismatch, paymentReference: ref, figure: .sale, expected: 500_000, actual: 500_001,
+                    reason: "sale_amount is 500001 but the SALE lines sum to 500000 (+1)")
+            ])
     }
 
     @Test("Findings come in the order of their first line, the payout's totals last")
@@ -498,14 +564,18 @@ struct SettlementMatcherTests {
         #expect(report.net == 464_000)
         #expect(report.netFromLines == 464_000)
         #expect(report.findingCount == 1)
-        #expect(report.unmatched == [UnmatchedLine(
-            ordinal: 3, kind: .sale, orderID: "o-9", captureID: nil, refundID: nil, amount: 1_000, reason: .orderUnknown,
-            explanation: "order o-9 is not in the ledger")])
+        #expect(
+            report.unmatched == [
+                UnmatchedLine(
+                    ordinal: 3, kind: .sale, orderID: "o-9", captureID: nil, refundID: nil, amount: 1_000, reason: .orderUnknown,
+                    explanation: "order o-9 is not in the ledger")
+            ])
         #expect(PayoutReport.columns.count == report.columnValues.count)
-        #expect(report.columnValues == [
-            "XISA93DJ", "2027-01-15T08:00:00Z", "EUR", "NET", "5", "3", "1", "1", "501000", "20000", "0", "12000", "3000",
-            "15000", "0", "0", "0", "0", "2000", "0", "0", "0", "464000", "464000", "1",
-        ])
+        #expect(
+            report.columnValues == [
+                "XISA93DJ", "2027-01-15T08:00:00Z", "EUR", "NET", "5", "3", "1", "1", "501000", "20000", "0", "12000", "3000",
+                "15000", "0", "0", "0", "0", "2000", "0", "0", "0", "464000", "464000", "1",
+            ])
     }
 
     @Test("A reconciliation survives the store's JSON unchanged")

@@ -9,7 +9,10 @@ import TestSupport
 struct SettlementOutcomesTests {
     let ref = "XISA93DJ"
 
-    func line(_ ordinal: Int, _ kind: SettlementKind, _ amount: Int, order: String? = "o-1", capture: String? = nil, refund: String? = nil, currency: String = "EUR") -> SettledLine {
+    func line(
+        _ ordinal: Int, _ kind: SettlementKind, _ amount: Int, order: String? = "o-1", capture: String? = nil, refund: String? = nil,
+        currency: String = "EUR"
+    ) -> SettledLine {
         SettledLine(
             paymentReference: ref, ordinal: ordinal, kind: kind, amount: amount, orderID: order, captureID: capture,
             refundID: refund, currency: currency)
@@ -31,12 +34,14 @@ struct SettlementOutcomesTests {
 
     // MARK: - Findings as outcomes
 
-    @Test("Each finding kind becomes its outcome kind", arguments: [
-        (.orphan, .settlementOrphan),
-        (.amountMismatch, .settlementMismatch), (.ambiguousMatch, .settlementMismatch), (.duplicateSettlement, .settlementMismatch),
-        (.unknownCapture, .settlementDrift), (.unknownRefund, .settlementDrift),
-        (.reversal, .settlementReversal), (.totalsMismatch, .payoutMismatch),
-    ] as [(SettlementFindingKind, OutcomeKind)])
+    @Test(
+        "Each finding kind becomes its outcome kind",
+        arguments: [
+            (.orphan, .settlementOrphan),
+            (.amountMismatch, .settlementMismatch), (.ambiguousMatch, .settlementMismatch), (.duplicateSettlement, .settlementMismatch),
+            (.unknownCapture, .settlementDrift), (.unknownRefund, .settlementDrift),
+            (.reversal, .settlementReversal), (.totalsMismatch, .payoutMismatch),
+        ] as [(SettlementFindingKind, OutcomeKind)])
     func kinds(finding: SettlementFindingKind, outcome: OutcomeKind) {
         #expect(finding.outcomeKind == outcome)
         #expect(outcome.isSettlement)
@@ -44,7 +49,8 @@ struct SettlementOutcomesTests {
 
     @Test("Every finding kind has its outcome kind")
     func everyKind() {
-        #expect(Set(SettlementFindingKind.allCases.map(\.outcomeKind)) == Set(OutcomeKind.allCases.filter { $0.isSettlement && $0 != .captureUnsettled }))
+        #expect(
+            Set(SettlementFindingKind.allCases.map(\.outcomeKind)) == Set(OutcomeKind.allCases.filter { $0.isSettlement && $0 != .captureUnsettled }))
     }
 
     @Test("An amount mismatch carries the payout, the finding's word, the ids, Klarna's amount and the ledger's")
@@ -54,10 +60,12 @@ struct SettlementOutcomesTests {
             orders: ["o-1": order(captures: [capture("c-1", 12_000)])])
         let outcome = try #require(result.outcomes.first)
         #expect(result.outcomes.count == 1)
-        #expect(outcome == Outcome(
-            kind: .settlementMismatch, reason: result.findings[0].reason, orderID: "o-1", merchantReference: "1001",
-            amount: 12_100, currency: "EUR", captureID: "c-1", paymentReference: ref, finding: .amountMismatch,
-            expectedAmount: 12_000))
+        #expect(
+            outcome
+                == Outcome(
+                    kind: .settlementMismatch, reason: result.findings[0].reason, orderID: "o-1", merchantReference: "1001",
+                    amount: 12_100, currency: "EUR", captureID: "c-1", paymentReference: ref, finding: .amountMismatch,
+                    expectedAmount: 12_000))
     }
 
     @Test("A refund's finding carries its refund id; a payout's totals finding the payout's currency")
@@ -78,10 +86,13 @@ struct SettlementOutcomesTests {
 
     @Test("An overdue capture becomes capture_unsettled with its order, capture, amount and currency")
     func overdue() throws {
-        let check = UnsettledCaptures.check([capture("c-1", 5_000)], now: Fixtures.t0.addingTimeInterval(15 * 86_400), settleWithinDays: 14, flagged: [])
+        let check = UnsettledCaptures.check(
+            [capture("c-1", 5_000)], now: Fixtures.t0.addingTimeInterval(15 * 86_400), settleWithinDays: 14, flagged: [])
         let overdue = try #require(check.overdue.first)
-        #expect(Outcome(overdue: overdue) == Outcome(
-            kind: .captureUnsettled, reason: overdue.reason, orderID: "o-1", amount: 5_000, currency: "EUR", captureID: "c-1"))
+        #expect(
+            Outcome(overdue: overdue)
+                == Outcome(
+                    kind: .captureUnsettled, reason: overdue.reason, orderID: "o-1", amount: 5_000, currency: "EUR", captureID: "c-1"))
     }
 
     // MARK: - Drift seen on an order read
@@ -97,18 +108,21 @@ struct SettlementOutcomesTests {
             orderID: "o-1", currency: "EUR", captures: [movement("c-1", 10_000), movement("c-2", 2_500, at: made)],
             refunds: [movement("r-1", 1_000, at: made)])
         let drift = LedgerDrift(read: read, ledger: order(captures: [capture("c-1", 10_000)]), readAt: Fixtures.t0.addingTimeInterval(7_200))
-        #expect(drift.captures == [LedgerCapture(orderID: "o-1", captureID: "c-2", amount: 2_500, currency: "EUR", capturedAt: made, source: .observed)])
+        #expect(
+            drift.captures == [LedgerCapture(orderID: "o-1", captureID: "c-2", amount: 2_500, currency: "EUR", capturedAt: made, source: .observed)])
         #expect(drift.refunds == [LedgerRefund(orderID: "o-1", refundID: "r-1", amount: 1_000, at: made, source: .observed)])
         #expect(!drift.isEmpty)
     }
 
     @Test("Nothing is drift when the ledger has it all: by id, or an id-less entry of the amount standing for one movement")
     func noDrift() {
-        let read = OrderMovements(orderID: "o-1", currency: nil, captures: [movement("c-1", 10_000), movement("c-2", 500)], refunds: [movement("r-1", 0)])
+        let read = OrderMovements(
+            orderID: "o-1", currency: nil, captures: [movement("c-1", 10_000), movement("c-2", 500)], refunds: [movement("r-1", 0)])
         let drift = LedgerDrift(read: read, ledger: order(captures: [capture("c-1", 10_000), capture(nil, 500)]), readAt: Fixtures.t0)
         #expect(drift.isEmpty)
         // One id-less entry stands for one movement only; a movement Klarna lists twice counts once; no time: the read's.
-        let twice = OrderMovements(orderID: "o-1", currency: nil, captures: [movement("c-2", 500), movement("c-3", 500), movement("c-3", 500)], refunds: [])
+        let twice = OrderMovements(
+            orderID: "o-1", currency: nil, captures: [movement("c-2", 500), movement("c-3", 500), movement("c-3", 500)], refunds: [])
         let more = LedgerDrift(read: twice, ledger: order(captures: [capture(nil, 500)]), readAt: Fixtures.t0)
         #expect(more.captures.map(\.captureID) == ["c-3"])
         #expect(more.captures.first?.capturedAt == Fixtures.t0)
@@ -124,7 +138,10 @@ struct SettlementOutcomesTests {
         #expect(outcome.captureID == "c-2")
         #expect(outcome.merchantReference == "1001")
         #expect(outcome.paymentReference == ref)
-        #expect(outcome.reason == "capture c-2 of 2500 EUR made 2027-01-15T08:00:00Z on order o-1 is not the daemon's: captured outside it (Merchant Portal?); recorded as observed")
+        #expect(
+            outcome.reason
+                == "capture c-2 of 2500 EUR made 2027-01-15T08:00:00Z on order o-1 is not the daemon's: captured outside it (Merchant Portal?); recorded as observed"
+        )
         let refund = LedgerRefund(orderID: "o-1", refundID: "r-1", amount: 700, at: Fixtures.t0, source: .observed)
         let refunded = Outcome(observed: refund, of: order(), currency: nil, paymentReference: nil)
         #expect(refunded.finding == .unknownRefund)
@@ -153,9 +170,12 @@ struct SettlementOutcomesTests {
         let now = Fixtures.t0.addingTimeInterval(30 * 86_400)
         #expect(SettlementSync.windowStart(newestPayoutDate: nil, now: now, lookback: .seconds(30 * 86_400)) == Fixtures.t0)
         let newest = Fixtures.t0.addingTimeInterval(20 * 86_400)
-        #expect(SettlementSync.windowStart(newestPayoutDate: newest, now: now, lookback: .seconds(86_400)) == Fixtures.t0.addingTimeInterval(13 * 86_400))
+        #expect(
+            SettlementSync.windowStart(newestPayoutDate: newest, now: now, lookback: .seconds(86_400)) == Fixtures.t0.addingTimeInterval(13 * 86_400))
         // A payout dated after now (a clock behind Klarna's) does not move the window past now less the overlap.
-        #expect(SettlementSync.windowStart(newestPayoutDate: now.addingTimeInterval(86_400), now: now, lookback: .seconds(1)) == Fixtures.t0.addingTimeInterval(23 * 86_400))
+        #expect(
+            SettlementSync.windowStart(newestPayoutDate: now.addingTimeInterval(86_400), now: now, lookback: .seconds(1))
+                == Fixtures.t0.addingTimeInterval(23 * 86_400))
     }
 
     @Test("Only payouts not recorded are reconciled, each once, oldest first")
@@ -176,7 +196,9 @@ struct SettlementOutcomesTests {
         }
         let limited = SettlementSync.retryDelay(afterFailures: 1, disposition: .retry(notBefore: .seconds(120)), interval: interval, random: random)
         #expect(limited >= .seconds(120) && limited <= .seconds(150))
-        #expect(SettlementSync.retryDelay(afterFailures: 1, disposition: .retry(notBefore: .seconds(7_200)), interval: interval, random: random) == interval)
+        #expect(
+            SettlementSync.retryDelay(afterFailures: 1, disposition: .retry(notBefore: .seconds(7_200)), interval: interval, random: random)
+                == interval)
         #expect(SettlementSync.retryDelay(afterFailures: 1, disposition: .doNotRetry, interval: interval, random: random) == interval)
     }
 }

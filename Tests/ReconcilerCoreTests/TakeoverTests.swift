@@ -27,7 +27,9 @@ struct TakeoverTests {
         #expect(takeover.leaseEnded == t0 - .seconds(2))
         #expect(takeover.callsSettled(longestCall: longestCall) == settled)
         #expect(takeover.wait(intents: [intent(.sent)], longestCall: longestCall, now: t0) == Duration.seconds(29))
-        #expect(takeover.wait(intents: [intent(.confirmed), intent(.sent)], longestCall: longestCall, now: settled - .milliseconds(1)) == Duration.milliseconds(1))
+        #expect(
+            takeover.wait(intents: [intent(.confirmed), intent(.sent)], longestCall: longestCall, now: settled - .milliseconds(1))
+                == Duration.milliseconds(1))
         #expect(takeover.wait(intents: [intent(.sent)], longestCall: longestCall, now: settled) == nil)
         #expect(takeover.wait(intents: [intent(.sent)], longestCall: longestCall, now: settled + .seconds(1)) == nil)
     }

@@ -8,7 +8,9 @@ import TestSupport
 struct UnsettledCapturesTests {
     let day: TimeInterval = 86_400
 
-    func capture(_ id: String, _ amount: Int = 50_000, order: String = "o-1", at offset: TimeInterval = 0, settledBy: SettledLineKey? = nil) -> LedgerCapture {
+    func capture(
+        _ id: String, _ amount: Int = 50_000, order: String = "o-1", at offset: TimeInterval = 0, settledBy: SettledLineKey? = nil
+    ) -> LedgerCapture {
         LedgerCapture(
             orderID: order, captureID: id, amount: amount, currency: "EUR", capturedAt: Fixtures.t0.addingTimeInterval(offset),
             source: .daemon, settledBy: settledBy)
@@ -24,9 +26,12 @@ struct UnsettledCapturesTests {
         #expect(before.nextDeadline == Fixtures.t0.addingTimeInterval(7 * day))
 
         let after = UnsettledCaptures.check(captures, now: Fixtures.t0.addingTimeInterval(7 * day + 1), settleWithinDays: 7, flagged: [])
-        #expect(after.overdue == [OverdueCapture(
-            key: key("c-1"), capture: captures[0], deadline: Fixtures.t0.addingTimeInterval(7 * day), overdueBy: 1,
-            reason: "capture c-1 of order o-1 (50000 EUR, captured 2027-01-15T08:00:00Z) has not settled within 7 days")])
+        #expect(
+            after.overdue == [
+                OverdueCapture(
+                    key: key("c-1"), capture: captures[0], deadline: Fixtures.t0.addingTimeInterval(7 * day), overdueBy: 1,
+                    reason: "capture c-1 of order o-1 (50000 EUR, captured 2027-01-15T08:00:00Z) has not settled within 7 days")
+            ])
         #expect(after.nextDeadline == nil)
     }
 
@@ -37,7 +42,9 @@ struct UnsettledCapturesTests {
         #expect(check.overdue.first?.overdueBy == 0)
     }
 
-    @Test("The window a check judges starts at the syncs' reach (now less the lookback, or the oldest payout when earlier) and ends settle_within_days before now")
+    @Test(
+        "The window a check judges starts at the syncs' reach (now less the lookback, or the oldest payout when earlier) and ends settle_within_days before now"
+    )
     func window() {
         let now = Date(timeIntervalSince1970: 1_800_000_000)
         let day: TimeInterval = 86_400
@@ -94,7 +101,9 @@ struct UnsettledCapturesTests {
         var asked: [CaptureKey] = []
         let check = UnsettledCaptures.check(
             [capture("c-1"), capture("c-2")], now: Fixtures.t0.addingTimeInterval(30 * day), settleWithinDays: 7,
-            isSettled: { key in asked.append(key); return key.captureID == "c-1" }, isFlagged: { _ in false })
+            isSettled: { key in
+                asked.append(key); return key.captureID == "c-1"
+            }, isFlagged: { _ in false })
         #expect(check.overdue.map(\.key) == [key("c-2")])
         #expect(asked == [key("c-1"), key("c-2")])
     }
@@ -104,7 +113,10 @@ struct UnsettledCapturesTests {
         let capture = LedgerCapture(orderID: "o-1", captureID: nil, amount: 700, capturedAt: Fixtures.t0.addingTimeInterval(0.75), source: .observed)
         #expect(capture.key == CaptureKey(orderID: "o-1", captureID: "~700@1800000000"))
         let check = UnsettledCaptures.check([capture], now: Fixtures.t0.addingTimeInterval(2 * day), settleWithinDays: 1, flagged: [])
-        #expect(check.overdue.first?.reason == "capture ~700@1800000000 of order o-1 (700, captured 2027-01-15T08:00:00Z, captured outside the daemon) has not settled within 1 days")
+        #expect(
+            check.overdue.first?.reason
+                == "capture ~700@1800000000 of order o-1 (700, captured 2027-01-15T08:00:00Z, captured outside the daemon) has not settled within 1 days"
+        )
     }
 
     @Test("A negative settle_within_days counts as 0: due as soon as captured")

@@ -36,13 +36,16 @@ struct StoreUnderTest: Sendable {
             defer { try? FileManager.default.removeItem(atPath: directory) }
             let path = directory + "/state.sqlite"
             let store = try SQLiteStore(path: path)
-            return try await body(StoreUnderTest(
-                backend: backend, store: RecordingStore(base: store, backend: backend), openAnother: { RecordingStore(base: try SQLiteStore(path: path), backend: backend) },
-                dropTable: { table in try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5)).execute("DROP TABLE \(table)") },
-                rewindSettlementMigration: { undo in
-                    try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5))
-                        .execute("\(undo); PRAGMA user_version = \(Migrations.settlementStep - 1)")
-                }))
+            return try await body(
+                StoreUnderTest(
+                    backend: backend, store: RecordingStore(base: store, backend: backend),
+                    openAnother: { RecordingStore(base: try SQLiteStore(path: path), backend: backend) },
+                    dropTable: { table in try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5)).execute("DROP TABLE \(table)")
+                    },
+                    rewindSettlementMigration: { undo in
+                        try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5))
+                            .execute("\(undo); PRAGMA user_version = \(Migrations.settlementStep - 1)")
+                    }))
         case .postgres:
             let server = try await PostgresServer.shared()
             let database = try await server.createDatabase()
@@ -56,24 +59,26 @@ struct StoreUnderTest: Sendable {
             }
             defer { opened.closeAll() }
             let store = try await open()
-            return try await body(StoreUnderTest(
-                backend: backend, store: RecordingStore(base: store, backend: backend), openAnother: { RecordingStore(base: try await open(), backend: backend) },
-                dropTable: { table in try await server.psql("DROP TABLE \(table)", database: database) },
-                rewindSettlementMigration: { undo in
-                    // Step 6 (heartbeat leases) undone too: it runs again after the settlement step.
-                    try await server.psql(
-                        """
-                        \(undo);
-                        ALTER TABLE daemons DROP COLUMN leased_until, DROP COLUMN holds;
-                        DROP INDEX work_leases_free;
-                        ALTER TABLE work_leases DROP COLUMN woken, ADD COLUMN locked_until timestamptz NOT NULL DEFAULT '-infinity';
-                        CREATE INDEX work_leases_until ON work_leases(locked_until, since);
-                        DROP TRIGGER wakeups_work ON wakeups;
-                        DROP FUNCTION klarna_work_woken();
-                        CREATE TRIGGER wakeups_work AFTER INSERT ON wakeups FOR EACH ROW EXECUTE FUNCTION klarna_work_arrived('', 'work_key');
-                        DELETE FROM schema_migrations WHERE version >= \(PostgresSchema.settlementStep)
-                        """, database: database)
-                }))
+            return try await body(
+                StoreUnderTest(
+                    backend: backend, store: RecordingStore(base: store, backend: backend),
+                    openAnother: { RecordingStore(base: try await open(), backend: backend) },
+                    dropTable: { table in try await server.psql("DROP TABLE \(table)", database: database) },
+                    rewindSettlementMigration: { undo in
+                        // Step 6 (heartbeat leases) undone too: it runs again after the settlement step.
+                        try await server.psql(
+                            """
+                            \(undo);
+                            ALTER TABLE daemons DROP COLUMN leased_until, DROP COLUMN holds;
+                            DROP INDEX work_leases_free;
+                            ALTER TABLE work_leases DROP COLUMN woken, ADD COLUMN locked_until timestamptz NOT NULL DEFAULT '-infinity';
+                            CREATE INDEX work_leases_until ON work_leases(locked_until, since);
+                            DROP TRIGGER wakeups_work ON wakeups;
+                            DROP FUNCTION klarna_work_woken();
+                            CREATE TRIGGER wakeups_work AFTER INSERT ON wakeups FOR EACH ROW EXECUTE FUNCTION klarna_work_arrived('', 'work_key');
+                            DELETE FROM schema_migrations WHERE version >= \(PostgresSchema.settlementStep)
+                            """, database: database)
+                    }))
         }
     }
 }

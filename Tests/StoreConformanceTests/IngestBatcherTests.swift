@@ -14,9 +14,10 @@ struct IngestBatcherTests {
     func delivery(_ key: String, session: String) throws -> SessionDelivery {
         let record = IngestRecord(
             dedupeKey: key, kind: "hpp_status", source: "socket", summary: key, action: .hintSession(hppSessionID: session, trackIfUnknown: nil))
-        return try #require(try SessionDelivery(record, lookup: IngestPlanner.lookup(record), at: Date()) { value in
-            String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
-        })
+        return try #require(
+            try SessionDelivery(record, lookup: IngestPlanner.lookup(record), at: Date()) { value in
+                String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
+            })
     }
 
     /// Records each statement's deliveries (by dedupe key); the first statement waits until `open` is called.
@@ -41,7 +42,9 @@ struct IngestBatcherTests {
 
         func open() async throws {
             try await waitUntil(timeout: .seconds(10)) { gate.withLock { $0 != nil } }
-            gate.withLock { $0?.resume(); $0 = nil }
+            gate.withLock {
+                $0?.resume(); $0 = nil
+            }
         }
     }
 
@@ -94,7 +97,9 @@ struct IngestBatcherTests {
         #expect(recorder.statements.withLock { $0 } == [["k0"], ["a", "bad", "b"], ["a"], ["bad"], ["b"]])
     }
 
-    @Test("A statement that failed for want of the server fails its deliveries at once; sent again one at a time, the rest fail at the first such failure, unsent")
+    @Test(
+        "A statement that failed for want of the server fails its deliveries at once; sent again one at a time, the rest fail at the first such failure, unsent"
+    )
     func unreachableFailsFast() async throws {
         let batcher = IngestBatcher(most: 64, concurrent: 1, refused: { $0 is Refused })
         let recorder = Recorder()

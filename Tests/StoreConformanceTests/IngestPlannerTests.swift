@@ -51,7 +51,9 @@ struct IngestPlannerTests {
             return
         }
         #expect(detail == "order o is not tracked")
-        let immediate = TrackedOrder(orderID: "o", hppSessionID: "h", kpSessionID: nil, merchantReference: nil, capturePolicy: .immediate, placedBy: .placeOrder, createdAt: Fixtures.t0)
+        let immediate = TrackedOrder(
+            orderID: "o", hppSessionID: "h", kpSessionID: nil, merchantReference: nil, capturePolicy: .immediate, placedBy: .placeOrder,
+            createdAt: Fixtures.t0)
         guard case .refuse(.refused(409, "not_capturable", _)) = IngestPlanner.decide(capture, found: .order(immediate), at: Fixtures.t0) else {
             Issue.record("an order without on_request capture was not refused with 409")
             return

@@ -53,7 +53,9 @@ struct PostgresStoreTests {
             return try await group.reduce(into: []) { $0.append($1) }
         }
         defer { stores.forEach { $0.close() } }
-        #expect(try await server.psql("SELECT count(*), count(DISTINCT version) FROM schema_migrations", database: database) == "\(PostgresStore.schemaVersion)|\(PostgresStore.schemaVersion)")
+        #expect(
+            try await server.psql("SELECT count(*), count(DISTINCT version) FROM schema_migrations", database: database)
+                == "\(PostgresStore.schemaVersion)|\(PostgresStore.schemaVersion)")
         for store in stores { try await store.probeWrites() }
     }
 
@@ -107,7 +109,8 @@ struct PostgresStoreTests {
     }
 
     func daemonStore(_ location: PostgresLocation, _ server: PostgresServer, _ host: String) async throws -> PostgresStore {
-        let store = try await PostgresStore.open(location, password: server.password, daemon: DaemonIdentity(host: host, pid: 1, started: Date()), logger: logger)
+        let store = try await PostgresStore.open(
+            location, password: server.password, daemon: DaemonIdentity(host: host, pid: 1, started: Date()), logger: logger)
         try await store.register(at: Date())
         return store
     }
@@ -119,7 +122,10 @@ struct PostgresStoreTests {
         // One connection: the statements and the look at them share it (a session's prepared statements are its own).
         let store = try await PostgresStore.open(location, password: server.password, connections: 1, logger: logger)
         defer { store.close() }
-        for index in 0..<3 { _ = try await store.track(Fixtures.session("hpp-prepared-\(index)", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date()) }
+        for index in 0..<3 {
+            _ = try await store.track(
+                Fixtures.session("hpp-prepared-\(index)", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date())
+        }
         let prepared = try await store.rows(
             "SELECT name, generic_plans + custom_plans FROM pg_prepared_statements WHERE name LIKE 'klarna_reconciler.%' ORDER BY name"
         ).map { try $0.decode((String, Int).self) }
@@ -153,7 +159,9 @@ struct PostgresStoreTests {
         #expect(try await server.psql("SELECT detail FROM health WHERE name = 'klarna_error'", database: database) == "commit 2")
     }
 
-    @Test("Leases: one holder per unit; a lease that ran out while the server was down stays its holder's to renew; once another daemon claimed it, the first commits nothing and is told the work is gone")
+    @Test(
+        "Leases: one holder per unit; a lease that ran out while the server was down stays its holder's to renew; once another daemon claimed it, the first commits nothing and is told the work is gone"
+    )
     func leasesFence() async throws {
         let server = try await PostgresServer.shared()
         let database = try await server.createDatabase()
@@ -230,7 +238,10 @@ struct PostgresStoreTests {
         let a = try await daemonStore(location, server, "host-a")
         let b = try await daemonStore(location, server, "host-b")
         defer { a.close(); b.close() }
-        for index in 0..<10 { _ = try await a.track(Fixtures.session("hpp-spread-\(index)", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date()) }
+        for index in 0..<10 {
+            _ = try await a.track(
+                Fixtures.session("hpp-spread-\(index)", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date())
+        }
         #expect(try await a.claimWork(ttl: .seconds(30), limit: 64, liveDaemons: 2, patience: .seconds(60)).count == 5)
         #expect(try await a.claimWork(ttl: .seconds(30), limit: 64, liveDaemons: 2, patience: .seconds(60)).isEmpty, "its share is taken")
         #expect(try await b.claimWork(ttl: .seconds(30), limit: 3, liveDaemons: 2, patience: .seconds(60)).count == 3)
@@ -322,7 +333,9 @@ struct PostgresStoreTests {
         let location = try PostgresLocation(url: server.url(database))
         let upgraded = try await daemonStore(location, server, "host-new")
         defer { upgraded.close() }
-        #expect(try await server.psql("SELECT holds FROM daemons WHERE id = 'old/1/1'", database: database).trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+        #expect(
+            try await server.psql("SELECT holds FROM daemons WHERE id = 'old/1/1'", database: database).trimmingCharacters(
+                in: .whitespacesAndNewlines) == "1")
         let first = try await upgraded.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 2, patience: .zero)
         #expect(first.map(\.key) == [.session("free-old")])
         var taken: [Claim] = []
@@ -332,7 +345,9 @@ struct PostgresStoreTests {
         }
         #expect(taken.map(\.key) == [.session("held-old")])
         #expect(taken.first?.lapsed?.holder == "old/1/1")
-        #expect(try await server.psql("SELECT holds FROM daemons WHERE id = 'old/1/1'", database: database).trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+        #expect(
+            try await server.psql("SELECT holds FROM daemons WHERE id = 'old/1/1'", database: database).trimmingCharacters(
+                in: .whitespacesAndNewlines) == "0")
     }
 
     @Test("New work is announced after its commit: a tracked session, another daemon's delivery, an order handed off")
@@ -347,11 +362,13 @@ struct PostgresStoreTests {
         let listening = Task { await a.listenForWork { heard.add() } }
         defer { listening.cancel() }
         try await waitUntil { heard.value >= 1 }  // the first call is on connecting
-        _ = try await writer.track(Fixtures.session("hpp-heard", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date())
+        _ = try await writer.track(
+            Fixtures.session("hpp-heard", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date())
         try await waitUntil(timeout: .seconds(5)) { heard.value >= 2 }
         // Another daemon's delivery wakes a key it may not hold.
         let hint = IngestRecord(
-            dedupeKey: "heard-1", kind: "hpp_status", source: "socket", summary: "status", action: .hintSession(hppSessionID: "hpp-heard", trackIfUnknown: nil))
+            dedupeKey: "heard-1", kind: "hpp_status", source: "socket", summary: "status",
+            action: .hintSession(hppSessionID: "hpp-heard", trackIfUnknown: nil))
         #expect(try await b.ingest(hint, at: Date()) == .accepted(wake: [.session("hpp-heard")]))
         try await waitUntil(timeout: .seconds(5)) { heard.value >= 3 }
         // A step that hands off to a new order: the order is new work for whoever claims it.
@@ -394,7 +411,8 @@ struct PostgresStoreTests {
         }
         try await a.deregister(at: Date())
         try await copy.takeCopyLock()
-        let late = try await PostgresStore.open(location, password: server.password, daemon: DaemonIdentity(host: "host-c", pid: 3, started: Date()), logger: logger)
+        let late = try await PostgresStore.open(
+            location, password: server.password, daemon: DaemonIdentity(host: "host-c", pid: 3, started: Date()), logger: logger)
         defer { late.close() }
         await #expect { try await late.register(at: Date()) } throws: { error in
             (error as? PostgresProblem)?.kind == .inUse && "\(error)".contains("store copy")
@@ -413,7 +431,9 @@ struct PostgresStoreTests {
             let store = try await PostgresStore.open(try location(mode), password: server.password, logger: logger)
             try await store.takeCopyLock()  // a connection that stays open
             #expect(
-                try await server.psql("SELECT bool_and(ssl) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE datname = '\(database)' AND client_addr IS NOT NULL")
+                try await server.psql(
+                    "SELECT bool_and(ssl) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE datname = '\(database)' AND client_addr IS NOT NULL"
+                )
                     == "t", "\(mode)")
             store.close()
             try await waitUntil {
@@ -436,10 +456,12 @@ struct PostgresStoreTests {
         three.outcomes = (1...3).map { Outcome(kind: .cancelled, reason: "r", hppSessionID: "s-\($0)") }
         try await sqlite.commit(three, at: Date())
         // The newest outcome pruned: SQLite never gives its id (an outbox file name) to another.
-        try SQLiteConnection(path: directory + "/state.sqlite", readOnly: false, busyTimeout: .seconds(5)).execute("DELETE FROM outcomes WHERE id = 3")
+        try SQLiteConnection(path: directory + "/state.sqlite", readOnly: false, busyTimeout: .seconds(5)).execute(
+            "DELETE FROM outcomes WHERE id = 3")
 
         let server = try await PostgresServer.shared()
-        let postgres = try await PostgresStore.open(try PostgresLocation(url: server.url(try await server.createDatabase())), password: server.password, logger: logger)
+        let postgres = try await PostgresStore.open(
+            try PostgresLocation(url: server.url(try await server.createDatabase())), password: server.password, logger: logger)
         defer { postgres.close() }
         #expect(try await postgres.isEmptyForTransfer())
         for table in TransferTable.allCases { try await postgres.importRows(table, try await sqlite.exportRows(table, offset: 0, limit: 1_000)) }

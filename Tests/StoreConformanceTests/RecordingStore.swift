@@ -14,15 +14,21 @@ struct RecordingStore: ReconcilerStore {
     // WorkStore
     func session(_ hppSessionID: String) async throws -> TrackedSession? { noted("WorkStore.session"); return try await base.session(hppSessionID) }
     func order(_ orderID: String) async throws -> TrackedOrder? { noted("WorkStore.order"); return try await base.order(orderID) }
-    func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? { noted("WorkStore.paymentRequest"); return try await base.paymentRequest(id) }
+    func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? {
+        noted("WorkStore.paymentRequest"); return try await base.paymentRequest(id)
+    }
     func intent(_ key: String) async throws -> Intent? { noted("WorkStore.intent"); return try await base.intent(key) }
     func intents(subject: String) async throws -> [Intent] { noted("WorkStore.intents"); return try await base.intents(subject: subject) }
     func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? {
         noted("WorkStore.oldestCaptureRequest")
         return try await base.oldestCaptureRequest(orderID: orderID)
     }
-    func operatorControls(for key: WorkKey) async throws -> OperatorControls { noted("WorkStore.operatorControls"); return try await base.operatorControls(for: key) }
-    func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws { noted("WorkStore.commit"); try await base.commit(change, at: at, fencedBy: key) }
+    func operatorControls(for key: WorkKey) async throws -> OperatorControls {
+        noted("WorkStore.operatorControls"); return try await base.operatorControls(for: key)
+    }
+    func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
+        noted("WorkStore.commit"); try await base.commit(change, at: at, fencedBy: key)
+    }
     func untrackedNotifiedOrders(since: Date, limit: Int) async throws -> [String] {
         noted("WorkStore.untrackedNotifiedOrders")
         return try await base.untrackedNotifiedOrders(since: since, limit: limit)
@@ -44,7 +50,9 @@ struct RecordingStore: ReconcilerStore {
     }
 
     // IngestStore
-    func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult { noted("IngestStore.ingest"); return try await base.ingest(record, at: at) }
+    func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
+        noted("IngestStore.ingest"); return try await base.ingest(record, at: at)
+    }
     func ingest(_ records: [IngestRecord], at: Date) async throws -> [IngestResult] {
         noted("IngestStore.ingest(batch)")
         return try await base.ingest(records, at: at)
@@ -73,13 +81,17 @@ struct RecordingStore: ReconcilerStore {
 
     // OperatorStore
     func summary(now: Date) async throws -> StatusSummary { noted("OperatorStore.summary"); return try await base.summary(now: now) }
-    func list(phase: String?, limit: Int) async throws -> StoreListing { noted("OperatorStore.list"); return try await base.list(phase: phase, limit: limit) }
+    func list(phase: String?, limit: Int) async throws -> StoreListing {
+        noted("OperatorStore.list"); return try await base.list(phase: phase, limit: limit)
+    }
     func timeline(for id: String) async throws -> PaymentTimeline { noted("OperatorStore.timeline"); return try await base.timeline(for: id) }
     func submit(_ requests: [OperatorRequest], delivered: Bool, at: Date) async throws -> [Int64] {
         noted("OperatorStore.submit")
         return try await base.submit(requests, delivered: delivered, at: at)
     }
-    func operatorRequests(_ ids: [Int64]) async throws -> [OperatorRequest] { noted("OperatorStore.operatorRequests"); return try await base.operatorRequests(ids) }
+    func operatorRequests(_ ids: [Int64]) async throws -> [OperatorRequest] {
+        noted("OperatorStore.operatorRequests"); return try await base.operatorRequests(ids)
+    }
     func holds(_ keys: [WorkKey]) async throws -> [WorkKey: Hold] { noted("OperatorStore.holds"); return try await base.holds(keys) }
 
     // ReloadMailbox
@@ -107,19 +119,27 @@ struct RecordingStore: ReconcilerStore {
         noted("SettlementStore.recordedPayouts")
         return try await base.recordedPayouts(among: references)
     }
-    func ledger(orderIDs: [String]) async throws -> [String: LedgerOrder] { noted("SettlementStore.ledger"); return try await base.ledger(orderIDs: orderIDs) }
+    func ledger(orderIDs: [String]) async throws -> [String: LedgerOrder] {
+        noted("SettlementStore.ledger"); return try await base.ledger(orderIDs: orderIDs)
+    }
     func record(_ reconciliation: PayoutReconciliation, outcomes: [Outcome], at: Date) async throws -> Bool {
         noted("SettlementStore.record")
         return try await base.record(reconciliation, outcomes: outcomes, at: at)
     }
-    func recordDrift(_ entries: [DriftEntry], at: Date) async throws -> Int { noted("SettlementStore.recordDrift"); return try await base.recordDrift(entries, at: at) }
+    func recordDrift(_ entries: [DriftEntry], at: Date) async throws -> Int {
+        noted("SettlementStore.recordDrift"); return try await base.recordDrift(entries, at: at)
+    }
     func unsettledCaptures(capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
         noted("SettlementStore.unsettledCaptures")
         return try await base.unsettledCaptures(capturedFrom: capturedFrom, capturedBefore: capturedBefore, limit: limit)
     }
-    func flagUnsettled(_ flags: [UnsettledFlag], at: Date) async throws -> Int { noted("SettlementStore.flagUnsettled"); return try await base.flagUnsettled(flags, at: at) }
+    func flagUnsettled(_ flags: [UnsettledFlag], at: Date) async throws -> Int {
+        noted("SettlementStore.flagUnsettled"); return try await base.flagUnsettled(flags, at: at)
+    }
     func settlementHealth() async throws -> SettlementHealth { noted("SettlementStore.settlementHealth"); return try await base.settlementHealth() }
-    func heldOrders(among orderIDs: [String]) async throws -> Set<String> { noted("SettlementStore.heldOrders"); return try await base.heldOrders(among: orderIDs) }
+    func heldOrders(among orderIDs: [String]) async throws -> Set<String> {
+        noted("SettlementStore.heldOrders"); return try await base.heldOrders(among: orderIDs)
+    }
 
     // SettlementReports
     func payouts(since: Date?, paymentReference: String?) async throws -> [PayoutReconciliation] {

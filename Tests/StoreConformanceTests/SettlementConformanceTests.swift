@@ -15,7 +15,8 @@ struct SettlementConformanceTests {
     }
 
     func capture(_ order: String, _ id: String?, _ amount: Int, at seconds: TimeInterval = 0, source: LedgerSource = .daemon) -> LedgerCapture {
-        LedgerCapture(orderID: order, captureID: id, amount: amount, currency: "EUR", capturedAt: Fixtures.t0.addingTimeInterval(seconds), source: source)
+        LedgerCapture(
+            orderID: order, captureID: id, amount: amount, currency: "EUR", capturedAt: Fixtures.t0.addingTimeInterval(seconds), source: source)
     }
 
     func day(_ count: Int) -> Date { Fixtures.t0.addingTimeInterval(TimeInterval(count) * 86_400) }
@@ -39,7 +40,8 @@ struct SettlementConformanceTests {
         let totals = SettledTotals(saleAmount: lines.reduce(0) { $0 + $1.0.amount }, settlementAmount: lines.reduce(0) { $0 + $1.0.amount })
         let settled = SettledPayout(paymentReference: reference, payoutDate: day(payoutDay), currency: "EUR", settlementType: "NET", totals: totals)
         return PayoutReconciliation(
-            payout: settled, lines: lines.map { LineReconciliation(line: $0.0, signedAmount: $0.0.signedAmount, match: $0.1, note: "matched by hand") },
+            payout: settled,
+            lines: lines.map { LineReconciliation(line: $0.0, signedAmount: $0.0.signedAmount, match: $0.1, note: "matched by hand") },
             findings: findings, fromLines: PayoutFigures(lines: lines.map { $0.0 }, totals: totals), totals: PayoutFigures(totals: totals))
     }
 
@@ -64,28 +66,36 @@ struct SettlementConformanceTests {
             again.ledgerCaptures = [first, idless, idless]
             try await s.store.commit(again, at: Fixtures.t0)
             let ledger = try await s.store.ledger(orderIDs: ["o-1", "o-2", "o-unknown", "o-1"])
-            #expect(ledger == [
-                "o-1": LedgerOrder(orderID: "o-1", merchantReference: "shop-1", currency: "EUR", captures: [first, idless]),
-                "o-2": LedgerOrder(orderID: "o-2", currency: "SEK"),
-            ])
+            #expect(
+                ledger == [
+                    "o-1": LedgerOrder(orderID: "o-1", merchantReference: "shop-1", currency: "EUR", captures: [first, idless]),
+                    "o-2": LedgerOrder(orderID: "o-2", currency: "SEK"),
+                ])
             #expect(try await s.store.ledger(orderIDs: []).isEmpty)
         }
     }
 
-    @Test("A payout is recorded once: its lines, settledBy on what it settled, its outcomes; a second record writes nothing; a payout matched before another settled its capture is refused whole as stale", arguments: Backend.allCases)
+    @Test(
+        "A payout is recorded once: its lines, settledBy on what it settled, its outcomes; a second record writes nothing; a payout matched before another settled its capture is refused whole as stale",
+        arguments: Backend.allCases)
     func recordOnce(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             let cap1 = capture("o-1", "cap-1", 1_000), cap2 = capture("o-2", "cap-2", 2_000, at: 1)
             try await place(s.store, [order("o-1"), order("o-2")], captures: [cap1, cap2])
             let refund = LedgerRefund(orderID: "o-1", refundID: "ref-1", amount: 300, at: Fixtures.t0.addingTimeInterval(2), source: .observed)
-            #expect(try await s.store.recordDrift([DriftEntry(.refund(refund), outcome: finding("refund outside", order: "o-1"))], at: Fixtures.t0) == 1)
-            let returned = SettledLine(paymentReference: "PAY-1", ordinal: 1, kind: .return, amount: 300, orderID: "o-1", refundID: "ref-1", currency: "EUR")
+            #expect(
+                try await s.store.recordDrift([DriftEntry(.refund(refund), outcome: finding("refund outside", order: "o-1"))], at: Fixtures.t0) == 1)
+            let returned = SettledLine(
+                paymentReference: "PAY-1", ordinal: 1, kind: .return, amount: 300, orderID: "o-1", refundID: "ref-1", currency: "EUR")
             let orphan = sale("PAY-1", 2, order: "o-9", capture: nil, amount: 900)
-            let first = payout("PAY-1", day: 3, [
-                (sale("PAY-1", 0, order: "o-1", capture: "cap-1", amount: 1_000), settles(cap1)),
-                (returned, .refund(refund.key, byAmount: false)),
-                (orphan, .unmatched(.orderUnknown)),
-            ], findings: [SettlementFinding(kind: .orphan, paymentReference: "PAY-1", lineOrdinals: [2], orderID: "o-9", reason: "o-9 is unknown")])
+            let first = payout(
+                "PAY-1", day: 3,
+                [
+                    (sale("PAY-1", 0, order: "o-1", capture: "cap-1", amount: 1_000), settles(cap1)),
+                    (returned, .refund(refund.key, byAmount: false)),
+                    (orphan, .unmatched(.orderUnknown)),
+                ],
+                findings: [SettlementFinding(kind: .orphan, paymentReference: "PAY-1", lineOrdinals: [2], orderID: "o-9", reason: "o-9 is unknown")])
             let outcomes = [Outcome(kind: .settlementOrphan, reason: "o-9 is unknown", orderID: "o-9", paymentReference: "PAY-1", finding: .orphan)]
             let before = try await undelivered(s.store)
 
@@ -101,10 +111,12 @@ struct SettlementConformanceTests {
 
             // A later payout matched while cap-1 was unsettled (another daemon's ledger read, before PAY-1 was
             // recorded) is stale: refused whole, nothing of it written, so it is matched again.
-            var stale = payout("PAY-2", day: 5, [
-                (sale("PAY-2", 0, order: "o-2", capture: "cap-2", amount: 2_000), settles(cap2)),
-                (sale("PAY-2", 1, order: "o-1", capture: "cap-1", amount: 1_000), settles(cap1)),
-            ])
+            var stale = payout(
+                "PAY-2", day: 5,
+                [
+                    (sale("PAY-2", 0, order: "o-2", capture: "cap-2", amount: 2_000), settles(cap2)),
+                    (sale("PAY-2", 1, order: "o-1", capture: "cap-1", amount: 1_000), settles(cap1)),
+                ])
             await #expect(throws: StaleSettlementMatch.self) { try await s.store.record(stale, outcomes: outcomes, at: day(5)) }
             #expect(try await s.store.recordedPayouts(among: ["PAY-2"]).isEmpty)
             #expect(try await undelivered(s.store) == before + outcomes)
@@ -119,7 +131,9 @@ struct SettlementConformanceTests {
         }
     }
 
-    @Test("A settlement write whose outcome cannot be written is undone whole: no payout, no settlement, no drift entry, no flag", arguments: Backend.allCases)
+    @Test(
+        "A settlement write whose outcome cannot be written is undone whole: no payout, no settlement, no drift entry, no flag",
+        arguments: Backend.allCases)
     func undoneWhole(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             let own = capture("o-1", "cap-1", 1_000)
@@ -157,46 +171,81 @@ struct SettlementConformanceTests {
             #expect(try await s.store.recordDrift(entries, at: Fixtures.t0) == 2)
             #expect(try await s.store.recordDrift(entries, at: Fixtures.t0) == 0)
             #expect(try await undelivered(s.store).map(\.reason) == ["cap-x outside", "refund outside"])
-            #expect(try await s.store.ledger(orderIDs: ["o-1"])["o-1"] == LedgerOrder(orderID: "o-1", currency: "EUR", captures: [own, outside], refunds: [refund]))
+            #expect(
+                try await s.store.ledger(orderIDs: ["o-1"])["o-1"]
+                    == LedgerOrder(orderID: "o-1", currency: "EUR", captures: [own, outside], refunds: [refund]))
             #expect(try await s.store.recordDrift([], at: Fixtures.t0) == 0)
         }
     }
 
-    @Test("A capture is flagged unsettled once, never once settled; a flagged capture a payout settles later stops counting", arguments: Backend.allCases)
+    @Test(
+        "A capture is flagged unsettled once, never once settled; a flagged capture a payout settles later stops counting",
+        arguments: Backend.allCases)
     func flagOnce(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             let late = capture("o-1", "cap-1", 1_000), settled = capture("o-1", "cap-2", 2_000, at: 1)
             try await place(s.store, [order("o-1")], captures: [late, settled])
-            #expect(try await s.store.record(payout("PAY-1", day: 2, [(sale("PAY-1", 0, order: "o-1", capture: "cap-2", amount: 2_000), settles(settled))]), outcomes: [], at: day(2)))
-            let flags = [UnsettledFlag(key: late.key, outcome: finding("cap-1 unsettled")), UnsettledFlag(key: settled.key, outcome: finding("cap-2 unsettled"))]
+            #expect(
+                try await s.store.record(
+                    payout("PAY-1", day: 2, [(sale("PAY-1", 0, order: "o-1", capture: "cap-2", amount: 2_000), settles(settled))]), outcomes: [],
+                    at: day(2)))
+            let flags = [
+                UnsettledFlag(key: late.key, outcome: finding("cap-1 unsettled")),
+                UnsettledFlag(key: settled.key, outcome: finding("cap-2 unsettled")),
+            ]
             #expect(try await s.store.flagUnsettled(flags, at: day(10)) == 1)
             #expect(try await s.store.flagUnsettled(flags, at: day(11)) == 0)
             #expect(try await undelivered(s.store).map(\.reason) == ["cap-1 unsettled"])
             #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: day(20), limit: 10).isEmpty)
-            #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 1, payouts: 1, newestPayoutDate: day(2), oldestPayoutDate: day(2)))
+            #expect(
+                try await s.store.settlementHealth()
+                    == SettlementHealth(unsettledFlagged: 1, payouts: 1, newestPayoutDate: day(2), oldestPayoutDate: day(2)))
 
-            #expect(try await s.store.record(payout("PAY-2", day: 12, [(sale("PAY-2", 0, order: "o-1", capture: "cap-1", amount: 1_000), settles(late))]), outcomes: [], at: day(12)))
-            #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 0, payouts: 2, newestPayoutDate: day(12), oldestPayoutDate: day(2)))
-            #expect(try await s.store.ledger(orderIDs: ["o-1"])["o-1"]?.captures.map(\.settledBy) == [
-                SettledLineKey(paymentReference: "PAY-2", ordinal: 0), SettledLineKey(paymentReference: "PAY-1", ordinal: 0),
-            ])
+            #expect(
+                try await s.store.record(
+                    payout("PAY-2", day: 12, [(sale("PAY-2", 0, order: "o-1", capture: "cap-1", amount: 1_000), settles(late))]), outcomes: [],
+                    at: day(12)))
+            #expect(
+                try await s.store.settlementHealth()
+                    == SettlementHealth(unsettledFlagged: 0, payouts: 2, newestPayoutDate: day(12), oldestPayoutDate: day(2)))
+            #expect(
+                try await s.store.ledger(orderIDs: ["o-1"])["o-1"]?.captures.map(\.settledBy) == [
+                    SettledLineKey(paymentReference: "PAY-2", ordinal: 0), SettledLineKey(paymentReference: "PAY-1", ordinal: 0),
+                ])
         }
     }
 
-    @Test("Unsettled captures: captured from the lower bound up to and including the cutoff, oldest first, at most the limit", arguments: Backend.allCases)
+    @Test(
+        "Unsettled captures: captured from the lower bound up to and including the cutoff, oldest first, at most the limit",
+        arguments: Backend.allCases)
     func unsettledCaptures(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             let c = capture("o-3", "cap-c", 300, at: 30), a = capture("o-1", "cap-a", 100, at: 10), b = capture("o-2", "cap-b", 200, at: 20)
             let idless = capture("o-1", nil, 400, at: 40)
             try await place(s.store, [order("o-1"), order("o-2"), order("o-3")], captures: [c, a, b, idless])
             #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 0, payouts: 0, newestPayoutDate: nil))
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 10) == [a, b, c, idless])
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 2) == [a, b])
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(20), limit: 10) == [a, b])
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(5), limit: 10).isEmpty)
-            #expect(try await s.store.unsettledCaptures(capturedFrom: Fixtures.t0.addingTimeInterval(20), capturedBefore: Fixtures.t0.addingTimeInterval(30), limit: 10) == [b, c])
+            #expect(
+                try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 10) == [
+                    a, b, c, idless,
+                ])
+            #expect(
+                try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 2) == [
+                    a, b,
+                ])
+            #expect(
+                try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(20), limit: 10) == [
+                    a, b,
+                ])
+            #expect(
+                try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(5), limit: 10).isEmpty)
+            #expect(
+                try await s.store.unsettledCaptures(
+                    capturedFrom: Fixtures.t0.addingTimeInterval(20), capturedBefore: Fixtures.t0.addingTimeInterval(30), limit: 10) == [b, c])
             #expect(try await s.store.flagUnsettled([UnsettledFlag(key: idless.key, outcome: finding("unsettled"))], at: day(9)) == 1)
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 10) == [a, b, c])
+            #expect(
+                try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 10) == [
+                    a, b, c,
+                ])
         }
     }
 
@@ -206,8 +255,18 @@ struct SettlementConformanceTests {
             try await place(s.store, [order("o-1"), order("o-2")])
             let fee = SettledLine(paymentReference: "PAY-3", ordinal: 0, kind: .fee, amount: 25, orderID: "o-1", currency: "EUR")
             let holdback = SettledLine(paymentReference: "PAY-3", ordinal: 2, kind: .holdback, amount: 50, currency: "EUR")
-            let third = payout("PAY-3", day: 5, [(fee, .order("o-1", capture: nil)), (sale("PAY-3", 1, order: "o-1", capture: nil, amount: 700), .unmatched(.captureUnknown)), (holdback, .payoutLevel)])
-            let first = payout("PAY-1", day: 1, [(sale("PAY-1", 0, order: "o-2", capture: nil, amount: 100), .unmatched(.captureUnknown)), (sale("PAY-1", 1, order: "o-1", capture: nil, amount: 200), .unmatched(.captureUnknown))])
+            let third = payout(
+                "PAY-3", day: 5,
+                [
+                    (fee, .order("o-1", capture: nil)), (sale("PAY-3", 1, order: "o-1", capture: nil, amount: 700), .unmatched(.captureUnknown)),
+                    (holdback, .payoutLevel),
+                ])
+            let first = payout(
+                "PAY-1", day: 1,
+                [
+                    (sale("PAY-1", 0, order: "o-2", capture: nil, amount: 100), .unmatched(.captureUnknown)),
+                    (sale("PAY-1", 1, order: "o-1", capture: nil, amount: 200), .unmatched(.captureUnknown)),
+                ])
             let second = payout("PAY-2", day: 3, [(sale("PAY-2", 0, order: "o-2", capture: nil, amount: 300), .unmatched(.captureUnknown))])
             // Recorded out of date order.
             for reconciliation in [third, first, second] { #expect(try await s.store.record(reconciliation, outcomes: [], at: day(6))) }
@@ -237,10 +296,12 @@ struct SettlementConformanceTests {
             let cap1 = capture("o-1", "cap-1", 1_000), cap2 = capture("o-2", "cap-2", 2_000)
             try await place(s.store, [order("o-1"), order("o-2")], captures: [cap1, cap2])
             let other = try await s.openAnother()
-            let reconciliation = payout("PAY-1", day: 3, [
-                (sale("PAY-1", 0, order: "o-1", capture: "cap-1", amount: 1_000), settles(cap1)),
-                (sale("PAY-1", 1, order: "o-2", capture: "cap-2", amount: 2_000), settles(cap2)),
-            ])
+            let reconciliation = payout(
+                "PAY-1", day: 3,
+                [
+                    (sale("PAY-1", 0, order: "o-1", capture: "cap-1", amount: 1_000), settles(cap1)),
+                    (sale("PAY-1", 1, order: "o-2", capture: "cap-2", amount: 2_000), settles(cap2)),
+                ])
             let outcomes = [finding("first", order: "o-1"), finding("second", order: "o-2")]
             let at = day(3)
             let results = try await withThrowingTaskGroup(of: Bool.self) { group in
@@ -271,18 +332,25 @@ struct SettlementConformanceTests {
             try await confirm(started.confirmed(result: "cap-1", now: Fixtures.t0.addingTimeInterval(5)), at: Fixtures.t0.addingTimeInterval(5))
             let idless = Intent(key: "capture-o-2", kind: .capture, subject: "o-2", amount: 2_000, now: Fixtures.t0).sending(now: Fixtures.t0)
             try await confirm(idless.confirmed(result: nil, now: Fixtures.t0.addingTimeInterval(7.5)), at: Fixtures.t0.addingTimeInterval(7.5))
-            try await confirm(Intent(key: "capture-o-1-b", kind: .capture, subject: "o-1", amount: 500, now: Fixtures.t0).failed("refused", now: Fixtures.t0), at: Fixtures.t0)
-            try await confirm(Intent(key: "place-hpp", kind: .placeOrder, subject: "hpp", now: Fixtures.t0).confirmed(result: "o-1", now: Fixtures.t0), at: Fixtures.t0)
+            try await confirm(
+                Intent(key: "capture-o-1-b", kind: .capture, subject: "o-1", amount: 500, now: Fixtures.t0).failed("refused", now: Fixtures.t0),
+                at: Fixtures.t0)
+            try await confirm(
+                Intent(key: "place-hpp", kind: .placeOrder, subject: "hpp", now: Fixtures.t0).confirmed(result: "o-1", now: Fixtures.t0),
+                at: Fixtures.t0)
 
             // The settlement migration undone: it runs again when the next handle opens the store.
             try await s.rewindSettlementMigration("DROP TABLE settlement_lines; DROP TABLE payouts; DROP TABLE ledger")
             let migrated = try await s.openAnother()
-            let capture1 = LedgerCapture(orderID: "o-1", captureID: "cap-1", amount: 1_000, currency: "EUR", capturedAt: Fixtures.t0.addingTimeInterval(5), source: .daemon)
-            let capture2 = LedgerCapture(orderID: "o-2", captureID: nil, amount: 2_000, currency: "SEK", capturedAt: Fixtures.t0.addingTimeInterval(7.5), source: .daemon)
-            #expect(try await migrated.ledger(orderIDs: ["o-1", "o-2"]) == [
-                "o-1": LedgerOrder(orderID: "o-1", merchantReference: "shop-1", currency: "EUR", captures: [capture1]),
-                "o-2": LedgerOrder(orderID: "o-2", currency: "SEK", captures: [capture2]),
-            ])
+            let capture1 = LedgerCapture(
+                orderID: "o-1", captureID: "cap-1", amount: 1_000, currency: "EUR", capturedAt: Fixtures.t0.addingTimeInterval(5), source: .daemon)
+            let capture2 = LedgerCapture(
+                orderID: "o-2", captureID: nil, amount: 2_000, currency: "SEK", capturedAt: Fixtures.t0.addingTimeInterval(7.5), source: .daemon)
+            #expect(
+                try await migrated.ledger(orderIDs: ["o-1", "o-2"]) == [
+                    "o-1": LedgerOrder(orderID: "o-1", merchantReference: "shop-1", currency: "EUR", captures: [capture1]),
+                    "o-2": LedgerOrder(orderID: "o-2", currency: "SEK", captures: [capture2]),
+                ])
             // Keyed as the core keys them: the same captures committed again are not new.
             var again = Change()
             again.ledgerCaptures = [capture1, capture2]
@@ -309,7 +377,8 @@ struct SettlementConformanceTests {
             change.ledgerCaptures = [captured]
             try await s.store.commit(change, at: Fixtures.t0)
             let cutoffs = PruneCutoffs(
-                closedPaymentsBefore: Fixtures.t0.addingTimeInterval(1), eventsBefore: nil, rejectionsBefore: nil, spoolDoneBefore: nil, outboxAcknowledgedBefore: nil)
+                closedPaymentsBefore: Fixtures.t0.addingTimeInterval(1), eventsBefore: nil, rejectionsBefore: nil, spoolDoneBefore: nil,
+                outboxAcknowledgedBefore: nil)
             #expect(try await s.store.prune(cutoffs, limit: 10, dryRun: false).payments == 1)
             #expect(try await s.store.order("o-p") == nil)
             #expect(try await s.store.ledger(orderIDs: ["o-p"]) == ["o-p": LedgerOrder(orderID: "o-p", captures: [captured])])

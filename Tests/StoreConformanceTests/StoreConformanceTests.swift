@@ -8,13 +8,16 @@ import ReconcilerStore
 @Suite("Store conformance")
 struct StoreConformanceTests {
     func hint(_ key: String, _ id: String) -> IngestRecord {
-        IngestRecord(dedupeKey: key, kind: "hpp_status", source: "socket", summary: "status callback", action: .hintSession(hppSessionID: id, trackIfUnknown: nil))
+        IngestRecord(
+            dedupeKey: key, kind: "hpp_status", source: "socket", summary: "status callback",
+            action: .hintSession(hppSessionID: id, trackIfUnknown: nil))
     }
 
     @Test("Tracking twice keeps the first registration and says so", arguments: Backend.allCases)
     func trackIdempotent(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            #expect(try await s.store.track(Fixtures.session(), event: DomainEvent(.tracked, "first"), at: Fixtures.t0) == .tracked(Fixtures.session()))
+            #expect(
+                try await s.store.track(Fixtures.session(), event: DomainEvent(.tracked, "first"), at: Fixtures.t0) == .tracked(Fixtures.session()))
             var other = Fixtures.session()
             other.merchantReference = "changed"
             guard case .existing(let existing) = try await s.store.track(other, event: DomainEvent(.tracked, "second"), at: Fixtures.t0) else {
@@ -110,7 +113,9 @@ struct StoreConformanceTests {
             let work = try await s.store.openWork()
             #expect(Set(work.map(\.key)) == [.session("a"), .order("o-1"), .paymentRequest("pr-1")])
             let sessionWork = try #require(work.first { $0.key == .session("a") })
-            #expect(sessionWork.kind == .session(.polling, PollProfile(trackedAt: Fixtures.t0, lastReadAt: a.lastReadAt, lastHintAt: nil, expiresAt: a.expiresAt)))
+            #expect(
+                sessionWork.kind
+                    == .session(.polling, PollProfile(trackedAt: Fixtures.t0, lastReadAt: a.lastReadAt, lastHintAt: nil, expiresAt: a.expiresAt)))
             #expect(sessionWork.due == a.nextDueAt)
             #expect(work.first { $0.key == .order("o-1") }?.kind == .order(.pendingFraud))
         }
@@ -157,7 +162,9 @@ struct StoreConformanceTests {
             #expect(try await s.store.ingest(hint("e-2", "unknown"), at: Fixtures.t0) == .accepted(wake: []))
             // A verified callback for a new session starts tracking it.
             let fresh = Fixtures.session("new")
-            let tracking = IngestRecord(dedupeKey: "e-3", kind: "hpp_status", source: "socket", summary: "s", action: .hintSession(hppSessionID: "new", trackIfUnknown: fresh))
+            let tracking = IngestRecord(
+                dedupeKey: "e-3", kind: "hpp_status", source: "socket", summary: "s", action: .hintSession(hppSessionID: "new", trackIfUnknown: fresh)
+            )
             #expect(try await s.store.ingest(tracking, at: Fixtures.t0) == .accepted(wake: [.session("new")]))
             #expect(try await s.store.session("new") == fresh)
             // A track request for a tracked session is a repeat.
@@ -166,16 +173,20 @@ struct StoreConformanceTests {
         }
     }
 
-    @Test("Deliveries found together are each recorded as alone, in order: a repeat within them is a repeat, a refusal refuses itself only", arguments: Backend.allCases)
+    @Test(
+        "Deliveries found together are each recorded as alone, in order: a repeat within them is a repeat, a refusal refuses itself only",
+        arguments: Backend.allCases)
     func batchIngest(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
-            let capture = IngestRecord(dedupeKey: "cap-x", kind: "capture", source: "spool:c.json", summary: "capture", action: .capture(orderID: "o-x", amount: 1))
+            let capture = IngestRecord(
+                dedupeKey: "cap-x", kind: "capture", source: "spool:c.json", summary: "capture", action: .capture(orderID: "o-x", amount: 1))
             let results = try await s.store.ingest([hint("b-1", "a"), capture, hint("b-1", "a"), hint("b-2", "a")], at: Fixtures.t0)
-            #expect(results == [
-                .accepted(wake: [.session("a")]), .refused(status: 404, error: "unknown_order", detail: "order o-x is not tracked"),
-                .repeated(firstSeen: Fixtures.t0), .accepted(wake: [.session("a")]),
-            ])
+            #expect(
+                results == [
+                    .accepted(wake: [.session("a")]), .refused(status: 404, error: "unknown_order", detail: "order o-x is not tracked"),
+                    .repeated(firstSeen: Fixtures.t0), .accepted(wake: [.session("a")]),
+                ])
             #expect(try await s.store.timeline(for: "a").events.filter { $0.kind == "webhook" }.count == 2)
             // The refused one left nothing behind: once its order is tracked, the same delivery is accepted.
             var change = Change()
@@ -194,19 +205,25 @@ struct StoreConformanceTests {
             change.newOrders = [Fixtures.order("o-1", session: "a")]
             try await s.store.commit(change, at: Fixtures.t0)
             func record(_ key: String, _ action: IngestRecord.Action) -> IngestRecord {
-                IngestRecord(dedupeKey: key, kind: "k", source: "socket", summary: "hint \(key)", warning: key == "n-1" ? "late" : nil, action: action)
+                IngestRecord(
+                    dedupeKey: key, kind: "k", source: "socket", summary: "hint \(key)", warning: key == "n-1" ? "late" : nil, action: action)
             }
             #expect(try await s.store.ingest(record("n-1", .hintOrder(orderID: "o-1")), at: Fixtures.t0) == .accepted(wake: [.order("o-1")]))
             #expect(try await s.store.ingest(record("n-2", .hintOrder(orderID: "o-unknown")), at: Fixtures.t0) == .accepted(wake: []))
             let noted = try #require(try await s.store.timeline(for: "o-1").events.first { $0.message == "hint n-1" })
             #expect(noted.hppSessionID == "a" && noted.orderID == "o-1" && noted.detail["warning"] == "late" && noted.detail["source"] == "socket")
-            #expect(try await s.store.ingest(record("k-1", .hintSessionsOfPayment(kpSessionID: "kp-b")), at: Fixtures.t0) == .accepted(wake: [.session("b")]))
+            #expect(
+                try await s.store.ingest(record("k-1", .hintSessionsOfPayment(kpSessionID: "kp-b")), at: Fixtures.t0)
+                    == .accepted(wake: [.session("b")]))
             #expect(try await s.store.ingest(record("k-2", .hintSessionsOfPayment(kpSessionID: "kp-none")), at: Fixtures.t0) == .accepted(wake: []))
 
             let request = TrackedPaymentRequest(paymentRequestID: "pr-1", trackedAt: Fixtures.t0)
-            #expect(try await s.store.ingest(record("p-1", .hintPaymentRequest(request)), at: Fixtures.t0) == .accepted(wake: [.paymentRequest("pr-1")]))
+            #expect(
+                try await s.store.ingest(record("p-1", .hintPaymentRequest(request)), at: Fixtures.t0) == .accepted(wake: [.paymentRequest("pr-1")]))
             #expect(try await s.store.paymentRequest("pr-1")?.paymentRequestID == "pr-1")
-            #expect(try await s.store.ingest(record("p-2", .hintPaymentRequest(request)), at: Fixtures.t0.addingTimeInterval(9)) == .accepted(wake: [.paymentRequest("pr-1")]))
+            #expect(
+                try await s.store.ingest(record("p-2", .hintPaymentRequest(request)), at: Fixtures.t0.addingTimeInterval(9))
+                    == .accepted(wake: [.paymentRequest("pr-1")]))
             #expect(try await s.store.paymentRequest("pr-1") == request.hinted(now: Fixtures.t0.addingTimeInterval(9)))
             #expect(try await s.store.ingest(record("r-1", .recordOnly), at: Fixtures.t0) == .accepted(wake: []))
             #expect(try await s.store.ingest(record("r-1", .recordOnly), at: Fixtures.t0.addingTimeInterval(1)) == .repeated(firstSeen: Fixtures.t0))
@@ -218,9 +235,13 @@ struct StoreConformanceTests {
     @Test("A refused delivery leaves nothing but its rejection: sent again once it can be taken, it is accepted", arguments: Backend.allCases)
     func refusedIngest(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            let capture = IngestRecord(dedupeKey: "cap-1", kind: "capture", source: "socket", summary: "capture", action: .capture(orderID: "o-1", amount: 500))
-            #expect(try await s.store.ingest(capture, at: Fixtures.t0) == .refused(status: 404, error: "unknown_order", detail: "order o-1 is not tracked"))
-            try await s.store.recordRejection(source: "socket", status: 404, error: "unknown_order", detail: "order o-1 is not tracked", at: Fixtures.t0)
+            let capture = IngestRecord(
+                dedupeKey: "cap-1", kind: "capture", source: "socket", summary: "capture", action: .capture(orderID: "o-1", amount: 500))
+            #expect(
+                try await s.store.ingest(capture, at: Fixtures.t0)
+                    == .refused(status: 404, error: "unknown_order", detail: "order o-1 is not tracked"))
+            try await s.store.recordRejection(
+                source: "socket", status: 404, error: "unknown_order", detail: "order o-1 is not tracked", at: Fixtures.t0)
             var change = Change()
             change.newOrders = [Fixtures.order("o-1")]
             try await s.store.commit(change, at: Fixtures.t0)
@@ -239,10 +260,16 @@ struct StoreConformanceTests {
             var change = Change()
             change.newOrders = [Fixtures.order("o-1", session: "h"), Fixtures.order("o-2", session: "h2", policy: .immediate)]
             try await s.store.commit(change, at: Fixtures.t0)
-            guard case .accepted(let first) = try await s.store.requestCapture(orderID: "o-1", amount: 100, at: Fixtures.t0) else { Issue.record("refused"); return }
+            guard case .accepted(let first) = try await s.store.requestCapture(orderID: "o-1", amount: 100, at: Fixtures.t0) else {
+                Issue.record("refused"); return
+            }
             _ = try await s.store.requestCapture(orderID: "o-1", amount: nil, at: Fixtures.t0.addingTimeInterval(1))
-            #expect(try await s.store.oldestCaptureRequest(orderID: "o-1") == CaptureRequestItem(id: first, orderID: "o-1", amount: 100, requestedAt: Fixtures.t0))
-            guard case .refused(let reason) = try await s.store.requestCapture(orderID: "o-2", amount: nil, at: Fixtures.t0) else { Issue.record("accepted"); return }
+            #expect(
+                try await s.store.oldestCaptureRequest(orderID: "o-1")
+                    == CaptureRequestItem(id: first, orderID: "o-1", amount: 100, requestedAt: Fixtures.t0))
+            guard case .refused(let reason) = try await s.store.requestCapture(orderID: "o-2", amount: nil, at: Fixtures.t0) else {
+                Issue.record("accepted"); return
+            }
             #expect(reason.contains("immediate"))
 
             var done = Change()
@@ -265,7 +292,10 @@ struct StoreConformanceTests {
             change.newOrders = [Fixtures.order("o-9", session: "hpp-9", reference: "shop-42")]
             change.events = [NewEvent(hppSessionID: "hpp-9", orderID: "o-9", DomainEvent(.orderPlaced, "placed"), detail: ["intent": "k"])]
             change.outcomes = [Outcome(kind: .orderPlaced, reason: "r", hppSessionID: "hpp-9", orderID: "o-9")]
-            change.intents = [Intent(key: "place:hpp-9", kind: .placeOrder, subject: "hpp-9", now: Fixtures.t0), Intent(key: "capture:o-9", kind: .capture, subject: "o-9", now: Fixtures.t0.addingTimeInterval(1))]
+            change.intents = [
+                Intent(key: "place:hpp-9", kind: .placeOrder, subject: "hpp-9", now: Fixtures.t0),
+                Intent(key: "capture:o-9", kind: .capture, subject: "o-9", now: Fixtures.t0.addingTimeInterval(1)),
+            ]
             try await s.store.commit(change, at: Fixtures.t0.addingTimeInterval(1))
             for id in ["hpp-9", "kp-hpp-9", "o-9", "shop-42"] {
                 let found = try await s.store.timeline(for: id)
@@ -346,7 +376,9 @@ struct StoreConformanceTests {
     func outcomeQueue(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             var change = Change()
-            change.outcomes = [Outcome(kind: .captured, reason: "r", hppSessionID: "a", orderID: "o-a"), Outcome(kind: .cancelled, reason: "r", hppSessionID: "b")]
+            change.outcomes = [
+                Outcome(kind: .captured, reason: "r", hppSessionID: "a", orderID: "o-a"), Outcome(kind: .cancelled, reason: "r", hppSessionID: "b"),
+            ]
             try await s.store.commit(change, at: Fixtures.t0)
             let pending = try await s.store.undeliveredOutcomes(now: Fixtures.t0, limit: 10)
             #expect(pending.map(\.outcome.kind) == [.captured, .cancelled])
@@ -403,7 +435,10 @@ struct StoreConformanceTests {
             #expect(controls.pending.map(\.action) == [.hold])
             #expect(controls.pending.first?.requestedBy == "uid 1000 (alice)")
             #expect(try await s.store.operatorControls(for: .order("o-a")).pending.first?.orderID == "o-x")
-            #expect(try await s.store.timeline(for: "a").events.contains { $0.kind == "operator_request" && $0.message == "hold requested by uid 1000 (alice)" })
+            #expect(
+                try await s.store.timeline(for: "a").events.contains {
+                    $0.kind == "operator_request" && $0.message == "hold requested by uid 1000 (alice)"
+                })
             #expect(Set(try await s.store.wakeups(after: 0, includingDelivered: false).keys) == [.session("a"), .order("o-a")])
 
             var answer = Change()
@@ -413,7 +448,10 @@ struct StoreConformanceTests {
             #expect(try await s.store.operatorControls(for: .session("a")) == OperatorControls(held: true, pending: []))
             #expect(try await s.store.operatorRequests(ids).map(\.state) == [.done, .pending])
             #expect(try await s.store.operatorRequests(ids).first?.note == "held")
-            #expect(try await s.store.holds([.session("a"), .order("o-a")]) == [.session("a"): Hold(since: Fixtures.t0.addingTimeInterval(1), by: "uid 1000 (alice)")])
+            #expect(
+                try await s.store.holds([.session("a"), .order("o-a")]) == [
+                    .session("a"): Hold(since: Fixtures.t0.addingTimeInterval(1), by: "uid 1000 (alice)")
+                ])
             #expect(try await s.store.list(phase: "held", limit: 10).sessions.map(\.hppSessionID) == ["a"])
             #expect(try await s.store.summary(now: Fixtures.t0).held == 1)
             #expect(try await s.store.payment("a").held == [.session("a")])
@@ -457,7 +495,8 @@ struct StoreConformanceTests {
             try await payment("undelivered", delivered: false)
             try await s.store.recordRejection(source: "socket", status: 400, error: "bad_json", detail: "x", at: Fixtures.t0)
             let cutoffs = PruneCutoffs(
-                closedPaymentsBefore: Fixtures.t0.addingTimeInterval(1), eventsBefore: nil, rejectionsBefore: Fixtures.t0.addingTimeInterval(1), spoolDoneBefore: nil,
+                closedPaymentsBefore: Fixtures.t0.addingTimeInterval(1), eventsBefore: nil, rejectionsBefore: Fixtures.t0.addingTimeInterval(1),
+                spoolDoneBefore: nil,
                 outboxAcknowledgedBefore: nil)
             let counted = try await s.store.prune(cutoffs, limit: -1, dryRun: true)
             #expect(counted.payments == 2 && counted.rejections == 1)
@@ -477,7 +516,9 @@ struct StoreConformanceTests {
 
     // MARK: Concurrent writers
 
-    @Test("Two handles deliver the same webhooks at once: each is accepted exactly once, each repeat names the first's time", arguments: Backend.allCases)
+    @Test(
+        "Two handles deliver the same webhooks at once: each is accepted exactly once, each repeat names the first's time",
+        arguments: Backend.allCases)
     func concurrentDeliveries(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
@@ -504,7 +545,9 @@ struct StoreConformanceTests {
         }
     }
 
-    @Test("Verified callbacks for many new sessions at once, each sent twice: every session tracked once from its callback, with one event, and every repeat counted", arguments: Backend.allCases)
+    @Test(
+        "Verified callbacks for many new sessions at once, each sent twice: every session tracked once from its callback, with one event, and every repeat counted",
+        arguments: Backend.allCases)
     func concurrentCallbacks(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             // One handle: on PostgreSQL the callbacks that arrive together share statements (IngestBatcher).
@@ -555,7 +598,9 @@ struct StoreConformanceTests {
                 for writer in 0..<4 {
                     let store = writer.isMultiple(of: 2) ? s.store : other
                     group.addTask {
-                        for index in 0..<25 { _ = try await store.track(Fixtures.session("w\(writer)-\(index)"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0) }
+                        for index in 0..<25 {
+                            _ = try await store.track(Fixtures.session("w\(writer)-\(index)"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
+                        }
                         return []
                     }
                 }

@@ -25,11 +25,14 @@ struct UnverifiedRetentionConformanceTests {
     /// known order `KNOWN:1_AB` (a colon and capitals in its id, as the key's event type has) before all of them.
     func fill(_ store: any ReconcilerStore) async throws {
         var change = Change()
-        change.newOrders = [TrackedOrder(
-            orderID: "KNOWN:1_AB", hppSessionID: nil, kpSessionID: nil, merchantReference: nil, capturePolicy: .onRequest, placedBy: .placeOrder,
-            createdAt: Fixtures.t0)]
+        change.newOrders = [
+            TrackedOrder(
+                orderID: "KNOWN:1_AB", hppSessionID: nil, kpSessionID: nil, merchantReference: nil, capturePolicy: .onRequest, placedBy: .placeOrder,
+                createdAt: Fixtures.t0)
+        ]
         try await store.commit(change, at: Fixtures.t0.addingTimeInterval(-20))
-        #expect(try await store.ingest(notification("KNOWN:1_AB"), at: Fixtures.t0.addingTimeInterval(-10)) == .accepted(wake: [.order("KNOWN:1_AB")]))
+        #expect(
+            try await store.ingest(notification("KNOWN:1_AB"), at: Fixtures.t0.addingTimeInterval(-10)) == .accepted(wake: [.order("KNOWN:1_AB")]))
         for index in 0..<5 {
             let at = Fixtures.t0.addingTimeInterval(Double(index))
             #expect(try await store.ingest(notification("u-\(index)"), at: at) == .accepted(wake: []))
@@ -54,8 +57,10 @@ struct UnverifiedRetentionConformanceTests {
             let summary = try await s.store.summary(now: Fixtures.t0.addingTimeInterval(5))
             #expect(summary.rejectionsLastDay == 3)
             #expect(summary.lastRejection?.hasSuffix("socket 405 method_not_allowed: r-4") == true, "\(summary.lastRejection ?? "none")")
-            #expect(try await s.store.prune(PruneCutoffs(rejectionsBefore: Fixtures.t0.addingTimeInterval(2)), limit: -1, dryRun: true).rejections == 0)
-            #expect(try await s.store.prune(PruneCutoffs(rejectionsBefore: Fixtures.t0.addingTimeInterval(3)), limit: -1, dryRun: true).rejections == 1)
+            #expect(
+                try await s.store.prune(PruneCutoffs(rejectionsBefore: Fixtures.t0.addingTimeInterval(2)), limit: -1, dryRun: true).rejections == 0)
+            #expect(
+                try await s.store.prune(PruneCutoffs(rejectionsBefore: Fixtures.t0.addingTimeInterval(3)), limit: -1, dryRun: true).rejections == 1)
             for kept in ["KNOWN:1_AB", "u-2", "u-3", "u-4"] { #expect(try await isKept(s.store, kept), "\(kept) was pruned") }
             for gone in ["u-0", "u-1"] { #expect(try await !isKept(s.store, gone), "\(gone) was kept") }
         }
@@ -67,7 +72,8 @@ struct UnverifiedRetentionConformanceTests {
             try await fill(s.store)
             // u-0, u-1 (and r-0, r-1) by age; of the rest, the two newest stay.
             let cutoffs = PruneCutoffs(
-                rejectionsBefore: Fixtures.t0.addingTimeInterval(1.5), unknownNotificationsBefore: Fixtures.t0.addingTimeInterval(1.5), unverifiedRowCap: 2)
+                rejectionsBefore: Fixtures.t0.addingTimeInterval(1.5), unknownNotificationsBefore: Fixtures.t0.addingTimeInterval(1.5),
+                unverifiedRowCap: 2)
             let counted = try await s.store.prune(cutoffs, limit: -1, dryRun: true)
             #expect(counted.rejections == 3 && counted.unknownNotifications == 3, "\(counted)")
             var pruned = PruneCounts()

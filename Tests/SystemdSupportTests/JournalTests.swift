@@ -28,10 +28,11 @@ struct JournalTests {
                 MessageID.metadataKey: .string(MessageID.captured.rawValue), "message": "spoof",
             ],
             file: "Engine/EventLog.swift", line: 42, function: "log(_:)")
-        #expect(Array(fields.prefix(6)) == [
-            "MESSAGE=outcome captured", "PRIORITY=5", "SYSLOG_IDENTIFIER=klarna-reconciler",
-            "CODE_FILE=Engine/EventLog.swift", "CODE_LINE=42", "CODE_FUNC=log(_:)",
-        ])
+        #expect(
+            Array(fields.prefix(6)) == [
+                "MESSAGE=outcome captured", "PRIORITY=5", "SYSLOG_IDENTIFIER=klarna-reconciler",
+                "CODE_FILE=Engine/EventLog.swift", "CODE_LINE=42", "CODE_FUNC=log(_:)",
+            ])
         #expect(fields.contains("ORDER_ID=o-1"))
         #expect(fields.contains("HPP_SESSION_ID=h-1"))
         #expect(fields.contains("ATTEMPT=2"))
@@ -68,7 +69,8 @@ struct JournalTests {
 
     @Test("Every MESSAGE_ID is in the shipped catalog with a subject, and the catalog has no other")
     func catalog() throws {
-        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../systemd/klarna-reconciler.catalog").standardized.path
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../systemd/klarna-reconciler.catalog")
+            .standardized.path
         let text = try String(contentsOfFile: path, encoding: .utf8)
         let entries = text.components(separatedBy: "\n-- ").dropFirst()
         let ids = entries.map { String($0.prefix(32)) }

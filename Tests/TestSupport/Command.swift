@@ -6,7 +6,9 @@ public enum Command {
     /// Runs `executable` to its end and returns its exit status and its output (stdout and stderr), trimmed. The
     /// output goes to a file, not a pipe: `pg_ctl start` leaves the server running with the descriptors it was given,
     /// and a pipe would never reach its end.
-    public static func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32, output: String) {
+    public static func run(
+        _ executable: String, _ arguments: [String], environment: [String: String] = [:]
+    ) async throws -> (status: Int32, output: String) {
         let outputPath = NSTemporaryDirectory() + "klarna-reconciler-command-output-" + UUID().uuidString.prefix(8)
         _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
         defer { try? FileManager.default.removeItem(atPath: outputPath) }

@@ -53,12 +53,18 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     public func intents(subject: String) async throws -> [Intent] { try await store.intents(subject: subject) }
     public func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
     public func operatorControls(for key: WorkKey) async throws -> OperatorControls { try await store.operatorControls(for: key) }
-    public func untrackedNotifiedOrders(since: Date, limit: Int) async throws -> [String] { try await store.untrackedNotifiedOrders(since: since, limit: limit) }
+    public func untrackedNotifiedOrders(since: Date, limit: Int) async throws -> [String] {
+        try await store.untrackedNotifiedOrders(since: since, limit: limit)
+    }
     public func settlementLines(merchantReference: String, limit: Int) async throws -> [SettledLine] {
         try await store.settlementLines(merchantReference: merchantReference, limit: limit)
     }
-    public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult { try await store.track(session, event: event, at: at) }
-    public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult { try await store.requestCapture(orderID: orderID, amount: amount, at: at) }
+    public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult {
+        try await store.track(session, event: event, at: at)
+    }
+    public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
+        try await store.requestCapture(orderID: orderID, amount: amount, at: at)
+    }
     public func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
         try await store.recordRejection(source: source, status: status, error: error, detail: detail, at: at)
     }

@@ -75,7 +75,8 @@ public final class PostgresServer: Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try password.write(toFile: directory + "/pwfile", atomically: true, encoding: .utf8)
         if getuid() == 0 { try await Self.run("/bin/chown", ["-R", "postgres", directory]) }
-        try await runAsServer("initdb", ["-D", directory + "/data", "-A", "scram-sha-256", "-U", user, "--pwfile", directory + "/pwfile", "-E", "UTF8", "--no-sync"])
+        try await runAsServer(
+            "initdb", ["-D", directory + "/data", "-A", "scram-sha-256", "-U", user, "--pwfile", directory + "/pwfile", "-E", "UTF8", "--no-sync"])
         try await start()
     }
 
@@ -91,7 +92,8 @@ public final class PostgresServer: Sendable {
         if let namespace {
             // ip netns exec and setpriv each exec the next, so the pid is still the postmaster's.
             process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
-            process.arguments = ["netns", "exec", namespace, "/usr/bin/setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", binaries + "/postgres"]
+            process.arguments =
+                ["netns", "exec", namespace, "/usr/bin/setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", binaries + "/postgres"]
                 + arguments
         } else if getuid() == 0 {
             // setpriv execs the server itself, so the pid is the postmaster's and signals reach it.
@@ -101,7 +103,9 @@ public final class PostgresServer: Sendable {
             process.executableURL = URL(fileURLWithPath: binaries + "/postgres")
             process.arguments = arguments
         }
-        if !FileManager.default.fileExists(atPath: directory + "/log") { _ = FileManager.default.createFile(atPath: directory + "/log", contents: nil) }
+        if !FileManager.default.fileExists(atPath: directory + "/log") {
+            _ = FileManager.default.createFile(atPath: directory + "/log", contents: nil)
+        }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/log"))
         try log.seekToEnd()
         process.standardInput = FileHandle.nullDevice
@@ -111,7 +115,9 @@ public final class PostgresServer: Sendable {
         postmaster.withLock { $0 = process }
         Self.running.withLock { $0[process.processIdentifier] = directory }
         try await waitUntil(timeout: .seconds(60)) {
-            guard process.isRunning else { throw Failed(description: "PostgreSQL did not start: \((try? String(contentsOfFile: directory + "/log", encoding: .utf8)) ?? "")") }
+            guard process.isRunning else {
+                throw Failed(description: "PostgreSQL did not start: \((try? String(contentsOfFile: directory + "/log", encoding: .utf8)) ?? "")")
+            }
             return (try? await psql("SELECT 1")) != nil
         }
     }
@@ -136,10 +142,12 @@ public final class PostgresServer: Sendable {
     /// without a CA of its own would have; the server reloads its configuration.
     public func enableTLS() async throws {
         let data = directory + "/data"
-        try await Self.run("/usr/bin/openssl", [
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
-            "-keyout", data + "/server.key", "-out", data + "/server.crt",
-        ])
+        try await Self.run(
+            "/usr/bin/openssl",
+            [
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                "-keyout", data + "/server.key", "-out", data + "/server.crt",
+            ])
         if getuid() == 0 { try await Self.run("/bin/chown", ["postgres", data + "/server.key", data + "/server.crt"]) }
         chmod(data + "/server.key", 0o600)
         try await psql("ALTER SYSTEM SET ssl = on")
@@ -171,13 +179,15 @@ public final class PostgresServer: Sendable {
     /// Runs `sql` as the superuser through psql on the unix socket.
     @discardableResult
     public func psql(_ sql: String, database: String = "postgres") async throws -> String {
-        try await Self.run(binaries + "/psql", ["-h", directory, "-p", "\(port)", "-U", user, "-d", database, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
-                     environment: ["PGPASSWORD": password])
+        try await Self.run(
+            binaries + "/psql", ["-h", directory, "-p", "\(port)", "-U", user, "-d", database, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
+            environment: ["PGPASSWORD": password])
     }
 
     /// `store.url` for `database` over the unix socket, or over TCP.
     public func url(_ database: String, tcp: Bool = false) -> String {
-        tcp ? "postgres://\(user)@127.0.0.1:\(port)/\(database)?sslmode=disable"
+        tcp
+            ? "postgres://\(user)@127.0.0.1:\(port)/\(database)?sslmode=disable"
             : "postgres://\(user)@\(directory.replacingOccurrences(of: "/", with: "%2F")):\(port)/\(database)"
     }
 

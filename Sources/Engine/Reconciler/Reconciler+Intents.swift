@@ -22,29 +22,35 @@ extension Reconciler {
         if intent.isFinished {
             // A finished intent always moves its session on in the same commit; reaching here means the store was
             // edited by hand. Stop rather than guess.
-            return try await closeSession(session, .needsAttention, "intent \(key) is \(intent.state.rawValue) but the session is still authorized", change: change)
+            return try await closeSession(
+                session, .needsAttention, "intent \(key) is \(intent.state.rawValue) but the session is still authorized", change: change)
         }
         if intent.needsResolution, kind == .customerToken {
             // Klarna has no read that shows whether a customer token was created.
             intent = intent.ambiguous(intent.lastError ?? "the daemon stopped after sending", now: now)
             change.intents = [intent]
-            return try await closeSession(session, .needsAttention,
+            return try await closeSession(
+                session, .needsAttention,
                 "a customer token may have been created for KP session \(session.kpSessionID) but the answer was lost (intent \(key)); check the Merchant Portal",
                 change: change)
         }
         // A create-order whose fate is unclear may still be on its way to Klarna: nothing is read or sent before its
         // settle period is over (the core's rule, CreateOrderSettle).
         switch CreateOrderSettle.step(
-            for: intent, period: settings.createOrderSettle, longestCall: settings.longestCall, tokenExpiresAt: session.tokenExpiresAt, now: now) {
+            for: intent, period: settings.createOrderSettle, longestCall: settings.longestCall, tokenExpiresAt: session.tokenExpiresAt, now: now)
+        {
         case .proceed:
             break
         case .settle(let settling, let until, let event):
             change.intents = [settling]
             change.sessions = [session.waitingForIntent(until: until)]
             if let event {
-                change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event, detail: [
-                    "intent": key, "attempt": "\(settling.attempts)", "settle_until": TrackedSession.format(until),
-                ]))
+                change.events.append(
+                    NewEvent(
+                        hppSessionID: session.hppSessionID, orderID: nil, event,
+                        detail: [
+                            "intent": key, "attempt": "\(settling.attempts)", "settle_until": TrackedSession.format(until),
+                        ]))
             }
             try await commit(change, now: now)
             return StepResult(next: until)
@@ -57,13 +63,19 @@ extension Reconciler {
             case .success(let kp) where kp.status != .incomplete:
                 intent = intent.ambiguous(intent.lastError ?? "the daemon stopped after sending", now: now)
                 change.intents = [intent]
-                return try await closeSession(session, .needsAttention,
+                return try await closeSession(
+                    session, .needsAttention,
                     "create-order for KP session \(session.kpSessionID) ended without an answer and the KP session read shows \(kp.status.map { "status \($0.rawValue)" } ?? "no status"), not incomplete: whether Klarna placed the order is unknown, so none is placed again (intent \(key), \(intent.attempts) attempt(s)); look for it in the Merchant Portal by merchant reference \(session.merchantReference ?? "—")",
                     change: change)
             case .success(let kp):
-                change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(
-                    .resolved, "KP session still incomplete after an unclear create-order and its settle period: no order exists and none is on its way, safe to try again"),
-                    detail: ["intent": key]))
+                change.events.append(
+                    NewEvent(
+                        hppSessionID: session.hppSessionID, orderID: nil,
+                        DomainEvent(
+                            .resolved,
+                            "KP session still incomplete after an unclear create-order and its settle period: no order exists and none is on its way, safe to try again"
+                        ),
+                        detail: ["intent": key]))
                 intent = intent.retrying(nil, at: now, now: now)
                 paymentSession = kp
             }
@@ -94,7 +106,8 @@ extension Reconciler {
         if let unusable = kp.unusable(for: kind.intentKind) { return try await closeSession(session, .needsAttention, unusable, change: change) }
         if kind == .placeOrder, kp.status == .complete {
             change.intents = [intent.failed("KP session already complete before the first attempt", now: now)]
-            return try await closeSession(session, .needsAttention,
+            return try await closeSession(
+                session, .needsAttention,
                 "KP session \(session.kpSessionID) was already complete before this daemon placed an order: an order was placed for it elsewhere",
                 change: change)
         }
@@ -104,20 +117,26 @@ extension Reconciler {
         try await rateLimiter?.spend(urgency)
         now = clock.now
         change.intents = [intent]
-        if let deferred = try await deferredForStop(change, "\(kind.intentKind.rawValue) for KP session \(session.kpSessionID)", now: now) { return deferred }
+        if let deferred = try await deferredForStop(change, "\(kind.intentKind.rawValue) for KP session \(session.kpSessionID)", now: now) {
+            return deferred
+        }
         // Persist "sent" before the request leaves: a crash from here on is resolved by reading Klarna first.
         intent = intent.sending(now: now)
         change.intents = [intent]
-        change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(
-            .attempt, "\(kind == .placeOrder ? "placing the order" : "creating the customer token"), attempt \(intent.attempts)"),
-            detail: ["intent": key, "attempt": "\(intent.attempts)"]))
+        change.events.append(
+            NewEvent(
+                hppSessionID: session.hppSessionID, orderID: nil,
+                DomainEvent(
+                    .attempt, "\(kind == .placeOrder ? "placing the order" : "creating the customer token"), attempt \(intent.attempts)"),
+                detail: ["intent": key, "attempt": "\(intent.attempts)"]))
         try await commit(change, now: now)
         change = Change()
 
         switch kind {
         case .placeOrder:
             let order = try CreateOrderRequest(session: kp, merchantReference: session.merchantReference)
-            let result = try await klarna(&change, urgency, budgetSpent: true, { try await client.createOrder(authorizationToken: token, order: order, idempotencyKey: key) })
+            let result = try await klarna(
+                &change, urgency, budgetSpent: true, { try await client.createOrder(authorizationToken: token, order: order, idempotencyKey: key) })
             now = clock.now
             switch result {
             case .success(let created):
@@ -143,7 +162,9 @@ extension Reconciler {
             }
         case .customerToken:
             let request = try CustomerTokenRequest(session: kp, description: settings.customerTokenDescription)
-            let result = try await klarna(&change, urgency, budgetSpent: true, { try await client.createCustomerToken(authorizationToken: token, request: request, idempotencyKey: key) })
+            let result = try await klarna(
+                &change, urgency, budgetSpent: true,
+                { try await client.createCustomerToken(authorizationToken: token, request: request, idempotencyKey: key) })
             now = clock.now
             switch result {
             case .success(let created):
@@ -175,7 +196,8 @@ extension Reconciler {
             return StepResult(next: at)
         case .giveUp(let failed, let reason):
             change.intents = [failed]
-            let (outcome, why) = SessionIntentRules.giveUp(kind, status: error.status, errorCode: error.errorCode, error: Self.short(error), retryReason: reason)
+            let (outcome, why) = SessionIntentRules.giveUp(
+                kind, status: error.status, errorCode: error.errorCode, error: Self.short(error), retryReason: reason)
             change.events.append(NewEvent(hppSessionID: session.hppSessionID, orderID: nil, DomainEvent(.failed, why), detail: detail))
             return try await closeSession(session, outcome, why, change: change)
         }
@@ -191,7 +213,8 @@ extension Reconciler {
     func sessionReadFailed(_ session: TrackedSession, _ error: KlarnaAPIError, change: Change) async throws -> StepResult {
         var change = change
         let now = clock.now
-        let step = session.readFailed(Self.short(error), now: now, retryAfter: readDelay(failures: session.consecutiveFailures + 1, error), schedule: settings.polling)
+        let step = session.readFailed(
+            Self.short(error), now: now, retryAfter: readDelay(failures: session.consecutiveFailures + 1, error), schedule: settings.polling)
         record(step, into: &change, detail: Self.detail(error))
         try await commit(change, now: now)
         return StepResult(next: step.session.nextDueAt)
@@ -230,12 +253,19 @@ extension Reconciler {
                     let claimed = try await store.intents(subject: order.orderID)
                         .filter { $0.kind == .capture && $0.state == .confirmed && $0.key != intent.key }.compactMap(\.result)
                     let captureID = intent.resolvedCaptureID(among: OrderMovements(read, orderID: order.orderID).captures, claimed: Set(claimed))
-                    change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
-                        .resolved, "Klarna's order shows the \(intent.kind.rawValue) was done"), detail: ["intent": intent.key]))
+                    change.events.append(
+                        NewEvent(
+                            hppSessionID: order.hppSessionID, orderID: order.orderID,
+                            DomainEvent(
+                                .resolved, "Klarna's order shows the \(intent.kind.rawValue) was done"), detail: ["intent": intent.key]))
                     return try await orderIntentSucceeded(kind, order, intent, captureID: captureID, change: change)
                 }
-                change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(
-                    .resolved, "Klarna's order shows no \(intent.kind.rawValue) yet: sending again with the same idempotency key"), detail: ["intent": intent.key]))
+                change.events.append(
+                    NewEvent(
+                        hppSessionID: order.hppSessionID, orderID: order.orderID,
+                        DomainEvent(
+                            .resolved, "Klarna's order shows no \(intent.kind.rawValue) yet: sending again with the same idempotency key"),
+                        detail: ["intent": intent.key]))
                 intent = intent.retrying(nil, at: now, now: now)
             }
         }
@@ -251,14 +281,17 @@ extension Reconciler {
         if let deferred = try await deferredForStop(change, "\(intent.kind.rawValue) of order \(order.orderID)", now: now) { return deferred }
         intent = intent.sending(now: now)
         change.intents = [intent]
-        let what = switch kind {
-        case .capture: "capturing \(intent.amount ?? 0)"
-        case .cancelOrder: "cancelling the order"
-        case .releaseRemaining: "releasing the remaining authorization"
-        case .extendAuthorization: "extending the authorization"
-        }
-        change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(.attempt, "\(what), attempt \(intent.attempts)"),
-                                      detail: ["intent": intent.key, "attempt": "\(intent.attempts)"]))
+        let what =
+            switch kind {
+            case .capture: "capturing \(intent.amount ?? 0)"
+            case .cancelOrder: "cancelling the order"
+            case .releaseRemaining: "releasing the remaining authorization"
+            case .extendAuthorization: "extending the authorization"
+            }
+        change.events.append(
+            NewEvent(
+                hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(.attempt, "\(what), attempt \(intent.attempts)"),
+                detail: ["intent": intent.key, "attempt": "\(intent.attempts)"]))
         try await commit(change, now: now)
         change = Change()
 
@@ -268,13 +301,20 @@ extension Reconciler {
         switch kind {
         case .capture:
             let request = CaptureRequest(capturedAmount: intent.amount ?? 0, reference: order.merchantReference)
-            result = try await klarna(&change, urgency, budgetSpent: true, { try await client.createCapture(orderID: id, request: request, idempotencyKey: key).captureID })
+            result = try await klarna(
+                &change, urgency, budgetSpent: true, { try await client.createCapture(orderID: id, request: request, idempotencyKey: key).captureID })
         case .cancelOrder:
-            result = try await klarna(&change, urgency, budgetSpent: true, { try await client.cancelOrder(orderID: id, idempotencyKey: key) }).map { nil }
+            result = try await klarna(&change, urgency, budgetSpent: true, { try await client.cancelOrder(orderID: id, idempotencyKey: key) }).map {
+                nil
+            }
         case .releaseRemaining:
-            result = try await klarna(&change, urgency, budgetSpent: true, { try await client.releaseRemainingAuthorization(orderID: id, idempotencyKey: key) }).map { nil }
+            result = try await klarna(
+                &change, urgency, budgetSpent: true, { try await client.releaseRemainingAuthorization(orderID: id, idempotencyKey: key) }
+            ).map { nil }
         case .extendAuthorization:
-            result = try await klarna(&change, urgency, budgetSpent: true, { try await client.extendAuthorizationTime(orderID: id, idempotencyKey: key) }).map { nil }
+            result = try await klarna(
+                &change, urgency, budgetSpent: true, { try await client.extendAuthorizationTime(orderID: id, idempotencyKey: key) }
+            ).map { nil }
         }
         now = clock.now
         switch result {
@@ -297,7 +337,9 @@ extension Reconciler {
                 switch OrderIntentRules.giveUp(kind, status: error.status) {
                 case .waitForOperator:
                     // `retry` reads the order again; a cancel or release may be asked for again.
-                    record(order.intentFailed("\(intent.kind.rawValue) asked by an operator did not happen: \(Self.short(error)); \(reason)"), into: &change, detail: detail)
+                    record(
+                        order.intentFailed("\(intent.kind.rawValue) asked by an operator did not happen: \(Self.short(error)); \(reason)"),
+                        into: &change, detail: detail)
                     try await commit(change, now: now)
                     return StepResult(next: nil)
                 case .readOrder:

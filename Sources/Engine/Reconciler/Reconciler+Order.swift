@@ -26,7 +26,8 @@ extension Reconciler {
         let read: KlarnaAPI.Order
         switch result {
         case .failure(let error) where error.status == 404:
-            record(order.closed(.needsAttention, "Klarna does not know order \(id) (\(Self.short(error)))"), into: &change, detail: Self.detail(error))
+            record(
+                order.closed(.needsAttention, "Klarna does not know order \(id) (\(Self.short(error)))"), into: &change, detail: Self.detail(error))
             try await commit(change, now: now)
             return StepResult(next: nil)
         case .failure(let error):
@@ -44,7 +45,8 @@ extension Reconciler {
         case .success(let value):
             observation = value
         case .failure(let missing):
-            let reason = "Klarna's read of order \(id) lacks \(missing.fields.joined(separator: ", ")), which the order rules decide with: nothing was captured on it; `retry` reads it again"
+            let reason =
+                "Klarna's read of order \(id) lacks \(missing.fields.joined(separator: ", ")), which the order rules decide with: nothing was captured on it; `retry` reads it again"
             record(order.closed(.needsAttention, reason), into: &change)
             try await commit(change, now: now)
             return StepResult(next: nil)
@@ -60,16 +62,23 @@ extension Reconciler {
             change.finishedCaptureRequests.append((requestID, .refused, reason))
             step.events.append(DomainEvent(.captureRefused, reason))
         case .capture(let amount, let requestID):
-            let target = requestID.map { id in "\(order.orderID):request-\(id)-\(request.map { Int($0.requestedAt.timeIntervalSince1970 * 1_000) } ?? 0)" } ?? "\(order.orderID):full"
+            let target =
+                requestID.map { id in "\(order.orderID):request-\(id)-\(request.map { Int($0.requestedAt.timeIntervalSince1970 * 1_000) } ?? 0)" }
+                ?? "\(order.orderID):full"
             let key = IdempotencyKey.make(.capture, target)
             if let existing = try await store.intent(key), existing.isFinished {
-                if let requestID { change.finishedCaptureRequests.append((requestID, .refused, "an earlier capture with this key ended \(existing.state.rawValue)")) }
-                let reason = "Klarna still shows \(observation.remainingAuthorizedAmount) to capture but capture \(key) already ended \(existing.state.rawValue): \(existing.lastError ?? "")"
+                if let requestID {
+                    change.finishedCaptureRequests.append((requestID, .refused, "an earlier capture with this key ended \(existing.state.rawValue)"))
+                }
+                let reason =
+                    "Klarna still shows \(observation.remainingAuthorizedAmount) to capture but capture \(key) already ended \(existing.state.rawValue): \(existing.lastError ?? "")"
                 step = step.order.closed(.needsAttention, reason).merging(before: step)
             } else {
-                intent = try await store.intent(key) ?? Intent(
-                    key: key, kind: .capture, subject: order.orderID, amount: amount,
-                    expectedCapturedTotal: observation.capturedAmount + amount, captureRequestID: requestID, now: now)
+                intent =
+                    try await store.intent(key)
+                    ?? Intent(
+                        key: key, kind: .capture, subject: order.orderID, amount: amount,
+                        expectedCapturedTotal: observation.capturedAmount + amount, captureRequestID: requestID, now: now)
                 step.order = step.order.intentStarted(key: key, now: now)
             }
         case .extendAuthorization:
@@ -107,18 +116,21 @@ extension Reconciler {
         guard let status = read.status, let fraudStatus = read.fraudStatus, let captured = read.capturedTotal,
             let remaining = read.remainingAuthorizedAmount
         else {
-            return .failure(MissingFields([
-                read.status == nil ? "status" : nil, read.fraudStatus == nil ? "fraud_status" : nil,
-                read.capturedTotal == nil ? "captured_amount" : nil,
-                read.remainingAuthorizedAmount == nil ? "remaining_authorized_amount" : nil,
-            ].compactMap { $0 }))
+            return .failure(
+                MissingFields(
+                    [
+                        read.status == nil ? "status" : nil, read.fraudStatus == nil ? "fraud_status" : nil,
+                        read.capturedTotal == nil ? "captured_amount" : nil,
+                        read.remainingAuthorizedAmount == nil ? "remaining_authorized_amount" : nil,
+                    ].compactMap { $0 }))
         }
         let (sum, overflow) = captured.addingReportingOverflow(remaining)
-        return .success(OrderObservation(
-            status: status, fraudStatus: fraudStatus,
-            orderAmount: read.orderAmount ?? order.orderAmount ?? (overflow ? .max : sum), capturedAmount: captured,
-            remainingAuthorizedAmount: remaining, currency: read.purchaseCurrency, expiresAt: read.expiresAt,
-            klarnaReference: read.klarnaReference, captures: OrderMovements(read, orderID: order.orderID).captures))
+        return .success(
+            OrderObservation(
+                status: status, fraudStatus: fraudStatus,
+                orderAmount: read.orderAmount ?? order.orderAmount ?? (overflow ? .max : sum), capturedAmount: captured,
+                remainingAuthorizedAmount: remaining, currency: read.purchaseCurrency, expiresAt: read.expiresAt,
+                klarnaReference: read.klarnaReference, captures: OrderMovements(read, orderID: order.orderID).captures))
     }
 
     /// A read of the order failed at `now`: count it and read again after a backoff.

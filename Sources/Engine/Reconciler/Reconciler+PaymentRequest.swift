@@ -22,7 +22,9 @@ extension Reconciler {
             // Klarna deletes payment requests when they expire.
             step = request.applying(state: .expired, expiresAt: nil, sessionToken: nil, now: now, recheck: settings.polling.maxInterval)
         case .failure(let error):
-            step = request.readFailed(Self.short(error), now: now, retryAfter: readDelay(failures: request.consecutiveFailures + 1, error), grace: settings.polling.expiryGrace)
+            step = request.readFailed(
+                Self.short(error), now: now, retryAfter: readDelay(failures: request.consecutiveFailures + 1, error),
+                grace: settings.polling.expiryGrace)
         }
         change.paymentRequests = [step.request]
         if let outcome = step.outcome { change.outcomes = [outcome] }

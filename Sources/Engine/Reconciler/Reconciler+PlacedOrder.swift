@@ -33,7 +33,9 @@ extension Reconciler {
             for orderID in notified {
                 switch try await klarna(&change, urgency, { try await client.readOrder(id: orderID) }) {
                 case .success(let order):
-                    clues.append(.init(orderID: orderID, source: .omNotification, merchantReference: order.merchantReference1, currency: order.purchaseCurrency))
+                    clues.append(
+                        .init(
+                            orderID: orderID, source: .omNotification, merchantReference: order.merchantReference1, currency: order.purchaseCurrency))
                 case .failure(let error) where error.status == 404: continue  // not an order of this merchant account
                 case .failure(let error): return try await sessionReadFailed(session, error, change: change)
                 }
@@ -41,12 +43,14 @@ extension Reconciler {
             for line in try await store.settlementLines(merchantReference: reference, limit: Self.settlementLinesPerSearch) where line.kind == .sale {
                 lines += 1
                 guard let orderID = line.orderID, try await store.order(orderID) == nil else { continue }
-                clues.append(.init(
-                    orderID: orderID, source: .settlementSale(SettledLineKey(paymentReference: line.paymentReference, ordinal: line.ordinal)),
-                    merchantReference: line.merchantReference, currency: line.currency))
+                clues.append(
+                    .init(
+                        orderID: orderID, source: .settlementSale(SettledLineKey(paymentReference: line.paymentReference, ordinal: line.ordinal)),
+                        merchantReference: line.merchantReference, currency: line.currency))
             }
         }
-        let searched = "OM notification for an unknown order since \(TrackedSession.format(intent.createdAt)) (\(notifications) read) or recorded settlement SALE (\(lines) with that reference, all of tracked orders)"
+        let searched =
+            "OM notification for an unknown order since \(TrackedSession.format(intent.createdAt)) (\(notifications) read) or recorded settlement SALE (\(lines) with that reference, all of tracked orders)"
         var verdict = PlacedOrderSearch.verdict(
             hppOrderID: hppOrderID, clues: clues, merchantReference: session.merchantReference, currency: currency,
             searched: searched)
@@ -65,7 +69,8 @@ extension Reconciler {
             return StepResult(next: nil, wake: [.order(orderID)])
         case .notFound(let reason):
             change.intents = [intent.ambiguous(intent.lastError ?? "the daemon stopped after sending", now: now)]
-            return try await closeSession(session, .needsAttention,
+            return try await closeSession(
+                session, .needsAttention,
                 "create-order for KP session \(session.kpSessionID) ended without an answer and the KP session is now complete: Klarna placed the order but its order_id is unknown (intent \(intent.key), \(intent.attempts) attempt(s)); \(reason); find it in the Merchant Portal by merchant reference \(session.merchantReference ?? "—"), then `klarna-reconciler retry \(session.hppSessionID) --order-id ORDER_ID`",
                 change: change)
         }

@@ -22,8 +22,11 @@ extension Reconciler {
                 change.answeredRequests.append((request.id, .done, note))
             case .failure(let refusal):
                 change.answeredRequests.append((request.id, .refused, refusal.reason))
-                change.events.append(NewEvent(hppSessionID: owner.session, orderID: owner.order, DomainEvent(
-                    .operatorRefused, "\(request.action.word) requested by \(request.requestedBy) refused: \(refusal.reason)"), detail: by))
+                change.events.append(
+                    NewEvent(
+                        hppSessionID: owner.session, orderID: owner.order,
+                        DomainEvent(
+                            .operatorRefused, "\(request.action.word) requested by \(request.requestedBy) refused: \(refusal.reason)"), detail: by))
             }
             // The applied request's own event carries who asked too.
             for index in change.events.indices where change.events[index].event.kind == .operatorAction {
@@ -36,7 +39,8 @@ extension Reconciler {
 
     /// `owner`: the ids the key's events are filed under.
     private func apply(
-        _ request: OperatorRequest, owner: (session: String?, order: String?), held: inout Bool, wake: inout [WorkKey], into change: inout Change, now: Date
+        _ request: OperatorRequest, owner: (session: String?, order: String?), held: inout Bool, wake: inout [WorkKey], into change: inout Change,
+        now: Date
     ) async throws -> Result<String, RemediationRefusal> {
         let who = request.requestedBy
         func note(_ message: String) {
@@ -68,10 +72,13 @@ extension Reconciler {
         }
         switch (request.action, request.key) {
         case (.retry, .session(let id)):
-            guard let session = try await store.session(id) else { return .failure(RemediationRefusal(status: 404, "HPP session \(id) is not tracked")) }
+            guard let session = try await store.session(id) else {
+                return .failure(RemediationRefusal(status: 404, "HPP session \(id) is not tracked"))
+            }
             if let refusal = session.retryRefusal(orderID: request.orderID, now: now) { return .failure(refusal) }
             if let orderID = request.orderID, let known = try await store.order(orderID) {
-                return .failure(RemediationRefusal("order \(orderID) is tracked already (HPP session \(known.hppSessionID ?? "none")): not a lost one"))
+                return .failure(
+                    RemediationRefusal("order \(orderID) is tracked already (HPP session \(known.hppSessionID ?? "none")): not a lost one"))
             }
             let (step, intent) = session.retried(intents: try await store.intents(subject: id), orderID: request.orderID, by: who, now: now)
             record(step, into: &change)
@@ -100,7 +107,8 @@ extension Reconciler {
             if let existing = try await store.intent(key) {
                 // Asked before: if that attempt ended without the effect, take it up again after a read (same key).
                 guard existing.state == .failed || existing.state == .ambiguous else {
-                    return .failure(RemediationRefusal("\(request.action.word) of order \(id) was asked for before and is \(existing.state.rawValue)"))
+                    return .failure(
+                        RemediationRefusal("\(request.action.word) of order \(id) was asked for before and is \(existing.state.rawValue)"))
                 }
                 intent = existing.ambiguous("asked again by \(who)", now: now)
             }

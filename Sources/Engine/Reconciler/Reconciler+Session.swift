@@ -27,7 +27,9 @@ extension Reconciler {
                 let (next, handOff, ended, uncommitted) = try await poll(session, urgency)
                 ending = ended
                 if let handOff { return StepResult(next: nil, wake: [.order(handOff)], ending: ending) }
-                guard let next, next.phase == .authorized else { return StepResult(next: next?.isOpen == true ? next?.nextDueAt : nil, ending: ending) }
+                guard let next, next.phase == .authorized else {
+                    return StepResult(next: next?.isOpen == true ? next?.nextDueAt : nil, ending: ending)
+                }
                 pending = uncommitted
                 session = next
             case .authorized:
@@ -59,14 +61,16 @@ extension Reconciler {
             // before any a polled session is WAITING. Neither is final, so the session is read again.
             let status = hpp.status ?? session.hppStatus ?? .waiting
             step = session.applying(
-                .session(status: status, updatedAt: hpp.updatedAt, expiresAt: hpp.expiresAt,
-                         authorizationToken: hpp.authorizationToken, orderID: hpp.orderID, klarnaReference: hpp.klarnaReference),
+                .session(
+                    status: status, updatedAt: hpp.updatedAt, expiresAt: hpp.expiresAt,
+                    authorizationToken: hpp.authorizationToken, orderID: hpp.orderID, klarnaReference: hpp.klarnaReference),
                 now: now, schedule: settings.polling)
         case .failure(let error) where error.status == 404:
             step = session.applying(.notFound, now: now, schedule: settings.polling)
             detail = Self.detail(error)
         case .failure(let error):
-            step = session.readFailed(Self.short(error), now: now, retryAfter: readDelay(failures: session.consecutiveFailures + 1, error), schedule: settings.polling)
+            step = session.readFailed(
+                Self.short(error), now: now, retryAfter: readDelay(failures: session.consecutiveFailures + 1, error), schedule: settings.polling)
             detail = Self.detail(error)
         }
         record(step, into: &change, detail: detail)

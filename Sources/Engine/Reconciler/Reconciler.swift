@@ -68,11 +68,12 @@ public struct Reconciler: Sendable {
 
         /// Keeps `key`'s version among what `change` wrote, if any.
         func keep(_ key: WorkKey, from change: Change) {
-            let found: Unit? = switch key {
-            case .session(let id): change.sessions.last { $0.hppSessionID == id }.map(Unit.session)
-            case .order(let id): change.orders.last { $0.orderID == id }.map(Unit.order)
-            case .paymentRequest(let id): change.paymentRequests.last { $0.paymentRequestID == id }.map(Unit.paymentRequest)
-            }
+            let found: Unit? =
+                switch key {
+                case .session(let id): change.sessions.last { $0.hppSessionID == id }.map(Unit.session)
+                case .order(let id): change.orders.last { $0.orderID == id }.map(Unit.order)
+                case .paymentRequest(let id): change.paymentRequests.last { $0.paymentRequestID == id }.map(Unit.paymentRequest)
+                }
             if let found { unit.withLock { $0 = found } }
         }
     }
@@ -131,15 +132,18 @@ public struct Reconciler: Sendable {
     /// flight for a `sent` intent of it (``Takeover``).
     private func takeoverWait(_ key: WorkKey) async throws -> Date? {
         guard let ownership, let takeover = ownership.takeover(of: key) else { return nil }
-        let subject: String? = switch key {
-        case .session(let id): id
-        case .order(let id): id
-        case .paymentRequest: nil
-        }
+        let subject: String? =
+            switch key {
+            case .session(let id): id
+            case .order(let id): id
+            case .paymentRequest: nil
+            }
         guard let subject else { return nil }
         let intents = try await store.intents(subject: subject)
         // Decided on the monotonic clock; the wall time only says when to look again.
-        guard let until = takeover.resumeAt(intents: intents, longestCall: ownership.longestCall, now: ContinuousClock.now, wallNow: clock.now) else { return nil }
+        guard let until = takeover.resumeAt(intents: intents, longestCall: ownership.longestCall, now: ContinuousClock.now, wallNow: clock.now) else {
+            return nil
+        }
         logger.notice(
             "\(key) was taken over from \(takeover.from) with a side effect sent: resolving it at \(until.formatted(.iso8601)), when any call of that daemon is over",
             metadata: ["work_key": .string(key.description)])
@@ -159,23 +163,25 @@ public struct Reconciler: Sendable {
             }
             if held { return WorkResult(next: nil, wake: operatorWake) }
         }
-        var step = switch key {
-        case .session(let id): try await processSession(id, hinted: hinted)
-        case .order(let id): try await processOrder(id, hinted: hinted)
-        case .paymentRequest(let id): try await LogContext.about(paymentRequest: id) { try await processPaymentRequest(id, hinted: hinted) }
-        }
+        var step =
+            switch key {
+            case .session(let id): try await processSession(id, hinted: hinted)
+            case .order(let id): try await processOrder(id, hinted: hinted)
+            case .paymentRequest(let id): try await LogContext.about(paymentRequest: id) { try await processPaymentRequest(id, hinted: hinted) }
+            }
         step.wake += operatorWake
         guard let due = step.next else { return WorkResult(next: nil, wake: step.wake, ending: step.ending) }
         // How urgent the next run is follows from the state just committed, by the core's rules.
         let now = clock.now
-        let plan: WorkPlan? = switch (key, committed.value) {
-        case (.session, .session(let session)?): session.plan(now: now)
-        case (.order, .order(let order)?): order.plan(now: now, deadlines: settings.deadlines)
-        case (.paymentRequest, .paymentRequest(let request)?): request.plan()
-        case (.session(let id), _): try await store.session(id)?.plan(now: now)
-        case (.order(let id), _): try await store.order(id)?.plan(now: now, deadlines: settings.deadlines)
-        case (.paymentRequest(let id), _): try await store.paymentRequest(id)?.plan()
-        }
+        let plan: WorkPlan? =
+            switch (key, committed.value) {
+            case (.session, .session(let session)?): session.plan(now: now)
+            case (.order, .order(let order)?): order.plan(now: now, deadlines: settings.deadlines)
+            case (.paymentRequest, .paymentRequest(let request)?): request.plan()
+            case (.session(let id), _): try await store.session(id)?.plan(now: now)
+            case (.order(let id), _): try await store.order(id)?.plan(now: now, deadlines: settings.deadlines)
+            case (.paymentRequest(let id), _): try await store.paymentRequest(id)?.plan()
+            }
         return WorkResult(next: WorkPlan(due: due, urgency: plan?.urgency ?? .routine, poll: plan?.poll), wake: step.wake, ending: step.ending)
     }
 

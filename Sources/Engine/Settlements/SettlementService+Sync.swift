@@ -108,11 +108,13 @@ extension SettlementService {
             }
             guard let known = ledger[orderID], let read = try await readOrder(orderID) else { continue }
             let drift = LedgerDrift(read: read, ledger: known, readAt: clock.now)
-            let entries: [DriftEntry] = drift.captures.map {
-                DriftEntry(.capture($0), outcome: Outcome(observed: $0, of: known, paymentReference: paymentReference))
-            } + drift.refunds.map {
-                DriftEntry(.refund($0), outcome: Outcome(observed: $0, of: known, currency: read.currency, paymentReference: paymentReference))
-            }
+            let entries: [DriftEntry] =
+                drift.captures.map {
+                    DriftEntry(.capture($0), outcome: Outcome(observed: $0, of: known, paymentReference: paymentReference))
+                }
+                + drift.refunds.map {
+                    DriftEntry(.refund($0), outcome: Outcome(observed: $0, of: known, currency: read.currency, paymentReference: paymentReference))
+                }
             found = found || !entries.isEmpty
             for entry in entries {
                 guard try await store.recordDrift([entry], at: clock.now) > 0 else { continue }

@@ -64,7 +64,8 @@ public struct KlarnaClient: Sendable {
         let path = "/payments/v1/authorizations/\(segment(authorizationToken))/customer-token"
         return try await decode(
             CustomerTokenResponse.self,
-            send(.createCustomerToken, "POST", path, resource: Redact.tail(authorizationToken), body: encode(request), idempotencyKey: idempotencyKey))
+            send(.createCustomerToken, "POST", path, resource: Redact.tail(authorizationToken), body: encode(request), idempotencyKey: idempotencyKey)
+        )
     }
 
     // MARK: Order Management

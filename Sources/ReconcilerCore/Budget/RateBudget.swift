@@ -125,7 +125,8 @@ public struct RateBudget: Sendable, Equatable {
     /// aside) has come.
     private mutating func next() -> Ticket? {
         guard let level = queues.lastIndex(where: { !$0.isEmpty }) else { return nil }
-        let oldest = queues.indices.filter { $0 != Urgency.background.rawValue && !queues[$0].isEmpty }
+        let oldest =
+            queues.indices.filter { $0 != Urgency.background.rawValue && !queues[$0].isEmpty }
             .min { queues[$0][0].id < queues[$1][0].id } ?? level
         if oldest != level {
             passedOver += 1

@@ -21,7 +21,11 @@ public final class RateLimiter: Sendable {
         private let unused = Mutex(true)
         public init() {}
         /// Takes the token; `false` if it was used already.
-        public func use() -> Bool { unused.withLock { value in defer { value = false }; return value } }
+        public func use() -> Bool {
+            unused.withLock { value in
+                defer { value = false }; return value
+            }
+        }
     }
 
     /// The token the current task's job was admitted with, if any.
@@ -145,15 +149,21 @@ public final class RateLimiter: Sendable {
 
     /// Splits served tickets into the caller's own and the parked callers to resume; a served caller that has not
     /// parked yet finds its ticket in `served`.
-    private static func deliver(_ tickets: [RateBudget.Ticket], except own: RateBudget.Ticket?, in state: inout State)
+    private static func deliver(
+        _ tickets: [RateBudget.Ticket], except own: RateBudget.Ticket?, in state: inout State
+    )
         -> (mine: Bool, resume: [CheckedContinuation<Void, any Error>])
     {
         var mine = false
         var resume: [CheckedContinuation<Void, any Error>] = []
         for ticket in tickets {
-            if ticket == own { mine = true }
-            else if let continuation = state.parked.removeValue(forKey: ticket.id) { resume.append(continuation) }
-            else { state.served.insert(ticket.id) }
+            if ticket == own {
+                mine = true
+            } else if let continuation = state.parked.removeValue(forKey: ticket.id) {
+                resume.append(continuation)
+            } else {
+                state.served.insert(ticket.id)
+            }
         }
         return (mine, resume)
     }

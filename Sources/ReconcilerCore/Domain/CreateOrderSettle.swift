@@ -55,24 +55,30 @@ public enum CreateOrderSettle {
             let latestEnd = intent.updatedAt.addingTimeInterval(longestCall.timeInterval)
             let until = latestEnd.addingTimeInterval(period.timeInterval)
             guard !now.hasReached(until) else { return .readKlarna }
-            let settling = intent.ambiguous(intent.lastError ?? "the answer to attempt \(intent.attempts) was never recorded", now: now).settling(until: until)
-            return .settle(settling, until: until, event: DomainEvent(
-                .settling,
-                "\(intent.kind.rawValue) attempt \(intent.attempts) was sent at \(TrackedSession.format(intent.updatedAt)) and its answer never recorded (this daemon stopped, or another one held the payment); "
-                    + waiting(
-                        until: until, period: period,
-                        from: "after the attempt could last have ended, \(TrackedSession.format(latestEnd)): sent plus the longest call, \(TrackedSession.seconds(longestCall))",
-                        tokenExpiresAt: tokenExpiresAt)))
+            let settling = intent.ambiguous(intent.lastError ?? "the answer to attempt \(intent.attempts) was never recorded", now: now).settling(
+                until: until)
+            return .settle(
+                settling, until: until,
+                event: DomainEvent(
+                    .settling,
+                    "\(intent.kind.rawValue) attempt \(intent.attempts) was sent at \(TrackedSession.format(intent.updatedAt)) and its answer never recorded (this daemon stopped, or another one held the payment); "
+                        + waiting(
+                            until: until, period: period,
+                            from:
+                                "after the attempt could last have ended, \(TrackedSession.format(latestEnd)): sent plus the longest call, \(TrackedSession.seconds(longestCall))",
+                            tokenExpiresAt: tokenExpiresAt)))
         }
     }
 
     /// The wait in words, for the events: until when, why, and what comes after.
     static func waiting(until: Date, period: Duration, from: String, tokenExpiresAt: Date?) -> String {
-        var text = "it may still be on its way to Klarna: settling until \(TrackedSession.format(until)) "
+        var text =
+            "it may still be on its way to Klarna: settling until \(TrackedSession.format(until)) "
             + "(engine.create_order_settle_seconds, \(TrackedSession.seconds(period)) \(from)), then the KP session is read; "
             + "no create-order before"
         if let tokenExpiresAt, until > tokenExpiresAt {
-            text += ". The authorization token expires first (\(TrackedSession.format(tokenExpiresAt))): if Klarna has not placed the order by then, the payment expires"
+            text +=
+                ". The authorization token expires first (\(TrackedSession.format(tokenExpiresAt))): if Klarna has not placed the order by then, the payment expires"
         }
         return text
     }

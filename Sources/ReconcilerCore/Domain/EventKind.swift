@@ -78,22 +78,23 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
 
     /// The event that records an outcome on the timeline.
     public init(_ outcome: OutcomeKind) {
-        self = switch outcome {
-        case .orderPlaced: .orderPlaced
-        case .captured: .captured
-        case .customerTokenCreated: .customerTokenCreated
-        case .cancelled: .cancelled
-        case .rejected: .rejected
-        case .expired: .expired
-        case .needsAttention: .needsAttention
-        case .paymentRequestCompleted: .paymentRequestCompleted
-        case .settlementOrphan: .settlementOrphan
-        case .settlementMismatch: .settlementMismatch
-        case .settlementDrift: .settlementDrift
-        case .settlementReversal: .settlementReversal
-        case .payoutMismatch: .payoutMismatch
-        case .captureUnsettled: .captureUnsettled
-        }
+        self =
+            switch outcome {
+            case .orderPlaced: .orderPlaced
+            case .captured: .captured
+            case .customerTokenCreated: .customerTokenCreated
+            case .cancelled: .cancelled
+            case .rejected: .rejected
+            case .expired: .expired
+            case .needsAttention: .needsAttention
+            case .paymentRequestCompleted: .paymentRequestCompleted
+            case .settlementOrphan: .settlementOrphan
+            case .settlementMismatch: .settlementMismatch
+            case .settlementDrift: .settlementDrift
+            case .settlementReversal: .settlementReversal
+            case .payoutMismatch: .payoutMismatch
+            case .captureUnsettled: .captureUnsettled
+            }
     }
 
     /// How loud its journal line is.
@@ -104,9 +105,13 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
     public var severity: Severity {
         switch self {
         case .tracked, .status, .attempt, .resolved, .orderStatus, .captureRequested: .info
-        case .staleStatus, .notFound, .readFailed, .modeMismatch, .retry, .ambiguous, .refused, .captureRefused, .authorizationExpiring, .tokenExpired, .expired: .warning
+        case .staleStatus, .notFound, .readFailed, .modeMismatch, .retry, .ambiguous, .refused, .captureRefused, .authorizationExpiring,
+            .tokenExpired, .expired:
+            .warning
         case .failed, .needsAttention: .error
-        case .webhook, .settling, .operatorRequest, .authorized, .done, .orderPlaced, .orderLinked, .customerTokenCreated, .captured, .authorizationExtended, .cancelled, .rejected, .paymentRequestCompleted, .settlementOrphan, .settlementMismatch, .settlementDrift, .settlementReversal, .payoutMismatch, .captureUnsettled, .operatorAction, .operatorRefused:
+        case .webhook, .settling, .operatorRequest, .authorized, .done, .orderPlaced, .orderLinked, .customerTokenCreated, .captured,
+            .authorizationExtended, .cancelled, .rejected, .paymentRequestCompleted, .settlementOrphan, .settlementMismatch, .settlementDrift,
+            .settlementReversal, .payoutMismatch, .captureUnsettled, .operatorAction, .operatorRefused:
             .notice
         }
     }

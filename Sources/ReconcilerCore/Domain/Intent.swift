@@ -46,7 +46,9 @@ public struct Intent: Codable, Sendable, Equatable {
     public var createdAt: Date
     public var updatedAt: Date
 
-    public init(key: String, kind: Kind, subject: String, amount: Int? = nil, expectedCapturedTotal: Int? = nil, captureRequestID: Int64? = nil, now: Date) {
+    public init(
+        key: String, kind: Kind, subject: String, amount: Int? = nil, expectedCapturedTotal: Int? = nil, captureRequestID: Int64? = nil, now: Date
+    ) {
         self.key = key
         self.kind = kind
         self.subject = subject

@@ -112,10 +112,11 @@ public enum SessionIntentRules {
     public static func giveUp(
         _ kind: SessionIntentKind, status: Int?, errorCode: String?, error: String, retryReason: String
     ) -> (outcome: OutcomeKind, reason: String) {
-        let what = switch kind {
-        case .placeOrder: "order"
-        case .customerToken: "customer token"
-        }
+        let what =
+            switch kind {
+            case .placeOrder: "order"
+            case .customerToken: "customer token"
+            }
         switch (status, errorCode) {
         case (404, _):
             return (.expired, "Klarna refused the authorization token (\(error)): it expired or was released")

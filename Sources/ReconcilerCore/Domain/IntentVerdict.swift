@@ -50,12 +50,17 @@ public enum IntentVerdict: Sendable, Equatable {
             }
             guard let settleUntil else {
                 let at = capped(Duration(timeInterval: policy.backoffCeiling(afterAttempt: intent.attempts).timeInterval * random.nextUnit()))
-                return .tryAgain(unclear, at: at, event: DomainEvent(
-                    .ambiguous, "\(what) ended without a clear answer (\(failure.summary)); reading Klarna before anything else"))
+                return .tryAgain(
+                    unclear, at: at,
+                    event: DomainEvent(
+                        .ambiguous, "\(what) ended without a clear answer (\(failure.summary)); reading Klarna before anything else"))
             }
-            return .tryAgain(unclear, at: settleUntil, event: DomainEvent(
-                .ambiguous, "\(what) ended without a clear answer (\(failure.summary)); "
-                    + CreateOrderSettle.waiting(until: settleUntil, period: createOrderSettle, from: "after it ended", tokenExpiresAt: deadline)))
+            return .tryAgain(
+                unclear, at: settleUntil,
+                event: DomainEvent(
+                    .ambiguous,
+                    "\(what) ended without a clear answer (\(failure.summary)); "
+                        + CreateOrderSettle.waiting(until: settleUntil, period: createOrderSettle, from: "after it ended", tokenExpiresAt: deadline)))
         }
         let decision = policy.decide(
             afterAttempt: intent.attempts, elapsed: Duration(timeInterval: now.timeIntervalSince(intent.createdAt)),
@@ -63,10 +68,17 @@ public enum IntentVerdict: Sendable, Equatable {
         switch decision {
         case .retry(let delay):
             let at = capped(delay)
-            let how = intent.kind.klarnaDeduplicates ? " with the same idempotency key"
-                : intent.kind.settlesAfterUnclearAttempt ? " without a settle period: the request never reached Klarna, or Klarna refused it unprocessed" : ""
-            return .tryAgain(intent.retrying(failure.summary, at: at, now: now), at: at, event: DomainEvent(
-                .retry, "\(what) failed (\(failure.summary)); retrying in \(TrackedSession.seconds(Duration(timeInterval: at.timeIntervalSince(now))))\(how)"))
+            let how =
+                intent.kind.klarnaDeduplicates
+                ? " with the same idempotency key"
+                : intent.kind.settlesAfterUnclearAttempt
+                    ? " without a settle period: the request never reached Klarna, or Klarna refused it unprocessed" : ""
+            return .tryAgain(
+                intent.retrying(failure.summary, at: at, now: now), at: at,
+                event: DomainEvent(
+                    .retry,
+                    "\(what) failed (\(failure.summary)); retrying in \(TrackedSession.seconds(Duration(timeInterval: at.timeIntervalSince(now))))\(how)"
+                ))
         case .giveUp(let reason):
             return .giveUp(intent.failed(failure.summary, now: now), reason: reason.description)
         }

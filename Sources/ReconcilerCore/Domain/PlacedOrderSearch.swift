@@ -71,7 +71,9 @@ public enum PlacedOrderSearch {
             return .found(orderID: hppOrderID, how: "named by \(Source.hostedPaymentPage)", sources: [.hostedPaymentPage])
         }
         guard let merchantReference, !merchantReference.isEmpty else {
-            return .notFound("the HPP session names no order_id, and the payment has no merchant reference that an OM notification or a settlement line could be matched by")
+            return .notFound(
+                "the HPP session names no order_id, and the payment has no merchant reference that an OM notification or a settlement line could be matched by"
+            )
         }
         let matching = clues.filter { clue in
             clue.merchantReference == merchantReference && (currency == nil || clue.currency == nil || clue.currency == currency)
@@ -80,7 +82,8 @@ public enum PlacedOrderSearch {
         for clue in matching where !orderIDs.contains(clue.orderID) { orderIDs.append(clue.orderID) }
         switch orderIDs.count {
         case 0:
-            return .notFound("nothing names it: the HPP session gives no order_id, and no \(searched) carries merchant reference \(merchantReference)")
+            return .notFound(
+                "nothing names it: the HPP session gives no order_id, and no \(searched) carries merchant reference \(merchantReference)")
         case 1:
             let sources = matching.map(\.source)
             return .found(
@@ -88,7 +91,9 @@ public enum PlacedOrderSearch {
                 how: "named by " + sources.map(\.description).joined(separator: " and ") + " with merchant reference \(merchantReference)",
                 sources: sources)
         default:
-            return .notFound("\(orderIDs.count) orders carry merchant reference \(merchantReference) (\(orderIDs.joined(separator: ", "))): which one Klarna placed for this payment is not known")
+            return .notFound(
+                "\(orderIDs.count) orders carry merchant reference \(merchantReference) (\(orderIDs.joined(separator: ", "))): which one Klarna placed for this payment is not known"
+            )
         }
     }
 }

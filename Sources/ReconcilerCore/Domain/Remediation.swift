@@ -67,13 +67,18 @@ public enum Remediation {
     public static let retryable: Set<OutcomeKind> = [.needsAttention, .expired]
 
     /// The sessions and orders `action` applies to, or why it applies to none. `orderID` is `retry --order-id`.
-    public static func targets(_ action: OperatorAction, payment: PaymentView, orderID: String? = nil, now: Date) -> Result<[RemediationTarget], RemediationRefusal> {
+    public static func targets(
+        _ action: OperatorAction, payment: PaymentView, orderID: String? = nil, now: Date
+    ) -> Result<[RemediationTarget], RemediationRefusal> {
         if payment.sessions.isEmpty && payment.orders.isEmpty { return .failure(RemediationRefusal(status: 404, "nothing tracked matches")) }
         if orderID != nil && action != .retry { return .failure(RemediationRefusal(status: 400, "--order-id applies to retry only")) }
         // A merchant reference may name several payments: a repair applies to one, named exactly.
         if payment.sessions.count > 1 || payment.orders.count > 1 {
             let ids = payment.sessions.map(\.hppSessionID) + payment.orders.map(\.orderID)
-            return .failure(RemediationRefusal("it matches \(max(payment.sessions.count, payment.orders.count)) payments; name one by its HPP session or order id (\(ids.prefix(6).joined(separator: ", ")))"))
+            return .failure(
+                RemediationRefusal(
+                    "it matches \(max(payment.sessions.count, payment.orders.count)) payments; name one by its HPP session or order id (\(ids.prefix(6).joined(separator: ", ")))"
+                ))
         }
         switch action {
         case .hold:
@@ -83,7 +88,8 @@ public enum Remediation {
             guard !free.isEmpty else { return .failure(RemediationRefusal("already held")) }
             return .success(free)
         case .release:
-            let held = payment.sessions.map { RemediationTarget.session($0.hppSessionID) }.filter(payment.held.contains)
+            let held =
+                payment.sessions.map { RemediationTarget.session($0.hppSessionID) }.filter(payment.held.contains)
                 + payment.orders.map { RemediationTarget.order($0.orderID) }.filter(payment.held.contains)
             guard !held.isEmpty else { return .failure(RemediationRefusal("not held")) }
             return .success(held)
@@ -93,7 +99,11 @@ public enum Remediation {
         if action == .retry {
             let orders = payment.orders.filter { $0.outcome.map(retryable.contains) == true }
             if !orders.isEmpty {
-                if orderID != nil { return .failure(RemediationRefusal("--order-id is for a session whose create-order answer was lost; order \(orders[0].orderID) exists already")) }
+                if orderID != nil {
+                    return .failure(
+                        RemediationRefusal(
+                            "--order-id is for a session whose create-order answer was lost; order \(orders[0].orderID) exists already"))
+                }
                 return .success(orders.map { .order($0.orderID) })
             }
             let sessions = payment.sessions.filter { $0.outcome.map(retryable.contains) == true }
@@ -123,13 +133,15 @@ extension TrackedSession {
         }
         if let orderID {
             guard purpose.placesOrder, self.orderID == nil, authorizationToken != nil else {
-                return RemediationRefusal("--order-id is for a session whose create-order answer was lost; HPP session \(hppSessionID) never reached create-order")
+                return RemediationRefusal(
+                    "--order-id is for a session whose create-order answer was lost; HPP session \(hppSessionID) never reached create-order")
             }
             guard !orderID.isEmpty else { return RemediationRefusal(status: 400, "--order-id is empty") }
             return nil
         }
         if authorizationToken != nil, let tokenExpiresAt, now.hasReached(tokenExpiresAt), needsAuthorizationToken {
-            return RemediationRefusal("the authorization token expired at \(Self.format(tokenExpiresAt)): Klarna no longer accepts it, so nothing can place this order now")
+            return RemediationRefusal(
+                "the authorization token expired at \(Self.format(tokenExpiresAt)): Klarna no longer accepts it, so nothing can place this order now")
         }
         return nil
     }
@@ -154,16 +166,22 @@ extension TrackedSession {
             session.orderID = orderID
             session.phase = .ordered
             session.nextDueAt = nil
-            let event = DomainEvent(.operatorAction, "retry by \(requester): order \(orderID) recorded as the one Klarna placed for KP session \(kpSessionID); following it")
-            return (SessionStep(session: session, events: [event], handOff: OrderHandOff(orderID: orderID, placedBy: PlaceOrderMode.none)),
-                    placeOrder?.confirmed(result: orderID, now: now))
+            let event = DomainEvent(
+                .operatorAction,
+                "retry by \(requester): order \(orderID) recorded as the one Klarna placed for KP session \(kpSessionID); following it")
+            return (
+                SessionStep(session: session, events: [event], handOff: OrderHandOff(orderID: orderID, placedBy: PlaceOrderMode.none)),
+                placeOrder?.confirmed(result: orderID, now: now)
+            )
         }
         session.nextDueAt = now
         if authorizationToken != nil, needsAuthorizationToken {
             session.phase = .authorized
             let kind: Intent.Kind = purpose.createsCustomerToken && customerTokenID == nil ? .customerToken : .placeOrder
             let unclear = intents.last { $0.kind == kind && !($0.state == .confirmed) }
-            let event = DomainEvent(.operatorAction, "retry by \(requester): back to \(kind == .placeOrder ? "placing the order" : "creating the customer token"), reading Klarna first")
+            let event = DomainEvent(
+                .operatorAction,
+                "retry by \(requester): back to \(kind == .placeOrder ? "placing the order" : "creating the customer token"), reading Klarna first")
             return (SessionStep(session: session, events: [event]), unclear.map { $0.ambiguous("re-driven by \(requester)", now: now) })
         }
         session.phase = .polling
@@ -177,20 +195,27 @@ extension TrackedOrder {
     /// `merchant_reference1` and the payment's reference are both known, they must match. The reason it is not, or
     /// `nil`.
     public func namedOrderMismatch(merchantReferenceAtKlarna: String?) -> String? {
-        guard namedByOperator == true, let merchantReference, let merchantReferenceAtKlarna, merchantReference != merchantReferenceAtKlarna else { return nil }
-        return "order \(orderID), named with retry --order-id, belongs to merchant reference \(merchantReferenceAtKlarna), not \(merchantReference): not this payment's order; nothing was done with it"
+        guard namedByOperator == true, let merchantReference, let merchantReferenceAtKlarna, merchantReference != merchantReferenceAtKlarna else {
+            return nil
+        }
+        return
+            "order \(orderID), named with retry --order-id, belongs to merchant reference \(merchantReferenceAtKlarna), not \(merchantReference): not this payment's order; nothing was done with it"
     }
 
     /// Why `cancel` does not apply, or `nil`: only an order with nothing captured, not already final at Klarna, and
     /// with no side effect under way.
     public var cancelRefusal: RemediationRefusal? {
         if capturedAmount > 0 {
-            return RemediationRefusal("order \(orderID) has captures (\(capturedAmount) of \(orderAmount.map(String.init) ?? "?")): cancel is not possible; use release-remaining")
+            return RemediationRefusal(
+                "order \(orderID) has captures (\(capturedAmount) of \(orderAmount.map(String.init) ?? "?")): cancel is not possible; use release-remaining"
+            )
         }
         if let outcome, ![.orderPlaced, .needsAttention].contains(outcome) {
             return RemediationRefusal("order \(orderID) is \(outcome.rawValue): nothing to cancel")
         }
-        if let activeIntent { return RemediationRefusal("a side effect is under way on order \(orderID) (intent \(activeIntent)); wait for it to end") }
+        if let activeIntent {
+            return RemediationRefusal("a side effect is under way on order \(orderID) (intent \(activeIntent)); wait for it to end")
+        }
         return nil
     }
 
@@ -200,7 +225,9 @@ extension TrackedOrder {
         if (remainingAuthorizedAmount ?? 0) <= 0 || [.captured, .cancelled, .rejected, .expired].contains(outcome) {
             return RemediationRefusal("order \(orderID) is \(outcome?.rawValue ?? status?.rawValue ?? phase.rawValue) with nothing left authorized")
         }
-        if let activeIntent { return RemediationRefusal("a side effect is under way on order \(orderID) (intent \(activeIntent)); wait for it to end") }
+        if let activeIntent {
+            return RemediationRefusal("a side effect is under way on order \(orderID) (intent \(activeIntent)); wait for it to end")
+        }
         return nil
     }
 
@@ -226,7 +253,9 @@ extension TrackedOrder {
             intent = capture.ambiguous("re-driven by \(requester)", now: now)
             order.activeIntent = capture.key
         }
-        let event = DomainEvent(.operatorAction, "retry by \(requester): reading the order again" + (intent == nil ? "" : ", then the failed capture with its own idempotency key"))
+        let event = DomainEvent(
+            .operatorAction,
+            "retry by \(requester): reading the order again" + (intent == nil ? "" : ", then the failed capture with its own idempotency key"))
         return (OrderStep(order: order, events: [event]), intent)
     }
 

@@ -174,7 +174,9 @@ extension TrackedOrder {
     /// alone: those are read as before.
     public func placedAndAccepted(amount: Int, currency: String?, now: Date, deadlines: Deadlines) -> OrderStep {
         var step = applying(
-            OrderObservation(status: .authorized, fraudStatus: .accepted, orderAmount: amount, capturedAmount: 0, remainingAuthorizedAmount: amount, currency: currency),
+            OrderObservation(
+                status: .authorized, fraudStatus: .accepted, orderAmount: amount, capturedAmount: 0, remainingAuthorizedAmount: amount,
+                currency: currency),
             request: nil, now: now, deadlines: deadlines)
         step.order.reads = reads
         return step
@@ -188,7 +190,11 @@ extension TrackedOrder {
         order.consecutiveFailures = 0
         order.lastError = nil
         if observation.status != status || observation.fraudStatus != fraudStatus {
-            step.events.append(DomainEvent(.orderStatus, "order \(observation.status), fraud_status \(observation.fraudStatus), captured \(observation.capturedAmount) of \(observation.orderAmount)"))
+            step.events.append(
+                DomainEvent(
+                    .orderStatus,
+                    "order \(observation.status), fraud_status \(observation.fraudStatus), captured \(observation.capturedAmount) of \(observation.orderAmount)"
+                ))
         }
         order.status = observation.status
         order.fraudStatus = observation.fraudStatus
@@ -229,7 +235,9 @@ extension TrackedOrder {
         case .expired:
             return close(.expired, "the order's authorization expired at Klarna")
         case .captured:
-            return close(.captured, placedBy == .captureOrder ? "HPP captured the order (CAPTURE_ORDER)" : "the order is fully captured at Klarna", amount: observation.capturedAmount)
+            return close(
+                .captured, placedBy == .captureOrder ? "HPP captured the order (CAPTURE_ORDER)" : "the order is fully captured at Klarna",
+                amount: observation.capturedAmount)
         case .closed:
             return observation.capturedAmount > 0
                 ? close(.captured, "the order is closed at Klarna after captures", amount: observation.capturedAmount)
@@ -269,7 +277,8 @@ extension TrackedOrder {
             if let request {
                 let amount = request.amount ?? observation.remainingAuthorizedAmount
                 if amount <= 0 || amount > observation.remainingAuthorizedAmount {
-                    step.action = .refuseRequest(requestID: request.id, reason: "capture of \(amount) refused: \(observation.remainingAuthorizedAmount) remains authorized")
+                    step.action = .refuseRequest(
+                        requestID: request.id, reason: "capture of \(amount) refused: \(observation.remainingAuthorizedAmount) remains authorized")
                 } else {
                     order.phase = .capturing
                     order.nextDueAt = now
@@ -285,7 +294,10 @@ extension TrackedOrder {
                 if now.hasReached(warnAt) {
                     if order.warnedForExpiry != expiresAt {
                         order.warnedForExpiry = expiresAt
-                        step.events.append(DomainEvent(.authorizationExpiring, "the authorization expires at \(TrackedSession.format(expiresAt)) and the order is not captured"))
+                        step.events.append(
+                            DomainEvent(
+                                .authorizationExpiring,
+                                "the authorization expires at \(TrackedSession.format(expiresAt)) and the order is not captured"))
                     }
                     if deadlines.autoExtendAuthorization, order.extensionForExpiry != expiresAt, step.action == nil {
                         order.extensionForExpiry = expiresAt
@@ -326,8 +338,9 @@ extension TrackedOrder {
         let reason = "captured \(amount)" + (captureID.map { " (capture \($0))" } ?? "")
         step.events.append(DomainEvent(.captured, reason))
         step.outcomes.append(order.outcome(.captured, reason, amount: amount, captureID: captureID))
-        step.ledgerCaptures.append(LedgerCapture(
-            orderID: orderID, captureID: captureID, amount: amount, currency: currency, capturedAt: now, source: .daemon))
+        step.ledgerCaptures.append(
+            LedgerCapture(
+                orderID: orderID, captureID: captureID, amount: amount, currency: currency, capturedAt: now, source: .daemon))
         if (order.remainingAuthorizedAmount ?? 0) <= 0 {
             order.status = .captured
             order.phase = .closed

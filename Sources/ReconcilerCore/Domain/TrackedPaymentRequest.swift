@@ -66,7 +66,9 @@ public struct TrackedPaymentRequest: Codable, Sendable, Equatable {
             request.nextDueAt = nil
             step.request = request
             step.events.append(DomainEvent(EventKind(kind), reason))
-            step.outcome = Outcome(kind: kind, reason: reason, paymentRequestID: paymentRequestID, klarnaNetworkSessionToken: kind == .paymentRequestCompleted ? sessionToken : nil)
+            step.outcome = Outcome(
+                kind: kind, reason: reason, paymentRequestID: paymentRequestID,
+                klarnaNetworkSessionToken: kind == .paymentRequestCompleted ? sessionToken : nil)
             return step
         }
         var next = now.addingTimeInterval(recheck.timeInterval)
@@ -85,7 +87,9 @@ public struct TrackedPaymentRequest: Codable, Sendable, Equatable {
             request.outcome = .expired
             request.nextDueAt = nil
             let reason = "payment request passed expires_at while Klarna could not be read (\(error))"
-            return Step(request: request, events: [DomainEvent(.expired, reason)], outcome: Outcome(kind: .expired, reason: reason, paymentRequestID: paymentRequestID))
+            return Step(
+                request: request, events: [DomainEvent(.expired, reason)],
+                outcome: Outcome(kind: .expired, reason: reason, paymentRequestID: paymentRequestID))
         }
         request.nextDueAt = now.addingTimeInterval(retryAfter.timeInterval)
         return Step(request: request, events: [DomainEvent(.readFailed, "\(error); next read in \(TrackedSession.seconds(retryAfter))")])

@@ -82,7 +82,8 @@ public struct TrackedSession: Codable, Sendable, Equatable {
 
 /// What an HPP read returned, in the domain's terms.
 public enum HPPObservation: Sendable, Equatable {
-    case session(status: HPPSessionStatus, updatedAt: Date?, expiresAt: Date?, authorizationToken: String?, orderID: String?, klarnaReference: String?)
+    case session(
+        status: HPPSessionStatus, updatedAt: Date?, expiresAt: Date?, authorizationToken: String?, orderID: String?, klarnaReference: String?)
     /// `404`: "HPP session has expired or could not be found".
     case notFound
 }
@@ -139,8 +140,14 @@ extension TrackedSession {
             if let updatedAt, let previous = hppUpdatedAt, updatedAt < previous {
                 // Out of order (a delayed webhook or a lagging replica): never move backwards.
                 session.nextDueAt = schedule.nextPoll(now: now, anchor: pollAnchor, expiresAt: session.expiresAt)
-                return SessionStep(session: session, events: [DomainEvent(
-                    .staleStatus, "ignored \(status) from \(Self.format(updatedAt)): already saw \(hppStatus?.rawValue ?? "?") from \(Self.format(previous))")])
+                return SessionStep(
+                    session: session,
+                    events: [
+                        DomainEvent(
+                            .staleStatus,
+                            "ignored \(status) from \(Self.format(updatedAt)): already saw \(hppStatus?.rawValue ?? "?") from \(Self.format(previous))"
+                        )
+                    ])
             }
             var events: [DomainEvent] = []
             if status != hppStatus {
@@ -191,7 +198,8 @@ extension TrackedSession {
             session.outcome = .needsAttention
             session.nextDueAt = nil
             let reason = "HPP session is COMPLETED but carries neither an authorization_token nor an order_id"
-            return SessionStep(session: session, events: events + [DomainEvent(.needsAttention, reason)], outcome: session.outcome(.needsAttention, reason))
+            return SessionStep(
+                session: session, events: events + [DomainEvent(.needsAttention, reason)], outcome: session.outcome(.needsAttention, reason))
         }
         if mode != nil && mode != PlaceOrderMode.none {
             events.append(DomainEvent(.modeMismatch, "tracked as \(mode!.rawValue) but HPP returned an authorization token: placing the order"))
@@ -276,7 +284,8 @@ extension TrackedSession {
         session.nextDueAt = now
         if purpose == .tokenize { session = session.tokenizeFinished().session }
         let reason = "customer token \(Redact.tail(tokenID)) created"
-        return SessionStep(session: session, events: [DomainEvent(.customerTokenCreated, reason)], outcome: session.outcome(.customerTokenCreated, reason))
+        return SessionStep(
+            session: session, events: [DomainEvent(.customerTokenCreated, reason)], outcome: session.outcome(.customerTokenCreated, reason))
     }
 
     /// A tokenize-only session whose customer token exists is done; the token's outcome was recorded when it was

@@ -53,22 +53,23 @@ public enum MessageID: String, CaseIterable, Sendable {
 
     /// The id of an outcome's log line.
     public init(outcome: OutcomeKind) {
-        self = switch outcome {
-        case .orderPlaced: .orderPlaced
-        case .captured: .captured
-        case .customerTokenCreated: .customerTokenCreated
-        case .cancelled: .cancelled
-        case .rejected: .rejected
-        case .expired: .expired
-        case .needsAttention: .needsAttention
-        case .paymentRequestCompleted: .paymentRequestCompleted
-        case .settlementOrphan: .settlementOrphan
-        case .settlementMismatch: .settlementMismatch
-        case .settlementDrift: .settlementDrift
-        case .settlementReversal: .settlementReversal
-        case .payoutMismatch: .payoutMismatch
-        case .captureUnsettled: .captureUnsettled
-        }
+        self =
+            switch outcome {
+            case .orderPlaced: .orderPlaced
+            case .captured: .captured
+            case .customerTokenCreated: .customerTokenCreated
+            case .cancelled: .cancelled
+            case .rejected: .rejected
+            case .expired: .expired
+            case .needsAttention: .needsAttention
+            case .paymentRequestCompleted: .paymentRequestCompleted
+            case .settlementOrphan: .settlementOrphan
+            case .settlementMismatch: .settlementMismatch
+            case .settlementDrift: .settlementDrift
+            case .settlementReversal: .settlementReversal
+            case .payoutMismatch: .payoutMismatch
+            case .captureUnsettled: .captureUnsettled
+            }
     }
 
     /// The id of a timeline event's log line, for the events an operator acts on; routine events have none (an

@@ -36,7 +36,8 @@ public enum MetricName: String, CaseIterable, Sendable {
     /// The `# HELP` line of the metric: what it counts, and by which labels.
     public var help: String {
         switch self {
-        case .klarnaCalls: "Klarna API calls by operation (hpp.read_session, kp.create_order, om.create_capture, ...) and result (ok, not_found, rate_limited, client_error, server_error, transport_error)."
+        case .klarnaCalls:
+            "Klarna API calls by operation (hpp.read_session, kp.create_order, om.create_capture, ...) and result (ok, not_found, rate_limited, client_error, server_error, transport_error)."
         case .klarnaCallDuration: "Klarna API call latency in seconds, by operation."
         case .budgetWait: "Seconds spent waiting for the rate budget before a Klarna call, by urgency."
         case .outcomes: "Outcomes recorded, by kind (order_placed, captured, needs_attention, ...)."

@@ -177,10 +177,13 @@ public enum PayoutFormula {
         let formula = totals.formulaSettlement
         if formula != totals.settlement {
             let delta = Minor.signedText(Minor.subtract(totals.settlement, formula))
-            findings.append(SettlementFinding(
-                kind: .totalsMismatch, paymentReference: payout.paymentReference, figure: .settlement, expected: formula,
-                actual: totals.settlement,
-                reason: "settlement_amount is \(totals.settlement) but Klarna's formula over the totals gives \(formula) (\(delta)): \(totals.formulaText)"))
+            findings.append(
+                SettlementFinding(
+                    kind: .totalsMismatch, paymentReference: payout.paymentReference, figure: .settlement, expected: formula,
+                    actual: totals.settlement,
+                    reason:
+                        "settlement_amount is \(totals.settlement) but Klarna's formula over the totals gives \(formula) (\(delta)): \(totals.formulaText)"
+                ))
         }
         for figure in PayoutFigure.fromLines {
             let expected = fromLines.value(figure)
@@ -188,10 +191,11 @@ public enum PayoutFormula {
             guard expected != actual else { continue }
             let absent = (figure == .tax && payout.totals.taxAmount == nil) ? " (absent)" : ""
             let delta = Minor.signedText(Minor.subtract(actual, expected))
-            findings.append(SettlementFinding(
-                kind: .totalsMismatch, paymentReference: payout.paymentReference, figure: figure, expected: expected,
-                actual: actual,
-                reason: "\(figure.rawValue) is \(actual)\(absent) but \(figure.linesDescription) sum to \(expected) (\(delta))"))
+            findings.append(
+                SettlementFinding(
+                    kind: .totalsMismatch, paymentReference: payout.paymentReference, figure: figure, expected: expected,
+                    actual: actual,
+                    reason: "\(figure.rawValue) is \(actual)\(absent) but \(figure.linesDescription) sum to \(expected) (\(delta))"))
         }
         return findings
     }

@@ -62,7 +62,9 @@ public enum PayoutSince {
     }
 
     private static func check(_ field: String, _ value: Int, _ range: ClosedRange<Int>) throws(Invalid) {
-        guard range.contains(value) else { throw Invalid("\(field) \(two(value)) is out of range (\(two(range.lowerBound))–\(two(range.upperBound)))") }
+        guard range.contains(value) else {
+            throw Invalid("\(field) \(two(value)) is out of range (\(two(range.lowerBound))–\(two(range.upperBound)))")
+        }
     }
 
     static func isLeap(_ year: Int) -> Bool { year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) }

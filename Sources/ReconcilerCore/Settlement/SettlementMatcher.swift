@@ -93,11 +93,15 @@ private struct Matching {
         guard let orderID = line.orderIDGiven else {
             if line.kind == .sale || line.kind == .return {
                 set(index, .unmatched(.noOrderID), note: "\(line.kind) without an order id: nothing to match it by")
-                flag(line.ordinal, SettlementFinding(
-                    kind: .orphan, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                    captureID: line.captureIDGiven, refundID: line.refundIDGiven,
-                    merchantReference: line.merchantReference, actual: line.signedAmount, actualCurrency: line.currency,
-                    reason: "\(line.kind) of \(magnitude(line)) \(line.currency) (line \(line.ordinal)) has no order id: paid at Klarna, unknown to the shop"))
+                flag(
+                    line.ordinal,
+                    SettlementFinding(
+                        kind: .orphan, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
+                        captureID: line.captureIDGiven, refundID: line.refundIDGiven,
+                        merchantReference: line.merchantReference, actual: line.signedAmount, actualCurrency: line.currency,
+                        reason:
+                            "\(line.kind) of \(magnitude(line)) \(line.currency) (line \(line.ordinal)) has no order id: paid at Klarna, unknown to the shop"
+                    ))
             } else {
                 set(index, .payoutLevel, note: "\(line.kind) for the payout (no order id)")
             }
@@ -122,14 +126,20 @@ private struct Matching {
                 } else if let capture = onlyIDlessCapture(of: order, amount: magnitude(line)) {
                     // The ledger keeps a capture without its id when Klarna's answer was lost and the read that
                     // resolved it could not tell which capture it was: the order's only such capture of the amount is it.
-                    settle(index, capture: capture, of: order, byAmount: true, how: " by amount (the ledger has no id for it; the order's only unsettled capture of \(capture.amount) without one)")
+                    settle(
+                        index, capture: capture, of: order, byAmount: true,
+                        how: " by amount (the ledger has no id for it; the order's only unsettled capture of \(capture.amount) without one)")
                 } else {
                     set(index, .unmatched(.captureUnknown), note: "capture \(captureID) is not in the ledger")
-                    flag(line.ordinal, SettlementFinding(
-                        kind: .unknownCapture, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                        orderID: orderID, captureID: captureID, merchantReference: order.merchantReference,
-                        actual: magnitude(line), actualCurrency: line.currency,
-                        reason: "SALE of \(magnitude(line)) \(line.currency) settles capture \(captureID) of order \(orderID), which the ledger does not know: captured outside the daemon (Merchant Portal?)"))
+                    flag(
+                        line.ordinal,
+                        SettlementFinding(
+                            kind: .unknownCapture, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
+                            orderID: orderID, captureID: captureID, merchantReference: order.merchantReference,
+                            actual: magnitude(line), actualCurrency: line.currency,
+                            reason:
+                                "SALE of \(magnitude(line)) \(line.currency) settles capture \(captureID) of order \(orderID), which the ledger does not know: captured outside the daemon (Merchant Portal?)"
+                        ))
                 }
             } else {
                 pendingByAmount.append(index)
@@ -142,11 +152,15 @@ private struct Matching {
                     settle(index, refund: refund, of: order, byAmount: false)
                 } else {
                     set(index, .unmatched(.refundUnknown), note: "refund \(refundID) is not in the ledger")
-                    flag(line.ordinal, SettlementFinding(
-                        kind: .unknownRefund, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                        orderID: orderID, refundID: refundID, merchantReference: order.merchantReference,
-                        actual: magnitude(line), actualCurrency: line.currency,
-                        reason: "RETURN of \(magnitude(line)) \(line.currency) settles refund \(refundID) of order \(orderID), which the ledger does not know: refunded outside the daemon (Merchant Portal?)"))
+                    flag(
+                        line.ordinal,
+                        SettlementFinding(
+                            kind: .unknownRefund, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
+                            orderID: orderID, refundID: refundID, merchantReference: order.merchantReference,
+                            actual: magnitude(line), actualCurrency: line.currency,
+                            reason:
+                                "RETURN of \(magnitude(line)) \(line.currency) settles refund \(refundID) of order \(orderID), which the ledger does not know: refunded outside the daemon (Merchant Portal?)"
+                        ))
                 }
             } else {
                 pendingByAmount.append(index)
@@ -176,12 +190,17 @@ private struct Matching {
         guard let orderID = line.orderIDGiven, let order = orders[orderID] else { return }
         let amount = magnitude(line)
         let isSale = line.kind == .sale
-        let captures = isSale ? order.captures.filter { capture in
-            capture.amount == amount && captureClaims[capture.key] == nil && !settledElsewhere(capture.settledBy)
-        } : []
-        let refunds = isSale ? [] : order.refunds.filter { refund in
-            refund.amount == amount && refundClaims[refund.key] == nil && !settledElsewhere(refund.settledBy)
-        }
+        let captures =
+            isSale
+            ? order.captures.filter { capture in
+                capture.amount == amount && captureClaims[capture.key] == nil && !settledElsewhere(capture.settledBy)
+            } : []
+        let refunds =
+            isSale
+            ? []
+            : order.refunds.filter { refund in
+                refund.amount == amount && refundClaims[refund.key] == nil && !settledElsewhere(refund.settledBy)
+            }
         if captures.count == 1 { return settle(index, capture: captures[0], of: order, byAmount: true) }
         if refunds.count == 1 { return settle(index, refund: refunds[0], of: order, byAmount: true) }
 
@@ -189,18 +208,25 @@ private struct Matching {
         let (noun, done) = isSale ? ("capture", "captured") : ("refund", "refunded")
         let start = "\(line.kind) of \(amount) \(line.currency) on order \(orderID) has no \(noun) id, and"
         if candidates == 0 {
-            set(index, .unmatched(isSale ? .captureUnknown : .refundUnknown), note: "no \(noun) id, and no unsettled \(noun) of \(amount) on the order")
-            flag(line.ordinal, SettlementFinding(
-                kind: isSale ? .unknownCapture : .unknownRefund, paymentReference: payout.paymentReference,
-                lineOrdinals: [line.ordinal], orderID: orderID, merchantReference: order.merchantReference, actual: amount,
-                actualCurrency: line.currency,
-                reason: "\(start) the ledger has no unsettled \(noun) of that amount on the order: \(done) outside the daemon (Merchant Portal?)"))
+            set(
+                index, .unmatched(isSale ? .captureUnknown : .refundUnknown),
+                note: "no \(noun) id, and no unsettled \(noun) of \(amount) on the order")
+            flag(
+                line.ordinal,
+                SettlementFinding(
+                    kind: isSale ? .unknownCapture : .unknownRefund, paymentReference: payout.paymentReference,
+                    lineOrdinals: [line.ordinal], orderID: orderID, merchantReference: order.merchantReference, actual: amount,
+                    actualCurrency: line.currency,
+                    reason: "\(start) the ledger has no unsettled \(noun) of that amount on the order: \(done) outside the daemon (Merchant Portal?)")
+            )
         } else {
             set(index, .unmatched(.ambiguous), note: "no \(noun) id, and \(candidates) unsettled \(noun)s of \(amount) on the order")
-            flag(line.ordinal, SettlementFinding(
-                kind: .ambiguousMatch, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                orderID: orderID, merchantReference: order.merchantReference, actual: amount, actualCurrency: line.currency,
-                reason: "\(start) \(candidates) unsettled \(noun)s of that amount could be it: left for an operator"))
+            flag(
+                line.ordinal,
+                SettlementFinding(
+                    kind: .ambiguousMatch, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
+                    orderID: orderID, merchantReference: order.merchantReference, actual: amount, actualCurrency: line.currency,
+                    reason: "\(start) \(candidates) unsettled \(noun)s of that amount could be it: left for an operator"))
         }
     }
 
@@ -220,27 +246,38 @@ private struct Matching {
         let key = capture.key
         let how = given ?? (byAmount ? " by amount (Klarna gave no capture id; the order's only unsettled capture of \(capture.amount))" : "")
         let outside = capture.source == .observed ? "; captured outside the daemon" : ""
-        set(index, .capture(key, byAmount: byAmount), source: capture.source, note: "capture \(key.captureID) of order \(order.orderID)\(how)\(outside)")
+        set(
+            index, .capture(key, byAmount: byAmount), source: capture.source,
+            note: "capture \(key.captureID) of order \(order.orderID)\(how)\(outside)")
 
         if let first = captureClaims[key] {
-            flag(line.ordinal, SettlementFinding(
-                kind: .duplicateSettlement, paymentReference: payout.paymentReference, lineOrdinals: [first, line.ordinal],
-                orderID: order.orderID, captureID: key.captureID, merchantReference: order.merchantReference,
-                expected: capture.amount, actual: magnitude(line), actualCurrency: line.currency,
-                reason: "capture \(key.captureID) of order \(order.orderID) is settled twice in payout \(payout.paymentReference): lines \(first) and \(line.ordinal)"))
+            flag(
+                line.ordinal,
+                SettlementFinding(
+                    kind: .duplicateSettlement, paymentReference: payout.paymentReference, lineOrdinals: [first, line.ordinal],
+                    orderID: order.orderID, captureID: key.captureID, merchantReference: order.merchantReference,
+                    expected: capture.amount, actual: magnitude(line), actualCurrency: line.currency,
+                    reason:
+                        "capture \(key.captureID) of order \(order.orderID) is settled twice in payout \(payout.paymentReference): lines \(first) and \(line.ordinal)"
+                ))
         } else {
             captureClaims[key] = line.ordinal
             if let earlier = capture.settledBy, settledElsewhere(earlier) {
                 results[index].settledElsewhere = earlier
-                flag(line.ordinal, SettlementFinding(
-                    kind: .duplicateSettlement, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                    orderID: order.orderID, captureID: key.captureID, merchantReference: order.merchantReference,
-                    expected: capture.amount, actual: magnitude(line), actualCurrency: line.currency,
-                    reason: "capture \(key.captureID) of order \(order.orderID) was settled by payout \(earlier.paymentReference) (line \(earlier.ordinal)) and again by payout \(payout.paymentReference) (line \(line.ordinal))"))
+                flag(
+                    line.ordinal,
+                    SettlementFinding(
+                        kind: .duplicateSettlement, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
+                        orderID: order.orderID, captureID: key.captureID, merchantReference: order.merchantReference,
+                        expected: capture.amount, actual: magnitude(line), actualCurrency: line.currency,
+                        reason:
+                            "capture \(key.captureID) of order \(order.orderID) was settled by payout \(earlier.paymentReference) (line \(earlier.ordinal)) and again by payout \(payout.paymentReference) (line \(line.ordinal))"
+                    ))
             }
         }
-        checkAmount(line, kind: "capture", id: key.captureID, order: order, amount: capture.amount,
-                    currency: capture.currency ?? order.currency, captureID: key.captureID, refundID: nil)
+        checkAmount(
+            line, kind: "capture", id: key.captureID, order: order, amount: capture.amount,
+            currency: capture.currency ?? order.currency, captureID: key.captureID, refundID: nil)
     }
 
     mutating func settle(_ index: Int, refund: LedgerRefund, of order: LedgerOrder, byAmount: Bool) {
@@ -251,24 +288,33 @@ private struct Matching {
         set(index, .refund(key, byAmount: byAmount), source: refund.source, note: "refund \(key.refundID) of order \(order.orderID)\(how)\(outside)")
 
         if let first = refundClaims[key] {
-            flag(line.ordinal, SettlementFinding(
-                kind: .duplicateSettlement, paymentReference: payout.paymentReference, lineOrdinals: [first, line.ordinal],
-                orderID: order.orderID, refundID: key.refundID, merchantReference: order.merchantReference,
-                expected: refund.amount, actual: magnitude(line), actualCurrency: line.currency,
-                reason: "refund \(key.refundID) of order \(order.orderID) is settled twice in payout \(payout.paymentReference): lines \(first) and \(line.ordinal)"))
+            flag(
+                line.ordinal,
+                SettlementFinding(
+                    kind: .duplicateSettlement, paymentReference: payout.paymentReference, lineOrdinals: [first, line.ordinal],
+                    orderID: order.orderID, refundID: key.refundID, merchantReference: order.merchantReference,
+                    expected: refund.amount, actual: magnitude(line), actualCurrency: line.currency,
+                    reason:
+                        "refund \(key.refundID) of order \(order.orderID) is settled twice in payout \(payout.paymentReference): lines \(first) and \(line.ordinal)"
+                ))
         } else {
             refundClaims[key] = line.ordinal
             if let earlier = refund.settledBy, settledElsewhere(earlier) {
                 results[index].settledElsewhere = earlier
-                flag(line.ordinal, SettlementFinding(
-                    kind: .duplicateSettlement, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                    orderID: order.orderID, refundID: key.refundID, merchantReference: order.merchantReference,
-                    expected: refund.amount, actual: magnitude(line), actualCurrency: line.currency,
-                    reason: "refund \(key.refundID) of order \(order.orderID) was settled by payout \(earlier.paymentReference) (line \(earlier.ordinal)) and again by payout \(payout.paymentReference) (line \(line.ordinal))"))
+                flag(
+                    line.ordinal,
+                    SettlementFinding(
+                        kind: .duplicateSettlement, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
+                        orderID: order.orderID, refundID: key.refundID, merchantReference: order.merchantReference,
+                        expected: refund.amount, actual: magnitude(line), actualCurrency: line.currency,
+                        reason:
+                            "refund \(key.refundID) of order \(order.orderID) was settled by payout \(earlier.paymentReference) (line \(earlier.ordinal)) and again by payout \(payout.paymentReference) (line \(line.ordinal))"
+                    ))
             }
         }
-        checkAmount(line, kind: "refund", id: key.refundID, order: order, amount: refund.amount,
-                    currency: order.currency, captureID: nil, refundID: key.refundID)
+        checkAmount(
+            line, kind: "refund", id: key.refundID, order: order, amount: refund.amount,
+            currency: order.currency, captureID: nil, refundID: key.refundID)
     }
 
     /// An amount or currency that differs from the ledger's.
@@ -278,20 +324,26 @@ private struct Matching {
     ) {
         let settled = magnitude(line)
         if settled != amount {
-            flag(line.ordinal, SettlementFinding(
-                kind: .amountMismatch, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                orderID: order.orderID, captureID: captureID, refundID: refundID,
-                merchantReference: order.merchantReference, expected: amount, actual: settled,
-                expectedCurrency: currency, actualCurrency: line.currency,
-                reason: "\(line.kind) of \(settled) for \(kind) \(id) of order \(order.orderID), which was \(amount) (\(Minor.signedText(Minor.subtract(settled, amount))))"))
+            flag(
+                line.ordinal,
+                SettlementFinding(
+                    kind: .amountMismatch, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
+                    orderID: order.orderID, captureID: captureID, refundID: refundID,
+                    merchantReference: order.merchantReference, expected: amount, actual: settled,
+                    expectedCurrency: currency, actualCurrency: line.currency,
+                    reason:
+                        "\(line.kind) of \(settled) for \(kind) \(id) of order \(order.orderID), which was \(amount) (\(Minor.signedText(Minor.subtract(settled, amount))))"
+                ))
         }
         if let currency, currency.uppercased() != line.currency.uppercased() {
-            flag(line.ordinal, SettlementFinding(
-                kind: .amountMismatch, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
-                orderID: order.orderID, captureID: captureID, refundID: refundID,
-                merchantReference: order.merchantReference, expected: amount, actual: settled,
-                expectedCurrency: currency, actualCurrency: line.currency,
-                reason: "\(line.kind) in \(line.currency) for \(kind) \(id) of order \(order.orderID), which was in \(currency)"))
+            flag(
+                line.ordinal,
+                SettlementFinding(
+                    kind: .amountMismatch, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal],
+                    orderID: order.orderID, captureID: captureID, refundID: refundID,
+                    merchantReference: order.merchantReference, expected: amount, actual: settled,
+                    expectedCurrency: currency, actualCurrency: line.currency,
+                    reason: "\(line.kind) in \(line.currency) for \(kind) \(id) of order \(order.orderID), which was in \(currency)"))
         }
     }
 
@@ -301,12 +353,15 @@ private struct Matching {
         let orderID = line.orderIDGiven
         let dispute = SettledLine.given(line.reversalReference).map { " (dispute \($0))" } ?? ""
         let on = orderID.map { " on order \($0)" } ?? " without an order id"
-        flag(line.ordinal, SettlementFinding(
-            kind: .reversal, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal], orderID: orderID,
-            reversalReference: SettledLine.given(line.reversalReference),
-            merchantReference: orderID.flatMap { orders[$0]?.merchantReference } ?? line.merchantReference,
-            actual: magnitude(line), actualCurrency: line.currency,
-            reason: "REVERSAL of \(magnitude(line)) \(line.currency)\(on)\(dispute): Klarna refunded the customer on a dispute the merchant lost"))
+        flag(
+            line.ordinal,
+            SettlementFinding(
+                kind: .reversal, paymentReference: payout.paymentReference, lineOrdinals: [line.ordinal], orderID: orderID,
+                reversalReference: SettledLine.given(line.reversalReference),
+                merchantReference: orderID.flatMap { orders[$0]?.merchantReference } ?? line.merchantReference,
+                actual: magnitude(line), actualCurrency: line.currency,
+                reason: "REVERSAL of \(magnitude(line)) \(line.currency)\(on)\(dispute): Klarna refunded the customer on a dispute the merchant lost")
+        )
     }
 
     mutating func flagOrphan(_ orderID: String, _ orderLines: [SettledLine]) {
@@ -316,12 +371,14 @@ private struct Matching {
         let kinds = orderLines.map { $0.kind.rawValue }.joined(separator: ", ")
         let numbers = ordinals.map { "\($0)" }.joined(separator: ", ")
         let what = orderLines.count == 1 ? "line \(numbers): \(kinds)" : "lines \(numbers): \(kinds)"
-        flag(first.ordinal, SettlementFinding(
-            kind: .orphan, paymentReference: payout.paymentReference, lineOrdinals: ordinals, orderID: orderID,
-            captureID: orderLines.compactMap { $0.kind == .sale ? $0.captureIDGiven : nil }.first,
-            merchantReference: orderLines.compactMap { SettledLine.given($0.merchantReference) }.first,
-            actual: net, actualCurrency: first.currency,
-            reason: "order \(orderID) is not in the ledger: paid at Klarna, unknown to the shop (\(what); net \(net) \(first.currency))"))
+        flag(
+            first.ordinal,
+            SettlementFinding(
+                kind: .orphan, paymentReference: payout.paymentReference, lineOrdinals: ordinals, orderID: orderID,
+                captureID: orderLines.compactMap { $0.kind == .sale ? $0.captureIDGiven : nil }.first,
+                merchantReference: orderLines.compactMap { SettledLine.given($0.merchantReference) }.first,
+                actual: net, actualCurrency: first.currency,
+                reason: "order \(orderID) is not in the ledger: paid at Klarna, unknown to the shop (\(what); net \(net) \(first.currency))"))
     }
 
     mutating func flag(_ ordinal: Int, _ finding: SettlementFinding) {

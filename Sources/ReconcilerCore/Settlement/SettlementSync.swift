@@ -19,7 +19,8 @@ public enum SettlementSync {
     /// capture is settled by the first payout that paid it and a later SALE for it is the duplicate.
     public static func toReconcile(_ payouts: [SettledPayout], recorded: Set<String>) -> [SettledPayout] {
         var seen = recorded
-        return payouts
+        return
+            payouts
             .sorted { ($0.payoutDate, $0.paymentReference) < ($1.payoutDate, $1.paymentReference) }
             .filter { seen.insert($0.paymentReference).inserted }
     }
@@ -32,8 +33,9 @@ public enum SettlementSync {
         afterFailures failures: Int, disposition: RetryDisposition, interval: Duration, random: any RandomSource
     ) -> Duration {
         let policy = RetryPolicy(initialDelay: retryInitialDelay, maxDelay: interval, maxAttempts: .max)
-        guard case .retry(let delay) = policy.decide(
-            afterAttempt: max(1, failures), elapsed: .zero, disposition: disposition, random: random)
+        guard
+            case .retry(let delay) = policy.decide(
+                afterAttempt: max(1, failures), elapsed: .zero, disposition: disposition, random: random)
         else { return interval }
         return min(max(delay, retryMinimumDelay), interval)
     }

@@ -82,9 +82,12 @@ public enum UnsettledCaptures {
                 let captured = capture.capturedAt.formatted(Date.ISO8601FormatStyle())
                 let currency = capture.currency.map { " \($0)" } ?? ""
                 let outside = capture.source == .observed ? ", captured outside the daemon" : ""
-                overdue.append(OverdueCapture(
-                    key: key, capture: capture, deadline: due, overdueBy: max(0, now.timeIntervalSince(due)),
-                    reason: "capture \(key.captureID) of order \(key.orderID) (\(capture.amount)\(currency), captured \(captured)\(outside)) has not settled within \(max(0, settleWithinDays)) days"))
+                overdue.append(
+                    OverdueCapture(
+                        key: key, capture: capture, deadline: due, overdueBy: max(0, now.timeIntervalSince(due)),
+                        reason:
+                            "capture \(key.captureID) of order \(key.orderID) (\(capture.amount)\(currency), captured \(captured)\(outside)) has not settled within \(max(0, settleWithinDays)) days"
+                    ))
             } else if nextDeadline.map({ due < $0 }) ?? true {
                 nextDeadline = due
             }
