@@ -30,7 +30,11 @@ for path in ./usr/bin/klarna-reconciler ./lib/systemd/system/klarna-reconciler.s
     ./usr/share/doc/klarna-reconciler/examples/grafana-klarna-reconciler-dashboard.json; do
     check "has $path" grep -q " $path\$" <<<"$CONTENTS"
 done
-check "the Klarna sandbox is not in the package (a test tool)" test -z "$(grep -i sandbox <<<"$CONTENTS")"
+check "the Klarna sandbox's executable is not in the package (a test tool)" test -z "$(grep -E ' \./usr/bin/klarna-sandbox$' <<<"$CONTENTS")"
+SANDBOX_CHECK=$(mktemp -d)
+dpkg-deb --fsys-tarfile "$DEB" | tar -x -C "$SANDBOX_CHECK" ./usr/bin/klarna-reconciler
+check "nor is its code in the daemon (no KlarnaSandbox type in the binary)" test "$(grep -c KlarnaSandbox "$SANDBOX_CHECK/usr/bin/klarna-reconciler")" = 0
+rm -rf "$SANDBOX_CHECK"
 check "everything is owned by root" test -z "$(awk '$2 != "root/root"' <<<"$CONTENTS")"
 check "the example config is shipped 0644 (no secret in it)" grep -q '^-rw-r--r-- root/root ./etc/klarna-reconciler/config.yaml$' <<<"$CONTENTS"
 check "nothing under /usr/local or /etc/systemd" test -z "$(grep -E ' \./(usr/local|etc/systemd)' <<<"$CONTENTS")"

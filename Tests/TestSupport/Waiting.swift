@@ -5,11 +5,16 @@ import Synchronization
 /// deadline only bounds a failure (a condition met returns at once): 30 s, because the whole suite runs in parallel on
 /// CI's two cores, where what a condition waits for may get no CPU for seconds (10 s was once not enough for an idle
 /// worker service under the full suite).
+/// The condition is checked again after 1 ms, then ever less often, up to every 25 ms: dozens of tests wait at once,
+/// and checking each of them every 2 ms (reading a store, listing a directory) took the CPU the awaited work needed,
+/// until waits on the daemon processes ran out under the full suite.
 public func waitUntil(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws {
     let deadline = ContinuousClock.now + timeout
+    var pause = Duration.milliseconds(1)
     while try await !condition() {
         if ContinuousClock.now > deadline { throw WaitTimeout() }
-        try await Task.sleep(for: .milliseconds(2))
+        try await Task.sleep(for: pause)
+        pause = min(pause * 2, .milliseconds(25))
     }
 }
 
