@@ -318,7 +318,10 @@ public final class ReconcilerDaemon: Sendable {
             state.group = group
             return state.stopAsked
         }
-        guard !stopAsked else { return }
+        // A stop asked for while starting: the group runs and drains at once, so that what was started (listeners,
+        // the store) is closed the usual way. (A shutdown triggered before `run()` is kept since
+        // swift-service-lifecycle 2.13.)
+        if stopAsked { await group.triggerGracefulShutdown() }
         do {
             try await group.run()
         } catch {

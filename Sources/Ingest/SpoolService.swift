@@ -38,7 +38,7 @@ public struct SpoolService: Service {
                 // interval, not on every inotify event: a full disk must not become a busy loop.
                 let retryClaimed = clock.now.hasReached(retryClaimedAt)
                 if retryClaimed { retryClaimedAt = clock.now.addingTimeInterval(rescanInterval.timeInterval) }
-                await scan(includingClaimed: retryClaimed)
+                await scan(includingClaimed: retryClaimed) { !stopping.value }
                 await bell.wait(timeout: min(rescanInterval, heartbeat?.interval ?? rescanInterval), clock: clock)
             }
         } onGracefulShutdown: {
@@ -50,33 +50,46 @@ public struct SpoolService: Service {
     /// Files committed together, at most: what one scan finds is claimed, read and committed this many at a time.
     static let batchSize = 256
 
-    /// Processes what waits in `cur/` (when asked), then everything in `new/`, oldest name first.
-    public func scan(includingClaimed: Bool = false) async {
-        if includingClaimed { await process(spool.names(in: "cur"), claimed: true) }
-        await process(spool.names(in: "new"), claimed: false)
+    /// Processes what waits in `cur/` (when asked), then everything in `new/`, oldest name first. Files waiting in
+    /// `cur/` (the store could not take them) hold back `new/`, so a later delivery for a payment never commits
+    /// before an earlier one; they are taken again on the rescan. `proceed` is asked between batches (a stop).
+    public func scan(includingClaimed: Bool = false, proceed: () -> Bool = { true }) async {
+        if includingClaimed {
+            guard await process(spool.names(in: "cur"), claimed: true, proceed: proceed) else { return }
+        } else if !spool.names(in: "cur").isEmpty {
+            return
+        }
+        await process(spool.names(in: "new"), claimed: false, proceed: proceed)
     }
 
     /// Claims and reads `names` (from `cur/` when `claimed`), then commits their deliveries together, in name order,
     /// one batch at a time: one commit for a batch rather than one per file. Three batches are under way at once: one
     /// being claimed and read, the one before it being committed, and the committed one before that being removed. A
-    /// batch is committed only after the one before it has been.
-    func process(_ names: [String], claimed: Bool) async {
+    /// batch is committed only after the one before it has been. After a batch the store could not take, or when
+    /// `proceed` says stop, no later batch is committed (one already claimed waits in `cur/`). Returns whether every
+    /// batch was taken by the store.
+    @discardableResult
+    func process(_ names: [String], claimed: Bool, proceed: () -> Bool = { true }) async -> Bool {
         var chunks = stride(from: names.startIndex, to: names.endIndex, by: Self.batchSize)
             .map { names[$0..<min($0 + Self.batchSize, names.endIndex)] }.makeIterator()
-        guard let first = chunks.next() else { return }
+        guard let first = chunks.next() else { return true }
         var batch = take(first, claimed: claimed)
         var committed: [String] = []
+        var storeTookAll = true
         while true {
             let removing = committed
             async let answered = commit(batch)
             async let removed: Void = remove(removing)
             let next = chunks.next().map { take($0, claimed: claimed) }
-            committed = await answered
+            let result = await answered
+            committed = result.committed
+            storeTookAll = !result.storeFailed
             await removed
-            guard let next else { break }
+            guard let next, storeTookAll, proceed() else { break }
             batch = next
         }
         remove(committed)
+        return storeTookAll
     }
 
     private typealias TakenFile = (name: String, path: String, delivery: Delivery)
@@ -89,17 +102,19 @@ public struct SpoolService: Service {
         }
     }
 
-    /// Commits a batch's deliveries and returns the paths of the committed files; what the store could not take stays
-    /// in `cur/` and what it refused is quarantined.
-    private func commit(_ batch: [TakenFile]) async -> [String] {
-        guard !batch.isEmpty else { return [] }
+    /// Commits a batch's deliveries and returns the paths of the committed files, and whether the store failed to
+    /// take any; what the store could not take stays in `cur/` and what it refused is quarantined.
+    private func commit(_ batch: [TakenFile]) async -> (committed: [String], storeFailed: Bool) {
+        guard !batch.isEmpty else { return ([], false) }
         let answers = await ingestor.ingest(batch.map { (delivery: $0.delivery, source: "spool:\($0.name)") })
         let now = clock.now
         var committed: [String] = []
+        var storeFailed = false
         for (file, answer) in zip(batch, answers) {
             if answer.accepted {
                 committed.append(file.path)
             } else if answer.status == 503 {
+                storeFailed = true
                 // The store could not take it (full disk?): the file stays claimed in cur/ and is retried on the
                 // next rescan.
                 logger.warning(
@@ -108,7 +123,7 @@ public struct SpoolService: Service {
                 quarantine(file.path, rule: answer.word, detail: answer.detail, status: answer.status, at: now)
             }
         }
-        return committed
+        return (committed, storeFailed)
     }
 
     /// Removes (or keeps in `done/`) committed files. One left behind by a crash is taken again from `cur/` and

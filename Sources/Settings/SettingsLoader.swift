@@ -358,7 +358,6 @@ extension Settings {
             }
         }
         walk(root, "")
-        if let key = lists.sorted().first { throw SettingsError(key, "must be a single value, not a list") }
         let known = Set(SettingsKeys.all)
         for key in keys.sorted() where !known.contains(key) {
             // Unknown whatever its name; one that names a secret also says where secrets go, since that is what its
@@ -375,6 +374,8 @@ extension Settings {
                     + (siblings.isEmpty
                         ? "" : "; \(section) takes: \(siblings.map { String($0.dropFirst(section.count + 1)) }.joined(separator: ", "))"))
         }
+        // Known keys only: an unknown one is called unknown above, whatever its value.
+        if let key = lists.sorted().first { throw SettingsError(key, "must be a single value, not a list") }
     }
 
     /// `klarna.password`, `notify.secret`, `callback_token.key`: a key whose last word is a secret's name (not

@@ -47,10 +47,17 @@ struct ControlClient {
         return (response.status, response.body)
     }
 
-    /// A GET whose 200 answer decodes as `T`; `nil` for 404.
+    /// A GET whose 200 answer decodes as `T`; `nil` when what it names is not there (404). A route the daemon does
+    /// not have (404 `not_found`: a daemon older than this command, not restarted since an upgrade) is an error that
+    /// says so, never "nothing matches".
     func get<T: Decodable>(_ type: T.Type, _ target: String) async throws -> T? {
         let answer = try await send("GET", target)
-        if answer.status == 404 { return nil }
+        if answer.status == 404 {
+            let error = (try? JSONSerialization.jsonObject(with: Data(answer.body)) as? [String: Any])?["error"] as? String
+            guard error == "not_found" else { return nil }
+            let route = target.split(separator: "?").first.map(String.init) ?? target
+            throw Failed(description: "the daemon has no \(route): it is older than this command; restart it after an upgrade")
+        }
         guard answer.status == 200 else {
             throw Failed(description: "the daemon answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))")
         }

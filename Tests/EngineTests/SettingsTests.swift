@@ -187,6 +187,8 @@ struct SettingsTests {
         let password = await error(minimal + "\nnotify:\n  password: hunter2")?.description ?? ""
         #expect(password.hasPrefix("notify.password: unknown key in "))
         #expect(password.contains("secrets are never read from config.yaml"))
+        let listed = await error(minimal + "\nnotify:\n  signing_keys: [a, b]")?.description ?? ""
+        #expect(listed.hasPrefix("notify.signing_keys: unknown key in "), "\(listed)")
     }
 
     @Test("settlements: off by default, hourly, 14 days to settle, 30 days back on the first sync; bounds are checked; all but enabled reload live")

@@ -178,13 +178,20 @@ struct SpoolServiceTests {
         }
         let failingService = SpoolService(
             spool: spool, ingestor: failing, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
-        try drop("005.json", #"{"hpp_session_id":"h-5","kp_session_id":"k-5"}"#)
+        try drop("005.json", #"{"hpp_session_id":"h-5","kp_session_id":"k-5","merchant_reference":"first"}"#)
         await failingService.scan(includingClaimed: true)
         #expect(spool.names(in: "cur") == ["005.json"])
         #expect(spool.names(in: "quarantine") == ["003.json", "004.json"])
+        // A later file for the same payment waits behind it: an ordinary scan (an inotify event) leaves new/ alone
+        // while cur/ holds what the store could not take.
+        try drop("006.json", #"{"hpp_session_id":"h-5","kp_session_id":"k-5","merchant_reference":"second"}"#)
+        await service.scan()
+        #expect(spool.names(in: "new") == ["006.json"])
+        #expect(try await store.session("h-5") == nil)
+        // The rescan takes cur/ first, then new/: the earlier file is the one that tracked the payment.
         await service.scan(includingClaimed: true)
-        #expect(spool.names(in: "cur").isEmpty)
-        #expect(try await store.session("h-5") != nil)
+        #expect(spool.names(in: "cur").isEmpty && spool.names(in: "new").isEmpty)
+        #expect(try await store.session("h-5")?.merchantReference == "first")
     }
 
     @Test(

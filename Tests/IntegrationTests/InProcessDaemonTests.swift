@@ -1,3 +1,4 @@
+import Daemon
 import Foundation
 import KlarnaSandbox
 import ReconcilerCore
@@ -40,5 +41,20 @@ struct InProcessDaemonTests {
         #expect(!daemon.daemon.isReady)
         #expect(daemon.logs.all.contains { $0.contains("klarna-reconciler stopped") })
         #expect(!daemon.logs.all.contains { $0.contains("daemon-secret") })
+    }
+
+    @Test("A stop asked for while the daemon starts: it starts, drains at once, and run returns with the listeners closed")
+    func stopWhileStarting() async throws {
+        let fixture = try await DaemonFixture()
+        let logs = LogLines()
+        let daemon = ReconcilerDaemon(
+            options: .init(
+                configPath: fixture.configPath, environment: ProcessInfo.processInfo.environment.merging(fixture.stateDirectory) { $1 },
+                logger: logs.logger()))
+        await daemon.stop()
+        try await daemon.run()
+        #expect(!daemon.isReady)
+        #expect(logs.all.contains { $0.contains("klarna-reconciler stopped") })
+        #expect(try await fixture.post("/v1/health", "", method: "GET", maxTime: 5).status == 0, "the ingest socket still answers")
     }
 }
