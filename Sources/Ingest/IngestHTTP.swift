@@ -85,12 +85,9 @@ public enum IngestHTTP {
 
     static func json(_ status: Int, _ fields: [String: String]) -> ServerReply { encoded(status, fields) }
 
-    /// `value` as JSON with snake_case keys, numbers as numbers.
+    /// `value` as JSON in the daemon's one convention (``OperatorJSON``), numbers as numbers.
     static func encoded<T: Encodable>(_ status: Int, _ value: T) -> ServerReply {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        encoder.keyEncodingStrategy = .convertToSnakeCase
-        let body = (try? encoder.encode(value)).map(Array.init) ?? Array(#"{"error":"internal"}"#.utf8)
+        let body = (try? OperatorJSON.encoder().encode(value)).map(Array.init) ?? Array(#"{"error":"internal"}"#.utf8)
         return .response(ServerResponse(status: status, headers: [("Content-Type", "application/json")], body: body + [0x0A]))
     }
 }

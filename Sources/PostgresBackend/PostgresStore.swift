@@ -623,7 +623,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         var status = LiveStatus(unfinishedIntents: unfinished)
         for row in try await rows("SELECT name, at, detail FROM health WHERE name IN ('klarna_ok', 'klarna_error')") {
             let (name, at, detail) = try row.decode((String, Date, String?).self)
-            if name == "klarna_ok" {
+            if name == HealthKey.klarnaOK.rawValue {
                 status.lastKlarnaSuccess = at
             } else {
                 status.lastKlarnaError = at

@@ -487,7 +487,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             var status = LiveStatus(
                 unfinishedIntents: try db.query("SELECT COUNT(*) FROM intents WHERE state IN ('intended', 'sent', 'ambiguous')").first?.int(0) ?? 0)
             for row in try db.query("SELECT name, at, detail FROM health WHERE name IN ('klarna_ok', 'klarna_error')") {
-                if row.string(0) == "klarna_ok" {
+                if row.string(0) == HealthKey.klarnaOK.rawValue {
                     status.lastKlarnaSuccess = row.date(1)
                 } else {
                     status.lastKlarnaError = row.date(1)
@@ -575,12 +575,12 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                     "\((last.date(0) ?? now).formatted(.iso8601)) \(last.string(1) ?? "?") \(last.int(2) ?? 0) \(last.string(3) ?? ""): \(last.string(4) ?? "")"
             }
             for row in try db.query("SELECT name, at, detail FROM health") {
-                switch row.string(0) {
-                case "klarna_ok": summary.lastKlarnaSuccess = row.date(1)
-                case "klarna_error":
+                switch row.string(0).flatMap(HealthKey.init(rawValue:)) {
+                case .klarnaOK: summary.lastKlarnaSuccess = row.date(1)
+                case .klarnaError:
                     summary.lastKlarnaError = row.date(1)
                     summary.lastKlarnaErrorDetail = row.string(2)
-                default: break
+                case nil: break
                 }
             }
             return summary

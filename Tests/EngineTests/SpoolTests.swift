@@ -231,6 +231,49 @@ struct SpoolServiceTests {
     }
 
     @Test(
+        "A store that cannot take the first batch: the batch read meanwhile is claimed but not committed, nothing is lost, and the rescan commits all 300; a stop between batches leaves the rest for the next scan"
+    )
+    func pipelineStopsOnFailureAndStop() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let spool = Spool(directory: directory.path + "/spool", maxFileBytes: 4_096, keepDone: false)
+        try spool.prepare()
+        let store = try SQLiteStore(path: directory.path + "/state.sqlite")
+        let reader = WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:]))
+        func service(_ store: any IngestStore) -> SpoolService {
+            let ingestor = Ingestor(reader: reader, store: store, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t"))
+            { _ in }
+            return SpoolService(spool: spool, ingestor: ingestor, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
+        }
+        func drop(_ count: Int, from first: Int) throws {
+            for index in first..<(first + count) {
+                let name = String(format: "%04d.json", index)
+                try #"{"hpp_session_id":"h-\#(index)","kp_session_id":"k-\#(index)"}"#.write(
+                    toFile: spool.directory + "/tmp/" + name, atomically: false, encoding: .utf8)
+                rename(spool.directory + "/tmp/" + name, spool.directory + "/new/" + name)
+            }
+        }
+        try drop(300, from: 0)
+        await service(FaultyStore(store, failIngest: true)).scan()
+        #expect(spool.names(in: "cur").count == 300, "both batches claimed, neither committed nor removed")
+        #expect(spool.names(in: "new").isEmpty && spool.names(in: "quarantine").isEmpty)
+        #expect(try await store.openWork().isEmpty)
+        await service(store).scan(includingClaimed: true)
+        #expect(spool.names(in: "cur").isEmpty)
+        #expect(try await store.openWork().count == 300)
+
+        // A stop asked for after the first batch: it is committed and removed; the second, read meanwhile, waits in
+        // cur/ and the rescan takes it.
+        try drop(300, from: 300)
+        await service(store).scan { false }
+        #expect(spool.names(in: "cur").count == 44 && spool.names(in: "new").isEmpty)
+        #expect(try await store.openWork().count == 300 + 256)
+        await service(store).scan(includingClaimed: true)
+        #expect(spool.names(in: "cur").isEmpty)
+        #expect(try await store.openWork().count == 600)
+    }
+
+    @Test(
         "A store that fails part way through a batch (one commit per record) says which were recorded: those are accepted, the rest 503, nothing twice"
     )
     func storeFailingPartWay() async throws {

@@ -1,6 +1,8 @@
 import Foundation
 import Glibc
+import HTTPServer
 import KlarnaSandbox
+import Logging
 import ReconcilerCore
 import ReconcilerStore
 import SQLiteBackend
@@ -246,5 +248,26 @@ struct DaemonProcessTests {
         print(
             "crash test: 300 sessions, \(kills) kills, \(needsAttention) ambiguous create-order (needs_attention), \(fixture.sandbox.effects(kind: .orderPlaced).count) orders placed by the daemon"
         )
+    }
+
+    @Test(
+        "Against a daemon older than the command (no /v2 routes: not restarted after an upgrade), show, status and list say to restart it, never that nothing matches"
+    )
+    func olderDaemonOnTheOperatorsSocket() async throws {
+        let fixture = try await DaemonFixture()
+        // What a daemon of the previous release answers on its operators' socket for a route it does not have.
+        let older = try await HTTPServer.bind(.unix(path: fixture.controlPath), logger: Logger(label: "test.older-daemon")) { request in
+            let ready = request.path == "/v1/ready"
+            let body = ready ? #"{"ready":true}"# : #"{"error":"not_found","detail":"no route"}"#
+            return .response(ServerResponse(status: ready ? 200 : 404, headers: [("Content-Type", "application/json")], body: Array(body.utf8)))
+        }
+        let serving = Task { try await older.run() }
+        defer { serving.cancel() }
+        for command in [["show", "shop-1"], ["status"], ["list"]] {
+            let result = try await fixture.cli(command)
+            #expect(result.status == 1, "\(command): \(result.output) \(result.errors)")
+            #expect(result.errors.contains("restart it after an upgrade"), "\(command): \(result.errors)")
+            #expect(!result.errors.contains("nothing tracked matches"), "\(command): \(result.errors)")
+        }
     }
 }

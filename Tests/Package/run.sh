@@ -100,12 +100,7 @@ if command -v unshare >/dev/null && unshare --mount --propagation private sh -c 
     # Klarna for the installed daemon, started out here: inside, /opt/swift is hidden, and the build's sandbox needs it.
     SANDBOX_DIR=$(mktemp -d)
     printf 'package-test-password-%s\n' "$RANDOM$RANDOM" >"$SANDBOX_DIR/password"
-    # Below the ephemeral range (as harness.sh's free_port): no outgoing connection takes it before the bind.
-    SANDBOX_PORT=$(python3 -c 'import random, socket
-for _ in range(50):
-    port = random.randrange(10000, 30000)
-    try: socket.socket().bind(("127.0.0.1", port)); print(port); break
-    except OSError: pass')
+    SANDBOX_PORT=$(free_port)
     "$SANDBOX_BIN" --listen 127.0.0.1:$SANDBOX_PORT --username merchant --password-file "$SANDBOX_DIR/password" 2>"$SANDBOX_DIR/log" &
     SANDBOX_PID=$!
     for _ in $(seq 100); do curl -sf -o /dev/null http://127.0.0.1:$SANDBOX_PORT/_sandbox/clock && break; sleep 0.05; done

@@ -44,15 +44,4 @@ wait_for() {
     done
 }
 
-# free_port: a loopback port nothing listens on, below the kernel's ephemeral range (32768 and up), where outgoing
-# connections cannot take it between the check and the sandbox's bind.
-free_port() {
-    local port
-    for _ in $(seq 50); do
-        port=$((10000 + RANDOM % 20000))
-        python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', $port))" 2>/dev/null && { echo $port; return 0; }
-    done
-    return 1
-}
-
 prop() { systemctl --user show "$UNIT" -p "$1" --value; }
