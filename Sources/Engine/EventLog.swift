@@ -34,7 +34,8 @@ enum EventLog {
         if let finding = outcome.finding { metadata["finding"] = .string(finding.rawValue) }
         if let id = outcome.captureID { metadata["capture_id"] = .string(id) }
         if let id = outcome.refundID { metadata["refund_id"] = .string(id) }
-        let level: Logger.Level = outcome.kind == .needsAttention ? .error : .notice
+        if let reference = outcome.refundReference { metadata["refund_reference"] = .string(reference) }
+        let level: Logger.Level = outcome.kind == .needsAttention || outcome.kind == .refundFailed ? .error : .notice
         logger.log(level: level, "outcome \(outcome.kind.rawValue): \(outcome.reason)", metadata: metadata)
     }
 

@@ -25,11 +25,13 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
     public var klarnaReference: String?
     public var paymentRequestId: String?
     public var klarnaNetworkSessionToken: String?
-    /// Settlement outcomes: the payout, the finding's word, the refund, and the ledger's amount beside Klarna's.
+    /// Settlement and refund outcomes: the payout, the finding's word, the refund, and the ledger's amount beside Klarna's.
     public var paymentReference: String?
     public var finding: String?
     public var refundId: String?
     public var expectedAmount: Int?
+    /// Refund outcomes: the shop's reference of the refund.
+    public var refundReference: String?
 
     public init(_ stored: StoredOutcome) {
         let outcome = stored.outcome
@@ -57,6 +59,7 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
         finding = outcome.finding?.rawValue
         refundId = outcome.refundID
         expectedAmount = outcome.expectedAmount
+        refundReference = outcome.refundReference
     }
 
     /// The daemon's one JSON convention (``OperatorJSON``).

@@ -35,6 +35,8 @@ public enum IngestHTTP {
             case ("POST", ["v1", "sessions"]): route = .track
             case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "orders" && path[3] == "capture":
                 route = .capture(orderID: path[2])
+            case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "orders" && path[3] == "refunds":
+                route = .refund(orderID: path[2])
             case (_, let path)
             where path == ["v1", "health"] || path == ["v1", "ready"] || path == ["metrics"] || path == ["v1", "sessions"]
                 || (path.count == 3 && path.starts(with: ["v1", "webhooks"])):

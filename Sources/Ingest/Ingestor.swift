@@ -1,3 +1,4 @@
+import Engine
 import Foundation
 import Logging
 import ReconcilerCore
@@ -199,6 +200,9 @@ public struct Ingestor: Sendable {
         case .capture(let orderID, let amount, _):
             summary = "capture of \(amount.map(String.init) ?? "the remaining amount") requested for order \(orderID)"
             action = .capture(orderID: orderID, amount: amount)
+        case .refund(let ask):
+            summary = "refund of \(ask.amount) requested for order \(ask.orderID), reference \(ask.reference)"
+            action = .refund(ask, key: IdempotencyKey.make(.refund, ask.keyTarget))
         }
         return IngestRecord(dedupeKey: webhook.dedupeKey, kind: webhook.kind, source: source, summary: summary, warning: warning, action: action)
     }

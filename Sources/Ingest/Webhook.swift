@@ -8,6 +8,8 @@ public struct Delivery: Sendable {
     public enum Route: Sendable, Equatable {
         case hppStatus, kpAuthorization, omNotification, klarnaNetwork, track
         case capture(orderID: String)
+        /// `POST /v1/orders/{order_id}/refunds`.
+        case refund(orderID: String)
         /// A spool file: the kind comes from the body's shape.
         case byShape
     }
@@ -39,6 +41,7 @@ public enum Webhook: Sendable, Equatable {
     case klarnaNetwork(eventID: String, eventType: String, paymentRequestID: String?, state: String?)
     case track(TrackRequest)
     case capture(orderID: String, amount: Int?, requestID: String?)
+    case refund(RefundAsk)
 
     public var kind: String {
         switch self {
@@ -48,6 +51,7 @@ public enum Webhook: Sendable, Equatable {
         case .klarnaNetwork: "klarna_network"
         case .track: "track_request"
         case .capture: "capture_request"
+        case .refund: "refund_request"
         }
     }
 
@@ -61,6 +65,8 @@ public enum Webhook: Sendable, Equatable {
         case .klarnaNetwork(let eventID, _, _, _): "kn-event:\(eventID)"
         case .track: nil
         case .capture(let orderID, _, let requestID): requestID.map { "capture-request:\(orderID):\($0)" }
+        // Recorded once by its idempotency key, as an intent: a repeat is answered from that intent.
+        case .refund: nil
         }
     }
 }
@@ -129,7 +135,7 @@ public struct WebhookReader: Sendable {
             warning = try checkToken(.kpAuthorization, kpSessionID: delivery.query["kp_session_id"], delivery)
         case .klarnaNetwork:
             try checkSignature(delivery)
-        case .omNotification, .track, .capture, .byShape:
+        case .omNotification, .track, .capture, .refund, .byShape:
             break
         }
         let object = try Self.jsonObject(delivery.body, keep: Self.keep(for: delivery.route))
@@ -199,6 +205,8 @@ public struct WebhookReader: Sendable {
                     orderID: try Self.id(orderID, "order id"), amount: try Self.amount(object),
                     requestID: try Self.optionalString(object, "request_id")), nil
             )
+        case .refund(let orderID):
+            return (.refund(try Self.refundAsk(orderID: try Self.id(orderID, "order id"), object)), nil)
         case .byShape:
             // A capture request in a spool file names its order in the body.
             return (
@@ -246,6 +254,7 @@ public struct WebhookReader: Sendable {
         let klarnaNetwork = BoundedJSON.Keep.fields(["metadata": fields("event_id", "event_type"), "payload": fields("payment_request_id", "state")])
         let track = fields("hpp_session_id", "kp_session_id", "place_order_mode", "merchant_reference", "capture", "intent")
         let capture = fields("order_id", "amount", "request_id")
+        let refund = fields("amount", "reference", "description")
         switch route {
         case .hppStatus: return hppStatus
         case .kpAuthorization: return kpAuthorization
@@ -253,6 +262,7 @@ public struct WebhookReader: Sendable {
         case .klarnaNetwork: return klarnaNetwork
         case .track: return track
         case .capture: return capture
+        case .refund: return refund
         case .byShape: return [kpAuthorization, omNotification, klarnaNetwork, track, capture].reduce(hppStatus) { $0.union($1) }
         }
     }
@@ -318,6 +328,27 @@ public struct WebhookReader: Sendable {
             throw Rejection(400, "bad_field", "amount must be a positive whole number of minor units")
         }
         return amount
+    }
+
+    /// `{"amount", "reference", "description"}`: a positive amount, a reference of 1–255 characters, and at most 255
+    /// characters of description (Klarna's limits).
+    static func refundAsk(orderID: String, _ object: BoundedJSON) throws(Rejection) -> RefundAsk {
+        guard let amount = try amount(object) else { throw Rejection(400, "missing_field", "amount is required") }
+        func text(_ key: String, required: Bool) throws(Rejection) -> String? {
+            guard let value = object[key], value != .null else {
+                if required { throw Rejection(400, "missing_field", "\(key) is required") }
+                return nil
+            }
+            guard let text = Self.text(value), (1...255).contains(text.count),
+                !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+            else {
+                throw Rejection(400, "bad_field", "\(key) must be a string of 1–255 characters without control characters")
+            }
+            return text
+        }
+        return RefundAsk(
+            orderID: orderID, amount: amount, reference: try text("reference", required: true)!, description: try text("description", required: false)
+        )
     }
 
     static func trackRequest(_ object: BoundedJSON) throws(Rejection) -> TrackRequest {

@@ -267,7 +267,7 @@ struct ChangeRows: Encodable {
         outcomes = try change.outcomes.map { outcome in
             OutcomeRow(kind: outcome.kind.rawValue, session: outcome.hppSessionID, order_id: outcome.orderID, data: try json(outcome))
         }
-        ledger = change.ledgerCaptures.map(LedgerRow.init).map { row in
+        ledger = (change.ledgerCaptures.map(LedgerRow.init) + change.ledgerRefunds.map(LedgerRow.init)).map { row in
             Ledger(
                 order_id: row.orderID, entry: row.entry.rawValue, entry_key: row.key, klarna_id: row.klarnaID, amount: row.amount,
                 currency: row.currency, at: Self.time(row.at), source: row.source.rawValue)

@@ -172,6 +172,8 @@ enum PostgresSchema {
         DROP TRIGGER wakeups_work ON wakeups;
         CREATE TRIGGER wakeups_work AFTER INSERT ON wakeups FOR EACH ROW EXECUTE FUNCTION klarna_work_woken();
         """,
+        // 7: refunds are intents on their order that run whatever the order's phase; this finds the ones under way.
+        SharedSQL.openRefundsIndex,
     ]
 
     /// The step that made the settlement tables (tests undo it to test its backfill).

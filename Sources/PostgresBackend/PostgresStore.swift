@@ -345,6 +345,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         func encoded(_ seconds: Double?) -> Date? { seconds.map { Date(timeIntervalSinceReferenceDate: $0) } }
         // One query for the three kinds (a claim plans its keys from it): the columns a kind lacks are null.
         var work: [OpenWork] = []
+        var refunds: [OpenWork] = []
         for row in try await rows(
             """
             SELECT 's', hpp_session_id, next_due, phase, deadline, tracked_at, (data::jsonb->>'lastReadAt')::float8,
@@ -356,6 +357,10 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             UNION ALL
             SELECT 'p', payment_request_id, next_due, NULL, NULL, NULL, NULL, NULL, NULL
             FROM payment_requests WHERE next_due IS NOT NULL AND (\(requests)::text[] IS NULL OR payment_request_id = ANY(\(requests)))
+            UNION ALL
+            SELECT 'r', subject, min(coalesce(next_attempt, created_at)), NULL, NULL, NULL, NULL, NULL, NULL
+            FROM intents WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous')
+              AND (\(orders)::text[] IS NULL OR subject = ANY(\(orders))) GROUP BY subject
             """)
         {
             let (kind, id, due, phase, deadline, trackedAt, lastRead, lastHint, expires) = try row.decode(
@@ -370,11 +375,14 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             case "o":
                 work.append(
                     OpenWork(key: .order(id), due: due, kind: .order(phase.flatMap(TrackedOrder.Phase.init) ?? .checking), deadline: deadline))
+            case "r":
+                refunds.append(OpenWork(key: .order(id), due: due, kind: .refund))
             default:
                 work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest))
             }
         }
-        return work
+        // After the orders' own rows (OpenWork.Kind.refund).
+        return work + refunds
     }
 
     /// Takes every wakeup row there is. Not by sequence: with concurrent writers, identity values commit out of
@@ -511,6 +519,10 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 try await rows(db, "SELECT data FROM payment_requests WHERE payment_request_id = \(id) FOR UPDATE").first.map {
                     try decode(TrackedPaymentRequest.self, $0)
                 })
+        case .refund(let orderID, let key):
+            return .refund(
+                order: try await rows(db, "SELECT data FROM orders WHERE order_id = \(orderID)").first.map { try decode(TrackedOrder.self, $0) },
+                existing: try await rows(db, "SELECT data FROM intents WHERE key = \(key)").first.map { try decode(Intent.self, $0) })
         }
     }
 
@@ -524,6 +536,17 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     private func apply(_ db: PostgresConnection, _ writes: IngestWrites, at: Date) async throws -> Applied {
         if let session = writes.newSession, try await !insertSession(db, session, data: try json(session), at: at) { return .sessionTrackedMeanwhile }
         if let request = writes.paymentRequest { try await writePaymentRequest(db, request, data: try json(request), at: at) }
+        if let intent = writes.intent {
+            let data = try json(intent)
+            // Two requests with one reference at once: the second fails on the key and is answered 503, then as a repeat.
+            _ = try await rows(
+                db,
+                """
+                INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
+                VALUES (\(intent.key), \(intent.kind.rawValue), \(intent.subject), \(intent.state.rawValue), \(intent.attempts),
+                  \(intent.nextAttemptAt), \(intent.createdAt), \(at), \(data))
+                """)
+        }
         var captureRequestID: Int64?
         if let capture = writes.captureRequest {
             let id = try await rows(

@@ -79,13 +79,15 @@ public struct Change: Sendable {
     public var answeredRequests: [(id: Int64, state: OperatorRequest.State, note: String)] = []
     /// Captures the daemon confirmed, for the settlement ledger (kept once per ``CaptureKey``).
     public var ledgerCaptures: [LedgerCapture] = []
+    /// Refunds the daemon made, likewise (kept once per ``RefundKey``).
+    public var ledgerRefunds: [LedgerRefund] = []
 
     public init() {}
 
     public var isEmpty: Bool {
         sessions.isEmpty && orders.isEmpty && newOrders.isEmpty && paymentRequests.isEmpty && intents.isEmpty && events.isEmpty && outcomes.isEmpty
             && finishedCaptureRequests.isEmpty && health.isEmpty && holds.isEmpty && releases.isEmpty && answeredRequests.isEmpty
-            && ledgerCaptures.isEmpty
+            && ledgerCaptures.isEmpty && ledgerRefunds.isEmpty
     }
 }
 

@@ -25,6 +25,8 @@ public struct IngestRecord: Sendable {
         case hintOrder(orderID: String)
         case track(TrackedSession)
         case capture(orderID: String, amount: Int?)
+        /// A refund the shop asks for; `key`: its idempotency key (``RefundAsk/keyTarget``), under which it is recorded once.
+        case refund(RefundAsk, key: String)
         /// A Klarna Network webhook: read the payment request now, following it from here if it is new.
         case hintPaymentRequest(TrackedPaymentRequest)
         /// Recorded and deduplicated; nothing to wake (a Klarna Network event without a payment request id).
@@ -40,14 +42,20 @@ public struct IngestRecord: Sendable {
     public var summary: String
     public var warning: String?
     public var action: Action
+    /// The caller wakes the engine itself once this commits (the daemon's socket and spool); a command line, which
+    /// cannot, leaves its wakeups for the daemon to find.
+    public var callerWakes: Bool
 
-    public init(dedupeKey: String?, kind: String, source: String, summary: String, warning: String? = nil, action: Action) {
+    public init(
+        dedupeKey: String?, kind: String, source: String, summary: String, warning: String? = nil, action: Action, callerWakes: Bool = true
+    ) {
         self.dedupeKey = dedupeKey
         self.kind = kind
         self.source = source
         self.summary = summary
         self.warning = warning
         self.action = action
+        self.callerWakes = callerWakes
     }
 }
 

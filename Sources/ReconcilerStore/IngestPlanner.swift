@@ -17,6 +17,8 @@ public enum IngestLookup: Sendable, Equatable {
     case order(orderID: String)
     /// The payment request, locked against a concurrent step until the commit.
     case paymentRequest(id: String)
+    /// The order, and the intent recorded under a refund's idempotency key.
+    case refund(orderID: String, key: String)
 }
 
 /// What a store found for an ``IngestLookup``, in the same order of cases.
@@ -28,6 +30,7 @@ public enum IngestFound: Sendable {
     case orderSession(hppSessionID: String??)
     case order(TrackedOrder?)
     case paymentRequest(TrackedPaymentRequest?)
+    case refund(order: TrackedOrder?, existing: Intent?)
 }
 
 /// A capture request to record; its event's detail gains `request`, the new request's id.
@@ -44,6 +47,8 @@ public struct IngestWrites: Sendable {
     /// Inserted or updated.
     public var paymentRequest: TrackedPaymentRequest?
     public var captureRequest: CaptureRequestRow?
+    /// A new intent (a refund), inserted.
+    public var intent: Intent?
     public var events: [NewEvent] = []
     /// Keys to wake; `delivered`: the caller wakes the engine itself once this commits (the row then only matters after
     /// a crash).
@@ -52,7 +57,9 @@ public struct IngestWrites: Sendable {
 
     public init() {}
 
-    public var isEmpty: Bool { newSession == nil && paymentRequest == nil && captureRequest == nil && events.isEmpty && wakeups.isEmpty }
+    public var isEmpty: Bool {
+        newSession == nil && paymentRequest == nil && captureRequest == nil && intent == nil && events.isEmpty && wakeups.isEmpty
+    }
 }
 
 public enum IngestDecision: Sendable {
@@ -72,6 +79,7 @@ public enum IngestPlanner {
         case .hintOrder(let orderID): .orderSession(orderID: orderID)
         case .capture(let orderID, _): .order(orderID: orderID)
         case .hintPaymentRequest(let request): .paymentRequest(id: request.paymentRequestID)
+        case .refund(let ask, let key): .refund(orderID: ask.orderID, key: key)
         case .recordOnly: .nothing
         }
     }
@@ -84,6 +92,7 @@ public enum IngestPlanner {
             NewEvent(hppSessionID: hpp, orderID: order, DomainEvent(.webhook, message), detail: detail)
         }
         var writes = IngestWrites()
+        writes.delivered = record.callerWakes
         switch (record.action, found) {
         case (.hintSession(let id, let newSession), .session(let tracked)):
             if tracked {
@@ -127,6 +136,23 @@ public enum IngestPlanner {
             }
             writes.wakeups = [.paymentRequest(request.paymentRequestID)]
             return .write(writes, .accepted(wake: writes.wakeups))
+        case (.refund(let ask, let key), .refund(let order, let existing)):
+            switch RefundRules.request(ask, key: key, order: order, existing: existing, now: at) {
+            case .record(let intent):
+                writes.intent = intent
+                writes.events = [
+                    NewEvent(
+                        hppSessionID: order?.hppSessionID, orderID: ask.orderID,
+                        DomainEvent(.refundRequested, "refund of \(ask.amount) requested by \(record.source), reference \(ask.reference)"),
+                        detail: ["intent": key, "source": record.source])
+                ]
+                writes.wakeups = [.order(ask.orderID)]
+                return .write(writes, .accepted(wake: writes.wakeups))
+            case .repeated(let intent):
+                return .refuse(.repeated(firstSeen: intent.createdAt))
+            case .refused(let status, let error, let reason):
+                return .refuse(.refused(status: status, error: error, detail: reason))
+            }
         case (.recordOnly, _):
             return .write(writes, .accepted(wake: []))
         default:

@@ -7,6 +7,9 @@ public struct OpenWork: Sendable, Equatable {
         case session(TrackedSession.Phase, PollProfile)
         case order(TrackedOrder.Phase)
         case paymentRequest
+        /// An order with a refund under way, whatever the order's phase: run as hinted, so that its step looks for
+        /// refunds (stores list these after the order's own row).
+        case refund
     }
 
     public var key: WorkKey
@@ -29,6 +32,10 @@ public struct OpenWork: Sendable, Equatable {
         case .session(let phase, let poll): WorkPlan(due: due, urgency: phase.urgency(now: at, deadline: deadline), poll: poll)
         case .order(let phase): WorkPlan(due: due, urgency: phase.urgency(now: at, expiresAt: deadline, deadlines: deadlines))
         case .paymentRequest: WorkPlan(due: due, urgency: .routine)
+        case .refund: WorkPlan(due: due, urgency: .inMotion)
         }
     }
+
+    /// Whether its first run must be told it was hinted (a refund: an order's step looks for refunds then).
+    public var needsHint: Bool { kind == .refund }
 }

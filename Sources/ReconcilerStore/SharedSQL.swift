@@ -19,6 +19,12 @@ public enum SharedSQL {
         CREATE INDEX capture_requests_pending ON capture_requests(order_id, id) WHERE state = 'pending';
         """
 
+    /// The refunds under way, by order: the open work a refund makes, whatever its order's phase (SQLite's schema step
+    /// 10, PostgreSQL's 7). `IF NOT EXISTS`: the settlement migration's test applies the steps after it again.
+    public static let openRefundsIndex = """
+        CREATE INDEX IF NOT EXISTS intents_open_refunds ON intents(subject, created_at) WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous');
+        """
+
     /// The settlement lines' table and the settlement tables' indexes (SQLite's schema step 9, PostgreSQL's 4), made
     /// after the ledger and payouts tables, whose column types differ.
     public static let settlementLinesAndIndexes = """

@@ -104,6 +104,8 @@ enum Migrations {
           WHERE i.kind = 'capture' AND i.state = 'confirmed' AND json_extract(i.data, '$.amount') IS NOT NULL
           ON CONFLICT DO NOTHING;
         """,
+        // 10: refunds are intents on their order that run whatever the order's phase; this finds the ones under way.
+        SharedSQL.openRefundsIndex,
     ]
 
     static var latest: Int { steps.count }

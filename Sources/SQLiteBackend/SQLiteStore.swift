@@ -130,22 +130,11 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             for (order, data) in newOrders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: true) }
             for (order, data) in orders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: false) }
             for (request, data) in paymentRequests { try self.writePaymentRequest(db, request, data: data, at: at) }
-            for (intent, data) in intents {
-                try db.query(
-                    """
-                    INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT(key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
-                      next_attempt = excluded.next_attempt, updated_at = excluded.updated_at, data = excluded.data
-                    """,
-                    [
-                        .text(intent.key), .text(intent.kind.rawValue), .text(intent.subject), .text(intent.state.rawValue),
-                        SQLValue(intent.attempts), SQLValue(intent.nextAttemptAt), SQLValue(intent.createdAt), SQLValue(at), .text(data),
-                    ])
-            }
+            for (intent, data) in intents { try self.writeIntent(db, intent, data: data, at: at) }
             for event in change.events { try self.insertEvent(db, event, at: at) }
             for (outcome, data) in outcomes { try self.insertOutcome(db, outcome, data: data, at: at) }
             for capture in change.ledgerCaptures { try self.insertLedger(db, LedgerRow(capture)) }
+            for refund in change.ledgerRefunds { try self.insertLedger(db, LedgerRow(refund)) }
             for request in change.finishedCaptureRequests {
                 try db.query(
                     "UPDATE capture_requests SET state = ?, note = ? WHERE id = ?",
@@ -259,6 +248,15 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             for row in try db.query("SELECT payment_request_id, next_due FROM payment_requests WHERE next_due IS NOT NULL") {
                 work.append(OpenWork(key: .paymentRequest(row.string(0) ?? ""), due: row.date(1)!, kind: .paymentRequest))
             }
+            // After the orders' own rows (OpenWork.Kind.refund).
+            for row in try db.query(
+                """
+                SELECT subject, min(coalesce(next_attempt, created_at)) FROM intents
+                WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous') GROUP BY subject
+                """)
+            {
+                work.append(OpenWork(key: .order(row.string(0) ?? ""), due: row.date(1)!, kind: .refund))
+            }
             return work
         }
     }
@@ -286,6 +284,20 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             case .refused(let why): return .refused(why)
             }
         }
+    }
+
+    private func writeIntent(_ db: SQLiteConnection, _ intent: Intent, data: String, at: Date) throws {
+        try db.query(
+            """
+            INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+              next_attempt = excluded.next_attempt, updated_at = excluded.updated_at, data = excluded.data
+            """,
+            [
+                .text(intent.key), .text(intent.kind.rawValue), .text(intent.subject), .text(intent.state.rawValue),
+                SQLValue(intent.attempts), SQLValue(intent.nextAttemptAt), SQLValue(intent.createdAt), SQLValue(at), .text(data),
+            ])
     }
 
     private func order(_ db: SQLiteConnection, _ orderID: String) throws -> TrackedOrder? {
@@ -365,6 +377,10 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                 try db.query("SELECT data FROM payment_requests WHERE payment_request_id = ?", [.text(id)]).first.map {
                     try decode(TrackedPaymentRequest.self, $0.string(0))
                 })
+        case .refund(let orderID, let key):
+            return .refund(
+                order: try order(db, orderID),
+                existing: try db.query("SELECT data FROM intents WHERE key = ?", [.text(key)]).first.map { try decode(Intent.self, $0.string(0)) })
         }
     }
 
@@ -374,6 +390,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     private func apply(_ db: SQLiteConnection, _ writes: IngestWrites, sessionData: String?, at: Date) throws -> Int64? {
         if let session = writes.newSession { try writeSession(db, session, data: try sessionData ?? json(session), at: at) }
         if let request = writes.paymentRequest { try writePaymentRequest(db, request, data: try json(request), at: at) }
+        if let intent = writes.intent { try writeIntent(db, intent, data: try json(intent), at: at) }
         var captureRequestID: Int64?
         if let capture = writes.captureRequest {
             try db.query(

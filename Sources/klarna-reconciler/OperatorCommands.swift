@@ -225,6 +225,13 @@ struct ShowCommand: AsyncParsableCommand {
                 "  phase \(order.phase.rawValue)\(order.outcome.map { ", outcome \($0.rawValue)" } ?? ""), status \(order.status?.rawValue ?? "—"), fraud \(order.fraudStatus?.rawValue ?? "—"), captured \(order.capturedAmount) of \(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? ""), capture \(order.capturePolicy.rawValue)\(order.expiresAt.map { ", authorization until \($0.formatted(.iso8601))" } ?? "")"
             )
         }
+        let refunds = found.intents.filter { $0.kind == .refund }
+        if !refunds.isEmpty { print("Refunds") }
+        for refund in refunds {
+            print(
+                "  \(refund.amount ?? 0) reference \(refund.reference ?? "—"): \(refund.state.rawValue)\(refund.result.map { ", refund id \($0)" } ?? ""), \(refund.attempts) attempt(s), asked \(refund.createdAt.formatted(.iso8601))\(refund.lastError.map { ", last error: \($0)" } ?? "")"
+            )
+        }
         if !found.intents.isEmpty { print("Intents") }
         for intent in found.intents {
             print(

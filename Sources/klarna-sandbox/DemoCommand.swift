@@ -155,28 +155,40 @@ final class Demo: @unchecked Sendable {
             detail("\(referenceOf(created)): \(outcomes)")
         }
 
-        step(7, "The outbox: one JSON file per outcome, for the shop's backend")
+        step(7, "The customer sends the shoes of shop-1001 back: klarna-reconciler refund ORDER_ID --amount --reference")
+        let returned = try await waitFor("shop-1001's order") { try await store.timeline(for: "shop-1001").orders.first?.orderID }
+        let refund = ["refund", returned, "--amount", "19900", "--reference", "rma-1001", "--description", "Running shoes returned"]
+        detail(try await cli(refund).trimmingCharacters(in: .whitespacesAndNewlines).replacingOccurrences(of: "\n", with: "\n   "))
+        detail("asked again with the same reference (a retry by the shop): the same refund, not another")
+        detail("  " + (try await cli(refund).split(separator: "\n").first.map(String.init) ?? ""))
+        _ = try await waitFor("the refund's outcome in the outbox") { () -> Bool? in
+            try await store.undeliveredOutcomes(now: Date(), limit: 100).isEmpty ? true : nil
+        }
+
+        step(8, "The outbox: one JSON file per outcome, for the shop's backend")
         let files = (try FileManager.default.contentsOfDirectory(atPath: "\(folder)/outbox/new")).sorted()
         for file in files { detail(file) }
 
-        step(8, "klarna-reconciler status")
+        step(9, "klarna-reconciler status")
         print(try await cli(["status"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
-        step(9, "klarna-reconciler show shop-1007 (the payment that completed during the outage)")
+        step(10, "klarna-reconciler show shop-1007 (the payment that completed during the outage)")
         print(try await cli(["show", "shop-1007"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
-        step(10, "What Klarna saw")
+        step(11, "What Klarna saw")
         let effects = sandbox.effects()
         detail(
             "side effects: "
                 + Dictionary(grouping: effects, by: \.kind).map { "\($0.value.count) \($0.key.rawValue)" }.sorted().joined(separator: ", "))
         let orders: [String: [SandboxEffect]] = Dictionary(grouping: effects.filter { $0.kind == .orderPlaced }) { $0.kpSessionId ?? "" }
         let captures: [String: [SandboxEffect]] = Dictionary(grouping: effects.filter { $0.kind == .captured }) { $0.orderId ?? "" }
-        guard orders.values.allSatisfy({ $0.count == 1 }), captures.values.allSatisfy({ $0.count == 1 }) else {
+        guard orders.values.allSatisfy({ $0.count == 1 }), captures.values.allSatisfy({ $0.count == 1 }),
+            effects.filter({ $0.kind == .refunded }).count == 1
+        else {
             throw DemoFailure(description: "a side effect happened twice")
         }
 
-        step(11, "Klarna pays out what was captured, less its fees, and a sale for an order nobody placed")
+        step(12, "Klarna pays out what was captured, less its fees and the refund, and a sale for an order nobody placed")
         let orphan = try sandbox.inventTransaction(amount: 4_200, currency: "EUR", purchaseCountry: "DE")
         detail("order \(orphan): paid by a customer at Klarna, never seen by the shop (POST /_sandbox/settlements/invent)")
         let payouts = try sandbox.settle()
@@ -198,21 +210,27 @@ final class Demo: @unchecked Sendable {
             return found
         }
         guard recorded.contains(where: { $0.findings(.orphan).contains { $0.orderID == orphan } }),
-            recorded.contains(where: { $0.lines.contains { $0.line.kind == .fee } })
+            recorded.contains(where: { $0.lines.contains { $0.line.kind == .fee } }),
+            recorded.contains(where: { $0.lines.contains { $0.line.kind == .return && $0.source == .daemon } })
         else {
             let found = recorded.map {
                 "\($0.report.paymentReference): lines \($0.lines.map(\.line.kind)), findings \($0.report.findings.map(\.kind))"
             }
-            throw DemoFailure(description: "the daemon recorded the payout without the orphan or a FEE line: \(found.joined(separator: "; "))")
+            throw DemoFailure(
+                description:
+                    "the daemon recorded the payout without the orphan, a FEE line or the refund's RETURN matched: \(found.joined(separator: "; "))")
         }
-        detail("the daemon fetched the payout and its transactions and matched every line against the ledger")
+        detail(
+            "the daemon fetched the payout and its transactions and matched every line against the ledger, the refund's RETURN by its refund id")
 
-        step(12, "klarna-reconciler settlements")
+        step(13, "klarna-reconciler settlements")
         print(try await cli(["settlements"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
         let stopped = stopDaemon()
         print("\nDaemon stopped with SIGTERM: exit \(stopped).")
-        print("Done: every payment ended; no order was placed or captured twice; Klarna's payout was matched against the ledger.")
+        print(
+            "Done: every payment ended; no order was placed, captured or refunded twice; Klarna's payout, refund included, was matched against the ledger."
+        )
     }
 
     /// The shop's reference of each payment, by HPP session id.

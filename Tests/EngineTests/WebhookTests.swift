@@ -296,4 +296,34 @@ struct WebhookTests {
     func captureAmounts(body: String) {
         #expect(rejection(Delivery(route: .capture(orderID: "o"), body: json(body)))?.error == "bad_field")
     }
+
+    @Test("A refund request: amount, reference and description read within Klarna's limits; other fields ignored")
+    func refundRequest() throws {
+        #expect(
+            try reader.read(
+                Delivery(route: .refund(orderID: "o-1"), body: json(#"{"amount":2500,"reference":"rma 1","description":"shoes","x":[1]}"#))
+            ).0
+                == .refund(RefundAsk(orderID: "o-1", amount: 2_500, reference: "rma 1", description: "shoes")))
+        #expect(
+            try reader.read(Delivery(route: .refund(orderID: "o-1"), body: json(#"{"amount":1,"reference":"r","description":null}"#))).0
+                == .refund(RefundAsk(orderID: "o-1", amount: 1, reference: "r")))
+        #expect(Webhook.refund(RefundAsk(orderID: "o", amount: 1, reference: "r")).dedupeKey == nil, "a repeat is told by its intent")
+    }
+
+    @Test(
+        "Refund requests that Klarna would not take are refused with the field",
+        arguments: [
+            (#"{"reference":"r"}"#, "missing_field", "amount"), (#"{"amount":0,"reference":"r"}"#, "bad_field", "amount"),
+            (#"{"amount":10}"#, "missing_field", "reference"), (#"{"amount":10,"reference":""}"#, "bad_field", "reference"),
+            (#"{"amount":10,"reference":7}"#, "bad_field", "reference"),
+            (#"{"amount":10,"reference":"\#(String(repeating: "r", count: 256))"}"#, "bad_field", "reference"),
+            (#"{"amount":10,"reference":"a\u0000b"}"#, "bad_field", "reference"),
+            (#"{"amount":10,"reference":"r","description":"\#(String(repeating: "d", count: 256))"}"#, "bad_field", "description"),
+            (#"{"amount":10,"reference":"r","reference":"s"}"#, "duplicate_key", "reference"),
+        ])
+    func refundValidation(body: String, error: String, field: String) {
+        let refused = rejection(Delivery(route: .refund(orderID: "o"), body: json(body)))
+        #expect(refused?.error == error, "\(body)")
+        #expect(refused?.detail.contains(field) == true, "\(refused?.detail ?? "")")
+    }
 }

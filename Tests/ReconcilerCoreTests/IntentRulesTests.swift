@@ -11,18 +11,19 @@ struct IntentRulesTests {
         OrderFacts(status: status, capturedTotal: captured, remainingAuthorizedAmount: remaining, expiresAt: expires)
     }
 
-    @Test("Every intent kind acts on a session or on an order, and each maps back to its kind")
+    @Test("Every intent kind acts on a session, on an order or refunds an order, and each maps back to its kind")
     func targets() {
         for kind in Intent.Kind.allCases {
             switch kind.target {
             case .session(let session): #expect(session.intentKind == kind)
             case .order(let order): #expect(order.intentKind == kind)
+            case .refund: #expect(kind == .refund)
             }
         }
-        #expect(SessionIntentKind.allCases.count + OrderIntentKind.allCases.count == Intent.Kind.allCases.count)
-        // Klarna deduplicates exactly the order's writes.
+        #expect(SessionIntentKind.allCases.count + OrderIntentKind.allCases.count + 1 == Intent.Kind.allCases.count)
+        // Klarna deduplicates exactly the Order Management writes: the order's and refunds.
         for kind in Intent.Kind.allCases {
-            if case .order = kind.target { #expect(kind.klarnaDeduplicates) } else { #expect(!kind.klarnaDeduplicates) }
+            if case .session = kind.target { #expect(!kind.klarnaDeduplicates) } else { #expect(kind.klarnaDeduplicates) }
         }
     }
 

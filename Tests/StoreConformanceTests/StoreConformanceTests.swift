@@ -280,6 +280,55 @@ struct StoreConformanceTests {
         }
     }
 
+    @Test(
+        "Refund requests: recorded once per reference as an intent with a wakeup; a repeat, a conflict and an unknown order write nothing; open work lists the order until the refund ends, its ledger entry kept",
+        arguments: Backend.allCases)
+    func refundRequests(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            func ask(_ order: String, _ amount: Int, _ reference: String) async throws -> IngestResult {
+                let ask = RefundAsk(orderID: order, amount: amount, reference: reference)
+                return try await s.store.ingest(
+                    IngestRecord(
+                        dedupeKey: nil, kind: "refund_request", source: "test", summary: "refund",
+                        action: .refund(ask, key: "key-\(order)-\(reference)"),
+                        callerWakes: false), at: Fixtures.t0)
+            }
+            var closed = Fixtures.order("o-1", session: "h")
+            closed.phase = .closed
+            closed.outcome = .captured
+            closed.nextDueAt = nil
+            var change = Change()
+            change.newOrders = [closed]
+            try await s.store.commit(change, at: Fixtures.t0)
+            #expect(try await s.store.openWork().isEmpty)
+
+            #expect(try await ask("o-1", 500, "r-1") == .accepted(wake: [.order("o-1")]))
+            #expect(try await ask("o-1", 500, "r-1") == .repeated(firstSeen: Fixtures.t0))
+            #expect(
+                try await ask("o-1", 700, "r-1")
+                    == .refused(
+                        status: 409, error: "reference_conflict",
+                        detail: "reference r-1 on order o-1 already names a refund of 500 (intended); a refund of 700 needs a reference of its own"))
+            guard case .refused(404, "unknown_order", _) = try await ask("o-9", 500, "r-1") else {
+                Issue.record("an unknown order was taken")
+                return
+            }
+            let intents = try await s.store.intents(subject: "o-1")
+            #expect(intents.map(\.kind) == [.refund])
+            #expect(intents.first?.reference == "r-1" && intents.first?.amount == 500 && intents.first?.nextAttemptAt == Fixtures.t0)
+            #expect(try await s.store.wakeups(after: 0, includingDelivered: false).keys == [.order("o-1")])
+            #expect(try await s.store.timeline(for: "o-1").events.map(\.kind) == ["refund_requested"])
+            #expect(try await s.store.openWork() == [OpenWork(key: .order("o-1"), due: Fixtures.t0, kind: .refund)])
+
+            var done = Change()
+            done.intents = [try #require(intents.first).confirmed(result: "refund-1", now: Fixtures.t0)]
+            done.ledgerRefunds = [LedgerRefund(orderID: "o-1", refundID: "refund-1", amount: 500, at: Fixtures.t0, source: .daemon)]
+            try await s.store.commit(done, at: Fixtures.t0)
+            #expect(try await s.store.openWork().isEmpty)
+            #expect(try await s.store.ledger(orderIDs: ["o-1"])["o-1"]?.refunds.map(\.refundID) == ["refund-1"])
+        }
+    }
+
     @Test("show finds a payment by HPP id, KP id, order id or merchant reference", arguments: Backend.allCases)
     func timelineLookup(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in

@@ -6,9 +6,27 @@ import ReconcilerStore
 /// Placed orders: reading them and turning what the order rules decide (capture, refuse a request, extend the
 /// authorization) into intents.
 extension Reconciler {
+    /// The order's own side effect under way first, then refunds (which run whatever the order's phase), then the
+    /// order's own step.
     func processOrder(_ id: String, hinted: Bool) async throws -> StepResult {
-        guard let order = try await store.order(id), order.isOpen else { return StepResult(next: nil) }
-        return try await LogContext.about(order) { try await processOrder(order, hinted: hinted) }
+        guard let order = try await store.order(id) else { return StepResult(next: nil) }
+        return try await LogContext.about(order) {
+            if order.isOpen, order.activeIntent != nil {
+                var result = try await processOrder(order, hinted: hinted)
+                // A refund asked for while this key waited woke it (so this step is hinted): its turn comes next.
+                if hinted, try await pendingRefund(of: id) != nil { result.wake.append(.order(id)) }
+                return result
+            }
+            if let refund = try await pendingRefund(of: id) {
+                guard order.isOpen, let due = refund.nextAttemptAt, !isDue(due) else { return try await driveRefund(order, refund) }
+                // The refund waits to retry: the order's own step meanwhile, and back for the refund when it is due.
+                var result = try await processOrder(order, hinted: hinted)
+                result.next = result.next.map { min($0, due) } ?? due
+                return result
+            }
+            guard order.isOpen else { return StepResult(next: nil) }
+            return try await processOrder(order, hinted: hinted)
+        }
     }
 
     private func processOrder(_ loaded: TrackedOrder, hinted: Bool) async throws -> StepResult {

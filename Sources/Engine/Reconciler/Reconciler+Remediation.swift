@@ -93,7 +93,16 @@ extension Reconciler {
             return .success("re-driven: reading Klarna first")
         case (.retry, .order(let id)):
             guard let order = try await store.order(id) else { return .failure(RemediationRefusal(status: 404, "order \(id) is not tracked")) }
-            if let refusal = order.retryRefusal { return .failure(refusal) }
+            if let refusal = order.retryRefusal {
+                // A captured order is fine; its refunds that failed at Klarna are what `retry` re-drives.
+                let refunds = RefundRules.retryable(try await store.intents(subject: id))
+                guard !refunds.isEmpty else { return .failure(refusal) }
+                change.intents += refunds.map { RefundRules.retried($0, by: who, now: now) }
+                note(
+                    "retry by \(who): \(refunds.count) failed refund(s) (\(refunds.compactMap(\.reference).joined(separator: ", "))) again, reading the order first"
+                )
+                return .success("re-driven: \(refunds.count) refund(s), reading the order first")
+            }
             let (step, intent) = order.retried(intents: try await store.intents(subject: id), by: who, now: now)
             record(step, into: &change)
             if let intent { change.intents.append(intent) }
@@ -123,7 +132,8 @@ extension Reconciler {
     private func isOpen(_ key: WorkKey) async throws -> Bool {
         switch key {
         case .session(let id): try await store.session(id)?.isOpen ?? false
-        case .order(let id): try await store.order(id)?.isOpen ?? false
+        case .order(let id):
+            if try await store.order(id)?.isOpen ?? false { true } else { try await pendingRefund(of: id) != nil }
         case .paymentRequest: false
         }
     }

@@ -91,6 +91,24 @@ public struct KlarnaClient: Sendable {
         return created
     }
 
+    /// Refunds `request.refundedAmount`. The same `idempotencyKey` within 24 h refunds once and answers the same. Klarna's
+    /// `201 Created` names the refund in a `Refund-Id` header (or `Location`, `…/refunds/{refund_id}`); another 2xx
+    /// that names none has an unknown outcome, which a read of the order tells (by the refund's reference).
+    public func createRefund(orderID: String, request: RefundRequest, idempotencyKey: String) async throws -> String? {
+        let path = "/ordermanagement/v1/orders/\(segment(orderID))/refunds"
+        let response = try await send(.createRefund, "POST", path, resource: orderID, body: encode(request), idempotencyKey: idempotencyKey)
+        let location = response.http.headers["Location"].flatMap { URL(string: $0)?.pathComponents } ?? []
+        let fromLocation = location.count >= 2 && location[location.count - 2] == "refunds" ? location.last : nil
+        let refundID = response.http.headers["Refund-Id"].flatMap { $0.isEmpty ? nil : $0 } ?? fromLocation
+        guard refundID != nil || response.http.status == 201 else {
+            throw KlarnaAPIError(
+                operation: .createRefund,
+                failure: .undecodableResponse(status: response.http.status, detail: "neither 201 Created nor a Refund-Id header"),
+                requestID: response.requestID, correlationIDHeader: response.http.headers["Klarna-Correlation-Id"])
+        }
+        return refundID
+    }
+
     public func extendAuthorizationTime(orderID: String, idempotencyKey: String) async throws {
         let path = "/ordermanagement/v1/orders/\(segment(orderID))/extend-authorization-time"
         _ = try await send(.extendAuthorizationTime, "POST", path, resource: orderID, idempotencyKey: idempotencyKey)

@@ -23,6 +23,7 @@ public struct KlarnaOperation: Sendable, Hashable, CustomStringConvertible {
     public static let createCustomerToken = Self(name: "kp.create_customer_token", safety: .unsafe)
     public static let readOrder = Self(name: "om.read_order", safety: .read)
     public static let createCapture = Self(name: "om.create_capture", safety: .idempotent)
+    public static let createRefund = Self(name: "om.create_refund", safety: .idempotent)
     public static let extendAuthorizationTime = Self(name: "om.extend_authorization_time", safety: .idempotent)
     public static let cancelOrder = Self(name: "om.cancel_order", safety: .idempotent)
     public static let releaseRemainingAuthorization = Self(name: "om.release_remaining_authorization", safety: .idempotent)

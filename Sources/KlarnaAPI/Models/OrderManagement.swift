@@ -154,6 +154,25 @@ public struct CaptureRequest: Codable, Hashable, Sendable {
     }
 }
 
+/// `POST /ordermanagement/v1/orders/{id}/refunds` body.
+public struct RefundRequest: Codable, Hashable, Sendable {
+    public var refundedAmount: Int
+    /// Repeated in settlements as `merchant_refund_reference`.
+    public var reference: String?
+    /// Shown to the customer.
+    public var description: String?
+
+    public init(refundedAmount: Int, reference: String?, description: String?) {
+        self.refundedAmount = refundedAmount
+        self.reference = reference
+        self.description = description
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case refundedAmount = "refunded_amount", reference, description
+    }
+}
+
 /// A created capture: Klarna answers `201` with `Capture-Id` and `Location` headers and no body. The spec does not
 /// mark either header required.
 public struct CaptureCreated: Hashable, Sendable {

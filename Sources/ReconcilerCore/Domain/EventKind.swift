@@ -47,6 +47,12 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
     case captureRefused = "capture_refused"
     /// Klarna confirmed a capture.
     case captured
+    /// Someone asked for a refund.
+    case refundRequested = "refund_requested"
+    /// Klarna made a refund.
+    case refunded
+    /// A refund did not happen.
+    case refundFailed = "refund_failed"
     /// The order's authorization ends soon.
     case authorizationExpiring = "authorization_expiring"
     /// Klarna extended the order's authorization.
@@ -88,6 +94,8 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
             case .expired: .expired
             case .needsAttention: .needsAttention
             case .paymentRequestCompleted: .paymentRequestCompleted
+            case .refunded: .refunded
+            case .refundFailed: .refundFailed
             case .settlementOrphan: .settlementOrphan
             case .settlementMismatch: .settlementMismatch
             case .settlementDrift: .settlementDrift
@@ -104,13 +112,14 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
 
     public var severity: Severity {
         switch self {
-        case .tracked, .status, .attempt, .resolved, .orderStatus, .captureRequested: .info
+        case .tracked, .status, .attempt, .resolved, .orderStatus, .captureRequested, .refundRequested: .info
         case .staleStatus, .notFound, .readFailed, .modeMismatch, .retry, .ambiguous, .refused, .captureRefused, .authorizationExpiring,
             .tokenExpired, .expired:
             .warning
-        case .failed, .needsAttention: .error
+        case .failed, .needsAttention, .refundFailed: .error
         case .webhook, .settling, .operatorRequest, .authorized, .done, .orderPlaced, .orderLinked, .customerTokenCreated, .captured,
-            .authorizationExtended, .cancelled, .rejected, .paymentRequestCompleted, .settlementOrphan, .settlementMismatch, .settlementDrift,
+            .authorizationExtended, .cancelled, .rejected, .paymentRequestCompleted, .refunded, .settlementOrphan, .settlementMismatch,
+            .settlementDrift,
             .settlementReversal, .payoutMismatch, .captureUnsettled, .operatorAction, .operatorRefused:
             .notice
         }

@@ -15,6 +15,8 @@ public struct Intent: Codable, Sendable, Equatable {
         case cancelOrder = "cancel_order"
         /// OM release of what a partial capture left authorized (`klarna-reconciler release-remaining`).
         case releaseRemaining = "release_remaining_authorization"
+        /// OM refund of captured money, asked for by the shop (`klarna-reconciler refund`, the socket's refund route).
+        case refund
 
         /// Klarna deduplicates these by `Klarna-Idempotency-Key` (OM writes); the others have no documented
         /// idempotency and must never be repeated after an unclear answer without reading first.
@@ -41,8 +43,12 @@ public struct Intent: Codable, Sendable, Equatable {
     /// nothing is read or sent for this intent before it (``CreateOrderSettle``). `nil` when no wait was decided.
     public var settleUntil: Date?
     public var lastError: String?
-    /// What Klarna created: order id, capture id or customer token id.
+    /// What Klarna created: order id, capture id, refund id or customer token id.
     public var result: String?
+    /// Refunds: the shop's reference (which makes the request idempotent, and Klarna repeats in settlements as
+    /// `merchant_refund_reference`) and the customer-visible description.
+    public var reference: String?
+    public var refundDescription: String?
     public var createdAt: Date
     public var updatedAt: Date
 
@@ -118,6 +124,16 @@ public struct Intent: Codable, Sendable, Equatable {
         var intent = self
         intent.settleUntil = until
         intent.nextAttemptAt = until
+        return intent
+    }
+
+    /// Its next attempt waits until `at` because a read it needs first failed; its state stays (a sent or unclear one is
+    /// still resolved by that read).
+    public func waitingForRead(until at: Date, error: String, now: Date) -> Intent {
+        var intent = self
+        intent.lastError = error
+        intent.nextAttemptAt = at
+        intent.updatedAt = now
         return intent
     }
 

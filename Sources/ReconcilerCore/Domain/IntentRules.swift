@@ -31,6 +31,9 @@ extension Intent.Kind {
     public enum Target: Sendable, Equatable {
         case session(SessionIntentKind)
         case order(OrderIntentKind)
+        /// A refund of an order's captured money: it runs whatever the order's phase (a captured order is closed) and
+        /// never changes the order; its rules are ``RefundRules``.
+        case refund
     }
 
     public var target: Target {
@@ -41,6 +44,7 @@ extension Intent.Kind {
         case .extendAuthorization: .order(.extendAuthorization)
         case .cancelOrder: .order(.cancelOrder)
         case .releaseRemaining: .order(.releaseRemaining)
+        case .refund: .refund
         }
     }
 }

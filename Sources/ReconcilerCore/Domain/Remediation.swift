@@ -44,8 +44,12 @@ public struct PaymentView: Sendable {
         self.held = held
     }
 
+    /// Open sessions and orders, and orders with a refund under way (a captured order is closed, its refunds are not).
     var openTargets: [RemediationTarget] {
-        sessions.filter(\.isOpen).map { .session($0.hppSessionID) } + orders.filter(\.isOpen).map { .order($0.orderID) }
+        sessions.filter(\.isOpen).map { .session($0.hppSessionID) }
+            + orders.filter { order in order.isOpen || intents.contains { $0.subject == order.orderID && RefundRules.isUnderWay($0) } }.map {
+                .order($0.orderID)
+            }
     }
 
     /// One phrase for where the payment stands, for refusals.
@@ -107,6 +111,11 @@ public enum Remediation {
                 return .success(orders.map { .order($0.orderID) })
             }
             let sessions = payment.sessions.filter { $0.outcome.map(retryable.contains) == true }
+            if sessions.isEmpty, orderID == nil {
+                let refunded = payment.orders.filter { order in !RefundRules.retryable(payment.intents.filter { $0.subject == order.orderID }).isEmpty
+                }
+                if !refunded.isEmpty { return .success(refunded.map { .order($0.orderID) }) }
+            }
             guard !sessions.isEmpty else { return .failure(RemediationRefusal("nothing to retry: \(payment.state)")) }
             for session in sessions {
                 if let refusal = session.retryRefusal(orderID: orderID, now: now) { return .failure(refusal) }

@@ -41,6 +41,11 @@ public enum OutcomeKind: String, Codable, Sendable, CaseIterable {
     case needsAttention = "needs_attention"
     /// A Klarna Network payment request reached `COMPLETED`: the outcome carries `klarna_network_session_token`.
     case paymentRequestCompleted = "payment_request_completed"
+    /// Klarna made a refund the shop asked for (`refund_id`, `refund_reference`).
+    case refunded
+    /// A refund the shop asked for did not happen: Klarna (or the daemon, from a read of the order) refused it, or
+    /// no clear answer came after every attempt.
+    case refundFailed = "refund_failed"
 
     // Settlements (`settlements.enabled`): what matching Klarna's payouts against the ledger found. Findings, not
     // ends of a payment: the payment's own outcome stands, and nothing is "fixed" by the daemon.
@@ -90,6 +95,8 @@ public struct Outcome: Codable, Sendable, Equatable {
     public var paymentReference: String?
     public var finding: SettlementFindingKind?
     public var refundID: String?
+    /// Refund outcomes: the shop's reference of the refund.
+    public var refundReference: String?
     /// Settlement outcomes that compare amounts: the ledger's (or the formula's) figure; `amount` is Klarna's.
     public var expectedAmount: Int?
 

@@ -20,6 +20,8 @@ public enum MessageID: String, CaseIterable, Sendable {
     case expired = "fa33e710d7a243b1ae7eeb4f4b70d707"
     case needsAttention = "59cc60d117ae4d989ca0a18d4c2c0a69"
     case paymentRequestCompleted = "f77ad6fa34df41e2b1cc4ee6b5a796c6"
+    case refunded = "c1a52f1496b74298b8716373f03af543"
+    case refundFailed = "167fe5cde2f945faa1e2ae133688aa2a"
     case settlementOrphan = "dc06efe0539a40be95b5b7a7f9bb5714"
     case settlementMismatch = "29b0c382ac764f879cf6db339ef5c458"
     case settlementDrift = "78a9e002cc9248488baef0e786b1be6b"
@@ -63,6 +65,8 @@ public enum MessageID: String, CaseIterable, Sendable {
             case .expired: .expired
             case .needsAttention: .needsAttention
             case .paymentRequestCompleted: .paymentRequestCompleted
+            case .refunded: .refunded
+            case .refundFailed: .refundFailed
             case .settlementOrphan: .settlementOrphan
             case .settlementMismatch: .settlementMismatch
             case .settlementDrift: .settlementDrift
@@ -86,7 +90,7 @@ public enum MessageID: String, CaseIterable, Sendable {
             .orderPlaced, .orderLinked, .orderStatus, .customerTokenCreated, .captureRequested, .captureRefused, .captured,
             .authorizationExtended, .tokenExpired, .cancelled, .rejected, .expired, .needsAttention, .paymentRequestCompleted,
             .settlementOrphan, .settlementMismatch, .settlementDrift, .settlementReversal, .payoutMismatch, .captureUnsettled,
-            .operatorRequest:
+            .operatorRequest, .refundRequested, .refunded, .refundFailed:
             return nil
         }
     }

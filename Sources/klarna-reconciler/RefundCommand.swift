@@ -1,0 +1,70 @@
+import ArgumentParser
+import Engine
+import Foundation
+import ReconcilerCore
+import ReconcilerStore
+
+struct RefundCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "refund",
+        abstract: "Refunds captured money on an order, exactly once per reference.",
+        discussion: """
+            The refund is recorded durably, then sent by the daemon: it reads the order first and refuses what Klarna would \
+            (more than captured minus refunded, a cancelled order), and sends it with one Klarna-Idempotency-Key on every \
+            attempt. The same reference again is the same refund; with another amount it is refused. Exit 0: refunded, or \
+            recorded and still under way when --wait ran out (said so); 1: refused or failed.
+            """)
+
+    @Argument(help: "The Klarna order id.") var orderID: String
+    @Option(help: "Amount in minor units (cents).") var amount: Int
+    @Option(help: "The shop's reference for this refund (1–255 characters); Klarna repeats it in settlements.") var reference: String
+    @Option(help: "Shown to the customer (at most 255 characters).") var description: String?
+    @Option(help: "Seconds to wait for the daemon's answer (0: do not wait).") var wait: Int = 30
+    @OptionGroup var options: ConfigOptions
+
+    func validate() throws {
+        guard validID(orderID) else { throw ValidationError("ORDER_ID must be 1–255 printable ASCII characters without spaces") }
+        guard amount > 0 else { throw ValidationError("--amount must be a positive number of minor units") }
+        guard (1...255).contains(reference.count) else { throw ValidationError("--reference must be 1–255 characters") }
+        if let description, !(1...255).contains(description.count) { throw ValidationError("--description must be 1–255 characters") }
+        guard wait >= 0 else { throw ValidationError("--wait must be 0 or more seconds") }
+    }
+
+    func run() async throws {
+        let settings = try await options.load(needsKlarnaPassword: false)
+        let store = try await options.openStore(settings, readOnly: false)
+        let ask = RefundAsk(orderID: orderID, amount: amount, reference: reference, description: description)
+        let key = IdempotencyKey.make(.refund, ask.keyTarget)
+        let record = IngestRecord(
+            dedupeKey: nil, kind: "refund_request", source: "the command line",
+            summary: "refund of \(amount) requested for order \(orderID), reference \(reference)", action: .refund(ask, key: key),
+            callerWakes: false)
+        switch try await store.ingest(record, at: Date()) {
+        case .accepted:
+            print("refund of \(amount) on order \(orderID) recorded (reference \(reference), idempotency key \(key))")
+        case .repeated(let since):
+            print("reference \(reference) on order \(orderID) was recorded at \(since.formatted(.iso8601)): the same refund, not another")
+        case .refused(_, let error, let detail):
+            printError("klarna-reconciler: refund refused (\(error)): \(detail)")
+            throw ExitCode.failure
+        }
+        let deadline = ContinuousClock.now + .seconds(wait)
+        var intent = try await store.intent(key)
+        while let current = intent, !current.isFinished, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(200))
+            intent = try await store.intent(key)
+        }
+        guard let intent else { return }
+        switch intent.state {
+        case .confirmed:
+            print("refunded \(intent.amount ?? 0) on order \(orderID): refund \(intent.result ?? "without an id")")
+        case .failed:
+            printError("klarna-reconciler: refund failed: \(intent.lastError ?? "no reason recorded")")
+            throw ExitCode.failure
+        case .intended, .sent, .ambiguous:
+            print(
+                "not finished yet (\(intent.state.rawValue), \(intent.attempts) attempt(s)\(intent.lastError.map { ", last error: \($0)" } ?? "")): the daemon goes on; `klarna-reconciler show \(orderID)` follows it"
+            )
+        }
+    }
+}
