@@ -72,6 +72,7 @@ let package = Package(
             name: "KlarnaSandbox",
             dependencies: [
                 "HTTPServer", "ReconcilerCore",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict

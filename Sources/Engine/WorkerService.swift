@@ -43,10 +43,7 @@ public struct WorkerService: Service {
         }
         let now = reconciler.clock.now
         let work = try await queue.openWork()
-        for item in work {
-            await scheduler.schedule(item.key, item.plan(now: now, deadlines: reconciler.settings.deadlines))
-            if item.needsHint { await scheduler.wake(item.key, at: max(now, item.due)) }
-        }
+        for item in work { await scheduler.schedule(item.key, item.plan(now: now, deadlines: reconciler.settings.deadlines)) }
         let left = try await queue.wakeups(after: 0, includingDelivered: true)
         for key in left.keys { await scheduler.wake(key, at: now) }
         // An operator request whose wakeup was consumed before the daemon stopped still waits for its answer.
@@ -102,7 +99,7 @@ public struct WorkerService: Service {
         let now = reconciler.clock.now
         for claim in claims {
             if let work = claim.work { await scheduler.schedule(claim.key, work.plan(now: now, deadlines: reconciler.settings.deadlines)) }
-            if claim.work == nil || claim.work?.needsHint == true || leases.wasHinted(claim.key) { await scheduler.wake(claim.key, at: now) }
+            if claim.work == nil || leases.wasHinted(claim.key) { await scheduler.wake(claim.key, at: now) }
         }
         return claims.count
     }

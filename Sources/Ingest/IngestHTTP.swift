@@ -50,6 +50,13 @@ public enum IngestHTTP {
                     Rejection(404, "not_found", "no route \(request.method.prefix(20)) \(request.path.prefix(200))"), source: "socket")
                 return json(answer.status, ["error": answer.word, "detail": answer.detail])
             }
+            if case .refund = route, request.peerUID == nil {
+                // Money out: only over the unix socket, whose group is the permission; never a TCP port any local
+                // process can reach (`ingest.listen`).
+                let answer = await ingestor.refuse(
+                    Rejection(403, "unix_socket_only", "refunds are taken on the unix socket only, not over ingest.listen"), source: "socket")
+                return json(answer.status, ["error": answer.word, "detail": answer.detail])
+            }
             let delivery = Delivery(route: route, query: request.query, headers: request.headers, body: request.body)
             let answer = await ingestor.ingest(delivery, source: "socket")
             return answer.accepted

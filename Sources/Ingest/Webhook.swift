@@ -339,11 +339,8 @@ public struct WebhookReader: Sendable {
                 if required { throw Rejection(400, "missing_field", "\(key) is required") }
                 return nil
             }
-            guard let text = Self.text(value), (1...255).contains(text.count),
-                !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-            else {
-                throw Rejection(400, "bad_field", "\(key) must be a string of 1–255 characters without control characters")
-            }
+            guard let text = Self.text(value) else { throw Rejection(400, "bad_field", "\(key) must be a string") }
+            if let problem = RefundAsk.textProblem(text) { throw Rejection(400, "bad_field", "\(key) \(problem)") }
             return text
         }
         return RefundAsk(

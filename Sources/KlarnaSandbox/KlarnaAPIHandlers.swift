@@ -62,6 +62,7 @@ enum KlarnaAPIHandlers {
         case "om.release_remaining_authorization": return releaseRemaining(order: id, context, &state)
         case "kn.read_payment_request": return readPaymentRequest(id, context, &state)
         case let name where name.hasPrefix("settlements."): return try SettlementHandlers.handle(route, context, &state)
+        case let name where name.hasPrefix("disputes."): return DisputeHandlers.handle(route, context, &state)
         default: return .klarnaError(404, "NOT_FOUND", "No such resource")
         }
     }

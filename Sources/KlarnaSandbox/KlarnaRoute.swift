@@ -18,6 +18,12 @@ struct KlarnaRoute {
         ("POST", ["ordermanagement", "v1", "orders", "*", "cancel"], "om.cancel_order"),
         ("POST", ["ordermanagement", "v1", "orders", "*", "release-remaining-authorization"], "om.release_remaining_authorization"),
         ("GET", ["v2", "payment", "requests", "*"], "kn.read_payment_request"),
+        ("GET", ["v4", "payment", "disputes"], "disputes.list"),
+        ("GET", ["v4", "payment", "disputes", "*"], "disputes.read"),
+        ("POST", ["v4", "payment", "disputes", "*", "accept-loss"], "disputes.accept_loss"),
+        ("POST", ["v4", "payment", "disputes", "*", "attachments"], "disputes.add_attachment"),
+        ("POST", ["v4", "payment", "disputes", "*", "represent"], "disputes.represent"),
+        ("POST", ["v4", "payment", "disputes", "*", "appeal"], "disputes.appeal"),
         // Before `read_payout`: the first match wins, and "summary" is no payment reference.
         ("GET", ["settlements", "v1", "payouts", "summary"], "settlements.payout_summary"),
         ("GET", ["settlements", "v1", "payouts", "*"], "settlements.read_payout"),

@@ -12,15 +12,30 @@ public final class KlarnaSandbox: Sendable {
         public var password: String
         public var clock: any WallClock
         public var random: any RandomSource
+        /// What the dispute webhooks are signed with (``KlarnaSandbox/webhooks(after:)``).
+        public var webhookSigningKey: SigningKey
+
+        /// A webhook signing key: its id (`Klarna-Signing-Key-Id`) and its secret.
+        public struct SigningKey: Sendable {
+            public var id: String
+            public var secret: String
+
+            public init(id: String, secret: String) {
+                self.id = id
+                self.secret = secret
+            }
+        }
 
         public init(
             username: String = "sandbox-merchant", password: String = "sandbox-secret",
-            clock: any WallClock = AdjustableClock(), random: any RandomSource = SystemRandomSource()
+            clock: any WallClock = AdjustableClock(), random: any RandomSource = SystemRandomSource(),
+            webhookSigningKey: SigningKey = SigningKey(id: "sandbox-signing-key-1", secret: "sandbox-webhook-secret")
         ) {
             self.username = username
             self.password = password
             self.clock = clock
             self.random = random
+            self.webhookSigningKey = webhookSigningKey
         }
     }
 
@@ -30,6 +45,9 @@ public final class KlarnaSandbox: Sendable {
         "om.release_remaining_authorization",
     ]
     static let idempotencyWindow: TimeInterval = 24 * 3_600
+
+    /// How to serve the sandbox: bodies up to 8 MiB, since Klarna takes dispute evidence files of up to 7 MB.
+    public static let serverConfiguration = HTTPServer.Configuration(maxBodyBytes: 8 << 20)
 
     let configuration: Configuration
     let state = Mutex(SandboxState())

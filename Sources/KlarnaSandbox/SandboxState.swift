@@ -110,6 +110,13 @@ struct SandboxState {
     var tokens: [String: String] = [:]  // authorization token → KP session id
     var orders: [String: Order] = [:]
     var paymentRequests: [String: PaymentRequest] = [:]
+    /// Disputes by id, and their ids oldest first (SandboxDisputes.swift).
+    var disputes: [String: Dispute] = [:]
+    var disputeOrder: [String] = []
+    var nextDisputeNumber = 0
+    /// Webhooks Klarna would have delivered, oldest first, unsigned (the sandbox signs them when they are fetched).
+    var webhooks: [Webhook] = []
+    var nextWebhookSeq = 0
     var idempotency: [String: StoredReply] = [:]
     var faults: [(id: Int, fault: SandboxFault)] = []
     /// Held requests by their request seq, until their answer is given.

@@ -381,8 +381,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest))
             }
         }
-        // After the orders' own rows (OpenWork.Kind.refund).
-        return work + refunds
+        return OpenWork.merging(work, refunds: refunds)
     }
 
     /// Takes every wakeup row there is. Not by sequence: with concurrent writers, identity values commit out of
@@ -489,9 +488,15 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             switch IngestPlanner.decide(record, found: found, at: at) {
             case .refuse(let answer): throw Refusal(result: answer)
             case .write(let writes, let answer):
-                guard case .sessionTrackedMeanwhile = try await apply(db, writes, at: at) else { return answer }
-                // Another delivery tracked it since the lookup (and woke it): decided again as tracked.
-                found = .session(tracked: true)
+                switch try await apply(db, writes, at: at) {
+                case .written: return answer
+                case .sessionTrackedMeanwhile:
+                    // Another delivery tracked it since the lookup (and woke it): decided again as tracked.
+                    found = .session(tracked: true)
+                case .recordedMeanwhile:
+                    // Another request recorded it since the lookup: decided again from what it recorded.
+                    found = try await find(db, lookup)
+                }
             }
         }
     }
@@ -531,6 +536,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         case written(captureRequestID: Int64?)
         /// Nothing written: the session to track was tracked by another delivery since the lookup.
         case sessionTrackedMeanwhile
+        /// Nothing written: the intent to record (a refund) was recorded by another request since the lookup.
+        case recordedMeanwhile
     }
 
     private func apply(_ db: PostgresConnection, _ writes: IngestWrites, at: Date) async throws -> Applied {
@@ -538,14 +545,16 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         if let request = writes.paymentRequest { try await writePaymentRequest(db, request, data: try json(request), at: at) }
         if let intent = writes.intent {
             let data = try json(intent)
-            // Two requests with one reference at once: the second fails on the key and is answered 503, then as a repeat.
-            _ = try await rows(
+            // Two requests with one reference at once: the second waits for the first's commit, then finds its row.
+            let inserted = try await rows(
                 db,
                 """
                 INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
                 VALUES (\(intent.key), \(intent.kind.rawValue), \(intent.subject), \(intent.state.rawValue), \(intent.attempts),
                   \(intent.nextAttemptAt), \(intent.createdAt), \(at), \(data))
+                ON CONFLICT (key) DO NOTHING RETURNING 1
                 """)
+            if inserted.isEmpty { return .recordedMeanwhile }
         }
         var captureRequestID: Int64?
         if let capture = writes.captureRequest {

@@ -7,8 +7,8 @@ public struct OpenWork: Sendable, Equatable {
         case session(TrackedSession.Phase, PollProfile)
         case order(TrackedOrder.Phase)
         case paymentRequest
-        /// An order with a refund under way, whatever the order's phase: run as hinted, so that its step looks for
-        /// refunds (stores list these after the order's own row).
+        /// A closed order with a refund under way (an open order's row is due by its refund's time too:
+        /// ``merging(refunds:)``).
         case refund
     }
 
@@ -36,6 +36,19 @@ public struct OpenWork: Sendable, Equatable {
         }
     }
 
-    /// Whether its first run must be told it was hinted (a refund: an order's step looks for refunds then).
-    public var needsHint: Bool { kind == .refund }
+    /// `units` (the stores' open sessions, orders and payment requests) with the orders that have a refund under way
+    /// (`refunds`, one per order, kind ``Kind/refund``): an open order is due by the earlier of its own time and its
+    /// refund's; a closed one is listed as its refund. One row per key.
+    public static func merging(_ units: [OpenWork], refunds: [OpenWork]) -> [OpenWork] {
+        let byKey = Dictionary(refunds.map { ($0.key, $0) }) { first, _ in first }
+        var merged = units.map { unit -> OpenWork in
+            guard let refund = byKey[unit.key], refund.due < unit.due else { return unit }
+            var unit = unit
+            unit.due = refund.due
+            return unit
+        }
+        let listed = Set(units.map(\.key))
+        merged += refunds.filter { !listed.contains($0.key) }
+        return merged
+    }
 }

@@ -248,16 +248,16 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             for row in try db.query("SELECT payment_request_id, next_due FROM payment_requests WHERE next_due IS NOT NULL") {
                 work.append(OpenWork(key: .paymentRequest(row.string(0) ?? ""), due: row.date(1)!, kind: .paymentRequest))
             }
-            // After the orders' own rows (OpenWork.Kind.refund).
+            var refunds: [OpenWork] = []
             for row in try db.query(
                 """
                 SELECT subject, min(coalesce(next_attempt, created_at)) FROM intents
                 WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous') GROUP BY subject
                 """)
             {
-                work.append(OpenWork(key: .order(row.string(0) ?? ""), due: row.date(1)!, kind: .refund))
+                refunds.append(OpenWork(key: .order(row.string(0) ?? ""), due: row.date(1)!, kind: .refund))
             }
-            return work
+            return OpenWork.merging(work, refunds: refunds)
         }
     }
 

@@ -25,8 +25,8 @@ struct RefundCommand: AsyncParsableCommand {
     func validate() throws {
         guard validID(orderID) else { throw ValidationError("ORDER_ID must be 1–255 printable ASCII characters without spaces") }
         guard amount > 0 else { throw ValidationError("--amount must be a positive number of minor units") }
-        guard (1...255).contains(reference.count) else { throw ValidationError("--reference must be 1–255 characters") }
-        if let description, !(1...255).contains(description.count) { throw ValidationError("--description must be 1–255 characters") }
+        if let problem = RefundAsk.textProblem(reference) { throw ValidationError("--reference \(problem)") }
+        if let description, let problem = RefundAsk.textProblem(description) { throw ValidationError("--description \(problem)") }
         guard wait >= 0 else { throw ValidationError("--wait must be 0 or more seconds") }
     }
 

@@ -45,7 +45,9 @@ final class Demo: @unchecked Sendable {
     init(folder: String) async throws {
         self.folder = folder
         let sandbox = self.sandbox
-        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "demo.sandbox")) { await sandbox.handle($0) }
+        let server = try await HTTPServer.bind(
+            .tcp(host: "127.0.0.1", port: 0), configuration: KlarnaSandbox.serverConfiguration, logger: Logger(label: "demo.sandbox")
+        ) { await sandbox.handle($0) }
         serving = Task { try await server.run() }
         baseURL = "http://127.0.0.1:\(server.port!)"
     }

@@ -35,7 +35,7 @@ struct ServeCommand: AsyncParsableCommand {
         var logger = Logger(label: "klarna-sandbox")
         logger.logLevel = .info
         let sandbox = KlarnaSandbox(configuration: .init(username: username, password: password))
-        let server = try await HTTPServer.bind(address, logger: logger) { await sandbox.handle($0) }
+        let server = try await HTTPServer.bind(address, configuration: KlarnaSandbox.serverConfiguration, logger: logger) { await sandbox.handle($0) }
         let status = "Klarna sandbox listening on \(server.localAddress)"
         logger.notice("\(status)")
         SystemdNotifier().ready(status: status)

@@ -67,7 +67,8 @@ import Testing
             let huge = try await h.transport.execute(
                 HTTPRequest(
                     method: "POST", url: "\(h.baseURL)/ordermanagement/v1/orders/\(orderID)/captures",
-                    body: Array(repeating: UInt8(ascii: " "), count: (1 << 20) + 1), credentials: SandboxHarness.credentials))
+                    body: Array(repeating: UInt8(ascii: " "), count: KlarnaSandbox.serverConfiguration.maxBodyBytes + 1),
+                    credentials: SandboxHarness.credentials))
             #expect(huge.status == 413)
             let (created, token) = try await h.authorizedSession()
             let incomplete = try await h.transport.execute(

@@ -630,7 +630,9 @@ struct EveryKindBothPathsTests {
 
 @Suite("Ingest socket ownership and TCP", .serialized)
 struct IngestOwnershipTests {
-    @Test("The socket belongs to ingest.socket_group with mode 0660; the optional loopback TCP listener serves the same routes")
+    @Test(
+        "The socket belongs to ingest.socket_group with mode 0660; the optional loopback TCP listener serves the same routes, refunds excepted"
+    )
     func groupAndTCP() async throws {
         guard let group = getgrnam("nogroup") else { Issue.record("no group nogroup on this machine"); return }
         let gid = group.pointee.gr_gid
@@ -650,6 +652,15 @@ struct IngestOwnershipTests {
                 body: Array(#"{"hpp_session_id":"over-tcp","kp_session_id":"kp"}"#.utf8)))
         #expect(response.status == 202)
         #expect(try await fixture.readStore().session("over-tcp") != nil)
+        // Except refunds: money out only over the unix socket, whose group is the permission.
+        let refund = try await transport.execute(
+            HTTPRequest(
+                method: "POST", url: "http://127.0.0.1:\(port)/v1/orders/any-order/refunds",
+                headers: HTTPHeaders([("Content-Type", "application/json")]),
+                body: Array(#"{"amount":100,"reference":"r"}"#.utf8)))
+        #expect(refund.status == 403)
+        #expect(String(decoding: refund.body, as: UTF8.self).contains("unix_socket_only"))
+        #expect(try await fixture.post("/v1/orders/any-order/refunds", #"{"amount":100,"reference":"r"}"#).status == 404, "the unix socket takes it")
         #expect(try await fixture.stop() == 0)
     }
 }

@@ -28,7 +28,9 @@ struct SandboxHarness {
         let sandbox = KlarnaSandbox(
             configuration: .init(
                 username: Self.credentials.username, password: Self.credentials.password, clock: clock))
-        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "test.sandbox")) {
+        let server = try await HTTPServer.bind(
+            .tcp(host: "127.0.0.1", port: 0), configuration: KlarnaSandbox.serverConfiguration, logger: Logger(label: "test.sandbox")
+        ) {
             await sandbox.handle($0)
         }
         let serving = Task { try await server.run() }

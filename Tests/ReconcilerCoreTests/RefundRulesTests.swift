@@ -63,29 +63,60 @@ struct RefundRulesTests {
 
     @Test("Sent when captured minus refunded covers it; refused when it does not, when nothing was captured, when cancelled")
     func beforeSending() {
-        #expect(RefundRules.beforeSending(intent(), facts: facts()) == .send)
-        #expect(RefundRules.beforeSending(intent(), facts: facts(refunded: 8_000)) == .send)
+        #expect(RefundRules.beforeSending(intent(), maxAttempts: 5, facts: facts()) == .send)
+        #expect(RefundRules.beforeSending(intent(), maxAttempts: 5, facts: facts(refunded: 8_000)) == .send)
         #expect(
-            RefundRules.beforeSending(intent(), facts: facts(refunded: 8_001))
+            RefundRules.beforeSending(intent(), maxAttempts: 5, facts: facts(refunded: 8_001))
                 == .refuse("a refund of 2000 is more than order o-1 has left to refund: captured 10000 minus refunded 8001 is 1999"))
         // Without Klarna's total, the listed refunds count.
         let listed = [RefundFacts.Seen(id: "r-0", amount: 9_000, reference: "other")]
-        #expect(RefundRules.beforeSending(intent(), facts: facts(refunds: listed)) != .send)
+        #expect(RefundRules.beforeSending(intent(), maxAttempts: 5, facts: facts(refunds: listed)) != .send)
         #expect(
-            RefundRules.beforeSending(intent(), facts: facts(captured: 0)) == .refuse("order o-1 has nothing captured at Klarna: nothing to refund"))
-        #expect(RefundRules.beforeSending(intent(), facts: facts(captured: nil)) != .send)
-        #expect(RefundRules.beforeSending(intent(), facts: facts(status: .cancelled)) != .send)
+            RefundRules.beforeSending(intent(), maxAttempts: 5, facts: facts(captured: 0))
+                == .refuse("order o-1 has nothing captured at Klarna: nothing to refund"))
+        #expect(RefundRules.beforeSending(intent(), maxAttempts: 5, facts: facts(captured: nil)) != .send)
+        #expect(RefundRules.beforeSending(intent(), maxAttempts: 5, facts: facts(status: .cancelled)) != .send)
     }
 
     @Test("A refund with its reference on the order is this intent's after an attempt, and someone else's before one: never sent again either way")
     func referenceOnTheOrder() {
         let seen = [RefundFacts.Seen(id: "r-1", amount: 2_000, reference: "rma-1")]
-        #expect(RefundRules.beforeSending(intent(attempts: 1), facts: facts(refunded: 2_000, refunds: seen)) == .done(refundID: "r-1"))
-        guard case .refuse(let reason) = RefundRules.beforeSending(intent(attempts: 0), facts: facts(refunded: 2_000, refunds: seen)) else {
+        #expect(
+            RefundRules.beforeSending(intent(attempts: 1), maxAttempts: 5, facts: facts(refunded: 2_000, refunds: seen)) == .done(refundID: "r-1"))
+        guard case .refuse(let reason) = RefundRules.beforeSending(intent(attempts: 0), maxAttempts: 5, facts: facts(refunded: 2_000, refunds: seen))
+        else {
             Issue.record("a refund made outside the daemon under this reference would be repeated")
             return
         }
         #expect(reason.contains("did not make"))
+    }
+
+    @Test("Out of attempts without a clear answer: a read that lists no refund with the reference ends it as not made; one that lists it, as made")
+    func outOfAttempts() {
+        var unclear = intent(attempts: 5).ambiguous("HTTP 503", now: now)
+        #expect(unclear.needsResolution)
+        guard case .refuse(let reason) = RefundRules.beforeSending(unclear, maxAttempts: 5, facts: facts()) else {
+            Issue.record("sent a sixth time")
+            return
+        }
+        #expect(reason.contains("none of 5 attempts clearly") && reason.contains("lists no refund with reference rma-1: not made"))
+        let seen = [RefundFacts.Seen(id: "r-1", amount: 2_000, reference: "rma-1")]
+        #expect(RefundRules.beforeSending(unclear, maxAttempts: 5, facts: facts(refunded: 2_000, refunds: seen)) == .done(refundID: "r-1"))
+        unclear.attempts = 4
+        #expect(RefundRules.beforeSending(unclear, maxAttempts: 5, facts: facts()) == .send, "an attempt left: the same key again")
+    }
+
+    @Test("The idempotency key's target cannot be spelled by another order and reference; a key met under another order is a conflict")
+    func keyTargets() {
+        #expect(RefundAsk(orderID: "a:1", amount: 1, reference: "x").keyTarget != RefundAsk(orderID: "a", amount: 1, reference: "1:x").keyTarget)
+        var other = intent()
+        other.subject = "o-2"
+        guard case .refused(409, "reference_conflict", _) = RefundRules.request(ask, key: "k", order: order(), existing: other, now: now) else {
+            Issue.record("an intent of another order answered as a repeat")
+            return
+        }
+        #expect(RefundAsk.textProblem("") != nil && RefundAsk.textProblem(String(repeating: "r", count: 256)) != nil)
+        #expect(RefundAsk.textProblem("a\u{7}b") != nil && RefundAsk.textProblem("rma 1 – Schuhe") == nil)
     }
 
     @Test("Refunded: the outcome names the order's payment, the refund and its reference; the ledger holds it as the daemon's")

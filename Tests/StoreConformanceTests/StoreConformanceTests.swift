@@ -320,12 +320,60 @@ struct StoreConformanceTests {
             #expect(try await s.store.timeline(for: "o-1").events.map(\.kind) == ["refund_requested"])
             #expect(try await s.store.openWork() == [OpenWork(key: .order("o-1"), due: Fixtures.t0, kind: .refund)])
 
+            // An open order with a refund: one row, due by the earlier of the two.
+            var open = Fixtures.order("o-2", session: "h2")
+            open.nextDueAt = Fixtures.t0.addingTimeInterval(3_600)
+            var opened = Change()
+            opened.newOrders = [open]
+            try await s.store.commit(opened, at: Fixtures.t0)
+            #expect(try await ask("o-2", 100, "r-2") == .accepted(wake: [.order("o-2")]))
+            let both = try await s.store.openWork()
+            #expect(both.filter { $0.key == .order("o-2") }.count == 1)
+            let row = try #require(both.first { $0.key == .order("o-2") })
+            #expect(row.due == Fixtures.t0 && row.kind == .order(.checking), "\(row)")
+
             var done = Change()
             done.intents = [try #require(intents.first).confirmed(result: "refund-1", now: Fixtures.t0)]
             done.ledgerRefunds = [LedgerRefund(orderID: "o-1", refundID: "refund-1", amount: 500, at: Fixtures.t0, source: .daemon)]
             try await s.store.commit(done, at: Fixtures.t0)
-            #expect(try await s.store.openWork().isEmpty)
+            #expect(try await s.store.openWork().map(\.key) == [.order("o-2")])
             #expect(try await s.store.ledger(orderIDs: ["o-1"])["o-1"]?.refunds.map(\.refundID) == ["refund-1"])
+        }
+    }
+
+    @Test(
+        "Two handles ask for one refund at once: one records it, the other answers from it (a repeat with the same amount, 409 with another)",
+        arguments: Backend.allCases)
+    func concurrentRefundRequests(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            var change = Change()
+            change.newOrders = [Fixtures.order("o-1", session: "h")]
+            try await s.store.commit(change, at: Fixtures.t0)
+            let other = try await s.openAnother()
+            for (round, amounts) in [(1, (500, 500)), (2, (500, 700))] {
+                let reference = "r-\(round)"
+                func ask(_ store: any ReconcilerStore, _ amount: Int) async throws -> IngestResult {
+                    let ask = RefundAsk(orderID: "o-1", amount: amount, reference: reference)
+                    return try await store.ingest(
+                        IngestRecord(
+                            dedupeKey: nil, kind: "refund_request", source: "test", summary: "refund",
+                            action: .refund(ask, key: "key-\(reference)"), callerWakes: false), at: Fixtures.t0)
+                }
+                async let first = ask(s.store, amounts.0)
+                async let second = ask(other, amounts.1)
+                let answers = try await [first, second]
+                #expect(answers.filter { $0 == .accepted(wake: [.order("o-1")]) }.count == 1, "\(answers)")
+                let rest = try #require(answers.first { $0 != .accepted(wake: [.order("o-1")]) })
+                if amounts.0 == amounts.1 {
+                    #expect(rest == .repeated(firstSeen: Fixtures.t0), "\(rest)")
+                } else {
+                    guard case .refused(409, "reference_conflict", _) = rest else {
+                        Issue.record("another amount under one reference at once: \(rest)")
+                        return
+                    }
+                }
+            }
+            #expect(try await s.store.intents(subject: "o-1").count == 2)
         }
     }
 

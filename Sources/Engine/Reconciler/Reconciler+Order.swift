@@ -6,26 +6,28 @@ import ReconcilerStore
 /// Placed orders: reading them and turning what the order rules decide (capture, refuse a request, extend the
 /// authorization) into intents.
 extension Reconciler {
-    /// The order's own side effect under way first, then refunds (which run whatever the order's phase), then the
-    /// order's own step.
+    /// The order's own side effect under way first; then refunds (which run whatever the order's phase), except that
+    /// a hint about an open order is its own read's first; then the order's own step.
     func processOrder(_ id: String, hinted: Bool) async throws -> StepResult {
         guard let order = try await store.order(id) else { return StepResult(next: nil) }
         return try await LogContext.about(order) {
-            if order.isOpen, order.activeIntent != nil {
-                var result = try await processOrder(order, hinted: hinted)
-                // A refund asked for while this key waited woke it (so this step is hinted): its turn comes next.
-                if hinted, try await pendingRefund(of: id) != nil { result.wake.append(.order(id)) }
-                return result
-            }
-            if let refund = try await pendingRefund(of: id) {
+            let ownFirst = order.isOpen && (order.activeIntent != nil || hinted)
+            let refund = ownFirst ? nil : try await pendingRefund(of: id)
+            if let refund {
                 guard order.isOpen, let due = refund.nextAttemptAt, !isDue(due) else { return try await driveRefund(order, refund) }
-                // The refund waits to retry: the order's own step meanwhile, and back for the refund when it is due.
-                var result = try await processOrder(order, hinted: hinted)
-                result.next = result.next.map { min($0, due) } ?? due
-                return result
             }
             guard order.isOpen else { return StepResult(next: nil) }
-            return try await processOrder(order, hinted: hinted)
+            var result = try await processOrder(order, hinted: hinted)
+            // A refund waiting for its turn or its retry brings the key back when it is due, and when the order ended
+            // in this step; while the order's own side effect lasts it waits behind it (the key comes back for that).
+            let waiting = ownFirst ? try await pendingRefund(of: id) : refund
+            let latest: TrackedOrder = if case .order(let committed)? = Self.committed?.value { committed } else { order }
+            if let waiting, latest.activeIntent == nil || result.next == nil {
+                let due = max(clock.now, waiting.nextAttemptAt ?? clock.now)
+                result.next = result.next.map { min($0, due) } ?? due
+                result.urgency = .inMotion
+            }
+            return result
         }
     }
 

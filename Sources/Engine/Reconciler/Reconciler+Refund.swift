@@ -17,7 +17,7 @@ extension Reconciler {
         var intent = intent
         var change = Change()
         var now = clock.now
-        if let next = intent.nextAttemptAt, !now.hasReached(next) { return StepResult(next: Self.later(next, order)) }
+        if let next = intent.nextAttemptAt, !now.hasReached(next) { return Self.refundWaits(until: next, order) }
         let detail = ["intent": intent.key, "reference": intent.reference ?? ""]
         let read: KlarnaAPI.Order
         switch try await klarna(&change, .inMotion, { try await client.readOrder(id: order.orderID) }) {
@@ -28,14 +28,14 @@ extension Reconciler {
                 currency: nil, change: change, detail: detail.merging(Self.detail(error)) { $1 })
         case .failure(let error):
             let at = now.addingTimeInterval(readDelay(failures: 1, error).timeInterval)
-            change.intents = [intent.waitingForRead(until: at, error: Self.short(error), now: now)]
+            change.intents = [intent.waiting(until: at, error: Self.short(error), now: now)]
             change.events.append(
                 NewEvent(
                     hppSessionID: order.hppSessionID, orderID: order.orderID,
                     DomainEvent(.readFailed, "reading order \(order.orderID) before refunding failed (\(Self.short(error))); trying again"),
                     detail: detail.merging(Self.detail(error)) { $1 }))
             try await commit(change, now: now)
-            return StepResult(next: Self.later(at, order))
+            return Self.refundWaits(until: at, order)
         case .success(let value):
             read = value
         }
@@ -43,7 +43,7 @@ extension Reconciler {
             status: read.status, capturedTotal: read.capturedTotal, refundedTotal: read.refundedAmount,
             refunds: read.refunds.map { RefundFacts.Seen(id: $0.refundID, amount: $0.refundedAmount ?? 0, reference: $0.reference) },
             currency: read.purchaseCurrency)
-        switch RefundRules.beforeSending(intent, facts: facts) {
+        switch RefundRules.beforeSending(intent, maxAttempts: settings.writeRetry.maxAttempts, facts: facts) {
         case .done(let refundID):
             change.events.append(
                 NewEvent(
@@ -96,19 +96,28 @@ extension Reconciler {
                 createOrderSettle: settings.createOrderSettle, random: random)
             switch verdict {
             case .tryAgain(let next, let at, let event):
-                change.intents = [next]
+                // The wait is the intent's own: an open order's step in between must not send it early.
+                change.intents = [next.waiting(until: at, now: now)]
                 change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, event, detail: errorDetail))
                 try await commit(change, now: now)
-                return StepResult(next: Self.later(at, order))
+                return Self.refundWaits(until: at, order)
+            case .giveUp(let ended, let reason) where ended.state == .ambiguous:
+                // Out of attempts without a clear answer: one more read, once any attempt still on its way has
+                // arrived, tells whether it was made (RefundRules.beforeSending); nothing is sent again.
+                let at = now.addingTimeInterval(settings.longestCall.timeInterval)
+                change.intents = [ended.waiting(until: at, now: now)]
+                change.events.append(
+                    NewEvent(
+                        hppSessionID: order.hppSessionID, orderID: order.orderID,
+                        DomainEvent(
+                            .ambiguous,
+                            "refund attempt \(intent.attempts) ended without a clear answer (\(Self.short(error))); \(reason): reading the order once more at \(TrackedSession.format(at)) to tell whether it was made"
+                        ), detail: errorDetail))
+                try await commit(change, now: now)
+                return Self.refundWaits(until: at, order)
             case .giveUp(let ended, let reason):
-                // Given up either way: an unclear refund is not tried again by itself (its reason says to look).
-                let unclear = ended.state == .ambiguous
-                let why =
-                    unclear
-                    ? "refund of \(intent.amount ?? 0) on order \(id) may or may not have been made: \(Self.short(error)); \(reason); check the order in the Merchant Portal"
-                    : "Klarna refused the refund of \(intent.amount ?? 0) on order \(id): \(Self.short(error)); \(reason)"
-                return try await refundEnded(
-                    order, unclear ? ended.failed(why, now: now) : ended, reason: why, currency: facts.currency, change: change, detail: errorDetail)
+                let why = "Klarna refused the refund of \(intent.amount ?? 0) on order \(id): \(Self.short(error)); \(reason)"
+                return try await refundEnded(order, ended, reason: why, currency: facts.currency, change: change, detail: errorDetail)
             }
         }
     }
@@ -141,16 +150,16 @@ extension Reconciler {
         return try await afterRefund(order)
     }
 
-    /// `at`, or the open order's own next step when that comes first (a refund waiting to retry never holds the order's
-    /// reads back; its step comes back for the refund).
-    static func later(_ at: Date, _ order: TrackedOrder) -> Date {
-        guard order.isOpen, let due = order.nextDueAt else { return at }
-        return min(at, due)
+    /// Back at `at` for the refund, or at the open order's own next step when that comes first (a refund waiting to
+    /// retry never holds the order's reads back; that step comes back for the refund), as a side effect's work.
+    static func refundWaits(until at: Date, _ order: TrackedOrder) -> StepResult {
+        let due = order.isOpen ? min(at, order.nextDueAt ?? at) : at
+        return StepResult(next: due, urgency: .inMotion)
     }
 
-    /// At once when another refund waits (told as a hint, so that its step looks for it); else the order's own plan.
+    /// At once when another refund waits; else the order's own plan.
     private func afterRefund(_ order: TrackedOrder) async throws -> StepResult {
-        if try await pendingRefund(of: order.orderID) != nil { return StepResult(next: nil, wake: [.order(order.orderID)]) }
+        if try await pendingRefund(of: order.orderID) != nil { return StepResult(next: clock.now, urgency: .inMotion) }
         return StepResult(next: order.isOpen ? order.nextDueAt : nil)
     }
 }

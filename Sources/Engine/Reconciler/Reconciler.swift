@@ -33,6 +33,8 @@ public struct Reconciler: Sendable {
         var next: Date?
         var wake: [WorkKey] = []
         var ending: SessionEnding?
+        /// At least this urgent, whatever the unit's own plan says (a refund of a closed order has none).
+        var urgency: Urgency?
     }
 
     public let store: any WorkStore
@@ -182,7 +184,8 @@ public struct Reconciler: Sendable {
             case (.order(let id), _): try await store.order(id)?.plan(now: now, deadlines: settings.deadlines)
             case (.paymentRequest(let id), _): try await store.paymentRequest(id)?.plan()
             }
-        return WorkResult(next: WorkPlan(due: due, urgency: plan?.urgency ?? .routine, poll: plan?.poll), wake: step.wake, ending: step.ending)
+        let urgency = max(plan?.urgency ?? .routine, step.urgency ?? .routine)
+        return WorkResult(next: WorkPlan(due: due, urgency: urgency, poll: plan?.poll), wake: step.wake, ending: step.ending)
     }
 
     // MARK: Plumbing

@@ -127,11 +127,11 @@ public struct Intent: Codable, Sendable, Equatable {
         return intent
     }
 
-    /// Its next attempt waits until `at` because a read it needs first failed; its state stays (a sent or unclear one is
-    /// still resolved by that read).
-    public func waitingForRead(until at: Date, error: String, now: Date) -> Intent {
+    /// Its next attempt (or, for one whose answer was lost, the read that resolves it) waits until `at`; its state
+    /// stays. `error`: why, when a failure is the reason.
+    public func waiting(until at: Date, error: String? = nil, now: Date) -> Intent {
         var intent = self
-        intent.lastError = error
+        if let error { intent.lastError = error }
         intent.nextAttemptAt = at
         intent.updatedAt = now
         return intent

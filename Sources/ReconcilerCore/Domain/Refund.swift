@@ -18,8 +18,18 @@ public struct RefundAsk: Sendable, Equatable {
         self.description = description
     }
 
-    /// The target its idempotency key is derived from: one key per order and reference.
-    public var keyTarget: String { "\(orderID):refund:\(reference)" }
+    /// The target its idempotency key is derived from: one key per order and reference (the order id's length first,
+    /// so that no order id and reference together spell another pair).
+    public var keyTarget: String { "\(orderID.utf8.count):\(orderID):\(reference)" }
+
+    /// Why `text` cannot be a reference or description (Klarna takes 1–255 characters), or nil.
+    public static func textProblem(_ text: String) -> String? {
+        guard (1...255).contains(text.count) else { return "must be 1–255 characters" }
+        guard !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            return "must not contain control characters"
+        }
+        return nil
+    }
 }
 
 /// What a read of the order shows about refunding it.
@@ -69,7 +79,7 @@ public enum RefundRules {
     /// recorded under the request's idempotency key `key`.
     public static func request(_ ask: RefundAsk, key: String, order: TrackedOrder?, existing: Intent?, now: Date) -> Request {
         if let existing {
-            guard existing.amount == ask.amount else {
+            guard existing.amount == ask.amount, existing.subject == ask.orderID else {
                 return .refused(
                     status: 409, error: "reference_conflict",
                     reason:
@@ -96,11 +106,14 @@ public enum RefundRules {
         case send
         /// The order lists this refund (by its reference) after an attempt whose answer was lost: it was made.
         case done(refundID: String?)
-        /// Klarna would refuse it, or it was made outside the daemon: nothing is sent, the refund fails with this reason.
+        /// Klarna would refuse it, or it was made outside the daemon, or Klarna answered no attempt clearly and its
+        /// order lists none: nothing is sent, the refund fails with this reason.
         case refuse(String)
     }
 
-    public static func beforeSending(_ intent: Intent, facts: RefundFacts) -> BeforeSending {
+    /// `maxAttempts`: after that many attempts without a clear answer, a read that lists no refund with the reference
+    /// ends it as not made (the read comes after any attempt could still arrive) instead of sending again.
+    public static func beforeSending(_ intent: Intent, maxAttempts: Int, facts: RefundFacts) -> BeforeSending {
         let order = intent.subject
         let amount = intent.amount ?? 0
         if let reference = intent.reference, let seen = facts.refunds.last(where: { $0.reference == reference }) {
@@ -111,6 +124,11 @@ public enum RefundRules {
                 )
             }
             return .done(refundID: seen.id)
+        }
+        if intent.needsResolution, intent.attempts >= maxAttempts {
+            return .refuse(
+                "Klarna answered none of \(intent.attempts) attempts clearly (last: \(intent.lastError ?? "no answer")), and order \(order) lists no refund with reference \(intent.reference ?? "—"): not made; ask again with a new reference"
+            )
         }
         if facts.status == .cancelled { return .refuse("order \(order) is cancelled at Klarna: nothing was captured to refund") }
         let captured = facts.capturedTotal ?? 0
@@ -133,12 +151,11 @@ public enum RefundRules {
         intents.filter { $0.kind == .refund && $0.state == .failed && $0.attempts > 0 }
     }
 
-    /// `retry` of a refund: an unclear attempt to resolve, so that its step reads the order before anything is sent
-    /// (one found made is confirmed; otherwise it goes again under its own idempotency key).
+    /// `retry` of a refund: due again now. It failed without being made (Klarna refused it, or a last read found no
+    /// refund with its reference), and its step reads the order before sending, as always: one found made is
+    /// confirmed, otherwise it goes again under its own idempotency key, for one more attempt.
     public static func retried(_ intent: Intent, by requester: String, now: Date) -> Intent {
-        var intent = intent.ambiguous("re-driven by \(requester)", now: now)
-        intent.nextAttemptAt = now
-        return intent
+        intent.retrying("re-driven by \(requester)", at: now, now: now)
     }
 
     /// The outcome of a refund Klarna made, with its ledger entry (so that the payout's RETURN line matches it).

@@ -1,0 +1,180 @@
+import Foundation
+import HTTPServer
+
+/// The Disputes API v4 endpoints (`/v4/payment/disputes…`, klarna/DISPUTES.md §2.1), with Klarna Network's error body.
+enum DisputeHandlers {
+    static func handle(_ route: KlarnaRoute, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        state.catchUpDisputes(now: context.now)
+        do {
+            return try dispatch(route, context, &state)
+        } catch {
+            return networkError(error.response.status, error.code, error.message)
+        }
+    }
+
+    private static func dispatch(_ route: KlarnaRoute, _ context: KlarnaCallContext, _ state: inout SandboxState) throws(Rejection) -> SandboxResponse
+    {
+        let id = route.parameters.first ?? ""
+        let now = context.now
+        switch route.name {
+        case "disputes.list":
+            return try list(context.request.query, state)
+        case "disputes.read":
+            return raw(200, SandboxDisputeJSON.object(try state.disputeNamed(id)).compactMapValues { $0 })
+        case "disputes.accept_loss":
+            try state.acceptLoss(id, at: now)
+            return raw(202, ["state": "CLOSED"])
+        case "disputes.add_attachment":
+            let file = try attachment(context.request)
+            let attachment = try state.addAttachment(id, name: file.name, type: file.type, size: file.size, at: now)
+            return raw(201, ["payment_dispute_attachment_id": attachment])
+        case "disputes.represent":
+            struct Body: Decodable {
+                struct Attachment: Decodable { let paymentDisputeAttachmentId: String }
+                let attachments: [Attachment]
+                let additionalInformation: String?
+            }
+            let body = try decode(Body.self, context.request.body)
+            let dispute = try state.represent(
+                id, attachments: body.attachments.map(\.paymentDisputeAttachmentId), information: body.additionalInformation, at: now)
+            return raw(
+                201, ["state": dispute.state, "created_at": SandboxDisputeJSON.date(now), "additional_information": body.additionalInformation ?? ""])
+        case "disputes.appeal":
+            struct Body: Decodable { let additionalInformation: String }
+            let dispute = try state.appeal(id, information: try decode(Body.self, context.request.body).additionalInformation, at: now)
+            return raw(201, ["state": dispute.state, "created_at": SandboxDisputeJSON.date(now)])
+        default:
+            throw Rejection(404, "RESOURCE_NOT_FOUND", "No such resource")
+        }
+    }
+
+    /// `GET /v4/payment/disputes`: filtered by `order_ids`, `state` (comma-separated), `updated_at_start` (inclusive)
+    /// and `updated_at_end` (exclusive); oldest first; `size` (1–100, default 20) per page, the next page after
+    /// `starting_after` (the last item of the page before; `last_item` is null on the last page).
+    private static func list(_ query: [String: String], _ state: SandboxState) throws(Rejection) -> SandboxResponse {
+        func set(_ name: String) -> Set<String>? { query[name].map { Set($0.split(separator: ",").map(String.init)) } }
+        func date(_ name: String) throws(Rejection) -> Date? {
+            guard let text = query[name] else { return nil }
+            guard let date = SandboxDisputeJSON.parse(text) else { throw Rejection(400, "VALIDATION_ERROR", "\(name) is not a date-time") }
+            return date
+        }
+        let orders = set("order_ids"), states = set("state")
+        let start = try date("updated_at_start"), end = try date("updated_at_end")
+        let size = Int(query["size"] ?? "20") ?? 0
+        guard (1...100).contains(size) else { throw Rejection(400, "VALIDATION_ERROR", "size must be 1 to 100") }
+        var matching = state.disputeOrder.compactMap { state.disputes[$0] }.filter { dispute in
+            (orders?.contains(dispute.orderID) ?? true) && (states?.contains(dispute.state) ?? true)
+                && (start.map { dispute.updatedAt >= $0 } ?? true) && (end.map { dispute.updatedAt < $0 } ?? true)
+        }
+        let total = matching.count
+        if let after = query["starting_after"] {
+            guard let index = matching.firstIndex(where: { $0.id == after }) else {
+                throw Rejection(400, "VALIDATION_ERROR", "starting_after names no dispute of this list")
+            }
+            matching = Array(matching[(index + 1)...])
+        }
+        let page = Array(matching.prefix(size))
+        let more = matching.count > size
+        return raw(
+            200,
+            [
+                "disputes": page.map { SandboxDisputeJSON.object($0).compactMapValues { $0 } },
+                "pagination": [
+                    "count": page.count, "total": total, "first_item": page.first?.id as Any, "last_item": (more ? page.last?.id : nil) as Any,
+                ],
+            ])
+    }
+
+    /// The `file` part of a `multipart/form-data` upload: its file name (or the `filename` field), type and size.
+    private static func attachment(_ request: ServerRequest) throws(Rejection) -> (name: String, type: String, size: Int) {
+        guard let contentType = request.header("Content-Type"), contentType.lowercased().hasPrefix("multipart/form-data"),
+            let boundary = contentType.split(separator: ";").lazy.map({ $0.trimmingCharacters(in: .whitespaces) })
+                .first(where: { $0.hasPrefix("boundary=") })?.dropFirst(9).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+        else { throw Rejection(400, "INVALID_CONTENT_TYPE", "multipart/form-data with a boundary is required") }
+        let parts = Multipart.parts(request.body, boundary: boundary)
+        guard let file = parts.first(where: { $0.name == "file" }) else { throw Rejection(400, "VALIDATION_ERROR", "the file part is required") }
+        let name = parts.first { $0.name == "filename" }.map { String(decoding: $0.body, as: UTF8.self) } ?? file.filename ?? ""
+        guard (1...1_000).contains(name.count) else { throw Rejection(400, "VALIDATION_ERROR", "a file name of 1 to 1000 characters is required") }
+        return (name, file.type ?? "application/octet-stream", file.body.count)
+    }
+
+    private static func decode<T: Decodable>(_ type: T.Type, _ body: [UInt8]) throws(Rejection) -> T {
+        do {
+            return try SandboxResponse.decoder.decode(type, from: Data(body))
+        } catch {
+            throw Rejection(400, "VALIDATION_ERROR", "The body is not what this operation takes: \(error)")
+        }
+    }
+
+    static func raw(_ status: Int, _ object: [String: Any]) -> SandboxResponse {
+        SandboxResponse(status: status, headers: [("Content-Type", "application/json")], body: SandboxDisputeJSON.body(object))
+    }
+
+    /// Klarna Network's error body: `{error_id, error_type, error_code, error_message}`.
+    static func networkError(_ status: Int, _ code: String, _ message: String) -> SandboxResponse {
+        raw(
+            status,
+            [
+                "error_id": UUID().uuidString.lowercased(), "error_type": status >= 500 ? "SERVER_ERROR" : "INPUT_ERROR", "error_code": code,
+                "error_message": message,
+            ])
+    }
+}
+
+/// A minimal `multipart/form-data` reader: each part's name, file name, content type and bytes.
+enum Multipart {
+    struct Part {
+        var name: String?
+        var filename: String?
+        var type: String?
+        var body: [UInt8]
+    }
+
+    static func parts(_ body: [UInt8], boundary: String) -> [Part] {
+        let delimiter = Array("--\(boundary)".utf8)
+        var parts: [Part] = []
+        var index = find(delimiter, in: body, from: 0)
+        while let start = index {
+            let contentStart = start + delimiter.count
+            // "--" after the delimiter ends the body.
+            if body.count >= contentStart + 2, body[contentStart] == UInt8(ascii: "-"), body[contentStart + 1] == UInt8(ascii: "-") { break }
+            guard let next = find(delimiter, in: body, from: contentStart),
+                let headersEnd = find(Array("\r\n\r\n".utf8), in: body, from: contentStart),
+                headersEnd < next
+            else { break }
+            let headers = String(decoding: body[contentStart..<headersEnd], as: UTF8.self)
+            var end = next
+            if end >= 2, body[end - 2] == 0x0D, body[end - 1] == 0x0A { end -= 2 }
+            var part = Part(body: Array(body[(headersEnd + 4)..<max(headersEnd + 4, end)]))
+            for line in headers.split(separator: "\r\n") {
+                let lower = line.lowercased()
+                if lower.hasPrefix("content-type:") {
+                    part.type = line.dropFirst("content-type:".count).trimmingCharacters(in: .whitespaces).lowercased()
+                } else if lower.hasPrefix("content-disposition:") {
+                    part.name = parameter("name", line)
+                    part.filename = parameter("filename", line)
+                }
+            }
+            parts.append(part)
+            index = next
+        }
+        return parts
+    }
+
+    private static func parameter(_ name: String, _ line: Substring) -> String? {
+        for item in line.split(separator: ";").map({ $0.trimmingCharacters(in: .whitespaces) }) where item.hasPrefix("\(name)=") {
+            return String(item.dropFirst(name.count + 1)).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+        }
+        return nil
+    }
+
+    private static func find(_ needle: [UInt8], in haystack: [UInt8], from: Int) -> Int? {
+        guard !needle.isEmpty, haystack.count >= needle.count, from <= haystack.count - needle.count else { return nil }
+        var index = from
+        while index <= haystack.count - needle.count {
+            if haystack[index] == needle[0], Array(haystack[index..<(index + needle.count)]) == needle { return index }
+            index += 1
+        }
+        return nil
+    }
+}
