@@ -30,19 +30,33 @@ enum DisputeHandlers {
             return raw(201, ["payment_dispute_attachment_id": attachment])
         case "disputes.represent":
             struct Body: Decodable {
-                struct Attachment: Decodable { let paymentDisputeAttachmentId: String }
+                struct Attachment: Decodable {
+                    let paymentDisputeAttachmentId: String
+                    let description: String?
+                }
                 let attachments: [Attachment]
                 let additionalInformation: String?
+                let partnerProposedRefundAmount: Int?
             }
             let body = try decode(Body.self, context.request.body)
+            let chosen = body.attachments.map { (id: $0.paymentDisputeAttachmentId, description: $0.description) }
             let dispute = try state.represent(
-                id, attachments: body.attachments.map(\.paymentDisputeAttachmentId), information: body.additionalInformation, at: now)
+                id, attachments: chosen, information: body.additionalInformation, proposedRefund: body.partnerProposedRefundAmount, at: now)
             return raw(
-                201, ["state": dispute.state, "created_at": SandboxDisputeJSON.date(now), "additional_information": body.additionalInformation ?? ""])
+                201,
+                [
+                    "state": dispute.state, "created_at": SandboxDisputeJSON.date(now), "additional_information": body.additionalInformation as Any,
+                    "attachments": chosen.map { ["payment_dispute_attachment_id": $0.id, "description": $0.description as Any] },
+                ])
         case "disputes.appeal":
-            struct Body: Decodable { let additionalInformation: String }
-            let dispute = try state.appeal(id, information: try decode(Body.self, context.request.body).additionalInformation, at: now)
-            return raw(201, ["state": dispute.state, "created_at": SandboxDisputeJSON.date(now)])
+            struct Body: Decodable {
+                let additionalInformation: String
+                let attachments: [String]?
+            }
+            let body = try decode(Body.self, context.request.body)
+            let dispute = try state.appeal(id, information: body.additionalInformation, attachments: body.attachments, at: now)
+            return raw(
+                201, ["state": dispute.state, "created_at": SandboxDisputeJSON.date(now), "additional_information": body.additionalInformation])
         default:
             throw Rejection(404, "RESOURCE_NOT_FOUND", "No such resource")
         }
@@ -58,6 +72,12 @@ enum DisputeHandlers {
             guard let date = SandboxDisputeJSON.parse(text) else { throw Rejection(400, "VALIDATION_ERROR", "\(name) is not a date-time") }
             return date
         }
+        let known: Set<String> = ["order_ids", "state", "updated_at_start", "updated_at_end", "size", "starting_after"]
+        if let unknown = query.keys.sorted().first(where: { !known.contains($0) }) {
+            // Klarna has more filters (reason, created_at_*, closed_at_*, sort_by, …); answering everything for one
+            // the sandbox does not apply would mislead.
+            throw Rejection(400, "VALIDATION_ERROR", "the sandbox does not filter by \(unknown)")
+        }
         let orders = set("order_ids"), states = set("state")
         let start = try date("updated_at_start"), end = try date("updated_at_end")
         let size = Int(query["size"] ?? "20") ?? 0
@@ -68,10 +88,12 @@ enum DisputeHandlers {
         }
         let total = matching.count
         if let after = query["starting_after"] {
-            guard let index = matching.firstIndex(where: { $0.id == after }) else {
-                throw Rejection(400, "VALIDATION_ERROR", "starting_after names no dispute of this list")
+            // By the dispute's place among all (oldest first), so that a cursor holds while the list's rows change.
+            guard let position = state.disputeOrder.firstIndex(of: after) else {
+                throw Rejection(400, "VALIDATION_ERROR", "starting_after names no dispute")
             }
-            matching = Array(matching[(index + 1)...])
+            let later = Set(state.disputeOrder[(position + 1)...])
+            matching = matching.filter { later.contains($0.id) }
         }
         let page = Array(matching.prefix(size))
         let more = matching.count > size
@@ -130,12 +152,16 @@ enum Multipart {
         var body: [UInt8]
     }
 
+    /// The parts of `body`; none when `boundary` is not 1–70 characters (RFC 2046). A delimiter counts at the start of
+    /// the body or after CRLF only, so a file's bytes may hold the boundary.
     static func parts(_ body: [UInt8], boundary: String) -> [Part] {
-        let delimiter = Array("--\(boundary)".utf8)
+        guard (1...70).contains(boundary.utf8.count) else { return [] }
+        let delimiter = Array("\r\n--\(boundary)".utf8)
+        let first = Array(delimiter.dropFirst(2))
+        guard body.count >= first.count, Array(body[0..<first.count]) == first else { return [] }
         var parts: [Part] = []
-        var index = find(delimiter, in: body, from: 0)
-        while let start = index {
-            let contentStart = start + delimiter.count
+        var contentStart = first.count
+        while true {
             // "--" after the delimiter ends the body.
             if body.count >= contentStart + 2, body[contentStart] == UInt8(ascii: "-"), body[contentStart + 1] == UInt8(ascii: "-") { break }
             guard let next = find(delimiter, in: body, from: contentStart),
@@ -143,9 +169,7 @@ enum Multipart {
                 headersEnd < next
             else { break }
             let headers = String(decoding: body[contentStart..<headersEnd], as: UTF8.self)
-            var end = next
-            if end >= 2, body[end - 2] == 0x0D, body[end - 1] == 0x0A { end -= 2 }
-            var part = Part(body: Array(body[(headersEnd + 4)..<max(headersEnd + 4, end)]))
+            var part = Part(body: Array(body[(headersEnd + 4)..<max(headersEnd + 4, next)]))
             for line in headers.split(separator: "\r\n") {
                 let lower = line.lowercased()
                 if lower.hasPrefix("content-type:") {
@@ -156,7 +180,7 @@ enum Multipart {
                 }
             }
             parts.append(part)
-            index = next
+            contentStart = next + delimiter.count
         }
         return parts
     }
@@ -168,11 +192,17 @@ enum Multipart {
         return nil
     }
 
+    /// Where `needle` (which starts with CR) occurs in `haystack` from `from`, compared in place.
     private static func find(_ needle: [UInt8], in haystack: [UInt8], from: Int) -> Int? {
-        guard !needle.isEmpty, haystack.count >= needle.count, from <= haystack.count - needle.count else { return nil }
+        guard !needle.isEmpty, from >= 0, haystack.count >= needle.count else { return nil }
         var index = from
-        while index <= haystack.count - needle.count {
-            if haystack[index] == needle[0], Array(haystack[index..<(index + needle.count)]) == needle { return index }
+        let last = haystack.count - needle.count
+        while index <= last {
+            if haystack[index] == needle[0] {
+                var matched = 1
+                while matched < needle.count, haystack[index + matched] == needle[matched] { matched += 1 }
+                if matched == needle.count { return index }
+            }
             index += 1
         }
         return nil

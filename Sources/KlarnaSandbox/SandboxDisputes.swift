@@ -28,7 +28,8 @@ extension SandboxState {
         var updatedAt: Date
         /// Attachments uploaded for the evidence: id → (file name, content type, size in bytes).
         var attachments: [(id: String, name: String, type: String, size: Int)] = []
-        var evidence: String?
+        /// What `represent` submitted: the attachments chosen (with their descriptions) and the text.
+        var evidence: (attachments: [(id: String, description: String?)], information: String?)?
         var appeal: String?
     }
 
@@ -164,16 +165,24 @@ extension SandboxState {
         return attachment
     }
 
-    mutating func represent(_ id: String, attachments: [String], information: String?, at now: Date) throws(Rejection) -> Dispute {
+    mutating func represent(
+        _ id: String, attachments: [(id: String, description: String?)], information: String?, proposedRefund: Int?, at now: Date
+    ) throws(Rejection) -> Dispute {
         var dispute = try disputeNamed(id)
         guard dispute.state == "INITIATED" else { throw Rejection(409, "RESOURCE_CONFLICT", "Evidence is taken in INITIATED, not \(dispute.state)") }
-        guard (1...10).contains(attachments.count), attachments.allSatisfy({ id in dispute.attachments.contains { $0.id == id } }) else {
+        guard (1...10).contains(attachments.count), attachments.allSatisfy({ chosen in dispute.attachments.contains { $0.id == chosen.id } }) else {
             throw Rejection(400, "VALIDATION_ERROR", "1 to 10 attachments of this dispute are required")
+        }
+        guard attachments.allSatisfy({ ($0.description?.count ?? 0) <= 1_000 }) else {
+            throw Rejection(400, "VALIDATION_ERROR", "an attachment's description is at most 1000 characters")
         }
         guard (information?.count ?? 0) <= 5_000 else {
             throw Rejection(400, "VALIDATION_ERROR", "additional_information is at most 5000 characters")
         }
-        dispute.evidence = information
+        if let proposedRefund, !(1..<dispute.amount).contains(proposedRefund) {
+            throw Rejection(400, "VALIDATION_ERROR", "partner_proposed_refund_amount must be less than the disputed amount (\(dispute.amount))")
+        }
+        dispute.evidence = (attachments, information)
         dispute.representmentState = "EVIDENCE_RECEIVED"
         move(&dispute, to: "REPRESENTMENT", at: now)
         disputes[id] = dispute
@@ -181,10 +190,15 @@ extension SandboxState {
         return dispute
     }
 
-    mutating func appeal(_ id: String, information: String, at now: Date) throws(Rejection) -> Dispute {
+    mutating func appeal(_ id: String, information: String, attachments: [String]?, at now: Date) throws(Rejection) -> Dispute {
         var dispute = try disputeNamed(id)
         guard dispute.state == "PRE_ARBITRATION" else {
             throw Rejection(409, "RESOURCE_CONFLICT", "An appeal is taken in PRE_ARBITRATION, not \(dispute.state)")
+        }
+        if let attachments {
+            guard (1...10).contains(attachments.count), attachments.allSatisfy({ chosen in dispute.attachments.contains { $0.id == chosen } }) else {
+                throw Rejection(400, "VALIDATION_ERROR", "an appeal's attachments are 1 to 10 of this dispute's")
+            }
         }
         guard (1...10_000).contains(information.count) else {
             throw Rejection(400, "VALIDATION_ERROR", "additional_information must be 1 to 10000 characters")
@@ -268,8 +282,13 @@ enum SandboxDisputeJSON {
         ]
         if let evidence = dispute.evidence {
             representment["partner_evidence"] = [
-                "additional_information": evidence,
-                "attachments": dispute.attachments.map { ["payment_dispute_attachment_id": $0.id, "filename": $0.name] },
+                "additional_information": evidence.information as Any,
+                "attachments": evidence.attachments.map { chosen in
+                    [
+                        "payment_dispute_attachment_id": chosen.id, "description": chosen.description as Any,
+                        "filename": dispute.attachments.first { $0.id == chosen.id }?.name as Any,
+                    ]
+                },
             ]
         }
         var context: [String: Any?] = [:]

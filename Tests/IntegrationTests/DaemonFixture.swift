@@ -118,7 +118,7 @@ final class DaemonFixture: @unchecked Sendable {
         try process.run()
         daemon = process
         // With WATCHDOG_USEC set, the supervisor's first ping may come before READY=1: skip datagrams until READY.
-        let deadline = ContinuousClock.now + .seconds(20)
+        let deadline = ContinuousClock.now + .seconds(20) * waitSlack
         var ready: String?
         while ContinuousClock.now < deadline, let next = try await notify.receive(timeout: deadline - ContinuousClock.now) {
             if next.hasPrefix("READY=1") { ready = next; break }

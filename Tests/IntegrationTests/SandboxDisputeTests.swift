@@ -64,12 +64,17 @@ struct SandboxDisputeTests {
             let uploaded = try await upload(h, unauthorized.paymentDisputeId, name: "receipt.pdf", type: "application/pdf", size: 2_048)
             let attachment = try #require(uploaded.object["payment_dispute_attachment_id"] as? String, "\(uploaded)")
             #expect(try await call(h, "POST", path(unauthorized.paymentDisputeId, "/appeal"), json: #"{"additional_information":"x"}"#).status == 409)
+            let proposal = try await call(
+                h, "POST", path(unauthorized.paymentDisputeId, "/represent"),
+                json: #"{"attachments":[{"payment_dispute_attachment_id":"\#(attachment)"}],"partner_proposed_refund_amount":4000}"#)
+            #expect(proposal.status == 400, "a proposed refund must be below the disputed amount")
             let represented = try await call(
                 h, "POST", path(unauthorized.paymentDisputeId, "/represent"),
-                json:
-                    #"{"attachments":[{"payment_dispute_attachment_id":"\#(attachment)","description":"receipt"}],"additional_information":"delivered"}"#
-            )
+                json: #"{"attachments":[{"payment_dispute_attachment_id":"\#(attachment)","description":"receipt"}]}"#)
             #expect(represented.status == 201 && represented.object["state"] as? String == "REPRESENTMENT")
+            let representedContext = try await call(h, "GET", path(unauthorized.paymentDisputeId)).object["state_context"] as? [String: Any]
+            let evidence = representedContext?["partner_evidence"] as? [String: Any]
+            #expect((evidence?["attachments"] as? [Any])?.count == 1, "the evidence shows without additional information")
             #expect(try await call(h, "POST", path(unauthorized.paymentDisputeId, "/accept-loss")).status == 409, "no accept-loss in REPRESENTMENT")
 
             // A preliminary loss opens the appeal window; an appeal goes to arbitration; Klarna's final word closes it.
@@ -150,6 +155,7 @@ struct SandboxDisputeTests {
             #expect(try await call(h, "GET", "/v4/payment/disputes?state=CLOSED").object["disputes"] as? [Any] != nil)
             #expect((try await call(h, "GET", "/v4/payment/disputes?state=CLOSED").object["disputes"] as? [Any])?.isEmpty == true)
             #expect(try await call(h, "GET", "/v4/payment/disputes?size=0").status == 400)
+            #expect(try await call(h, "GET", "/v4/payment/disputes?reason=PURCHASE_UNAUTHORIZED").status == 400, "a filter it does not apply")
         }
     }
 }

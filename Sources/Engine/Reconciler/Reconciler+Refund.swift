@@ -21,14 +21,16 @@ extension Reconciler {
         let detail = ["intent": intent.key, "reference": intent.reference ?? ""]
         let read: KlarnaAPI.Order
         switch try await klarna(&change, .inMotion, { try await client.readOrder(id: order.orderID) }) {
-        case .failure(let error) where error.status == 404 && !intent.needsResolution:
+        case .failure(let error) where error.status == 404:
+            // No order at Klarna, so no refund of it either, whatever an earlier attempt did.
             return try await refundEnded(
                 order, intent.failed(Self.short(error), now: now),
                 reason: "Klarna does not know order \(order.orderID) (\(Self.short(error))): not refunded",
                 currency: nil, change: change, detail: detail.merging(Self.detail(error)) { $1 })
         case .failure(let error):
-            let at = now.addingTimeInterval(readDelay(failures: 1, error).timeInterval)
-            change.intents = [intent.waiting(until: at, error: Self.short(error), now: now)]
+            let failures = (intent.readFailures ?? 0) + 1
+            let at = now.addingTimeInterval(readDelay(failures: failures, error).timeInterval)
+            change.intents = [intent.readFailed(failures: failures, until: at, error: Self.short(error), now: now)]
             change.events.append(
                 NewEvent(
                     hppSessionID: order.hppSessionID, orderID: order.orderID,
@@ -43,7 +45,13 @@ extension Reconciler {
             status: read.status, capturedTotal: read.capturedTotal, refundedTotal: read.refundedAmount,
             refunds: read.refunds.map { RefundFacts.Seen(id: $0.refundID, amount: $0.refundedAmount ?? 0, reference: $0.reference) },
             currency: read.purchaseCurrency)
-        switch RefundRules.beforeSending(intent, maxAttempts: settings.writeRetry.maxAttempts, facts: facts) {
+        switch RefundRules.beforeSending(
+            intent, maxAttempts: settings.writeRetry.maxAttempts, longestCall: settings.longestCall, now: now, facts: facts)
+        {
+        case .readAgain(let at):
+            change.intents = [intent.waiting(until: at, now: now)]
+            try await commit(change, now: now)
+            return Self.refundWaits(until: at, order)
         case .done(let refundID):
             change.events.append(
                 NewEvent(

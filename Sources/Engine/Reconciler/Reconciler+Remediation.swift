@@ -93,19 +93,8 @@ extension Reconciler {
             return .success("re-driven: reading Klarna first")
         case (.retry, .order(let id)):
             guard let order = try await store.order(id) else { return .failure(RemediationRefusal(status: 404, "order \(id) is not tracked")) }
+            if let refusal = order.retryRefusal { return .failure(refusal) }
             let intents = try await store.intents(subject: id)
-            // Refunds that failed at Klarna are re-driven with the order, or alone when the order itself is fine.
-            let refunds = RefundRules.retryable(intents)
-            if !refunds.isEmpty {
-                change.intents += refunds.map { RefundRules.retried($0, by: who, now: now) }
-                note(
-                    "retry by \(who): \(refunds.count) failed refund(s) (\(refunds.compactMap(\.reference).joined(separator: ", "))) again, reading the order first"
-                )
-            }
-            if let refusal = order.retryRefusal {
-                guard !refunds.isEmpty else { return .failure(refusal) }
-                return .success("re-driven: \(refunds.count) refund(s), reading the order first")
-            }
             let (step, intent) = order.retried(intents: intents, by: who, now: now)
             record(step, into: &change)
             if let intent { change.intents.append(intent) }

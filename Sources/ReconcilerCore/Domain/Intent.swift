@@ -49,6 +49,9 @@ public struct Intent: Codable, Sendable, Equatable {
     /// `merchant_refund_reference`) and the customer-visible description.
     public var reference: String?
     public var refundDescription: String?
+    /// Reads before the next attempt that failed in a row (refunds read the order before every attempt), for the
+    /// backoff; nil when the last read went through.
+    public var readFailures: Int?
     public var createdAt: Date
     public var updatedAt: Date
 
@@ -74,6 +77,7 @@ public struct Intent: Codable, Sendable, Equatable {
     /// Written (and committed) right before the request leaves.
     public func sending(now: Date) -> Intent {
         var intent = self
+        intent.readFailures = nil
         intent.state = .sent
         intent.attempts += 1
         intent.updatedAt = now
@@ -124,6 +128,13 @@ public struct Intent: Codable, Sendable, Equatable {
         var intent = self
         intent.settleUntil = until
         intent.nextAttemptAt = until
+        return intent
+    }
+
+    /// The read before its next attempt failed once more (`failures` in a row): it waits until `at`, its state unchanged.
+    public func readFailed(failures: Int, until at: Date, error: String, now: Date) -> Intent {
+        var intent = waiting(until: at, error: error, now: now)
+        intent.readFailures = failures
         return intent
     }
 

@@ -109,11 +109,15 @@ public enum RefundRules {
         /// Klarna would refuse it, or it was made outside the daemon, or Klarna answered no attempt clearly and its
         /// order lists none: nothing is sent, the refund fails with this reason.
         case refuse(String)
+        /// Out of attempts, and the last one may still be on its way to Klarna: read again at this time before calling
+        /// it not made.
+        case readAgain(at: Date)
     }
 
     /// `maxAttempts`: after that many attempts without a clear answer, a read that lists no refund with the reference
-    /// ends it as not made (the read comes after any attempt could still arrive) instead of sending again.
-    public static func beforeSending(_ intent: Intent, maxAttempts: Int, facts: RefundFacts) -> BeforeSending {
+    /// ends it as not made instead of sending again, once no attempt can still arrive: `longestCall` after the last was
+    /// marked sent (its `updatedAt`, whether its answer was lost or the daemon died waiting for it).
+    public static func beforeSending(_ intent: Intent, maxAttempts: Int, longestCall: Duration, now: Date, facts: RefundFacts) -> BeforeSending {
         let order = intent.subject
         let amount = intent.amount ?? 0
         if let reference = intent.reference, let seen = facts.refunds.last(where: { $0.reference == reference }) {
@@ -126,6 +130,8 @@ public enum RefundRules {
             return .done(refundID: seen.id)
         }
         if intent.needsResolution, intent.attempts >= maxAttempts {
+            let settled = intent.updatedAt.addingTimeInterval(longestCall.timeInterval)
+            guard now.hasReached(settled) else { return .readAgain(at: settled) }
             return .refuse(
                 "Klarna answered none of \(intent.attempts) attempts clearly (last: \(intent.lastError ?? "no answer")), and order \(order) lists no refund with reference \(intent.reference ?? "—"): not made; ask again with a new reference"
             )
@@ -144,19 +150,6 @@ public enum RefundRules {
 
     /// A refund still to be made or resolved: the open work it makes (whatever its order's phase), what `hold` stops.
     public static func isUnderWay(_ intent: Intent) -> Bool { intent.kind == .refund && !intent.isFinished }
-
-    /// The refunds `retry` re-drives: those that failed after reaching Klarna (refused by it, or no clear answer).
-    /// One refused before any attempt (by the rules above) is asked for again with a new reference instead.
-    public static func retryable(_ intents: [Intent]) -> [Intent] {
-        intents.filter { $0.kind == .refund && $0.state == .failed && $0.attempts > 0 }
-    }
-
-    /// `retry` of a refund: due again now. It failed without being made (Klarna refused it, or a last read found no
-    /// refund with its reference), and its step reads the order before sending, as always: one found made is
-    /// confirmed, otherwise it goes again under its own idempotency key, for one more attempt.
-    public static func retried(_ intent: Intent, by requester: String, now: Date) -> Intent {
-        intent.retrying("re-driven by \(requester)", at: now, now: now)
-    }
 
     /// The outcome of a refund Klarna made, with its ledger entry (so that the payout's RETURN line matches it).
     public static func refunded(

@@ -111,11 +111,6 @@ public enum Remediation {
                 return .success(orders.map { .order($0.orderID) })
             }
             let sessions = payment.sessions.filter { $0.outcome.map(retryable.contains) == true }
-            if sessions.isEmpty, orderID == nil {
-                let refunded = payment.orders.filter { order in !RefundRules.retryable(payment.intents.filter { $0.subject == order.orderID }).isEmpty
-                }
-                if !refunded.isEmpty { return .success(refunded.map { .order($0.orderID) }) }
-            }
             guard !sessions.isEmpty else { return .failure(RemediationRefusal("nothing to retry: \(payment.state)")) }
             for session in sessions {
                 if let refusal = session.retryRefusal(orderID: orderID, now: now) { return .failure(refusal) }
