@@ -62,6 +62,34 @@ struct RefundTests {
         }
     }
 
+    @Test(
+        "The read before a refund fails (503, then a timeout): it is tried again with a growing wait, the refund then made once; an order Klarna does not know (404) ends the refund as refund_failed, nothing sent"
+    )
+    func readBeforeRefundFails() async throws {
+        try await EngineHarness.with(requestTimeout: .seconds(2)) { h in
+            let orderID = try await h.capturedOrder(8_000)
+            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .status, status: 503, count: 1))
+            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .delay, delayMs: 2_500, count: 1))
+            _ = try await h.askRefund(orderID, 1_500, reference: "slow-read")
+            _ = try await h.reconciler.process(.order(orderID))
+            let first = try #require(try await h.store.intents(subject: orderID).first { $0.kind == .refund })
+            #expect(first.readFailures == 1 && first.state == .intended && h.sandbox.requests(route: "om.create_refund").isEmpty)
+            try await h.run()
+            #expect(h.effects(.refunded, order: orderID).map(\.amount) == [1_500])
+            #expect(h.sandbox.requests(route: "om.create_refund").count == 1)
+            let events = try await h.store.timeline(for: orderID).events
+            #expect(events.filter { $0.kind == "read_failed" && $0.message.contains("before refunding") }.count == 2)
+
+            h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .status, status: 404, count: 1))
+            _ = try await h.askRefund(orderID, 500, reference: "gone")
+            try await h.run()
+            let outcomes = try await h.refundOutcomes(orderID)
+            #expect(outcomes.map(\.kind) == [.refunded, .refundFailed])
+            #expect(outcomes.last?.reason.contains("Klarna does not know order") == true, "\(outcomes.last?.reason ?? "")")
+            #expect(h.sandbox.requests(route: "om.create_refund").count == 1, "nothing sent for the order Klarna does not know")
+        }
+    }
+
     @Test("A refund of more than captured minus refunded is refused from a read of the order, never sent; one within it is made")
     func refusedAmounts() async throws {
         try await EngineHarness.with { h in
