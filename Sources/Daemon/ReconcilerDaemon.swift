@@ -18,7 +18,7 @@ import SystemdSupport
 import UnixSignals
 
 /// The daemon, assembled: the store, the Klarna client, the engine's workers, ingest (socket and spool), the
-/// operators' socket, outcome delivery, settlements, retention, reloads and the supervisor that keeps systemd
+/// operators' socket, outcome delivery, settlements, disputes, retention, reloads and the supervisor that keeps systemd
 /// informed, as services in one `ServiceGroup`. `klarna-reconciler run` runs one per process; a test runs one
 /// in-process, stops it with ``stop()`` and reloads it with ``reload()``.
 public final class ReconcilerDaemon: Sendable {
@@ -182,6 +182,13 @@ public final class ReconcilerDaemon: Sendable {
                 store: store, client: client, clock: clock, rateLimiter: rateLimiter, settings: settings.settlements,
                 logger: logger, outcomeBell: outcomeBell)
             : nil
+        // Klarna's disputes and their deadlines, read behind payment work (`disputes.enabled`).
+        let disputes =
+            settings.disputes.enabled
+            ? DisputeService(
+                store: store, client: client, clock: clock, rateLimiter: rateLimiter, settings: settings.disputes, logger: logger,
+                outcomeBell: outcomeBell)
+            : nil
 
         let open: Int
         do {
@@ -192,7 +199,7 @@ public final class ReconcilerDaemon: Sendable {
             throw StartFailure("cannot read open work from \(settings.storeDescription): \(error)", errno: EIO)
         }
         let ingestor = Ingestor(
-            rules: Self.ingestRules(settings), store: store, clock: clock, logger: logger,
+            rules: Self.ingestRules(settings), store: store, clock: clock, logger: logger, disputeBell: disputes?.bell,
             wake: wake)
         var heartbeats = [workLoop]
         var spoolService: SpoolService?
@@ -229,7 +236,7 @@ public final class ReconcilerDaemon: Sendable {
                 await gauges.update(now: clock.now, backlog: await scheduler.backlog(now: clock.now), ready: readiness.report().ready)
                 return MetricsExposition.text(of: options.metrics)
             })
-        let desk = OperatorDesk(store: store, wake: wake)
+        let desk = OperatorDesk(store: store, wake: wake, disputeBell: disputes?.bell)
         let servers: [HTTPServer]
         do {
             servers = try await Self.listen(
@@ -281,6 +288,7 @@ public final class ReconcilerDaemon: Sendable {
             reconciler.update(settings: new.engine)
             budget.configure(ratePerSecond: new.ratePerSecond, burst: new.rateBurst)
             settlements?.update(settings: new.settlements)
+            disputes?.update(settings: new.disputes)
             ingestor.update(Self.ingestRules(new))
             options.logLevel.value = new.logLevel
         }
@@ -304,6 +312,7 @@ public final class ReconcilerDaemon: Sendable {
             store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" },
             acknowledgedDirectory: settings.outboxDirectory + "/cur", clock: clock)
         if let settlements { services.append(.init(service: settlements)) }
+        if let disputes { services.append(.init(service: disputes)) }
         services += [
             .init(service: reload),
             .init(service: RetentionService(pruner: pruner, interval: settings.retentionInterval, logger: logger)),

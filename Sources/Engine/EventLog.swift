@@ -35,7 +35,15 @@ enum EventLog {
         if let id = outcome.captureID { metadata["capture_id"] = .string(id) }
         if let id = outcome.refundID { metadata["refund_id"] = .string(id) }
         if let reference = outcome.refundReference { metadata["refund_reference"] = .string(reference) }
-        let level: Logger.Level = outcome.kind == .needsAttention || outcome.kind == .refundFailed ? .error : .notice
+        if let id = outcome.disputeID { metadata["dispute_id"] = .string(id) }
+        if let state = outcome.disputeState { metadata["dispute_state"] = .string(state) }
+        if let deadline = outcome.deadline { metadata["deadline"] = .string(TrackedSession.format(deadline)) }
+        let level: Logger.Level =
+            switch outcome.kind {
+            case .needsAttention, .refundFailed, .disputeLost, .disputeActionFailed: .error
+            case .disputeOpened, .disputeDeadline: .warning
+            default: .notice
+            }
         logger.log(level: level, "outcome \(outcome.kind.rawValue): \(outcome.reason)", metadata: metadata)
     }
 

@@ -17,13 +17,19 @@ public struct OperatorDesk: Sendable {
         case queued([OperatorRequest])
     }
 
-    let store: any OperatorStore
+    let store: any OperatorStore & DisputeReports
     /// Wakes the engine for the keys at once (the daemon's socket); `nil` leaves a wakeup row the daemon polls.
     let wake: (@Sendable ([WorkKey]) async -> Void)?
+    /// Wakes the dispute service for an action at once (the daemon's socket); without it the service finds the action
+    /// at its next poll.
+    let disputeBell: Doorbell?
 
-    public init(store: any OperatorStore, wake: (@Sendable ([WorkKey]) async -> Void)? = nil) {
+    public init(
+        store: any OperatorStore & DisputeReports, wake: (@Sendable ([WorkKey]) async -> Void)? = nil, disputeBell: Doorbell? = nil
+    ) {
         self.store = store
         self.wake = wake
+        self.disputeBell = disputeBell
     }
 
     public func request(
@@ -79,6 +85,9 @@ public struct PaymentStory: Codable, Sendable {
     public var outcomes: [StoredOutcome]
     /// Work key (`session:…`, `order:…`) → the hold in force.
     public var holds: [String: Hold]
+    /// The orders' disputes, and the operators' actions on them (without files). Empty from a daemon older than these.
+    public var disputes: [TrackedDispute]?
+    public var disputeActions: [DisputeAction]?
 }
 
 extension OperatorDesk {
@@ -98,6 +107,7 @@ extension OperatorDesk {
         let found = try await store.timeline(for: id)
         guard !found.sessions.isEmpty || !found.orders.isEmpty else { return nil }
         let holds = try await store.holds(found.sessions.map { .session($0.hppSessionID) } + found.orders.map { .order($0.orderID) })
+        let disputes = found.orders.isEmpty ? [] : try await store.disputes(orderIDs: found.orders.map(\.orderID))
         return PaymentStory(
             sessions: found.sessions.map(\.redacted), orders: found.orders, intents: found.intents.map(\.redacted), events: found.events,
             outcomes: found.outcomes.map { stored in
@@ -105,6 +115,7 @@ extension OperatorDesk {
                 shown.outcome = stored.outcome.redacted
                 return shown
             },
-            holds: Dictionary(uniqueKeysWithValues: holds.map { ($0.key.description, $0.value) }))
+            holds: Dictionary(uniqueKeysWithValues: holds.map { ($0.key.description, $0.value) }), disputes: disputes,
+            disputeActions: disputes.isEmpty ? [] : try await store.disputeActions(disputeIDs: disputes.map(\.id)))
     }
 }

@@ -32,13 +32,18 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
     public var expectedAmount: Int?
     /// Refund outcomes: the shop's reference of the refund.
     public var refundReference: String?
+    /// Dispute outcomes: the dispute, its state and its deadline.
+    public var disputeId: String?
+    public var disputeState: String?
+    public var deadline: Date?
 
     public init(_ stored: StoredOutcome) {
         let outcome = stored.outcome
         id = stored.id
         idempotencyKey = IdempotencyKey.uuidV5(
             namespace: IdempotencyKey.namespace,
-            name: "outcome:\(stored.id):\(outcome.kind.rawValue):\(outcome.orderID ?? outcome.hppSessionID ?? outcome.paymentRequestID ?? "")"
+            name:
+                "outcome:\(stored.id):\(outcome.kind.rawValue):\(outcome.orderID ?? outcome.hppSessionID ?? outcome.paymentRequestID ?? outcome.disputeID ?? "")"
         ).uuidString.lowercased()
         at = stored.at
         self.outcome = outcome.kind.rawValue
@@ -60,6 +65,9 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
         refundId = outcome.refundID
         expectedAmount = outcome.expectedAmount
         refundReference = outcome.refundReference
+        disputeId = outcome.disputeID
+        disputeState = outcome.disputeState
+        deadline = outcome.deadline
     }
 
     /// The daemon's one JSON convention (``OperatorJSON``).

@@ -10,7 +10,8 @@ import ReconcilerStore
 /// Who asked is the connecting process's uid (`SO_PEERCRED`), never something the request claims. The monitoring
 /// routes (`/v1/health`, `/v1/ready`, `/metrics`) answer here too.
 /// Routes: `GET /v2/status`, `GET /v2/payments[?state=S&limit=N]`, `GET /v2/payments/{id}`,
-/// `GET /v2/payments/{id}/settlements`, `GET /v2/settlements[?since=DATE&payout=REF]`, `POST /v2/payments/{id}/{action}`.
+/// `GET /v2/payments/{id}/settlements`, `GET /v2/settlements[?since=DATE&payout=REF]`, `POST /v2/payments/{id}/{action}`,
+/// `GET /v2/disputes[?open=true&due_within_days=N]`, `POST /v2/disputes/{id}/{accept-loss|appeal}`.
 public enum ControlHTTP {
     /// The header the command line sends so the timeline says "via the command line" rather than "via the control
     /// socket"; the uid comes from the socket either way.
@@ -67,6 +68,10 @@ public enum ControlHTTP {
                     return reply(try await reports.settlementLines(orderIDs: story.orders.map(\.orderID)))
                 case ("POST", let path) where path.count == 3 && path[0] == "payments":
                     return try await operate(desk, request, id: path[1], action: path[2], wait: wait, version: version)
+                case ("GET", ["disputes"]):
+                    return try await disputes(desk, request, version: version)
+                case ("POST", let path) where path.count == 3 && path[0] == "disputes":
+                    return try await disputeAction(desk, request, id: path[1], action: path[2], wait: wait, version: version)
                 default:
                     return IngestHTTP.json(404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200))"])
                 }
@@ -124,6 +129,56 @@ public enum ControlHTTP {
             return reply(
                 OperatorReply(status: refused ? .refused : .done, requests: requests.map(OperatorReply.Part.init), payment: orders),
                 status: refused ? 409 : 200, version: version)
+        }
+    }
+
+    /// `GET /v2/disputes?open=true&due_within_days=N`: as `disputes` prints them (``DisputeView``), nearest deadline first.
+    static func disputes(_ desk: OperatorDesk, _ request: ServerRequest, version: Version) async throws -> ServerReply {
+        let open = request.query["open"].map { ["1", "true", "yes"].contains($0.lowercased()) } ?? false
+        var within: Duration?
+        if let text = request.query["due_within_days"], !text.isEmpty {
+            guard let days = Int(text), (0...3_650).contains(days) else {
+                return IngestHTTP.json(400, ["error": "malformed", "detail": "due_within_days must be whole days from 0 to 3650"])
+            }
+            within = .seconds(days * 86_400)
+        }
+        return reply(try await desk.disputes(openOnly: open, dueWithin: within, now: Date()), version: version)
+    }
+
+    /// `POST /v2/disputes/{id}/{accept-loss|appeal}` (an appeal's body: `{"information": TEXT}`): 200 once the daemon
+    /// ended the action (`done`; 409 `refused` or `failed` with the reason), 202 while it is under way. Evidence takes a
+    /// file and comes from the command line (`dispute evidence`), which records it in the store itself.
+    static func disputeAction(
+        _ desk: OperatorDesk, _ request: ServerRequest, id raw: String, action word: String, wait: Duration, version: Version
+    ) async throws -> ServerReply {
+        guard let id = paymentID(raw) else { return badID }
+        guard let kind = DisputeAction.Kind.allCases.first(where: { $0.word == word }), kind != .evidence else {
+            return IngestHTTP.json(
+                404, ["error": "not_found", "detail": "no dispute action \(word.prefix(40)); accept-loss or appeal (evidence: the command line)"])
+        }
+        var information: String?
+        if kind == .appeal {
+            guard let body = try? JSONSerialization.jsonObject(with: Data(request.body)) as? [String: Any], let text = body["information"] as? String,
+                DisputeAction.informationProblem(text) == nil
+            else {
+                return IngestHTTP.json(
+                    400, ["error": "malformed", "detail": "an appeal's body is {\"information\": TEXT} with 1–10000 characters"])
+            }
+            information = text
+        }
+        let wait = request.query["wait"].flatMap(Int.init).map { Duration.seconds(min(max(0, $0), 60)) } ?? wait
+        let via =
+            request.peerUID == nil
+            ? "the loopback TCP port" : request.header(clientHeader) == "command-line" ? "the command line" : "the control socket"
+        let action = DisputeAction(
+            disputeID: id, orderID: nil, kind: kind, requestedAt: Date(), requestedBy: OperatorDesk.requester(uid: request.peerUID, via: via),
+            information: information)
+        switch try await desk.request(action, now: Date(), wait: wait) {
+        case .refused(let reason):
+            return IngestHTTP.json(404, ["error": "unknown_dispute", "detail": reason])
+        case .recorded(let action, _):
+            let status = action.state == .done ? 200 : action.isFinished ? 409 : 202
+            return reply(action, status: status, version: version)
         }
     }
 

@@ -34,22 +34,28 @@ public struct Ingestor: Sendable {
     let logger: Logger
     /// Hands keys with new work to the running engine at once (the wakeups table is the durable fallback).
     let wake: @Sendable ([WorkKey]) async -> Void
+    /// Rung after a dispute hint is recorded: the dispute service reads its hints at once (the hint rows are the
+    /// durable fallback, read at every sync).
+    let disputeBell: Doorbell?
 
     public init(
         reader: WebhookReader, store: any IngestStore, defaultCapturePolicy: CapturePolicy, clock: any WallClock,
-        logger: Logger, wake: @escaping @Sendable ([WorkKey]) async -> Void
+        logger: Logger, disputeBell: Doorbell? = nil, wake: @escaping @Sendable ([WorkKey]) async -> Void
     ) {
         self.init(
-            rules: Rules(reader: reader, defaultCapturePolicy: defaultCapturePolicy), store: store, clock: clock, logger: logger, wake: wake)
+            rules: Rules(reader: reader, defaultCapturePolicy: defaultCapturePolicy), store: store, clock: clock, logger: logger,
+            disputeBell: disputeBell, wake: wake)
     }
 
     public init(
-        rules: Rules, store: any IngestStore, clock: any WallClock, logger: Logger, wake: @escaping @Sendable ([WorkKey]) async -> Void
+        rules: Rules, store: any IngestStore, clock: any WallClock, logger: Logger, disputeBell: Doorbell? = nil,
+        wake: @escaping @Sendable ([WorkKey]) async -> Void
     ) {
         self.rules = Live(rules)
         self.store = store
         self.clock = clock
         self.logger = logger
+        self.disputeBell = disputeBell
         self.wake = wake
     }
 
@@ -156,6 +162,7 @@ public struct Ingestor: Sendable {
             logger.info("\(record.summary)", metadata: ["source": .string(source), "kind": .string(record.kind)])
             if let warning { logger.warning("\(warning)", metadata: ["source": .string(source)]) }
             await wake(keys)
+            if case .hintDispute = record.action { disputeBell?.ring() }
             return Answer(status: 202, word: "accepted", detail: record.summary)
         case .repeated(let firstSeen):
             logger.info("repeat of a delivery first seen \(firstSeen.formatted(.iso8601)): \(record.summary)", metadata: ["source": .string(source)])
@@ -184,6 +191,10 @@ public struct Ingestor: Sendable {
         case .omNotification(let orderID, let eventType):
             summary = "OM notification \(eventType) for order \(orderID)"
             action = .hintOrder(orderID: orderID)
+        case .klarnaDispute(let eventID, let eventType, let disputeID, let orderID):
+            summary = "Klarna dispute webhook \(eventType) (event \(eventID)) for dispute \(disputeID) of order \(orderID ?? "?")"
+            // A hint: the dispute service reads the dispute before anything is recorded of it.
+            action = .hintDispute(disputeID: disputeID)
         case .klarnaNetwork(let eventID, let eventType, let paymentRequestID, let state):
             summary =
                 "Klarna Network \(eventType) (event \(eventID)) for \(paymentRequestID ?? "an unnamed payment request") in state \(state ?? "?")"

@@ -39,6 +39,8 @@ public enum Webhook: Sendable, Equatable {
     case kpAuthorization(kpSessionID: String, authorizationTokenTail: String, tokenDigest: String)
     case omNotification(orderID: String, eventType: String)
     case klarnaNetwork(eventID: String, eventType: String, paymentRequestID: String?, state: String?)
+    /// A Disputes API v4 webhook (`payment.dispute.*`, signed like Klarna Network's): which dispute to read.
+    case klarnaDispute(eventID: String, eventType: String, disputeID: String, orderID: String?)
     case track(TrackRequest)
     case capture(orderID: String, amount: Int?, requestID: String?)
     case refund(RefundAsk)
@@ -49,6 +51,7 @@ public enum Webhook: Sendable, Equatable {
         case .kpAuthorization: "kp_authorization"
         case .omNotification: "om_notification"
         case .klarnaNetwork: "klarna_network"
+        case .klarnaDispute: "klarna_dispute"
         case .track: "track_request"
         case .capture: "capture_request"
         case .refund: "refund_request"
@@ -63,6 +66,7 @@ public enum Webhook: Sendable, Equatable {
         case .kpAuthorization(_, _, let digest): "kp-authorization:\(digest)"
         case .omNotification(let orderID, let eventType): "om-notification:\(orderID):\(eventType)"
         case .klarnaNetwork(let eventID, _, _, _): "kn-event:\(eventID)"
+        case .klarnaDispute(let eventID, _, _, _): "kn-event:\(eventID)"
         case .track: nil
         case .capture(let orderID, _, let requestID): requestID.map { "capture-request:\(orderID):\($0)" }
         // Recorded once by its idempotency key, as an intent: a repeat is answered from that intent.
@@ -118,6 +122,7 @@ public struct WebhookReader: Sendable {
 
     public static let omEventTypes: Set<String> = ["FRAUD_RISK_ACCEPTED", "FRAUD_RISK_REJECTED", "FRAUD_RISK_STOPPED"]
     public static let networkEventPrefix = "payment.request.state-change."
+    public static let disputeEventPrefix = "payment.dispute."
 
     /// - Returns: the webhook and, under the `warn` policy, a warning to record with it.
     ///
@@ -189,8 +194,16 @@ public struct WebhookReader: Sendable {
             }
             let eventID = try Self.string(metadata, "event_id", in: "metadata.")
             let eventType = try Self.string(metadata, "event_type", in: "metadata.")
+            if eventType.hasPrefix(Self.disputeEventPrefix) {
+                let disputeID = try Self.string(payload, "payment_dispute_id", in: "payload.")
+                return (
+                    .klarnaDispute(eventID: eventID, eventType: eventType, disputeID: disputeID, orderID: Self.text(payload["order_id"])), nil
+                )
+            }
             guard eventType.hasPrefix(Self.networkEventPrefix) else {
-                throw Rejection(400, "unknown_event_type", "event_type \(eventType.prefix(80)) is not a \(Self.networkEventPrefix)* event")
+                throw Rejection(
+                    400, "unknown_event_type",
+                    "event_type \(eventType.prefix(80)) is neither a \(Self.networkEventPrefix)* nor a \(Self.disputeEventPrefix)* event")
             }
             return (
                 .klarnaNetwork(
@@ -251,7 +264,9 @@ public struct WebhookReader: Sendable {
         let hppStatus = BoundedJSON.Keep.fields(["event_id": .value, "session": fields("session_id", "status")])
         let kpAuthorization = fields("authorization_token", "session_id")
         let omNotification = fields("order_id", "event_type")
-        let klarnaNetwork = BoundedJSON.Keep.fields(["metadata": fields("event_id", "event_type"), "payload": fields("payment_request_id", "state")])
+        let klarnaNetwork = BoundedJSON.Keep.fields([
+            "metadata": fields("event_id", "event_type"), "payload": fields("payment_request_id", "state", "payment_dispute_id", "order_id"),
+        ])
         let track = fields("hpp_session_id", "kp_session_id", "place_order_mode", "merchant_reference", "capture", "intent")
         let capture = fields("order_id", "amount", "request_id")
         let refund = fields("amount", "reference", "description")

@@ -58,7 +58,9 @@ struct SessionDelivery: Sendable {
         default:
             return nil
         }
-        func simple(_ writes: IngestWrites) -> Bool { writes.paymentRequest == nil && writes.captureRequest == nil && writes.delivered }
+        func simple(_ writes: IngestWrites) -> Bool {
+            writes.paymentRequest == nil && writes.captureRequest == nil && writes.disputeHint == nil && writes.delivered
+        }
         guard case .write(let whenTracked, let ifTracked) = tracked, case .write(let whenUntracked, let ifUntracked) = untracked,
             whenTracked.newSession == nil, simple(whenTracked), simple(whenUntracked),
             whenUntracked.newSession.map({ $0.hppSessionID == sessionID }) ?? true

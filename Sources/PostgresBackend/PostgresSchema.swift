@@ -174,6 +174,8 @@ enum PostgresSchema {
         """,
         // 7: refunds are intents on their order that run whatever the order's phase; this finds the ones under way.
         SharedSQL.openRefundsIndex,
+        // 8: disputes, their hints and the operators' actions on them.
+        SharedSQL.disputeTables(time: "timestamptz", serial: "bigserial"),
     ]
 
     /// The step that made the settlement tables (tests undo it to test its backfill).

@@ -556,6 +556,9 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 """)
             if inserted.isEmpty { return .recordedMeanwhile }
         }
+        if let dispute = writes.disputeHint {
+            _ = try await rows(db, "INSERT INTO dispute_hints (dispute_id, hinted_at) VALUES (\(dispute), \(at)) ON CONFLICT DO NOTHING")
+        }
         var captureRequestID: Int64?
         if let capture = writes.captureRequest {
             let id = try await rows(

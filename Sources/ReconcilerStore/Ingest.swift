@@ -29,6 +29,8 @@ public struct IngestRecord: Sendable {
         case refund(RefundAsk, key: String)
         /// A Klarna Network webhook: read the payment request now, following it from here if it is new.
         case hintPaymentRequest(TrackedPaymentRequest)
+        /// A dispute webhook: the dispute service reads the dispute (a hint kept until it has).
+        case hintDispute(disputeID: String)
         /// Recorded and deduplicated; nothing to wake (a Klarna Network event without a payment request id).
         case recordOnly
     }

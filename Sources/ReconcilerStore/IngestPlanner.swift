@@ -49,6 +49,8 @@ public struct IngestWrites: Sendable {
     public var captureRequest: CaptureRequestRow?
     /// A new intent (a refund), inserted.
     public var intent: Intent?
+    /// A dispute for the dispute service to read (kept until it has).
+    public var disputeHint: String?
     public var events: [NewEvent] = []
     /// Keys to wake; `delivered`: the caller wakes the engine itself once this commits (the row then only matters after
     /// a crash).
@@ -58,7 +60,8 @@ public struct IngestWrites: Sendable {
     public init() {}
 
     public var isEmpty: Bool {
-        newSession == nil && paymentRequest == nil && captureRequest == nil && intent == nil && events.isEmpty && wakeups.isEmpty
+        newSession == nil && paymentRequest == nil && captureRequest == nil && intent == nil && disputeHint == nil && events.isEmpty
+            && wakeups.isEmpty
     }
 }
 
@@ -80,7 +83,7 @@ public enum IngestPlanner {
         case .capture(let orderID, _): .order(orderID: orderID)
         case .hintPaymentRequest(let request): .paymentRequest(id: request.paymentRequestID)
         case .refund(let ask, let key): .refund(orderID: ask.orderID, key: key)
-        case .recordOnly: .nothing
+        case .recordOnly, .hintDispute: .nothing
         }
     }
 
@@ -153,6 +156,9 @@ public enum IngestPlanner {
             case .refused(let status, let error, let reason):
                 return .refuse(.refused(status: status, error: error, detail: reason))
             }
+        case (.hintDispute(let disputeID), _):
+            writes.disputeHint = disputeID
+            return .write(writes, .accepted(wake: []))
         case (.recordOnly, _):
             return .write(writes, .accepted(wake: []))
         default:

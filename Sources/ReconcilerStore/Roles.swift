@@ -151,4 +151,4 @@ public protocol StoreHealth: Sendable {
 
 /// Every role at once: what the daemon opens and hands out, one narrow protocol to each client.
 public typealias ReconcilerStore = WorkStore & WorkQueue & IngestStore & OutcomeQueue & OperatorStore & ReloadMailbox
-    & PruningStore & StoreHealth & SettlementStore & SettlementReports
+    & PruningStore & StoreHealth & SettlementStore & SettlementReports & DisputeStore & DisputeReports

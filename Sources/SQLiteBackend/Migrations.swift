@@ -106,6 +106,8 @@ enum Migrations {
         """,
         // 10: refunds are intents on their order that run whatever the order's phase; this finds the ones under way.
         SharedSQL.openRefundsIndex,
+        // 11: disputes, their hints and the operators' actions on them.
+        SharedSQL.disputeTables(time: "REAL", serial: "INTEGER"),
     ]
 
     static var latest: Int { steps.count }

@@ -73,6 +73,9 @@ public struct Settings: Sendable {
     public var testingCreateOrderSettle: Duration? = nil
     /// `settlements.*`: fetching Klarna's payouts and matching them against the ledger (off by default).
     public var settlements = SettlementSettings()
+    /// `disputes.*`: following Klarna's disputes and their deadlines (off by default). Its retry and longest call are
+    /// the engine's.
+    public var disputes = DisputeSettings()
 }
 
 /// A configuration problem, said in one line: which key, what is wrong, and where it came from.
@@ -116,6 +119,7 @@ public enum SettingsKeys {
         "control.socket", "control.socket_group",
         "settlements.enabled", "settlements.sync_interval_minutes", "settlements.settle_within_days",
         "settlements.first_sync_lookback_days",
+        "disputes.enabled", "disputes.sync_interval_minutes", "disputes.warn_before_hours", "disputes.first_sync_lookback_days",
     ]
 }
 
@@ -193,6 +197,10 @@ extension Settings {
             ("settlements.sync_interval_minutes", "\(Int(settlements.syncInterval.timeInterval / 60))"),
             ("settlements.settle_within_days", "\(settlements.settleWithinDays)"),
             ("settlements.first_sync_lookback_days", "\(Int(settlements.firstSyncLookback.timeInterval / 86_400))"),
+            ("disputes.enabled", "\(disputes.enabled)"),
+            ("disputes.sync_interval_minutes", "\(Int(disputes.syncInterval.timeInterval / 60))"),
+            ("disputes.warn_before_hours", disputes.warnBefore.map { "\(Int($0.timeInterval / 3_600))" }.joined(separator: ", ")),
+            ("disputes.first_sync_lookback_days", "\(Int(disputes.firstSyncLookback.timeInterval / 86_400))"),
             ("callback_token.policy", callbackPolicy),
             (
                 "callback_token.key",
@@ -218,12 +226,12 @@ extension Settings {
     /// Sections a reload applies to the running daemon; everything else is read once at start.
     public static let liveSections: Set<String> = [
         "polling", "retry", "rate_limit", "capture", "authorization_expiry", "engine", "log", "callback_token", "webhook_signing",
-        "settlements",
+        "settlements", "disputes",
     ]
 
     /// Keys of live sections that are read once at start all the same.
     public static let restartKeys: Set<String> = [
-        "engine.drain_timeout_seconds", "engine.status_interval_seconds", "settlements.enabled",
+        "engine.drain_timeout_seconds", "engine.status_interval_seconds", "settlements.enabled", "disputes.enabled",
     ]
 
     /// The keys whose value differs from `old`, split into those a reload applies now and those that wait for a

@@ -269,6 +269,12 @@ extension Settings {
             syncInterval: .seconds(60 * (try values.int("settlements.sync_interval_minutes", default: 60, range: 1...1_440))),
             settleWithinDays: try values.int("settlements.settle_within_days", default: 14, range: 1...365),
             firstSyncLookback: .seconds(86_400 * (try values.int("settlements.first_sync_lookback_days", default: 30, range: 1...365))))
+        settings.disputes = DisputeSettings(
+            enabled: try values.bool("disputes.enabled", default: false),
+            syncInterval: .seconds(60 * (try values.int("disputes.sync_interval_minutes", default: 60, range: 1...1_440))),
+            warnBefore: try values.hours("disputes.warn_before_hours", default: [72, 24]).map { .seconds($0 * 3_600) },
+            firstSyncLookback: .seconds(86_400 * (try values.int("disputes.first_sync_lookback_days", default: 120, range: 1...365))),
+            retry: settings.engine.writeRetry, longestCall: settings.engine.longestCall)
         return settings
     }
 
@@ -458,6 +464,24 @@ struct Values {
         guard let number = Double(raw), number.isFinite else { throw SettingsError(key, "must be a number, not \"\(raw)\"") }
         guard number > 0 else { throw SettingsError(key, "must be greater than 0, not \(raw)") }
         return Duration(timeInterval: number * unit)
+    }
+
+    /// Whole hours, comma-separated (`72, 24`): each 1–2160, no repeats, at most 10.
+    func hours(_ key: String, default value: [Int]) throws(SettingsError) -> [Int] {
+        guard let raw = try string(key) else { return value }
+        let parts = raw.trimmingCharacters(in: CharacterSet(charactersIn: "[] ")).split(separator: ",").map {
+            $0.trimmingCharacters(in: .whitespaces)
+        }
+        var hours: [Int] = []
+        for part in parts {
+            guard let number = Int(part), (1...2_160).contains(number) else {
+                throw SettingsError(key, "must be whole hours from 1 to 2160, separated by commas (72, 24), not \"\(raw)\"")
+            }
+            guard !hours.contains(number) else { throw SettingsError(key, "names \(number) twice") }
+            hours.append(number)
+        }
+        guard (1...10).contains(hours.count) else { throw SettingsError(key, "must name 1 to 10 lead times, not \"\(raw)\"") }
+        return hours
     }
 
     func bool(_ key: String, default value: Bool) throws(SettingsError) -> Bool {

@@ -232,6 +232,16 @@ struct ShowCommand: AsyncParsableCommand {
                 "  \(refund.amount ?? 0) reference \(refund.reference ?? "—"): \(refund.state.rawValue)\(refund.result.map { ", refund id \($0)" } ?? ""), \(refund.attempts) attempt(s), asked \(refund.createdAt.formatted(.iso8601))\(refund.lastError.map { ", last error: \($0)" } ?? "")"
             )
         }
+        let disputes = found.disputes ?? []
+        if !disputes.isEmpty { print("Disputes") }
+        for dispute in disputes {
+            print(
+                "  \(dispute.id) \(dispute.state.rawValue)\(dispute.outcome.map { " \($0)" } ?? ""), \(dispute.reason ?? "no reason"), \(dispute.amount.map(String.init) ?? "?") \(dispute.currency ?? "")\(dispute.deadline.map { ", deadline \($0.formatted(.iso8601))" } ?? "")"
+            )
+            for action in (found.disputeActions ?? []) where action.disputeID == dispute.id {
+                print("    \(action.kind.word) asked by \(action.requestedBy): \(action.state.rawValue)\(action.note.map { ", \($0)" } ?? "")")
+            }
+        }
         if !found.intents.isEmpty { print("Intents") }
         for intent in found.intents {
             print(

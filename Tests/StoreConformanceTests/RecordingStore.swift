@@ -150,6 +150,41 @@ struct RecordingStore: ReconcilerStore {
         noted("SettlementReports.settlementLines")
         return try await base.settlementLines(orderIDs: orderIDs)
     }
+
+    // DisputeStore
+    func dispute(_ id: String) async throws -> TrackedDispute? { noted("DisputeStore.dispute"); return try await base.dispute(id) }
+    func trackedOrders(among orderIDs: [String]) async throws -> Set<String> {
+        noted("DisputeStore.trackedOrders"); return try await base.trackedOrders(among: orderIDs)
+    }
+    func record(_ write: DisputeWrite, at: Date) async throws -> Bool { noted("DisputeStore.record"); return try await base.record(write, at: at) }
+    func disputeHints(limit: Int) async throws -> [String] { noted("DisputeStore.disputeHints"); return try await base.disputeHints(limit: limit) }
+    func forgetDisputeHints(_ ids: [String]) async throws { noted("DisputeStore.forgetDisputeHints"); try await base.forgetDisputeHints(ids) }
+    func disputesToLook(at now: Date, limit: Int) async throws -> [TrackedDispute] {
+        noted("DisputeStore.disputesToLook"); return try await base.disputesToLook(at: now, limit: limit)
+    }
+    func dueDisputeActions(at now: Date, limit: Int) async throws -> [DisputeAction] {
+        noted("DisputeStore.dueDisputeActions"); return try await base.dueDisputeActions(at: now, limit: limit)
+    }
+    func nextDisputeLook() async throws -> Date? { noted("DisputeStore.nextDisputeLook"); return try await base.nextDisputeLook() }
+    func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool {
+        noted("DisputeStore.update"); return try await base.update(write, at: at)
+    }
+    func disputeHealth() async throws -> DisputeHealth { noted("DisputeStore.disputeHealth"); return try await base.disputeHealth() }
+
+    // DisputeReports
+    func disputes(openOnly: Bool, dueBefore: Date?) async throws -> [TrackedDispute] {
+        noted("DisputeReports.disputes"); return try await base.disputes(openOnly: openOnly, dueBefore: dueBefore)
+    }
+    func disputes(orderIDs: [String]) async throws -> [TrackedDispute] {
+        noted("DisputeReports.disputes(orderIDs)"); return try await base.disputes(orderIDs: orderIDs)
+    }
+    func request(_ action: DisputeAction, at: Date) async throws -> DisputeActionRequest {
+        noted("DisputeReports.request"); return try await base.request(action, at: at)
+    }
+    func disputeAction(_ id: Int64) async throws -> DisputeAction? { noted("DisputeReports.disputeAction"); return try await base.disputeAction(id) }
+    func disputeActions(disputeIDs: [String]) async throws -> [DisputeAction] {
+        noted("DisputeReports.disputeActions"); return try await base.disputeActions(disputeIDs: disputeIDs)
+    }
 }
 
 /// Which role functions the conformance suite called, counted against every function the roles declare; the run
@@ -172,6 +207,11 @@ enum RoleCoverage {
         "SettlementStore.recordedPayouts", "SettlementStore.ledger", "SettlementStore.record", "SettlementStore.recordDrift",
         "SettlementStore.unsettledCaptures", "SettlementStore.flagUnsettled", "SettlementStore.settlementHealth", "SettlementStore.heldOrders",
         "SettlementReports.payouts", "SettlementReports.settlementLines",
+        "DisputeStore.dispute", "DisputeStore.trackedOrders", "DisputeStore.record", "DisputeStore.disputeHints",
+        "DisputeStore.forgetDisputeHints", "DisputeStore.disputesToLook", "DisputeStore.dueDisputeActions", "DisputeStore.nextDisputeLook",
+        "DisputeStore.update", "DisputeStore.disputeHealth",
+        "DisputeReports.disputes", "DisputeReports.disputes(orderIDs)", "DisputeReports.request", "DisputeReports.disputeAction",
+        "DisputeReports.disputeActions",
     ]
 
     private static let calls = Mutex<[Backend: Set<String>]?>(nil)

@@ -3,7 +3,7 @@ import Logging
 import ReconcilerCore
 import Telemetry
 
-/// Typed calls to Klarna's HPP, KP, OM, Settlements and Klarna Network APIs over an ``HTTPTransport``.
+/// Typed calls to Klarna's HPP, KP, OM, Settlements, Disputes and Klarna Network APIs over an ``HTTPTransport``.
 ///
 /// Every call logs one line with a local request id, the operation, the HTTP status, the duration and Klarna's
 /// correlation id, and fails with a ``KlarnaAPIError`` that says whether retrying is safe. Retrying itself is the
@@ -144,7 +144,7 @@ public struct KlarnaClient: Sendable {
     /// `query` goes percent-encoded after `path` (``queryString(_:)``), so a URL in a value cannot trip the "//" check.
     func send(
         _ operation: KlarnaOperation, _ method: String, _ path: String, resource: String, query: [(String, String)] = [],
-        body: [UInt8]? = nil, idempotencyKey: String? = nil, base: String? = nil
+        body: [UInt8]? = nil, idempotencyKey: String? = nil, base: String? = nil, contentType: String = "application/json"
     ) async throws -> Answer {
         let requestID = Self.newRequestID()
         // Paths are constant templates with one id each: an empty id shows as "//" or a trailing "/". Query values
@@ -161,7 +161,7 @@ public struct KlarnaClient: Sendable {
         log[metadataKey: "klarna.resource"] = .string(resource)
 
         var headers = HTTPHeaders([("Accept", "application/json")])
-        if body != nil { headers.add("Content-Type", "application/json") }
+        if body != nil { headers.add("Content-Type", contentType) }
         if let idempotencyKey {
             headers.add("Klarna-Idempotency-Key", idempotencyKey)
             log[metadataKey: "klarna.idempotency_key"] = .string(idempotencyKey)

@@ -32,4 +32,10 @@ public struct KlarnaOperation: Sendable, Hashable, CustomStringConvertible {
     public static let readPayout = Self(name: "settlements.read_payout", safety: .read)
     public static let payoutSummary = Self(name: "settlements.payout_summary", safety: .read)
     public static let listTransactions = Self(name: "settlements.list_transactions", safety: .read)
+    public static let listDisputes = Self(name: "disputes.list", safety: .read)
+    public static let readDispute = Self(name: "disputes.read", safety: .read)
+    public static let acceptDisputeLoss = Self(name: "disputes.accept_loss", safety: .unsafe)
+    public static let addDisputeAttachment = Self(name: "disputes.add_attachment", safety: .unsafe)
+    public static let representDispute = Self(name: "disputes.represent", safety: .unsafe)
+    public static let appealDispute = Self(name: "disputes.appeal", safety: .unsafe)
 }

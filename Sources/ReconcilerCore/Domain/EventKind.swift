@@ -53,6 +53,15 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
     case refunded
     /// A refund did not happen.
     case refundFailed = "refund_failed"
+    /// Klarna opened a dispute of a payment.
+    case disputeOpened = "dispute_opened"
+    /// A dispute moved to another state, or Klarna moved its deadline.
+    case disputeChanged = "dispute_changed"
+    /// A dispute's response deadline is near (at a configured lead time).
+    case disputeDeadline = "dispute_deadline"
+    /// A dispute closed won or lost.
+    case disputeWon = "dispute_won"
+    case disputeLost = "dispute_lost"
     /// The order's authorization ends soon.
     case authorizationExpiring = "authorization_expiring"
     /// Klarna extended the order's authorization.
@@ -102,6 +111,12 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
             case .settlementReversal: .settlementReversal
             case .payoutMismatch: .payoutMismatch
             case .captureUnsettled: .captureUnsettled
+            case .disputeOpened: .disputeOpened
+            case .disputeChanged: .disputeChanged
+            case .disputeDeadline: .disputeDeadline
+            case .disputeWon: .disputeWon
+            case .disputeLost: .disputeLost
+            case .disputeActionFailed: .operatorRefused
             }
     }
 
@@ -112,13 +127,14 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
 
     public var severity: Severity {
         switch self {
-        case .tracked, .status, .attempt, .resolved, .orderStatus, .captureRequested, .refundRequested: .info
-        case .staleStatus, .notFound, .readFailed, .modeMismatch, .retry, .ambiguous, .refused, .captureRefused, .authorizationExpiring,
+        case .tracked, .status, .attempt, .resolved, .orderStatus, .captureRequested, .refundRequested, .disputeChanged: .info
+        case .disputeOpened, .disputeDeadline, .staleStatus, .notFound, .readFailed, .modeMismatch, .retry, .ambiguous, .refused, .captureRefused,
+            .authorizationExpiring,
             .tokenExpired, .expired:
             .warning
-        case .failed, .needsAttention, .refundFailed: .error
+        case .failed, .needsAttention, .refundFailed, .disputeLost: .error
         case .webhook, .settling, .operatorRequest, .authorized, .done, .orderPlaced, .orderLinked, .customerTokenCreated, .captured,
-            .authorizationExtended, .cancelled, .rejected, .paymentRequestCompleted, .refunded, .settlementOrphan, .settlementMismatch,
+            .authorizationExtended, .cancelled, .rejected, .paymentRequestCompleted, .refunded, .disputeWon, .settlementOrphan, .settlementMismatch,
             .settlementDrift,
             .settlementReversal, .payoutMismatch, .captureUnsettled, .operatorAction, .operatorRefused:
             .notice

@@ -47,6 +47,22 @@ public enum OutcomeKind: String, Codable, Sendable, CaseIterable {
     /// no clear answer came after every attempt.
     case refundFailed = "refund_failed"
 
+    // Disputes (`disputes.enabled`): what Klarna's Disputes API shows of a payment's disputes, and the operators'
+    // actions on them. `dispute_id`, `dispute_state` and `deadline` say which and by when.
+    /// Klarna opened a dispute (or the daemon saw it for the first time).
+    case disputeOpened = "dispute_opened"
+    /// A dispute moved to another state, or Klarna moved its deadline.
+    case disputeChanged = "dispute_changed"
+    /// A dispute's deadline is `disputes.warn_before_hours` away, once per lead time and deadline.
+    case disputeDeadline = "dispute_deadline"
+    /// A dispute closed, won: Klarna releases what it held (the fee stays).
+    case disputeWon = "dispute_won"
+    /// A dispute closed, lost: the disputed amount goes back to the customer.
+    case disputeLost = "dispute_lost"
+    /// An operator's action on a dispute (accept-loss, evidence) was refused by the dispute's state or by Klarna, or
+    /// got no clear answer after every attempt.
+    case disputeActionFailed = "dispute_action_failed"
+
     // Settlements (`settlements.enabled`): what matching Klarna's payouts against the ledger found. Findings, not
     // ends of a payment: the payment's own outcome stands, and nothing is "fixed" by the daemon.
     /// Settled lines for an order the daemon never saw: paid at Klarna, unknown to the shop.
@@ -63,6 +79,14 @@ public enum OutcomeKind: String, Codable, Sendable, CaseIterable {
     case payoutMismatch = "payout_mismatch"
     /// A capture no payout settled within `settlements.settle_within_days`.
     case captureUnsettled = "capture_unsettled"
+
+    /// About a dispute rather than a payment's end.
+    public var isDispute: Bool {
+        switch self {
+        case .disputeOpened, .disputeChanged, .disputeDeadline, .disputeWon, .disputeLost, .disputeActionFailed: true
+        default: false
+        }
+    }
 
     /// A settlement finding rather than a payment's end.
     public var isSettlement: Bool {
@@ -99,6 +123,10 @@ public struct Outcome: Codable, Sendable, Equatable {
     public var refundReference: String?
     /// Settlement outcomes that compare amounts: the ledger's (or the formula's) figure; `amount` is Klarna's.
     public var expectedAmount: Int?
+    /// Dispute outcomes: the dispute, its state, and the deadline of that state (respond or appeal by).
+    public var disputeID: String?
+    public var disputeState: String?
+    public var deadline: Date?
 
     public init(
         kind: OutcomeKind, reason: String, hppSessionID: String? = nil, kpSessionID: String? = nil, orderID: String? = nil,

@@ -28,12 +28,22 @@ public enum MessageID: String, CaseIterable, Sendable {
     case settlementReversal = "f694b539e3e2457784ec92f2cbb04edb"
     case payoutMismatch = "b5cf199007474dcdb31dadb156c74b0a"
     case captureUnsettled = "9fc0941f0bea431f8123b7b2308e9032"
+    case disputeOpened = "0f0be8f7600d448c89dce28038523a15"
+    case disputeChanged = "8dc7a5330a98487caea0177df7efabd9"
+    case disputeDeadline = "c65b735d0e8445c8b1a74b4e08429603"
+    case disputeWon = "8da679814429419ab370ff635601343e"
+    case disputeLost = "4ca0d06466c94d1e82ab63f4100c4c36"
+    case disputeActionFailed = "ad1a1d2ac6dc4a4388670add970c8f52"
 
     // Settlements
     /// A payout was fetched, matched against the ledger and recorded.
     case payoutReconciled = "6619ca06a13043258a7fdec9c2bf2223"
     /// A sync with the Settlements API failed; it is tried again (nothing recorded is lost).
     case settlementSyncFailed = "4a0e44d2646c476d809a25c1745b1e51"
+
+    // Disputes
+    /// A sync with the Disputes API failed; it is tried again (nothing recorded is lost).
+    case disputeSyncFailed = "23c7f21d6dc14e8898acab2068664dbd"
 
     // Side effects and the reads around them
     case sideEffectSent = "3d40b9d33395479291e6d1de71267291"
@@ -73,6 +83,12 @@ public enum MessageID: String, CaseIterable, Sendable {
             case .settlementReversal: .settlementReversal
             case .payoutMismatch: .payoutMismatch
             case .captureUnsettled: .captureUnsettled
+            case .disputeOpened: .disputeOpened
+            case .disputeChanged: .disputeChanged
+            case .disputeDeadline: .disputeDeadline
+            case .disputeWon: .disputeWon
+            case .disputeLost: .disputeLost
+            case .disputeActionFailed: .disputeActionFailed
             }
     }
 
@@ -90,7 +106,8 @@ public enum MessageID: String, CaseIterable, Sendable {
             .orderPlaced, .orderLinked, .orderStatus, .customerTokenCreated, .captureRequested, .captureRefused, .captured,
             .authorizationExtended, .tokenExpired, .cancelled, .rejected, .expired, .needsAttention, .paymentRequestCompleted,
             .settlementOrphan, .settlementMismatch, .settlementDrift, .settlementReversal, .payoutMismatch, .captureUnsettled,
-            .operatorRequest, .refundRequested, .refunded, .refundFailed:
+            .operatorRequest, .refundRequested, .refunded, .refundFailed, .disputeOpened, .disputeChanged, .disputeDeadline, .disputeWon,
+            .disputeLost:
             return nil
         }
     }

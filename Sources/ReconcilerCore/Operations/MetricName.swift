@@ -33,6 +33,12 @@ public enum MetricName: String, CaseIterable, Sendable {
     case unsettledCaptures = "klarna_reconciler_unsettled_captures"
     case newestPayout = "klarna_reconciler_newest_payout_timestamp_seconds"
 
+    // Disputes (`disputes.enabled`): counted where they happen, and read from the store after each sync.
+    case disputeSyncFailures = "klarna_reconciler_dispute_sync_failures_total"
+    case openDisputes = "klarna_reconciler_open_disputes"
+    case disputeDeadlineSeconds = "klarna_reconciler_dispute_next_deadline_seconds"
+    case disputedAmountHeld = "klarna_reconciler_disputed_amount_held"
+
     /// The `# HELP` line of the metric: what it counts, and by which labels.
     public var help: String {
         switch self {
@@ -63,6 +69,10 @@ public enum MetricName: String, CaseIterable, Sendable {
         case .ready: "1 while /v1/ready would answer 200, else 0."
         case .unsettledCaptures: "Captures flagged as not settled in time that no payout has settled since."
         case .newestPayout: "The newest payout recorded, as a Unix time (0 when none)."
+        case .disputeSyncFailures: "Dispute syncs that failed (each is tried again)."
+        case .openDisputes: "Open Klarna disputes, by state (INITIATED, REPRESENTMENT, PRE_ARBITRATION, ARBITRATION)."
+        case .disputeDeadlineSeconds: "Seconds until the nearest deadline of an open dispute (negative once passed; 0 when none)."
+        case .disputedAmountHeld: "Minor units Klarna holds for open disputes, by currency."
         }
     }
 }

@@ -1,0 +1,113 @@
+import Foundation
+import ReconcilerCore
+
+// Dispute tracking's two roles: the daemon's dispute service (what Klarna showed, the warnings given, the operators'
+// actions it sends) and the operators' reports and requests (`klarna-reconciler disputes`, `dispute …`, `show`).
+// Every write is conditional on the revision the writer read, so two daemons reading the same change write its
+// outcome once: the second finds the revision moved, reads again, and finds nothing new.
+
+/// One dispute as the service writes it: the dispute, Klarna's JSON of it, when to look at it next, and what its
+/// change says.
+public struct DisputeWrite: Sendable, Equatable {
+    public var dispute: TrackedDispute
+    /// The body Klarna answered, as it came (nil: keep the one stored).
+    public var raw: String?
+    /// When the service reads it next on its own (``DisputeRules/nextLook(_:leads:now:)``).
+    public var nextLookAt: Date?
+    /// The revision the writer read (nil: a dispute it did not know); a row with another is left alone.
+    public var expectedRevision: Int?
+    public var outcomes: [Outcome]
+    /// For the order's timeline (written only when the dispute is tied to a tracked order).
+    public var events: [DomainEvent]
+
+    public init(
+        dispute: TrackedDispute, raw: String?, nextLookAt: Date?, expectedRevision: Int?, outcomes: [Outcome] = [], events: [DomainEvent] = []
+    ) {
+        self.dispute = dispute
+        self.raw = raw
+        self.nextLookAt = nextLookAt
+        self.expectedRevision = expectedRevision
+        self.outcomes = outcomes
+        self.events = events
+    }
+}
+
+/// An action as the service writes it after deciding or sending.
+public struct DisputeActionWrite: Sendable, Equatable {
+    public var action: DisputeAction
+    /// The revision the writer read; a row with another is left alone (another daemon took the action).
+    public var expectedRevision: Int
+    public var outcome: Outcome?
+    public var event: DomainEvent?
+
+    public init(action: DisputeAction, expectedRevision: Int, outcome: Outcome? = nil, event: DomainEvent? = nil) {
+        self.action = action
+        self.expectedRevision = expectedRevision
+        self.outcome = outcome
+        self.event = event
+    }
+}
+
+/// What `/metrics` and `disputes` show in sum.
+public struct DisputeHealth: Sendable, Equatable {
+    /// Open disputes by state.
+    public var openByState: [String: Int]
+    /// Held by Klarna for open disputes, by currency.
+    public var heldByCurrency: [String: Int]
+    /// The nearest deadline of an open dispute.
+    public var nextDeadline: Date?
+    /// Klarna's newest `updated_at` recorded: the next list starts a little before it.
+    public var newestUpdate: Date?
+
+    public init(openByState: [String: Int] = [:], heldByCurrency: [String: Int] = [:], nextDeadline: Date? = nil, newestUpdate: Date? = nil) {
+        self.openByState = openByState
+        self.heldByCurrency = heldByCurrency
+        self.nextDeadline = nextDeadline
+        self.newestUpdate = newestUpdate
+    }
+}
+
+/// What the dispute service needs.
+public protocol DisputeStore: Sendable {
+    func dispute(_ id: String) async throws -> TrackedDispute?
+    /// Which of `orderIDs` the store tracks (a dispute of any other is an orphan).
+    func trackedOrders(among orderIDs: [String]) async throws -> Set<String>
+    /// Writes the dispute unless its row's revision is not `expectedRevision` (nil: unless a row exists), with its
+    /// outcomes and events, and forgets a hint for it; in one transaction. Returns whether it wrote.
+    func record(_ write: DisputeWrite, at: Date) async throws -> Bool
+    /// Disputes a webhook named that were not read since, oldest hint first.
+    func disputeHints(limit: Int) async throws -> [String]
+    /// Forgets hints of disputes Klarna does not know (a read answered 404).
+    func forgetDisputeHints(_ ids: [String]) async throws
+    /// Open disputes whose next look is due at `now`, soonest first.
+    func disputesToLook(at now: Date, limit: Int) async throws -> [TrackedDispute]
+    /// Actions not finished whose next look is due at `now`, oldest first.
+    func dueDisputeActions(at now: Date, limit: Int) async throws -> [DisputeAction]
+    /// The soonest next look of an open dispute or an unfinished action.
+    func nextDisputeLook() async throws -> Date?
+    /// Writes the action unless its row's revision moved, with its outcome and event; returns whether it wrote.
+    func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool
+    func disputeHealth() async throws -> DisputeHealth
+}
+
+/// What the operators' commands read and ask.
+public protocol DisputeReports: Sendable {
+    /// Disputes, open ones only with `openOnly`, with a deadline before `dueBefore` if given; nearest deadline first,
+    /// then newest.
+    func disputes(openOnly: Bool, dueBefore: Date?) async throws -> [TrackedDispute]
+    /// The disputes of these orders, oldest first.
+    func disputes(orderIDs: [String]) async throws -> [TrackedDispute]
+    /// Records an action for the daemon, unless one of the same kind for the same dispute is unfinished (that one
+    /// is answered). Throws ``DisputeActionProblem`` for a dispute the store does not know.
+    func request(_ action: DisputeAction, at: Date) async throws -> DisputeActionRequest
+    func disputeAction(_ id: Int64) async throws -> DisputeAction?
+    /// Every action on these disputes, oldest first, without their files.
+    func disputeActions(disputeIDs: [String]) async throws -> [DisputeAction]
+}
+
+/// What recording an operator's dispute action did.
+public enum DisputeActionRequest: Sendable, Equatable {
+    case recorded(DisputeAction)
+    /// The same kind of action on the same dispute is under way: this one.
+    case existing(DisputeAction)
+}

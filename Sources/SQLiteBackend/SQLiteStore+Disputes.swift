@@ -1,0 +1,228 @@
+import Foundation
+import ReconcilerCore
+import ReconcilerStore
+
+/// Disputes, their hints and the operators' actions (migration 11). Writes are conditional on the revision read, as
+/// on PostgreSQL, though one daemon writes this file: a command's request and the daemon's write may still cross.
+extension SQLiteStore {
+    // MARK: DisputeStore
+
+    public func dispute(_ id: String) async throws -> TrackedDispute? {
+        try await read { db in
+            try db.query("SELECT data, revision FROM disputes WHERE dispute_id = ?", [.text(id)]).first.map { try self.dispute($0) }
+        }
+    }
+
+    private func dispute(_ row: SQLRow) throws -> TrackedDispute {
+        var dispute = try decode(TrackedDispute.self, row.string(0))
+        dispute.revision = row.int(1) ?? 0
+        return dispute
+    }
+
+    public func trackedOrders(among orderIDs: [String]) async throws -> Set<String> {
+        try await read { db in
+            try Set(orderIDs.filter { try !db.query("SELECT 1 FROM orders WHERE order_id = ?", [.text($0)]).isEmpty })
+        }
+    }
+
+    public func record(_ write: DisputeWrite, at: Date) async throws -> Bool {
+        let revision = (write.expectedRevision ?? -1) + 1
+        let dispute = {
+            var written = write.dispute
+            written.revision = revision
+            return written
+        }()
+        let data = try json(dispute)
+        let outcomes = try write.outcomes.map { ($0, try json($0)) }
+        let events = write.events
+        return try await self.write { db in
+            let values: [SQLValue] = [
+                .text(dispute.id), SQLValue(dispute.orderID), .text(dispute.state.rawValue), .integer(dispute.isOpen ? 1 : 0),
+                SQLValue(dispute.deadline), SQLValue(write.nextLookAt), SQLValue(dispute.updatedAt), SQLValue(revision),
+                .text(dispute.apiVersion), .text(data), SQLValue(write.raw),
+            ]
+            let written: Bool
+            if let expected = write.expectedRevision {
+                written = try !db.query(
+                    """
+                    UPDATE disputes SET order_id = ?2, state = ?3, is_open = ?4, deadline = ?5, next_look = ?6, klarna_updated_at = ?7,
+                      revision = ?8, api_version = ?9, data = ?10, raw = coalesce(?11, raw)
+                    WHERE dispute_id = ?1 AND revision = ?12 RETURNING 1
+                    """, values + [SQLValue(expected)]
+                ).isEmpty
+            } else {
+                written = try !db.query(
+                    """
+                    INSERT INTO disputes (dispute_id, order_id, state, is_open, deadline, next_look, klarna_updated_at, revision, api_version, data, raw)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dispute_id) DO NOTHING RETURNING 1
+                    """, values
+                ).isEmpty
+            }
+            guard written else { return false }
+            try db.query("DELETE FROM dispute_hints WHERE dispute_id = ?", [.text(dispute.id)])
+            for (outcome, data) in outcomes { try self.insertOutcome(db, outcome, data: data, at: at) }
+            if !dispute.orphan, let orderID = dispute.orderID {
+                for event in events {
+                    try self.insertEvent(db, NewEvent(hppSessionID: nil, orderID: orderID, event, detail: ["dispute_id": dispute.id]), at: at)
+                }
+            }
+            return true
+        }
+    }
+
+    public func disputeHints(limit: Int) async throws -> [String] {
+        try await read { db in
+            try db.query("SELECT dispute_id FROM dispute_hints ORDER BY hinted_at, dispute_id LIMIT ?", [SQLValue(limit)]).compactMap { $0.string(0) }
+        }
+    }
+
+    public func forgetDisputeHints(_ ids: [String]) async throws {
+        try await write { db in
+            for id in ids { try db.query("DELETE FROM dispute_hints WHERE dispute_id = ?", [.text(id)]) }
+        }
+    }
+
+    public func disputesToLook(at now: Date, limit: Int) async throws -> [TrackedDispute] {
+        try await read { db in
+            try db.query(
+                "SELECT data, revision FROM disputes WHERE is_open = 1 AND next_look IS NOT NULL AND next_look <= ? ORDER BY next_look LIMIT ?",
+                [SQLValue(now), SQLValue(limit)]
+            ).map { try self.dispute($0) }
+        }
+    }
+
+    public func dueDisputeActions(at now: Date, limit: Int) async throws -> [DisputeAction] {
+        try await read { db in
+            try db.query(
+                "SELECT data, revision, id FROM dispute_actions WHERE next_at IS NOT NULL AND next_at <= ? ORDER BY next_at, id LIMIT ?",
+                [SQLValue(now), SQLValue(limit)]
+            ).map { try self.action($0) }
+        }
+    }
+
+    private func action(_ row: SQLRow) throws -> DisputeAction {
+        var action = try decode(DisputeAction.self, row.string(0))
+        action.revision = row.int(1) ?? 0
+        action.id = Int64(row.int(2) ?? 0)
+        return action
+    }
+
+    public func nextDisputeLook() async throws -> Date? {
+        try await read { db in
+            try db.query(
+                """
+                SELECT min(t) FROM (SELECT min(next_look) AS t FROM disputes WHERE is_open = 1
+                  UNION ALL SELECT min(next_at) FROM dispute_actions WHERE next_at IS NOT NULL)
+                """
+            ).first?.date(0)
+        }
+    }
+
+    public func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool {
+        let action = {
+            var written = write.action
+            written.revision = write.expectedRevision + 1
+            return written
+        }()
+        let data = try json(action)
+        let outcome = try write.outcome.map { ($0, try json($0)) }
+        let event = write.event
+        return try await self.write { db in
+            let written = try !db.query(
+                "UPDATE dispute_actions SET state = ?, next_at = ?, revision = ?, data = ? WHERE id = ? AND revision = ? RETURNING 1",
+                [
+                    .text(action.state.rawValue), SQLValue(action.isFinished ? nil : action.nextAt), SQLValue(action.revision), .text(data),
+                    .integer(action.id), SQLValue(write.expectedRevision),
+                ]
+            ).isEmpty
+            guard written else { return false }
+            if let (outcome, data) = outcome { try self.insertOutcome(db, outcome, data: data, at: at) }
+            if let event, let orderID = action.orderID {
+                try self.insertEvent(db, NewEvent(hppSessionID: nil, orderID: orderID, event, detail: ["dispute_id": action.disputeID]), at: at)
+            }
+            return true
+        }
+    }
+
+    public func disputeHealth() async throws -> DisputeHealth {
+        try await read { db in
+            var health = DisputeHealth()
+            for row in try db.query("SELECT state, count(*) FROM disputes WHERE is_open = 1 GROUP BY state") {
+                health.openByState[row.string(0) ?? "?"] = row.int(1) ?? 0
+            }
+            for row in try db.query("SELECT data FROM disputes WHERE is_open = 1 AND data LIKE '%ON_DISPUTE%'") {
+                let dispute = try self.decode(TrackedDispute.self, row.string(0))
+                health.heldByCurrency[dispute.currency ?? "?", default: 0] += dispute.heldAmount
+            }
+            let row = try db.query("SELECT (SELECT min(deadline) FROM disputes WHERE is_open = 1), (SELECT max(klarna_updated_at) FROM disputes)")
+                .first
+            health.nextDeadline = row?.date(0)
+            health.newestUpdate = row?.date(1)
+            return health
+        }
+    }
+
+    // MARK: DisputeReports
+
+    public func disputes(openOnly: Bool, dueBefore: Date?) async throws -> [TrackedDispute] {
+        try await read { db in
+            try db.query(
+                """
+                SELECT data, revision FROM disputes
+                WHERE (?1 = 0 OR is_open = 1) AND (?2 IS NULL OR (deadline IS NOT NULL AND deadline < ?2))
+                ORDER BY deadline IS NULL, deadline, klarna_updated_at DESC, dispute_id
+                """, [.integer(openOnly ? 1 : 0), SQLValue(dueBefore)]
+            ).map { try self.dispute($0) }
+        }
+    }
+
+    public func disputes(orderIDs: [String]) async throws -> [TrackedDispute] {
+        try await read { db in
+            var found: [TrackedDispute] = []
+            for orderID in Set(orderIDs) {
+                found += try db.query("SELECT data, revision FROM disputes WHERE order_id = ?", [.text(orderID)]).map { try self.dispute($0) }
+            }
+            return found.sorted { ($0.firstSeenAt, $0.id) < ($1.firstSeenAt, $1.id) }
+        }
+    }
+
+    public func request(_ action: DisputeAction, at: Date) async throws -> DisputeActionRequest {
+        let data = try json(action)
+        return try await write { db in
+            guard try !db.query("SELECT 1 FROM disputes WHERE dispute_id = ?", [.text(action.disputeID)]).isEmpty else {
+                throw DisputeActionProblem("dispute \(action.disputeID) is not known to this daemon (see klarna-reconciler disputes)")
+            }
+            if let row = try db.query(
+                "SELECT data, revision, id FROM dispute_actions WHERE dispute_id = ? AND kind = ? AND next_at IS NOT NULL ORDER BY id LIMIT 1",
+                [.text(action.disputeID), .text(action.kind.rawValue)]
+            ).first {
+                return .existing(try self.action(row).redacted)
+            }
+            let id = try db.query(
+                "INSERT INTO dispute_actions (dispute_id, kind, state, next_at, revision, data) VALUES (?, ?, ?, ?, 0, ?) RETURNING id",
+                [.text(action.disputeID), .text(action.kind.rawValue), .text(action.state.rawValue), SQLValue(action.nextAt), .text(data)]
+            ).first?.int(0)
+            var recorded = action
+            recorded.id = Int64(id ?? 0)
+            return .recorded(recorded.redacted)
+        }
+    }
+
+    public func disputeAction(_ id: Int64) async throws -> DisputeAction? {
+        try await read { db in
+            try db.query("SELECT data, revision, id FROM dispute_actions WHERE id = ?", [.integer(id)]).first.map { try self.action($0) }
+        }
+    }
+
+    public func disputeActions(disputeIDs: [String]) async throws -> [DisputeAction] {
+        try await read { db in
+            var found: [DisputeAction] = []
+            for id in Set(disputeIDs) {
+                found += try db.query("SELECT data, revision, id FROM dispute_actions WHERE dispute_id = ?", [.text(id)]).map {
+                    try self.action($0).redacted
+                }
+            }
+            return found.sorted { $0.id < $1.id }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+import ArgumentParser
+import Engine
+import Foundation
+import ReconcilerCore
+import ReconcilerStore
+
+struct DisputesCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "disputes", abstract: "Klarna's disputes of the shop's payments, nearest deadline first (disputes.enabled).")
+
+    @Flag(help: "Only disputes not closed.") var open = false
+    @Option(name: .customLong("due-within"), help: "Only disputes whose deadline falls within DAYS from now.") var dueWithin: Int?
+    @Flag(help: "Print JSON.") var json = false
+    @OptionGroup var options: ConfigOptions
+
+    func validate() throws {
+        if let dueWithin, !(0...3_650).contains(dueWithin) { throw ValidationError("--due-within must be 0 to 3650 days") }
+    }
+
+    func run() async throws {
+        let settings = try await options.load(needsKlarnaPassword: false)
+        let now = Date()
+        let views: [DisputeView]
+        if let client = try await ControlClient.find(settings) {
+            var query = "/v2/disputes?open=\(open)"
+            if let dueWithin { query += "&due_within_days=\(dueWithin)" }
+            guard let answer = try await client.get([DisputeView].self, query) else {
+                throw ControlClient.Failed(description: "the daemon has no /v2/disputes: restart it after an upgrade")
+            }
+            views = answer
+        } else {
+            let store = try await options.openStore(settings, readOnly: true)
+            views = try await OperatorDesk(store: store).disputes(openOnly: open, dueWithin: dueWithin.map { .seconds($0 * 86_400) }, now: now)
+        }
+        if json { return try printJSON(views) }
+        if views.isEmpty {
+            print(settings.disputes.enabled ? "no disputes" : "no disputes (disputes.enabled is false: the daemon does not follow them)")
+            return
+        }
+        for view in views {
+            let dispute = view.dispute
+            let due = dispute.deadline.map { "deadline \($0.formatted(.iso8601)) (\(relative($0, now)))" } ?? "no deadline"
+            print(
+                "\(dispute.id)  \(dispute.state.rawValue)\(dispute.outcome.map { " \($0)" } ?? "")  \(due)")
+            print(
+                "  order \(dispute.orderID ?? "?")\(dispute.orphan ? " (not tracked: an orphan)" : ""), \(dispute.reason ?? "no reason"), \(dispute.amount.map(String.init) ?? "?") \(dispute.currency ?? "")\(dispute.heldAmount > 0 ? ", held" : ""), updated \(dispute.updatedAt.map { $0.formatted(.iso8601) } ?? "—")"
+            )
+            for action in view.actions {
+                print(
+                    "  \(action.kind.word) asked by \(action.requestedBy) at \(action.requestedAt.formatted(.iso8601)): \(action.state.rawValue)\(action.note.map { ", \($0)" } ?? "")"
+                )
+            }
+        }
+    }
+}
+
+struct DisputeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dispute", abstract: "Answers a Klarna dispute, exactly once: accept the loss, submit evidence, or appeal.",
+        subcommands: [AcceptLoss.self, Evidence.self, Appeal.self])
+
+    struct AcceptLoss: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "accept-loss",
+            abstract: "Accepts the loss of a dispute (INITIATED or PRE_ARBITRATION). Irreversible: the amount goes back to the customer.")
+
+        @Argument(help: "The dispute id (payment_dispute_id).") var id: String
+        @OptionGroup var action: ActionOptions
+
+        func validate() throws { try action.validate(id) }
+        func run() async throws { try await action.submit(DisputeAction.Kind.acceptLoss, id: id) }
+    }
+
+    struct Evidence: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "evidence",
+            abstract: "Submits a file of evidence for a dispute (INITIATED): PDF, JPEG, PNG or DOCX, at most 7 MB, checked before anything is sent.")
+
+        @Argument(help: "The dispute id (payment_dispute_id).") var id: String
+        @Option(help: "The file (its name's extension must match its content).") var file: String
+        @Option(help: "What the file shows (at most 1000 characters).") var description: String?
+        @Option(help: "The shop's account of the case (at most 5000 characters).") var information: String?
+        @OptionGroup var action: ActionOptions
+
+        func validate() throws { try action.validate(id) }
+
+        func run() async throws {
+            let bytes: Data
+            do {
+                bytes = try Data(contentsOf: URL(fileURLWithPath: file))
+            } catch {
+                printError("klarna-reconciler: cannot read \(file): \(error.localizedDescription)")
+                throw ExitCode.failure
+            }
+            switch DisputeEvidence.checked(fileName: file, file: bytes, description: description, additionalInformation: information) {
+            case .failure(let problem):
+                printError("klarna-reconciler: evidence refused before sending: \(problem)")
+                throw ExitCode(64)
+            case .success(let evidence):
+                try await action.submit(.evidence, id: id, evidence: evidence)
+            }
+        }
+    }
+
+    struct Appeal: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "appeal", abstract: "Appeals a preliminary loss (PRE_ARBITRATION) with the shop's account of the case.")
+
+        @Argument(help: "The dispute id (payment_dispute_id).") var id: String
+        @Option(help: "Why the decision is wrong (1–10000 characters).") var information: String
+        @OptionGroup var action: ActionOptions
+
+        func validate() throws {
+            try action.validate(id)
+            if let problem = DisputeAction.informationProblem(information) { throw ValidationError("--information: \(problem)") }
+        }
+
+        func run() async throws { try await action.submit(.appeal, id: id, information: information) }
+    }
+
+    /// What every action takes: how long to wait, and the configuration.
+    struct ActionOptions: ParsableArguments {
+        @Option(help: "Seconds to wait for the daemon's answer (0: do not wait).") var wait: Int = 30
+        @OptionGroup var options: ConfigOptions
+
+        func validate(_ id: String) throws {
+            guard validID(id) else { throw ValidationError("ID must be 1–255 printable ASCII characters without spaces") }
+            guard wait >= 0 else { throw ValidationError("--wait must be 0 or more seconds") }
+        }
+
+        /// Records the action in the store for the daemon's dispute service (it looks every 2 seconds), waits, and
+        /// says how it ended. Exit 0: done, or under way when the wait ran out; 1: refused or failed.
+        func submit(_ kind: DisputeAction.Kind, id: String, evidence: DisputeEvidence? = nil, information: String? = nil) async throws {
+            let settings = try await options.load(needsKlarnaPassword: false)
+            let store = try await options.openStore(settings, readOnly: false)
+            let requester = OperatorDesk.requester(uid: getuid(), via: "the command line")
+            let action = DisputeAction(
+                disputeID: id, orderID: try await store.dispute(id)?.orderID, kind: kind, requestedAt: Date(), requestedBy: requester,
+                evidence: evidence, information: information)
+            switch try await OperatorDesk(store: store).request(action, now: Date(), wait: .seconds(wait)) {
+            case .refused(let reason):
+                printError("klarna-reconciler: \(reason)")
+                throw ExitCode.failure
+            case .recorded(let action, let existing):
+                if existing { print("\(kind.word) of dispute \(id) was asked for already (by \(action.requestedBy)): that one goes on") }
+                switch action.state {
+                case .done:
+                    print("\(kind.word) of dispute \(id): done (\(action.note ?? "Klarna took it"))")
+                case .refused, .failed:
+                    printError("klarna-reconciler: \(kind.word) of dispute \(id) \(action.state.rawValue): \(action.note ?? "no reason recorded")")
+                    throw ExitCode.failure
+                case .requested, .sent:
+                    print(
+                        "\(kind.word) of dispute \(id) recorded, not finished yet (\(action.state.rawValue), \(action.attempts) attempt(s)): the daemon goes on; `klarna-reconciler disputes` follows it"
+                    )
+                }
+            }
+        }
+    }
+}
