@@ -151,7 +151,10 @@ public enum ControlHTTP {
     static func disputeAction(
         _ desk: OperatorDesk, _ request: ServerRequest, id raw: String, action word: String, wait: Duration, version: Version
     ) async throws -> ServerReply {
-        guard let id = paymentID(raw) else { return badID }
+        guard let id = paymentID(raw), DisputeAction.validDisputeID(id) else {
+            return IngestHTTP.json(
+                400, ["error": "bad_id", "detail": "a dispute id is 1–\(DisputeAction.maxDisputeIDLength) printable ASCII characters"])
+        }
         guard let kind = DisputeAction.Kind.allCases.first(where: { $0.word == word }), kind != .evidence else {
             return IngestHTTP.json(
                 404, ["error": "not_found", "detail": "no dispute action \(word.prefix(40)); accept-loss or appeal (evidence: the command line)"])

@@ -123,6 +123,14 @@ public struct WebhookReader: Sendable {
     public static let omEventTypes: Set<String> = ["FRAUD_RISK_ACCEPTED", "FRAUD_RISK_REJECTED", "FRAUD_RISK_STOPPED"]
     public static let networkEventPrefix = "payment.request.state-change."
     public static let disputeEventPrefix = "payment.dispute."
+    /// Disputes API v4's state changes (klarna/DISPUTES.md §6). Older generations share the prefix with other names
+    /// and other ids: refused, their disputes are found by the list.
+    public static let disputeEventTypes: Set<String> = [
+        "payment.dispute.state-change.initiated", "payment.dispute.state-change.representment", "payment.dispute.state-change.pre-arbitration",
+        "payment.dispute.state-change.arbitration", "payment.dispute.state-change.closed",
+    ]
+    /// v4's updates (a deadline extended, an amount adjusted: the names are partly undocumented).
+    public static let disputeUpdatePrefix = "payment.dispute.updated."
 
     /// - Returns: the webhook and, under the `warn` policy, a warning to record with it.
     ///
@@ -195,7 +203,18 @@ public struct WebhookReader: Sendable {
             let eventID = try Self.string(metadata, "event_id", in: "metadata.")
             let eventType = try Self.string(metadata, "event_type", in: "metadata.")
             if eventType.hasPrefix(Self.disputeEventPrefix) {
+                guard Self.disputeEventTypes.contains(eventType) || eventType.hasPrefix(Self.disputeUpdatePrefix) else {
+                    throw Rejection(
+                        400, "unknown_event_type",
+                        "event_type \(eventType.prefix(80)) is not a Disputes API v4 event (\(Self.disputeEventTypes.sorted().joined(separator: ", ")) or \(Self.disputeUpdatePrefix)*)"
+                    )
+                }
                 let disputeID = try Self.string(payload, "payment_dispute_id", in: "payload.")
+                guard DisputeAction.validDisputeID(disputeID) else {
+                    throw Rejection(
+                        400, "bad_field",
+                        "payload.payment_dispute_id must be 1–\(DisputeAction.maxDisputeIDLength) printable characters without spaces")
+                }
                 return (
                     .klarnaDispute(eventID: eventID, eventType: eventType, disputeID: disputeID, orderID: Self.text(payload["order_id"])), nil
                 )

@@ -39,6 +39,8 @@ struct SettlementLedger {
     var heldBack: [String: Int] = [:]
     /// Reversals made so far, numbering their dispute references.
     var disputes = 0
+    /// The disputes' fees, holds and reversals (SandboxDisputeMoney.swift).
+    var disputeMoney = DisputeMoney()
     var schedule: Schedule?
 
     /// Not paid out yet, nor kept out of every payout.
@@ -74,6 +76,8 @@ extension SandboxState {
         currencies.formUnion(reversals.map { $0.order.currency })
         currencies.formUnion(corrections.map { $0.order.currency })
         currencies.formUnion(releases.keys)
+        catchUpDisputes(now: date)
+        currencies.formUnion(disputeMoneyCurrencies)
 
         var created: [CreatedPayout] = []
         for currency in currencies.sorted() {
@@ -103,6 +107,7 @@ extension SandboxState {
                 settlements.disputes += 1
                 payout.reversal(settledOrder(reversal.order), amount: reversal.amount, dispute: settlements.disputes)
             }
+            addDisputeMoney(currency: currency, to: &payout)
             for correction in corrections where correction.order.currency == currency {
                 payout.correction(settledOrder(correction.order), amount: correction.amount)
             }
@@ -154,7 +159,7 @@ extension SandboxState {
         // Held-back money makes a payout due only when the spec holds nothing back again (else every run would
         // release and hold the same amount, a payout of nothing each time).
         let releasable = spec.releaseHoldbacks && spec.holdback == 0 && ledger.heldBack.values.contains(where: { $0 != 0 })
-        if !ledger.invented.isEmpty || releasable {
+        if !ledger.invented.isEmpty || releasable || disputeMoneyPending {
             return .distantPast
         }
         var earliest: Date?
@@ -174,7 +179,7 @@ extension SandboxState {
         amounts.sorted { $0.key < $1.key }.compactMap { entry in orders[entry.key].map { (order: $0, amount: entry.value) } }
     }
 
-    private func settledOrder(_ order: Order) -> SettledOrder {
+    func settledOrder(_ order: Order) -> SettledOrder {
         SettledOrder(
             id: order.id, shortID: order.klarnaReference, merchantReference: order.merchantReference,
             createdAt: order.createdAt, purchaseCountry: paymentSessions[order.kpSessionID]?.purchaseCountry)
@@ -222,10 +227,15 @@ struct PayoutBuilder {
     }
 
     mutating func reversal(_ order: SettledOrder, amount: Int, dispute: Int) {
+        reversal(order, amount: amount, reference: "krn:klarna:eu1:dispute:fraud:\(dispute)")
+    }
+
+    /// A dispute lost: the amount back to the customer; `reference`: the dispute.
+    mutating func reversal(_ order: SettledOrder, amount: Int, reference: String) {
         var item = row("REVERSAL", "REVERSAL", amount: amount, order: order, at: date)
         item.captureId = ""
         item.refundId = UUID().uuidString.lowercased()
-        item.reversalReference = "krn:klarna:eu1:dispute:fraud:\(dispute)"
+        item.reversalReference = reference
         transactions.append(item)
     }
 
@@ -235,12 +245,12 @@ struct PayoutBuilder {
         transactions.append(item)
     }
 
-    mutating func holdback(_ amount: Int) {
-        transactions.append(row("HOLDBACK", "ROLLING_RESERVE", amount: amount, order: nil, at: date))
+    mutating func holdback(_ amount: Int, detailedType: String = "ROLLING_RESERVE") {
+        transactions.append(row("HOLDBACK", detailedType, amount: amount, order: nil, at: date))
     }
 
-    mutating func release(_ amount: Int) {
-        transactions.append(row("RELEASE", "ROLLING_RESERVE", amount: amount, order: nil, at: date))
+    mutating func release(_ amount: Int, detailedType: String = "ROLLING_RESERVE") {
+        transactions.append(row("RELEASE", detailedType, amount: amount, order: nil, at: date))
     }
 
     /// A Klarna fee on `sale`, repeating its order and capture, with VAT on the fee; none when it comes to nothing.
@@ -255,7 +265,7 @@ struct PayoutBuilder {
         transactions.append(fee)
     }
 
-    private func row(_ type: String, _ detailedType: String, amount: Int, order: SettledOrder?, at: Date) -> SandboxSettlementTransaction {
+    func row(_ type: String, _ detailedType: String, amount: Int, order: SettledOrder?, at: Date) -> SandboxSettlementTransaction {
         SandboxSettlementTransaction(
             type: type, detailedType: detailedType, amount: amount, currencyCode: currency, paymentReference: reference,
             saleDate: order?.createdAt ?? at, captureDate: at, orderId: order?.id, shortOrderId: order?.shortID,

@@ -59,7 +59,7 @@ extension PostgresStore {
                 ).isEmpty
             }
             guard written else { return false }
-            _ = try await rows(db, "DELETE FROM dispute_hints WHERE dispute_id = \(dispute.id)")
+            _ = try await rows(db, "DELETE FROM dispute_hints WHERE dispute_id = \(dispute.id) AND hinted_at <= \(write.readStartedAt)")
             for (outcome, data) in outcomes { try await insertOutcome(db, outcome, data: data, at: at) }
             if !dispute.orphan, let orderID = dispute.orderID {
                 for event in events {
@@ -116,7 +116,8 @@ extension PostgresStore {
             written.revision = write.expectedRevision + 1
             return written
         }()
-        let data = try json(action)
+        // A finished action's file is never sent again: it leaves the store with this write.
+        let data = try json(action.isFinished ? action.redacted : action)
         let outcome = try write.outcome.map { ($0, try json($0)) }
         let event = write.event
         let detail = try json(["dispute_id": action.disputeID])
@@ -148,12 +149,20 @@ extension PostgresStore {
             let dispute = try decode(TrackedDispute.self, row)
             health.heldByCurrency[dispute.currency ?? "?", default: 0] += dispute.heldAmount
         }
-        let (deadline, newest) = try await rows(
-            "SELECT (SELECT min(deadline) FROM disputes WHERE is_open = 1), (SELECT max(klarna_updated_at) FROM disputes)"
+        let (deadline, listed) = try await rows(
+            "SELECT (SELECT min(deadline) FROM disputes WHERE is_open = 1), (SELECT listed_through FROM dispute_lists WHERE id = 1)"
         )[0].decode((Date?, Date?).self)
         health.nextDeadline = deadline
-        health.newestUpdate = newest
+        health.listedThrough = listed
         return health
+    }
+
+    public func listed(through: Date) async throws {
+        try await rows(
+            """
+            INSERT INTO dispute_lists (id, listed_through) VALUES (1, \(through)) ON CONFLICT (id) DO UPDATE SET listed_through = excluded.listed_through
+            WHERE dispute_lists.listed_through < excluded.listed_through
+            """)
     }
 
     // MARK: DisputeReports
@@ -174,21 +183,20 @@ extension PostgresStore {
     }
 
     public func request(_ action: DisputeAction, at: Date) async throws -> DisputeActionRequest {
-        let data = try json(action)
-        return try await transaction { [self] db in
+        try await transaction { [self] db in
             // The dispute's row, locked: two requests for one dispute at once are decided one after the other.
-            guard try await !rows(db, "SELECT 1 FROM disputes WHERE dispute_id = \(action.disputeID) FOR UPDATE").isEmpty else {
+            guard let dispute = try await rows(db, "SELECT order_id FROM disputes WHERE dispute_id = \(action.disputeID) FOR UPDATE").first else {
                 throw DisputeActionProblem("dispute \(action.disputeID) is not known to this daemon (see klarna-reconciler disputes)")
             }
             if let row = try await rows(
                 db,
-                """
-                SELECT data, revision, id FROM dispute_actions WHERE dispute_id = \(action.disputeID) AND kind = \(action.kind.rawValue)
-                  AND next_at IS NOT NULL ORDER BY id LIMIT 1
-                """
+                "SELECT data, revision, id FROM dispute_actions WHERE dispute_id = \(action.disputeID) AND next_at IS NOT NULL ORDER BY id LIMIT 1"
             ).first {
                 return .existing(try self.action(row).redacted)
             }
+            var recorded = action
+            recorded.orderID = try action.orderID ?? dispute.decode(String?.self)
+            let data = try json(recorded)
             let id = try await rows(
                 db,
                 """
@@ -196,7 +204,6 @@ extension PostgresStore {
                 VALUES (\(action.disputeID), \(action.kind.rawValue), \(action.state.rawValue), \(action.nextAt), 0, \(data)) RETURNING id
                 """
             )[0].decode(Int64.self)
-            var recorded = action
             recorded.id = id
             return .recorded(recorded.redacted)
         }

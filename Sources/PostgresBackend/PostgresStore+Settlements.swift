@@ -53,6 +53,11 @@ extension PostgresStore {
             guard let entry = try Self.ledgerRow(row) else { continue }
             entry.add(to: &orders[entry.orderID, default: LedgerOrder(orderID: entry.orderID)])
         }
+        for row in try await rows("SELECT data FROM disputes WHERE order_id = ANY(\(orderIDs)) AND state = 'CLOSED' ORDER BY dispute_id") {
+            let dispute = try decode(TrackedDispute.self, row)
+            guard let orderID = dispute.orderID, let lost = LostDispute(dispute) else { continue }
+            orders[orderID]?.lostDisputes.append(lost)
+        }
         return orders
     }
 

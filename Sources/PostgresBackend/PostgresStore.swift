@@ -557,7 +557,10 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             if inserted.isEmpty { return .recordedMeanwhile }
         }
         if let dispute = writes.disputeHint {
-            _ = try await rows(db, "INSERT INTO dispute_hints (dispute_id, hinted_at) VALUES (\(dispute), \(at)) ON CONFLICT DO NOTHING")
+            _ = try await rows(
+                db,
+                "INSERT INTO dispute_hints (dispute_id, hinted_at) VALUES (\(dispute), \(at)) ON CONFLICT (dispute_id) DO UPDATE SET hinted_at = excluded.hinted_at"
+            )
         }
         var captureRequestID: Int64?
         if let capture = writes.captureRequest {

@@ -16,17 +16,22 @@ public struct DisputeWrite: Sendable, Equatable {
     public var nextLookAt: Date?
     /// The revision the writer read (nil: a dispute it did not know); a row with another is left alone.
     public var expectedRevision: Int?
+    /// When the read began: a webhook's hint for the dispute recorded by then is answered by this read and forgotten;
+    /// one recorded later waits for its own read.
+    public var readStartedAt: Date
     public var outcomes: [Outcome]
     /// For the order's timeline (written only when the dispute is tied to a tracked order).
     public var events: [DomainEvent]
 
     public init(
-        dispute: TrackedDispute, raw: String?, nextLookAt: Date?, expectedRevision: Int?, outcomes: [Outcome] = [], events: [DomainEvent] = []
+        dispute: TrackedDispute, raw: String?, nextLookAt: Date?, expectedRevision: Int?, readStartedAt: Date, outcomes: [Outcome] = [],
+        events: [DomainEvent] = []
     ) {
         self.dispute = dispute
         self.raw = raw
         self.nextLookAt = nextLookAt
         self.expectedRevision = expectedRevision
+        self.readStartedAt = readStartedAt
         self.outcomes = outcomes
         self.events = events
     }
@@ -56,14 +61,14 @@ public struct DisputeHealth: Sendable, Equatable {
     public var heldByCurrency: [String: Int]
     /// The nearest deadline of an open dispute.
     public var nextDeadline: Date?
-    /// Klarna's newest `updated_at` recorded: the next list starts a little before it.
-    public var newestUpdate: Date?
+    /// When the last complete list began: the next list starts a little before it (nil: never listed).
+    public var listedThrough: Date?
 
-    public init(openByState: [String: Int] = [:], heldByCurrency: [String: Int] = [:], nextDeadline: Date? = nil, newestUpdate: Date? = nil) {
+    public init(openByState: [String: Int] = [:], heldByCurrency: [String: Int] = [:], nextDeadline: Date? = nil, listedThrough: Date? = nil) {
         self.openByState = openByState
         self.heldByCurrency = heldByCurrency
         self.nextDeadline = nextDeadline
-        self.newestUpdate = newestUpdate
+        self.listedThrough = listedThrough
     }
 }
 
@@ -73,7 +78,8 @@ public protocol DisputeStore: Sendable {
     /// Which of `orderIDs` the store tracks (a dispute of any other is an orphan).
     func trackedOrders(among orderIDs: [String]) async throws -> Set<String>
     /// Writes the dispute unless its row's revision is not `expectedRevision` (nil: unless a row exists), with its
-    /// outcomes and events, and forgets a hint for it; in one transaction. Returns whether it wrote.
+    /// outcomes and events, and forgets a hint for it recorded by ``DisputeWrite/readStartedAt``; in one transaction.
+    /// Returns whether it wrote.
     func record(_ write: DisputeWrite, at: Date) async throws -> Bool
     /// Disputes a webhook named that were not read since, oldest hint first.
     func disputeHints(limit: Int) async throws -> [String]
@@ -88,6 +94,9 @@ public protocol DisputeStore: Sendable {
     /// Writes the action unless its row's revision moved, with its outcome and event; returns whether it wrote.
     func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool
     func disputeHealth() async throws -> DisputeHealth
+    /// Notes that a list of every dispute updated since its start, begun at `through`, ended: the next list starts
+    /// from there. Never moves back.
+    func listed(through: Date) async throws
 }
 
 /// What the operators' commands read and ask.
@@ -97,8 +106,9 @@ public protocol DisputeReports: Sendable {
     func disputes(openOnly: Bool, dueBefore: Date?) async throws -> [TrackedDispute]
     /// The disputes of these orders, oldest first.
     func disputes(orderIDs: [String]) async throws -> [TrackedDispute]
-    /// Records an action for the daemon, unless one of the same kind for the same dispute is unfinished (that one
-    /// is answered). Throws ``DisputeActionProblem`` for a dispute the store does not know.
+    /// Records an action for the daemon, with its dispute's order, unless an action on the same dispute is unfinished
+    /// (that one is answered: two answers at once could contradict each other). Throws ``DisputeActionProblem`` for a
+    /// dispute the store does not know.
     func request(_ action: DisputeAction, at: Date) async throws -> DisputeActionRequest
     func disputeAction(_ id: Int64) async throws -> DisputeAction?
     /// Every action on these disputes, oldest first, without their files.
@@ -108,6 +118,6 @@ public protocol DisputeReports: Sendable {
 /// What recording an operator's dispute action did.
 public enum DisputeActionRequest: Sendable, Equatable {
     case recorded(DisputeAction)
-    /// The same kind of action on the same dispute is under way: this one.
+    /// An action on the same dispute is under way: this one.
     case existing(DisputeAction)
 }

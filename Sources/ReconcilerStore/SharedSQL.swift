@@ -42,20 +42,22 @@ public enum SharedSQL {
 extension SharedSQL {
     /// Disputes (SQLite's schema step 11, PostgreSQL's 8): each dispute with the core's JSON of it (`data`) and Klarna's
     /// (`raw`), the webhooks' hints not read yet, and the operators' actions. `time` and `serial` are the dialect's
-    /// column types for a point in time and a row id.
+    /// column types for a point in time and a row id. `IF NOT EXISTS`: the settlement migration's test applies the
+    /// steps after it again.
     public static func disputeTables(time: String, serial: String) -> String {
         """
-        CREATE TABLE disputes (
+        CREATE TABLE IF NOT EXISTS disputes (
           dispute_id text PRIMARY KEY, order_id text, state text NOT NULL, is_open integer NOT NULL, deadline \(time),
           next_look \(time), klarna_updated_at \(time), revision integer NOT NULL, api_version text NOT NULL, data text NOT NULL, raw text);
-        CREATE INDEX disputes_order ON disputes(order_id);
-        CREATE INDEX disputes_look ON disputes(next_look) WHERE is_open = 1 AND next_look IS NOT NULL;
-        CREATE TABLE dispute_hints (dispute_id text PRIMARY KEY, hinted_at \(time) NOT NULL);
-        CREATE TABLE dispute_actions (
+        CREATE INDEX IF NOT EXISTS disputes_order ON disputes(order_id);
+        CREATE INDEX IF NOT EXISTS disputes_look ON disputes(next_look) WHERE is_open = 1 AND next_look IS NOT NULL;
+        CREATE TABLE IF NOT EXISTS dispute_hints (dispute_id text PRIMARY KEY, hinted_at \(time) NOT NULL);
+        CREATE TABLE IF NOT EXISTS dispute_actions (
           id \(serial) PRIMARY KEY, dispute_id text NOT NULL, kind text NOT NULL, state text NOT NULL, next_at \(time),
           revision integer NOT NULL, data text NOT NULL);
-        CREATE INDEX dispute_actions_dispute ON dispute_actions(dispute_id, kind);
-        CREATE INDEX dispute_actions_due ON dispute_actions(next_at) WHERE next_at IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS dispute_actions_dispute ON dispute_actions(dispute_id, kind);
+        CREATE INDEX IF NOT EXISTS dispute_actions_due ON dispute_actions(next_at) WHERE next_at IS NOT NULL;
+        CREATE TABLE IF NOT EXISTS dispute_lists (id integer PRIMARY KEY, listed_through \(time) NOT NULL);
         """
     }
 }

@@ -59,7 +59,8 @@ extension SQLiteStore {
                 ).isEmpty
             }
             guard written else { return false }
-            try db.query("DELETE FROM dispute_hints WHERE dispute_id = ?", [.text(dispute.id)])
+            try db.query(
+                "DELETE FROM dispute_hints WHERE dispute_id = ? AND hinted_at <= ?", [.text(dispute.id), SQLValue(write.readStartedAt)])
             for (outcome, data) in outcomes { try self.insertOutcome(db, outcome, data: data, at: at) }
             if !dispute.orphan, let orderID = dispute.orderID {
                 for event in events {
@@ -124,7 +125,8 @@ extension SQLiteStore {
             written.revision = write.expectedRevision + 1
             return written
         }()
-        let data = try json(action)
+        // A finished action's file is never sent again: it leaves the store with this write.
+        let data = try json(action.isFinished ? action.redacted : action)
         let outcome = try write.outcome.map { ($0, try json($0)) }
         let event = write.event
         return try await self.write { db in
@@ -154,11 +156,22 @@ extension SQLiteStore {
                 let dispute = try self.decode(TrackedDispute.self, row.string(0))
                 health.heldByCurrency[dispute.currency ?? "?", default: 0] += dispute.heldAmount
             }
-            let row = try db.query("SELECT (SELECT min(deadline) FROM disputes WHERE is_open = 1), (SELECT max(klarna_updated_at) FROM disputes)")
-                .first
+            let row = try db.query(
+                "SELECT (SELECT min(deadline) FROM disputes WHERE is_open = 1), (SELECT listed_through FROM dispute_lists WHERE id = 1)"
+            ).first
             health.nextDeadline = row?.date(0)
-            health.newestUpdate = row?.date(1)
+            health.listedThrough = row?.date(1)
             return health
+        }
+    }
+
+    public func listed(through: Date) async throws {
+        try await write { db in
+            _ = try db.query(
+                """
+                INSERT INTO dispute_lists (id, listed_through) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET listed_through = excluded.listed_through
+                WHERE dispute_lists.listed_through < excluded.listed_through
+                """, [SQLValue(through)])
         }
     }
 
@@ -187,22 +200,25 @@ extension SQLiteStore {
     }
 
     public func request(_ action: DisputeAction, at: Date) async throws -> DisputeActionRequest {
-        let data = try json(action)
-        return try await write { db in
-            guard try !db.query("SELECT 1 FROM disputes WHERE dispute_id = ?", [.text(action.disputeID)]).isEmpty else {
+        try await write { db in
+            guard let dispute = try db.query("SELECT order_id FROM disputes WHERE dispute_id = ?", [.text(action.disputeID)]).first else {
                 throw DisputeActionProblem("dispute \(action.disputeID) is not known to this daemon (see klarna-reconciler disputes)")
             }
             if let row = try db.query(
-                "SELECT data, revision, id FROM dispute_actions WHERE dispute_id = ? AND kind = ? AND next_at IS NOT NULL ORDER BY id LIMIT 1",
-                [.text(action.disputeID), .text(action.kind.rawValue)]
+                "SELECT data, revision, id FROM dispute_actions WHERE dispute_id = ? AND next_at IS NOT NULL ORDER BY id LIMIT 1",
+                [.text(action.disputeID)]
             ).first {
                 return .existing(try self.action(row).redacted)
             }
+            var recorded = action
+            recorded.orderID = action.orderID ?? dispute.string(0)
             let id = try db.query(
                 "INSERT INTO dispute_actions (dispute_id, kind, state, next_at, revision, data) VALUES (?, ?, ?, ?, 0, ?) RETURNING id",
-                [.text(action.disputeID), .text(action.kind.rawValue), .text(action.state.rawValue), SQLValue(action.nextAt), .text(data)]
+                [
+                    .text(action.disputeID), .text(action.kind.rawValue), .text(action.state.rawValue), SQLValue(action.nextAt),
+                    .text(try self.json(recorded)),
+                ]
             ).first?.int(0)
-            var recorded = action
             recorded.id = Int64(id ?? 0)
             return .recorded(recorded.redacted)
         }

@@ -53,6 +53,8 @@ extension SQLiteStore {
                 guard known != nil || !entries.isEmpty else { continue }
                 var order = LedgerOrder(orderID: orderID, merchantReference: known?.string(0), currency: known?.string(1))
                 for entry in entries { entry.add(to: &order) }
+                order.lostDisputes = try db.query("SELECT data FROM disputes WHERE order_id = ? AND state = 'CLOSED'", [.text(orderID)])
+                    .compactMap { LostDispute(try self.decode(TrackedDispute.self, $0.string(0))) }
                 orders[orderID] = order
             }
             return orders

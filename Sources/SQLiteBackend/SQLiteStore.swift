@@ -392,7 +392,9 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         if let request = writes.paymentRequest { try writePaymentRequest(db, request, data: try json(request), at: at) }
         if let intent = writes.intent { try writeIntent(db, intent, data: try json(intent), at: at) }
         if let dispute = writes.disputeHint {
-            try db.query("INSERT INTO dispute_hints (dispute_id, hinted_at) VALUES (?, ?) ON CONFLICT DO NOTHING", [.text(dispute), SQLValue(at)])
+            try db.query(
+                "INSERT INTO dispute_hints (dispute_id, hinted_at) VALUES (?, ?) ON CONFLICT (dispute_id) DO UPDATE SET hinted_at = excluded.hinted_at",
+                [.text(dispute), SQLValue(at)])
         }
         var captureRequestID: Int64?
         if let capture = writes.captureRequest {

@@ -87,7 +87,15 @@ struct DisputeCommand: AsyncParsableCommand {
         func run() async throws {
             let bytes: Data
             do {
+                // The size first: a file far beyond Klarna's limit is refused without being read.
+                let size = (try FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber)?.intValue ?? 0
+                guard size <= DisputeEvidence.maxSize else {
+                    printError("klarna-reconciler: evidence refused before sending: \(DisputeEvidence.tooLarge(file, size: size))")
+                    throw ExitCode(64)
+                }
                 bytes = try Data(contentsOf: URL(fileURLWithPath: file))
+            } catch let exit as ExitCode {
+                throw exit
             } catch {
                 printError("klarna-reconciler: cannot read \(file): \(error.localizedDescription)")
                 throw ExitCode.failure
@@ -124,7 +132,9 @@ struct DisputeCommand: AsyncParsableCommand {
         @OptionGroup var options: ConfigOptions
 
         func validate(_ id: String) throws {
-            guard validID(id) else { throw ValidationError("ID must be 1–255 printable ASCII characters without spaces") }
+            guard DisputeAction.validDisputeID(id) else {
+                throw ValidationError("ID must be 1–\(DisputeAction.maxDisputeIDLength) printable ASCII characters without spaces")
+            }
             guard wait >= 0 else { throw ValidationError("--wait must be 0 or more seconds") }
         }
 
@@ -142,16 +152,21 @@ struct DisputeCommand: AsyncParsableCommand {
                 printError("klarna-reconciler: \(reason)")
                 throw ExitCode.failure
             case .recorded(let action, let existing):
-                if existing { print("\(kind.word) of dispute \(id) was asked for already (by \(action.requestedBy)): that one goes on") }
+                if existing {
+                    print(
+                        "an action on dispute \(id) is under way already (\(action.kind.word), asked by \(action.requestedBy)): it goes on, and this one is not recorded"
+                    )
+                }
                 switch action.state {
                 case .done:
-                    print("\(kind.word) of dispute \(id): done (\(action.note ?? "Klarna took it"))")
+                    print("\(action.kind.word) of dispute \(id): done (\(action.note ?? "Klarna took it"))")
                 case .refused, .failed:
-                    printError("klarna-reconciler: \(kind.word) of dispute \(id) \(action.state.rawValue): \(action.note ?? "no reason recorded")")
+                    printError(
+                        "klarna-reconciler: \(action.kind.word) of dispute \(id) \(action.state.rawValue): \(action.note ?? "no reason recorded")")
                     throw ExitCode.failure
                 case .requested, .sent:
                     print(
-                        "\(kind.word) of dispute \(id) recorded, not finished yet (\(action.state.rawValue), \(action.attempts) attempt(s)): the daemon goes on; `klarna-reconciler disputes` follows it"
+                        "\(action.kind.word) of dispute \(id) recorded, not finished yet (\(action.state.rawValue), \(action.attempts) attempt(s)): the daemon goes on; `klarna-reconciler disputes` follows it"
                     )
                 }
             }

@@ -167,17 +167,47 @@ final class Demo: @unchecked Sendable {
             try await store.undeliveredOutcomes(now: Date(), limit: 100).isEmpty ? true : nil
         }
 
-        step(8, "The outbox: one JSON file per outcome, for the shop's backend")
+        step(8, "A customer disputes shop-1002's purchase: Klarna's signed webhook reaches the daemon, which reads the dispute")
+        let disputedOrder = try await waitFor("shop-1002's order") { try await store.timeline(for: "shop-1002").orders.first?.orderID }
+        // 70 hours to answer: inside the 72-hour warning already, as a dispute the shop hears of late.
+        let dispute = try sandbox.openDispute(order: disputedOrder, reason: "PRODUCTS_OR_SERVICES_NOT_RECEIVED", respondWithin: .seconds(70 * 3_600))
+        guard let hook = sandbox.webhooks().last else { throw DemoFailure(description: "the sandbox sent no dispute webhook") }
+        let delivered = try await run(
+            URL(fileURLWithPath: "/usr/bin/curl"),
+            [
+                "-s", "--unix-socket", "\(folder)/ingest.sock", "-X", "POST", "-H", "Content-Type: application/json", "-H",
+                "Klarna-Signature: \(hook.signature)", "-H", "Klarna-Signing-Key-Id: \(hook.signingKeyId)", "--data-binary", hook.body,
+                "http://localhost/v1/webhooks/klarna",
+            ])
+        detail("\(hook.eventType), signed (HMAC-SHA256, key \(hook.signingKeyId)): \(delivered.trimmingCharacters(in: .whitespacesAndNewlines))")
+        let warned = try await waitFor("the dispute's deadline warning") { () -> [String]? in
+            let kinds = try await store.timeline(for: disputedOrder).outcomes.map(\.outcome.kind)
+            return kinds.contains(.disputeDeadline) ? kinds.filter(\.isDispute).map(\.rawValue) : nil
+        }
+        detail("outcomes: \(warned.joined(separator: ", ")) (the warning at 72 h: the deadline is 70 h away)")
+        print(try await cli(["disputes", "--open"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
+        let receipt = "\(folder)/delivery-receipt.pdf"
+        try "%PDF-1.4\n% a signed delivery receipt\n".write(toFile: receipt, atomically: true, encoding: .utf8)
+        detail("the shop answers with its delivery receipt (klarna-reconciler dispute evidence ID --file delivery-receipt.pdf):")
+        let answered = try await cli(["dispute", "evidence", dispute.paymentDisputeId, "--file", receipt, "--description", "signed delivery receipt"])
+        detail("  " + answered.trimmingCharacters(in: .whitespacesAndNewlines))
+        guard sandbox.dispute(dispute.paymentDisputeId)?.state == "REPRESENTMENT",
+            sandbox.requests().filter({ $0.route == "disputes.represent" }).count == 1
+        else {
+            throw DemoFailure(description: "the evidence did not reach Klarna exactly once")
+        }
+
+        step(9, "The outbox: one JSON file per outcome, for the shop's backend")
         let files = (try FileManager.default.contentsOfDirectory(atPath: "\(folder)/outbox/new")).sorted()
         for file in files { detail(file) }
 
-        step(9, "klarna-reconciler status")
+        step(10, "klarna-reconciler status")
         print(try await cli(["status"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
-        step(10, "klarna-reconciler show shop-1007 (the payment that completed during the outage)")
+        step(11, "klarna-reconciler show shop-1007 (the payment that completed during the outage)")
         print(try await cli(["show", "shop-1007"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
-        step(11, "What Klarna saw")
+        step(12, "What Klarna saw")
         let effects = sandbox.effects()
         detail(
             "side effects: "
@@ -190,7 +220,7 @@ final class Demo: @unchecked Sendable {
             throw DemoFailure(description: "a side effect happened twice")
         }
 
-        step(12, "Klarna pays out what was captured, less its fees and the refund, and a sale for an order nobody placed")
+        step(13, "Klarna pays out what was captured, less its fees and the refund, and a sale for an order nobody placed")
         let orphan = try sandbox.inventTransaction(amount: 4_200, currency: "EUR", purchaseCountry: "DE")
         detail("order \(orphan): paid by a customer at Klarna, never seen by the shop (POST /_sandbox/settlements/invent)")
         let payouts = try sandbox.settle()
@@ -225,13 +255,13 @@ final class Demo: @unchecked Sendable {
         detail(
             "the daemon fetched the payout and its transactions and matched every line against the ledger, the refund's RETURN by its refund id")
 
-        step(13, "klarna-reconciler settlements")
+        step(14, "klarna-reconciler settlements")
         print(try await cli(["settlements"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
         let stopped = stopDaemon()
         print("\nDaemon stopped with SIGTERM: exit \(stopped).")
         print(
-            "Done: every payment ended; no order was placed, captured or refunded twice; Klarna's payout, refund included, was matched against the ledger."
+            "Done: every payment ended; no order was placed, captured or refunded twice; the dispute was warned of and answered once; Klarna's payout, refund included, was matched against the ledger."
         )
     }
 
@@ -243,6 +273,9 @@ final class Demo: @unchecked Sendable {
     private func writeConfig() throws {
         try "sandbox-secret\n".write(toFile: "\(folder)/klarna-password", atomically: true, encoding: .utf8)
         try "demo-callback-key-\(UUID().uuidString)\n".write(toFile: "\(folder)/callback-key", atomically: true, encoding: .utf8)
+        // The sandbox signs its Klarna Network and dispute webhooks with this key.
+        let key = KlarnaSandbox.Configuration.SigningKey(id: "sandbox-signing-key-1", secret: "sandbox-webhook-secret")
+        try #"{"\#(key.id)": "\#(key.secret)"}"#.write(toFile: "\(folder)/signing-keys", atomically: true, encoding: .utf8)
         try """
         # Written by `klarna-sandbox demo`; see etc/config.yaml for every key.
         klarna:
@@ -274,6 +307,10 @@ final class Demo: @unchecked Sendable {
           enabled: true
           sync_interval_minutes: 60
           settle_within_days: 7
+        disputes:
+          enabled: true
+        webhook_signing:
+          keys_file: signing-keys
         """.write(toFile: "\(folder)/config.yaml", atomically: true, encoding: .utf8)
     }
 

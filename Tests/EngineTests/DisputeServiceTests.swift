@@ -232,6 +232,95 @@ struct DisputeServiceTests {
             #expect(try await h.store.dueDisputeActions(at: h.clock.now, limit: 10).count == 1)
         }
     }
+    @Test(
+        "A daemon killed after marking an accept-loss sent, its call landing at Klarna: the next daemon reads only after the longest call, finds the loss, and sends nothing"
+    )
+    func crashAfterTheSentMark() async throws {
+        try await EngineHarness.with { h in
+            let orderID = try await h.capturedOrder(9_500)
+            let service = h.disputeService()
+            let dispute = try h.sandbox.openDispute(order: orderID).paymentDisputeId
+            try await service.sync()
+            let asked = try #require(try await h.ask(.acceptLoss, dispute))
+            // What the killed daemon left: the action marked sent, and its call reaching Klarna.
+            var sent = asked
+            sent.state = .sent
+            sent.attempts = 1
+            sent.sentAt = h.clock.now
+            sent.nextAt = h.clock.now.addingTimeInterval(31)
+            #expect(try await h.store.update(DisputeActionWrite(action: sent, expectedRevision: asked.revision), at: h.clock.now))
+            try await h.reconciler.client.acceptDisputeLoss(id: dispute)
+
+            let next = h.disputeService()
+            h.clock.advance(by: .seconds(10))
+            #expect(try await next.sync(list: false).actions == 0, "not due before the longest call has passed")
+            h.clock.advance(by: .seconds(22))
+            try await next.sync(list: false)
+            #expect(try await h.actions(dispute).map(\.state) == [.done])
+            #expect(h.acceptLossPosts == 1, "the killed daemon's call only")
+            #expect(try await h.disputeOutcomes().map(\.kind) == [.disputeOpened, .disputeLost])
+        }
+    }
+
+    @Test("The first list after disputes are switched on records disputes closed before without an outcome; those still open are announced")
+    func firstList() async throws {
+        try await EngineHarness.with { h in
+            let closed = try h.sandbox.openDispute(order: try await h.capturedOrder(4_000)).paymentDisputeId
+            try await h.reconciler.client.acceptDisputeLoss(id: closed)
+            let open = try h.sandbox.openDispute(order: try await h.capturedOrder(3_000)).paymentDisputeId
+            let service = h.disputeService()
+            #expect(try await service.sync().listed == 2)
+            #expect(try await h.disputeOutcomes().map(\.disputeID) == [open])
+            #expect(try await h.store.dispute(closed)?.outcome == "LOST")
+            // From then on a dispute first seen closed is news.
+            let later = try h.sandbox.openDispute(order: try await h.capturedOrder(2_000)).paymentDisputeId
+            try await h.reconciler.client.acceptDisputeLoss(id: later)
+            h.clock.advance(by: .seconds(60))
+            try await service.sync()
+            #expect(try await h.disputeOutcomes().map(\.kind) == [.disputeOpened, .disputeLost])
+        }
+    }
+
+    @Test(
+        "A dispute's money in Klarna's payouts: its fee, the amount held while open, the hold released and a lost dispute's REVERSAL; the settlement sync matches the REVERSAL of the loss the daemon saw, with no finding, and the payouts add up"
+    )
+    func inThePayouts() async throws {
+        try await EngineHarness.with { h in
+            let lostOrder = try await h.capturedOrder(10_000)
+            let wonOrder = try await h.capturedOrder(6_000)
+            let service = h.disputeService()
+            let lost = try h.sandbox.openDispute(order: lostOrder, amount: 4_000).paymentDisputeId
+            let won = try h.sandbox.openDispute(order: wonOrder, holdPolicy: "ON_DISPUTE_INITIATED").paymentDisputeId
+            try await service.sync()
+            let currency = try #require(try await h.store.dispute(won)?.currency)
+            #expect(try await h.store.disputeHealth().heldByCurrency == [currency: 6_000])
+            let opened = try h.sandbox.settle().flatMap(\.transactions)
+            #expect(opened.filter { $0.detailedType == "DISPUTE_FEE" }.map(\.orderId) == [lostOrder, wonOrder])
+            #expect(opened.filter { $0.type == "HOLDBACK" }.map(\.amount) == [6_000])
+
+            #expect(try await h.ask(.acceptLoss, lost) != nil)
+            let evidence = try DisputeEvidence.checked(
+                fileName: "proof.jpg", file: Data([0xFF, 0xD8, 0xFF, 0xE0]), description: nil, additionalInformation: nil
+            )
+            .get()
+            #expect(try await h.ask(.evidence, won, evidence: evidence) != nil)
+            try await service.sync(list: false)
+            try h.sandbox.decideDispute(won, outcome: "WON")
+            try await service.sync()
+            #expect(try await h.store.disputeHealth().heldByCurrency.values.allSatisfy { $0 == 0 })
+            let closed = try h.sandbox.settle().flatMap(\.transactions)
+            #expect(closed.filter { $0.type == "REVERSAL" }.map(\.amount) == [4_000])
+            #expect(closed.filter { $0.type == "REVERSAL" }.map(\.reversalReference) == [lost])
+            #expect(closed.filter { $0.type == "RELEASE" }.map(\.amount) == [6_000])
+            #expect(try h.sandbox.settle().isEmpty, "nothing is paid out twice")
+
+            let settlements = h.settlementService()
+            #expect(try await settlements.sync().reconciled == 2)
+            #expect(try await h.settlementOutcomes().isEmpty, "no reversal finding for the loss the daemon saw, and the formula holds")
+            let recorded = try await h.store.settlementLines(orderIDs: [lostOrder])
+            #expect(recorded.contains { $0.line.kind == .reversal && $0.note.contains("close lost") })
+        }
+    }
 }
 
 extension EngineHarness {

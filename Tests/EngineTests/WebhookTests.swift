@@ -170,6 +170,42 @@ struct WebhookTests {
         #expect(rejection(signed)?.error == "unknown_event_type")
     }
 
+    @Test(
+        "Dispute webhooks (v4): a signed state change or update names its dispute, by route and by shape; older generations' names, ids over 100 characters and unsigned ones are refused"
+    )
+    func disputes() throws {
+        func delivery(
+            _ eventType: String, id: String = "krn:network:eu1:live:payment:dispute:7", route: Delivery.Route = .klarnaNetwork, sign: Bool = true
+        )
+            -> Delivery
+        {
+            let body = json(
+                #"{"metadata":{"event_type":"\#(eventType)","event_id":"dv-1"},"payload":{"payment_dispute_id":"\#(id)","order_id":"o-1","state":"INITIATED"}}"#
+            )
+            let headers =
+                sign
+                ? [
+                    (name: "Klarna-Signature", value: SigningKeys.sign(body: body, key: signingKey)),
+                    (name: "Klarna-Signing-Key-Id", value: "krn:key:1"),
+                ] : []
+            return Delivery(route: route, headers: headers, body: body)
+        }
+        let expected = Webhook.klarnaDispute(
+            eventID: "dv-1", eventType: "payment.dispute.state-change.initiated", disputeID: "krn:network:eu1:live:payment:dispute:7", orderID: "o-1")
+        #expect(try reader.read(delivery("payment.dispute.state-change.initiated")).0 == expected)
+        #expect(try reader.read(delivery("payment.dispute.state-change.initiated", route: .byShape)).0 == expected)
+        #expect(expected.dedupeKey == "kn-event:dv-1" && expected.kind == "klarna_dispute")
+        guard case .klarnaDispute = try reader.read(delivery("payment.dispute.updated.representment-deadline-extended")).0 else {
+            Issue.record("a v4 update is a hint"); return
+        }
+        #expect(rejection(delivery("payment.dispute.state-change.arbitration-pending"))?.error == "unknown_event_type")
+        #expect(rejection(delivery("payment.dispute.state-change.closed", id: String(repeating: "x", count: 101)))?.error == "bad_field")
+        #expect(rejection(delivery("payment.dispute.state-change.closed", sign: false))?.error == "bad_signature")
+        let record = Ingestor.record(expected, warning: nil, source: "socket", defaultCapturePolicy: .immediate, now: Date())
+        guard case .hintDispute(let id) = record.action else { Issue.record("\(record.action)"); return }
+        #expect(id == "krn:network:eu1:live:payment:dispute:7" && record.dedupeKey == "kn-event:dv-1")
+    }
+
     @Test("Klarna Network: unsigned, forged, altered or unknown-key deliveries are 400 before the body is read")
     func networkSignatures() {
         let body = #"{"metadata":{"event_type":"payment.request.state-change.completed","event_id":"1"},"payload":{}}"#

@@ -51,3 +51,115 @@ struct DisputeRulesTests {
         #expect(DisputeRules.nextWarning(extended.dispute, leads: leads) == due.addingTimeInterval(3 * 86_400 - 72 * 3_600))
     }
 }
+
+@Suite("Dispute actions: decided from a read before every attempt")
+struct DisputeActionRulesTests {
+    let t0 = Fixtures.t0
+
+    func action(
+        _ kind: DisputeAction.Kind, state: DisputeAction.State = .requested, attempts: Int = 0, sentAt: Date? = nil, conflict: Bool = false
+    )
+        -> DisputeAction
+    {
+        var action = DisputeAction(disputeID: "d-1", orderID: "o-1", kind: kind, requestedAt: t0, requestedBy: "test")
+        action.state = state
+        action.attempts = attempts
+        action.sentAt = sentAt
+        action.conflict = conflict
+        return action
+    }
+
+    func read(_ state: DisputeState, outcome: String? = nil, previous: DisputeState? = nil, evidence: [String] = []) -> DisputeObservation {
+        DisputeObservation(id: "d-1", orderID: "o-1", state: state, previousState: previous, outcome: outcome, evidenceAttachmentIDs: evidence)
+    }
+
+    func next(_ action: DisputeAction, _ read: DisputeObservation, now: TimeInterval = 0) -> DisputeActionStep {
+        DisputeActionRules.next(action, read: read, maxAttempts: 3, longestCall: .seconds(31), now: t0.addingTimeInterval(now))
+    }
+
+    @Test("Sent only where the state takes it; done from the read alone once its effect shows; refused otherwise, without a call")
+    func decisions() {
+        #expect(next(action(.acceptLoss), read(.initiated)) == .send)
+        #expect(next(action(.acceptLoss), read(.preArbitration)) == .send)
+        if case .refuse(let why) = next(action(.acceptLoss), read(.representment)) {
+            #expect(why.contains("INITIATED or PRE_ARBITRATION") && why.contains("REPRESENTMENT"))
+        } else {
+            Issue.record("accept-loss in REPRESENTMENT must be refused")
+        }
+        guard case .done = next(action(.acceptLoss), read(.closed, outcome: "lost")) else { Issue.record("a loss shows it done"); return }
+        guard case .refuse = next(action(.acceptLoss), read(.closed, outcome: "WON")) else { Issue.record("a won dispute takes no loss"); return }
+        guard case .refuse = next(action(.evidence), read(.preArbitration)) else { Issue.record("evidence only in INITIATED"); return }
+        #expect(next(action(.appeal), read(.preArbitration)) == .send)
+    }
+
+    @Test(
+        "An attempt without a clear answer: nothing until the longest call has passed, then the read decides; out of attempts, failed; Klarna's 409 never sent again"
+    )
+    func unclear() {
+        let sent = action(.acceptLoss, state: .sent, attempts: 1, sentAt: t0)
+        #expect(next(sent, read(.initiated), now: 10) == .wait(until: t0.addingTimeInterval(31)))
+        #expect(next(sent, read(.initiated), now: 31) == .send)
+        guard case .done = next(sent, read(.closed, outcome: "LOST"), now: 31) else { Issue.record("the lost answer's effect shows"); return }
+        guard case .fail = next(action(.acceptLoss, state: .sent, attempts: 3, sentAt: t0), read(.initiated), now: 40) else {
+            Issue.record("out of attempts"); return
+        }
+        guard case .refuse(let why) = next(action(.acceptLoss, state: .sent, attempts: 1, sentAt: t0, conflict: true), read(.initiated), now: 40)
+        else { Issue.record("a 409 is never retried"); return }
+        #expect(why.contains("409"))
+    }
+
+    @Test("Appeal done in ARBITRATION or closed from it, never after a 409; evidence done when Klarna shows its attachment")
+    func reached() {
+        guard
+            case .done = next(action(.appeal, state: .sent, attempts: 1, sentAt: t0), read(.closed, outcome: "WON", previous: .arbitration), now: 40)
+        else { Issue.record("closed from ARBITRATION after the appeal"); return }
+        guard
+            case .refuse = next(
+                action(.appeal, state: .sent, attempts: 1, sentAt: t0), read(.closed, outcome: "LOST", previous: .preArbitration), now: 40)
+        else { Issue.record("the window closed before the appeal"); return }
+        guard case .refuse = next(action(.appeal, state: .sent, attempts: 1, sentAt: t0, conflict: true), read(.arbitration), now: 40)
+        else { Issue.record("after a 409 the appeal is not ours"); return }
+        var evidence = action(.evidence, state: .sent, attempts: 1, sentAt: t0)
+        evidence.evidence = DisputeEvidence(
+            fileName: "a.pdf", contentType: "application/pdf", file: Data(), description: nil, additionalInformation: nil)
+        evidence.evidence?.attachmentID = "att-1"
+        guard case .done = next(evidence, read(.representment, evidence: ["att-1"]), now: 40) else { Issue.record("its attachment shows"); return }
+        guard case .refuse = next(evidence, read(.representment, evidence: ["att-9"]), now: 40) else {
+            Issue.record("another's evidence is not ours"); return
+        }
+    }
+
+    @Test("After a call: taken is done; 409 reads at once; another 4xx is refused; unclear waits its backoff")
+    func afterCall() {
+        let sent = action(.acceptLoss, state: .sent, attempts: 1, sentAt: t0)
+        let policy = RetryPolicy(initialDelay: .seconds(1), maxDelay: .seconds(20), maxAttempts: 3)
+        let random = SeededRandomSource(seed: 1)
+        #expect(DisputeActionRules.afterCall(sent, result: .taken, retry: policy, random: random, now: t0).state == .done)
+        let conflict = DisputeActionRules.afterCall(sent, result: .conflict("409"), retry: policy, random: random, now: t0)
+        #expect(conflict.conflict && conflict.nextAt == t0 && conflict.state == .sent)
+        #expect(DisputeActionRules.afterCall(sent, result: .refused(status: 400, "bad"), retry: policy, random: random, now: t0).state == .refused)
+        let unclear = DisputeActionRules.afterCall(sent, result: .unclear("503", retryAfter: nil), retry: policy, random: random, now: t0)
+        #expect(unclear.state == .sent && (unclear.nextAt ?? .distantPast) > t0)
+    }
+
+    @Test("Evidence is checked before anything is recorded: type by name and by content, size, texts")
+    func evidenceLimits() {
+        func check(_ name: String, _ bytes: [UInt8], description: String? = nil) -> String? {
+            switch DisputeEvidence.checked(fileName: name, file: Data(bytes), description: description, additionalInformation: nil) {
+            case .success: nil
+            case .failure(let problem): problem.reason
+            }
+        }
+        #expect(check("/tmp/receipt.pdf", Array("%PDF-1.7".utf8)) == nil)
+        #expect(check("photo.JPEG", [0xFF, 0xD8, 0xFF, 0xE1]) == nil)
+        #expect(check("a.png", [0x89, 0x50, 0x4E, 0x47]) == nil && check("a.docx", [0x50, 0x4B, 0x03, 0x04]) == nil)
+        #expect(check("a.exe", [0x4D, 0x5A])?.contains("PDF, JPEG, PNG or DOCX") == true)
+        #expect(check("a.pdf", [0x89, 0x50, 0x4E, 0x47])?.contains("does not look like a PDF") == true)
+        #expect(check("a.pdf", [])?.contains("empty") == true)
+        #expect(check("a.pdf", Array("%PDF".utf8) + [UInt8](repeating: 0, count: DisputeEvidence.maxSize))?.contains("at most") == true)
+        #expect(check("a.pdf", Array("%PDF".utf8), description: String(repeating: "x", count: 1_001))?.contains("1000") == true)
+        #expect(DisputeAction.validDisputeID("krn:network:eu1:test:payment:dispute:1"))
+        #expect(!DisputeAction.validDisputeID(String(repeating: "x", count: 101)) && !DisputeAction.validDisputeID("a b"))
+        #expect(DisputeAction.informationProblem("") != nil && DisputeAction.informationProblem("why") == nil)
+    }
+}

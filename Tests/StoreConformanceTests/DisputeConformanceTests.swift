@@ -28,6 +28,7 @@ struct DisputeConformanceTests {
         return DisputeWrite(
             dispute: dispute, raw: #"{"payment_dispute_id":"\#(observation.id)"}"#,
             nextLookAt: DisputeRules.nextLook(dispute, leads: [.seconds(72 * 3_600)], now: t0), expectedRevision: known?.revision,
+            readStartedAt: t0,
             outcomes: step.change.map { [Outcome(dispute, change: $0)] } ?? [], events: step.events)
     }
 
@@ -82,7 +83,14 @@ struct DisputeConformanceTests {
             #expect(try await s.store.disputeHints(limit: 10) == ["d-1", "d-9"])
             #expect(try await s.store.disputeHints(limit: 1) == ["d-1"])
             try await s.store.forgetDisputeHints(["d-9"])
+            // A webhook that came while the read was under way is answered by a read of its own.
+            _ = try await s.store.ingest(hint("d-1", event: "e-4"), at: t0.addingTimeInterval(5))
             #expect(try await s.store.record(write(read("d-1"), over: nil), at: t0))
+            #expect(try await s.store.disputeHints(limit: 10) == ["d-1"])
+            let known = try #require(try await s.store.dispute("d-1"))
+            var again = write(read("d-1", updated: 1), over: known)
+            again.readStartedAt = t0.addingTimeInterval(6)
+            #expect(try await s.store.record(again, at: t0))
             #expect(try await s.store.disputeHints(limit: 10).isEmpty)
 
             #expect(try await s.store.record(write(read("d-2", due: 3 * 86_400), over: nil), at: t0))
@@ -95,11 +103,15 @@ struct DisputeConformanceTests {
 
             let health = try await s.store.disputeHealth()
             #expect(health.openByState == ["INITIATED": 2] && health.heldByCurrency == ["EUR": 8_000])
-            #expect(health.nextDeadline == t0.addingTimeInterval(3 * 86_400) && health.newestUpdate == t0)
+            #expect(health.nextDeadline == t0.addingTimeInterval(3 * 86_400) && health.listedThrough == nil)
+            try await s.store.listed(through: t0.addingTimeInterval(60))
+            try await s.store.listed(through: t0)
+            #expect(try await s.store.disputeHealth().listedThrough == t0.addingTimeInterval(60), "never moves back")
 
             #expect(try await s.store.disputes(openOnly: false, dueBefore: nil).map(\.id) == ["d-2", "d-1", "d-3"])
             #expect(try await s.store.disputes(openOnly: true, dueBefore: t0.addingTimeInterval(4 * 86_400)).map(\.id) == ["d-2"])
             #expect(try await s.store.disputes(orderIDs: ["o-1"]).count == 3)
+            #expect(try await s.store.disputes(orderIDs: ["o-1"]).map(\.id) == ["d-1", "d-2", "d-3"])
             #expect(try await s.store.disputes(orderIDs: ["o-2"]).isEmpty)
         }
     }
@@ -109,14 +121,18 @@ struct DisputeConformanceTests {
         arguments: Backend.allCases)
     func actions(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
-            let ask = DisputeAction(disputeID: "d-1", orderID: "o-1", kind: .acceptLoss, requestedAt: t0, requestedBy: "test")
+            let ask = DisputeAction(disputeID: "d-1", orderID: nil, kind: .acceptLoss, requestedAt: t0, requestedBy: "test")
             await #expect(throws: DisputeActionProblem.self) { try await s.store.request(ask, at: t0) }
             #expect(try await s.store.record(write(read("d-1"), over: nil), at: t0))
             guard case .recorded(let recorded) = try await s.store.request(ask, at: t0) else { Issue.record("not recorded"); return }
+            #expect(recorded.orderID == "o-1", "the dispute's order, for the timeline")
             #expect(try await s.store.request(ask, at: t0) == .existing(recorded))
+            let appeal = DisputeAction(disputeID: "d-1", orderID: nil, kind: .appeal, requestedAt: t0, requestedBy: "test", information: "no")
+            #expect(try await s.store.request(appeal, at: t0) == .existing(recorded), "one answer at a time per dispute")
+            #expect(try await s.store.record(write(read("d-2", due: 3 * 86_400), over: nil), at: t0))
             let evidence = DisputeEvidence(
                 fileName: "a.pdf", contentType: "application/pdf", file: Data("%PDF".utf8), description: nil, additionalInformation: nil)
-            let withFile = DisputeAction(disputeID: "d-1", orderID: "o-1", kind: .evidence, requestedAt: t0, requestedBy: "test", evidence: evidence)
+            let withFile = DisputeAction(disputeID: "d-2", orderID: "o-1", kind: .evidence, requestedAt: t0, requestedBy: "test", evidence: evidence)
             guard case .recorded(let other) = try await s.store.request(withFile, at: t0) else { Issue.record("not recorded"); return }
             #expect(other.evidence?.file.isEmpty == true, "answers never carry the file")
             #expect(try await s.store.disputeAction(other.id)?.evidence?.file == Data("%PDF".utf8), "the service reads it whole")
@@ -141,7 +157,12 @@ struct DisputeConformanceTests {
                     DisputeActionWrite(action: refused, expectedRevision: 1, outcome: outcome, event: DomainEvent(.operatorRefused, "refused")),
                     at: t0))
             #expect(try await s.store.disputeAction(recorded.id)?.state == .refused)
-            #expect(try await s.store.disputeActions(disputeIDs: ["d-1"]).map(\.kind) == [.acceptLoss, .evidence])
+            var done = try #require(try await s.store.disputeAction(other.id))
+            done.state = .done
+            done.nextAt = nil
+            #expect(try await s.store.update(DisputeActionWrite(action: done, expectedRevision: done.revision), at: t0))
+            #expect(try await s.store.disputeAction(other.id)?.evidence?.file.isEmpty == true, "the file leaves the store when the action ends")
+            #expect(try await s.store.disputeActions(disputeIDs: ["d-1", "d-2"]).map(\.kind) == [.acceptLoss, .evidence])
             #expect(try await s.store.undeliveredOutcomes(now: t0, limit: 10).map(\.outcome.kind).contains(.disputeActionFailed))
             guard case .recorded = try await s.store.request(ask, at: t0) else {
                 Issue.record("a finished action does not stand in for a new one")

@@ -170,6 +170,7 @@ struct RecordingStore: ReconcilerStore {
         noted("DisputeStore.update"); return try await base.update(write, at: at)
     }
     func disputeHealth() async throws -> DisputeHealth { noted("DisputeStore.disputeHealth"); return try await base.disputeHealth() }
+    func listed(through: Date) async throws { noted("DisputeStore.listed"); try await base.listed(through: through) }
 
     // DisputeReports
     func disputes(openOnly: Bool, dueBefore: Date?) async throws -> [TrackedDispute] {
@@ -209,7 +210,7 @@ enum RoleCoverage {
         "SettlementReports.payouts", "SettlementReports.settlementLines",
         "DisputeStore.dispute", "DisputeStore.trackedOrders", "DisputeStore.record", "DisputeStore.disputeHints",
         "DisputeStore.forgetDisputeHints", "DisputeStore.disputesToLook", "DisputeStore.dueDisputeActions", "DisputeStore.nextDisputeLook",
-        "DisputeStore.update", "DisputeStore.disputeHealth",
+        "DisputeStore.update", "DisputeStore.disputeHealth", "DisputeStore.listed",
         "DisputeReports.disputes", "DisputeReports.disputes(orderIDs)", "DisputeReports.request", "DisputeReports.disputeAction",
         "DisputeReports.disputeActions",
     ]

@@ -14,10 +14,12 @@ extension DisputeService {
         let read: PaymentDispute
         do {
             read = try await klarna(.inMotion) { try await client.readDispute(id: action.disputeID) }
-        } catch let error as KlarnaAPIError where error.status == 404 {
-            return try await finish(action, .refuse("Klarna does not know dispute \(action.disputeID) (404)"), dispute: nil)
+        } catch let error as KlarnaAPIError where error.isRefusal {
+            return try await finish(
+                action, .refuse("Klarna will not show dispute \(action.disputeID) (\(Reconciler.short(error))): nothing sent"),
+                dispute: try await store.dispute(action.disputeID))
         }
-        var outcomes = try await apply(read)
+        var outcomes = try await apply(read, readStartedAt: clock.now)
         let observation = DisputeObservation(read)
         let now = clock.now
         let settings = self.settings
@@ -36,89 +38,102 @@ extension DisputeService {
         return outcomes
     }
 
-    /// Marks the action sent (unless another daemon moved it), makes the call, and records how it ended.
+    /// Marks the action sent (unless another daemon moved it), makes the call, and records how it ended. The rate
+    /// token is spent before the mark, so the longest a call lasts counts from the call's start: after it, a daemon
+    /// that finds the action `sent` may read and decide again.
     private func send(_ action: DisputeAction, read: DisputeObservation, now: Date) async throws -> Int {
+        try await rateLimiter?.spend(.inMotion)
+        guard var sent = try await markSent(action) else { return 0 }
+        let result: DisputeCallResult
+        switch action.kind {
+        case .acceptLoss:
+            result = await call { try await client.acceptDisputeLoss(id: action.disputeID) }
+        case .appeal:
+            let text = action.information ?? ""
+            result = await call { try await client.appealDispute(id: action.disputeID, additionalInformation: text) }
+        case .evidence:
+            guard var evidence = sent.evidence else { return try await finish(sent, .refuse("the action has no evidence file"), dispute: nil) }
+            if evidence.attachmentID == nil {
+                let upload = evidence
+                var attachment: String?
+                let uploaded = await call {
+                    attachment = try await client.addDisputeAttachment(
+                        id: action.disputeID, fileName: upload.fileName, contentType: upload.contentType, file: upload.file)
+                }
+                guard uploaded == .taken, let attachment else { return try await ended(sent, uploaded) }
+                evidence.attachmentID = attachment
+                sent.evidence = evidence
+            }
+            // The submission is a second call: marked sent again (with the attachment), so its own longest call counts.
+            try await rateLimiter?.spend(.inMotion)
+            guard let marked = try await markSent(sent, again: true) else { return 0 }
+            sent = marked
+            let chosen = evidence
+            result = await call {
+                try await client.representDispute(
+                    id: action.disputeID, attachmentID: chosen.attachmentID ?? "", description: chosen.description,
+                    additionalInformation: chosen.additionalInformation)
+            }
+        }
+        return try await ended(sent, result)
+    }
+
+    /// `action` marked sent now, written over the revision read; nil when another daemon moved it meanwhile (it
+    /// sends, or has). `again`: the second call of one attempt (the evidence's submission), not a new attempt.
+    private func markSent(_ action: DisputeAction, again: Bool = false) async throws -> DisputeAction? {
         var sent = action
+        let now = clock.now
         sent.state = .sent
-        sent.attempts += 1
+        if !again { sent.attempts += 1 }
         sent.sentAt = now
         sent.conflict = false
         // If this daemon dies in the call, the next look comes once the call can no longer take effect.
         sent.nextAt = now.addingTimeInterval(settings.longestCall.timeInterval)
         guard try await store.update(DisputeActionWrite(action: sent, expectedRevision: action.revision), at: now) else {
             logger.info("\(action.kind.word) of dispute \(action.disputeID) was taken by another daemon", metadata: metadata(action))
-            return 0
+            return nil
         }
         sent.revision = action.revision + 1
         logger.notice(
             "sending \(action.kind.word) of dispute \(action.disputeID) (attempt \(sent.attempts), asked by \(action.requestedBy))",
             metadata: metadata(action).merging([MessageID.metadataKey: .string(MessageID.sideEffectSent.rawValue)]) { $1 })
-        let result = await call(&sent)
+        return sent
+    }
+
+    /// Records how the call for `sent` ended.
+    private func ended(_ sent: DisputeAction, _ result: DisputeCallResult) async throws -> Int {
         let ended = DisputeActionRules.afterCall(sent, result: result, retry: settings.retry, random: random, now: clock.now)
         switch result {
         case .taken:
-            let note = "Klarna took the \(action.kind.word) of dispute \(action.disputeID) (asked by \(action.requestedBy))"
-            guard
-                try await store.update(
-                    DisputeActionWrite(action: ended, expectedRevision: sent.revision, event: DomainEvent(.operatorAction, note)), at: clock.now)
-            else { return 0 }
-            logger.notice("\(note)", metadata: metadata(action).merging([MessageID.metadataKey: .string(MessageID.operatorAction.rawValue)]) { $1 })
+            let note = "Klarna took the \(sent.kind.word) of dispute \(sent.disputeID) (asked by \(sent.requestedBy))"
+            let write = DisputeActionWrite(action: ended, expectedRevision: sent.revision, event: DomainEvent(.operatorAction, note))
+            guard try await store.update(write, at: clock.now) else { return 0 }
+            logger.notice("\(note)", metadata: metadata(sent).merging([MessageID.metadataKey: .string(MessageID.operatorAction.rawValue)]) { $1 })
             // The dispute as it stands now: its change (closed, REPRESENTMENT, ARBITRATION) is recorded with its outcome.
-            return try await apply(try await klarna(.inMotion) { try await client.readDispute(id: action.disputeID) })
+            let started = clock.now
+            return try await apply(try await klarna(.inMotion) { try await client.readDispute(id: sent.disputeID) }, readStartedAt: started)
         case .refused:
-            return try await finish(sent, .refuse(ended.note ?? "refused"), dispute: try await store.dispute(action.disputeID))
+            return try await finish(sent, .refuse(ended.note ?? "refused"), dispute: try await store.dispute(sent.disputeID))
         case .conflict, .unclear:
             logger.warning(
-                "\(action.kind.word) of dispute \(action.disputeID): \(ended.note ?? "no clear answer"); the dispute is read before anything else",
-                metadata: metadata(action).merging([MessageID.metadataKey: .string(MessageID.sideEffectUnclear.rawValue)]) { $1 })
+                "\(sent.kind.word) of dispute \(sent.disputeID): \(ended.note ?? "no clear answer"); the dispute is read before anything else",
+                metadata: metadata(sent).merging([MessageID.metadataKey: .string(MessageID.sideEffectUnclear.rawValue)]) { $1 })
             _ = try await store.update(DisputeActionWrite(action: ended, expectedRevision: sent.revision), at: clock.now)
             return 0
         }
     }
 
-    /// The call for `action`, and how it ended. Evidence is two calls: the upload's attachment id is kept on the action
-    /// (written at once), so a retry after a lost represent does not upload again.
-    private func call(_ action: inout DisputeAction) async -> DisputeCallResult {
+    /// One call for an action (its rate token spent already), and how it ended; a 429 pauses every caller.
+    private func call(_ body: () async throws -> Void) async -> DisputeCallResult {
         do {
-            switch action.kind {
-            case .acceptLoss:
-                try await klarna(.inMotion) { try await client.acceptDisputeLoss(id: action.disputeID) }
-            case .appeal:
-                let text = action.information ?? ""
-                let id = action.disputeID
-                try await klarna(.inMotion) { try await client.appealDispute(id: id, additionalInformation: text) }
-            case .evidence:
-                guard var evidence = action.evidence else { return .refused(status: 400, "the action has no evidence file") }
-                if evidence.attachmentID == nil {
-                    let upload = evidence
-                    let id = action.disputeID
-                    let attachment = try await klarna(.inMotion) {
-                        try await client.addDisputeAttachment(id: id, fileName: upload.fileName, contentType: upload.contentType, file: upload.file)
-                    }
-                    evidence.attachmentID = attachment
-                    var uploaded = action
-                    uploaded.evidence = evidence
-                    if try await store.update(DisputeActionWrite(action: uploaded, expectedRevision: action.revision), at: clock.now) {
-                        uploaded.revision = action.revision + 1
-                    }
-                    action = uploaded
-                }
-                let chosen = evidence
-                let id = action.disputeID
-                try await klarna(.inMotion) {
-                    try await client.representDispute(
-                        id: id, attachmentID: chosen.attachmentID ?? "", description: chosen.description,
-                        additionalInformation: chosen.additionalInformation)
-                }
-            }
+            try await body()
             return .taken
         } catch let error as KlarnaAPIError {
+            rateLimiter?.heed(error)
             let message = Reconciler.short(error)
-            switch error.status {
-            case 409?: return .conflict(message)
-            case let status? where (400..<500).contains(status) && status != 429 && status != 408: return .refused(status: status, message)
-            default: return .unclear(message, retryAfter: error.rateLimit.hint)
-            }
+            if error.status == 409 { return .conflict(message) }
+            if error.isRefusal, let status = error.status { return .refused(status: status, message) }
+            return .unclear(message, retryAfter: error.rateLimit.hint)
         } catch {
             return .unclear("\(error)", retryAfter: nil)
         }

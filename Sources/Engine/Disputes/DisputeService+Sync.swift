@@ -24,58 +24,88 @@ extension DisputeService {
     /// How often a write that met another daemon's is decided again from a fresh read before the sync fails.
     static let writeAttempts = 3
 
-    /// One sync: with `list`, every dispute updated since a day before the newest update recorded; then the disputes
-    /// webhooks named, the operators' actions that are due, and the disputes whose warning or deadline has come.
-    /// Throws at the first failure: what was recorded before it stays, and the next sync goes on from there.
+    /// One sync: the disputes webhooks named, the operators' actions that are due, and the disputes whose warning or
+    /// deadline has come; then, with `list`, every dispute updated since a day before the last complete list began
+    /// (the payment work's reads come before a list's in the rate budget, so what is urgent goes first). A dispute
+    /// Klarna will not show (a 4xx) is logged and left to the list or the next look, so that one cannot hold up the
+    /// others; anything else (5xx, a timeout, the store) fails the sync, which is tried again with backoff, and what
+    /// was recorded before it stays.
     @discardableResult
     public func sync(list: Bool = true) async throws -> DisputeSyncReport {
         var report = DisputeSyncReport()
-        if list {
-            let newest = try await store.disputeHealth().newestUpdate
-            let since =
-                newest.map { $0.addingTimeInterval(-DisputeSettings.listOverlap) }
-                ?? clock.now.addingTimeInterval(-settings.firstSyncLookback.timeInterval)
-            let disputes = try await client.allDisputes(updatedSince: since, beforeEachPage: { try await rateLimiter?.spend(.background) })
-            report.listed = disputes.count
-            for dispute in disputes { report.outcomes += try await apply(dispute) }
-        }
-        let hints = try await store.disputeHints(limit: Self.batch)
-        var unknown: [String] = []
-        for id in hints {
+        var forget: [String] = []
+        for id in try await store.disputeHints(limit: Self.batch) {
             report.hinted += 1
+            let started = clock.now
             do {
-                report.outcomes += try await apply(try await klarna(.hinted) { try await client.readDispute(id: id) })
-            } catch let error as KlarnaAPIError where error.status == 404 {
+                let read = try await klarna(.hinted) { try await client.readDispute(id: id) }
+                report.outcomes += try await apply(read, readStartedAt: started)
+                // Klarna answered for another id (a KRN spelled otherwise): the hint is answered all the same.
+                if read.paymentDisputeID != id { forget.append(id) }
+            } catch let error as KlarnaAPIError where error.isRefusal {
                 logger.warning(
-                    "dispute \(id) named by a webhook is unknown to Klarna (404): its hint is dropped", metadata: ["dispute_id": .string(id)])
-                unknown.append(id)
+                    "dispute \(id) named by a webhook cannot be read (\(Reconciler.short(error))): its hint is dropped; the list finds it if Klarna has it",
+                    metadata: ["dispute_id": .string(id)])
+                forget.append(id)
             }
         }
-        if !unknown.isEmpty { try await store.forgetDisputeHints(unknown) }
+        if !forget.isEmpty { try await store.forgetDisputeHints(forget) }
         for action in try await store.dueDisputeActions(at: clock.now, limit: Self.batch) {
             report.actions += 1
             report.outcomes += try await drive(action)
         }
         for dispute in try await store.disputesToLook(at: clock.now, limit: Self.batch) {
             report.looked += 1
-            report.outcomes += try await apply(try await klarna(.hinted) { try await client.readDispute(id: dispute.id) })
+            report.outcomes += try await look(at: dispute)
+        }
+        if list {
+            let health = try await store.disputeHealth()
+            let started = clock.now
+            let since =
+                health.listedThrough.map { $0.addingTimeInterval(-DisputeSettings.listOverlap) }
+                ?? started.addingTimeInterval(-settings.firstSyncLookback.timeInterval)
+            let disputes = try await client.allDisputes(updatedSince: since, beforeEachPage: { try await rateLimiter?.spend(.background) })
+            report.listed = disputes.count
+            for dispute in disputes {
+                // The first list after disputes are switched on finds months of closed ones: recorded, not announced.
+                report.outcomes += try await apply(dispute, readStartedAt: started, announceClosed: health.listedThrough != nil)
+            }
+            try await store.listed(through: started)
         }
         await showHealth()
         return report
     }
 
-    /// Applies a read of a dispute: what it changes, and a deadline warning now due, recorded with their outcomes
-    /// unless another daemon wrote the dispute meanwhile (then decided again from what it wrote). Returns the outcomes
-    /// this daemon recorded.
+    /// Reads `dispute` at its warning time or just after its deadline. A dispute Klarna will not show is looked at
+    /// again after a list's interval, not at once.
+    private func look(at dispute: TrackedDispute) async throws -> Int {
+        let started = clock.now
+        do {
+            return try await apply(try await klarna(.hinted) { try await client.readDispute(id: dispute.id) }, readStartedAt: started)
+        } catch let error as KlarnaAPIError where error.isRefusal {
+            logger.warning(
+                "dispute \(dispute.id) cannot be read at its warning time (\(Reconciler.short(error))): looked at again in \(settings.syncInterval)",
+                metadata: ["dispute_id": .string(dispute.id)])
+            let later = DisputeWrite(
+                dispute: dispute, raw: nil, nextLookAt: started.addingTimeInterval(settings.syncInterval.timeInterval),
+                expectedRevision: dispute.revision, readStartedAt: .distantPast)
+            _ = try await store.record(later, at: started)
+            return 0
+        }
+    }
+
+    /// Applies a read of a dispute begun at `readStartedAt`: what it changes, and a deadline warning now due, recorded
+    /// with their outcomes unless another daemon wrote the dispute meanwhile (then decided again from what it wrote).
+    /// Returns the outcomes this daemon recorded.
     @discardableResult
-    func apply(_ read: PaymentDispute) async throws -> Int {
+    func apply(_ read: PaymentDispute, readStartedAt: Date, announceClosed: Bool = true) async throws -> Int {
         let observation = DisputeObservation(read)
         var orderTracked = false
         if let orderID = observation.orderID { orderTracked = try await store.trackedOrders(among: [orderID]).contains(orderID) }
         for attempt in 1...Self.writeAttempts {
             let known = try await store.dispute(observation.id)
             let now = clock.now
-            let step = DisputeRules.apply(observation, to: known, orderTracked: orderTracked, now: now)
+            let step = DisputeRules.apply(observation, to: known, orderTracked: orderTracked, now: now, announceClosed: announceClosed)
             let leads = settings.warnBefore
             let (dispute, lead) = DisputeRules.warning(step.dispute, leads: leads, now: now)
             var outcomes = step.change.map { [Outcome(dispute, change: $0)] } ?? []
@@ -91,7 +121,7 @@ extension DisputeService {
             }
             let write = DisputeWrite(
                 dispute: dispute, raw: read.raw, nextLookAt: DisputeRules.nextLook(dispute, leads: leads, now: now),
-                expectedRevision: known?.revision, outcomes: outcomes, events: events)
+                expectedRevision: known?.revision, readStartedAt: readStartedAt, outcomes: outcomes, events: events)
             if try await store.record(write, at: now) {
                 announce(outcomes)
                 return outcomes.count
@@ -101,6 +131,15 @@ extension DisputeService {
                 metadata: ["dispute_id": .string(observation.id)])
         }
         throw DisputeWriteConflict(disputeID: observation.id)
+    }
+}
+
+extension KlarnaAPIError {
+    /// Klarna refused to answer for this one resource (a 4xx but a timeout or a rate limit): asking again now would
+    /// get the same.
+    var isRefusal: Bool {
+        guard let status else { return false }
+        return (400..<500).contains(status) && status != 408 && status != 429
     }
 }
 
@@ -116,7 +155,8 @@ extension DisputeObservation {
     init(_ dispute: PaymentDispute) {
         self.init(
             id: dispute.paymentDisputeID, orderID: dispute.orderID, captureID: dispute.captureID, state: DisputeState(rawValue: dispute.state),
-            reason: dispute.disputeReason, amount: dispute.amount, currency: dispute.currency, holdPolicy: dispute.holdPolicy,
+            previousState: dispute.previousState.map(DisputeState.init(rawValue:)), reason: dispute.disputeReason, amount: dispute.amount,
+            currency: dispute.currency, holdPolicy: dispute.holdPolicy,
             responseDueAt: dispute.responseExpiresAt, appealDueAt: dispute.arbitrationExpiresAt, outcome: dispute.outcome,
             outcomeDetailed: dispute.outcomeDetailed, evidenceAttachmentIDs: dispute.evidenceAttachmentIDs, updatedAt: dispute.updatedAt)
     }

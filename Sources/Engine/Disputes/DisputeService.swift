@@ -28,6 +28,8 @@ public struct DisputeService: Service {
     private let liveSettings: Live<DisputeSettings>
     /// Rung by a dispute webhook's hint, an operator's action and a reload: the service looks at once.
     public let bell: Doorbell
+    /// The currencies `/metrics` showed a held amount for.
+    private let heldCurrencies = Live<Set<String>>([])
 
     public init(
         store: any DisputeStore, client: KlarnaClient, clock: any WallClock, rateLimiter: RateLimiter?, settings: DisputeSettings,
@@ -133,8 +135,11 @@ public struct DisputeService: Service {
         Gauge(label: MetricName.openDisputes.rawValue, dimensions: [("state", "other")]).record(others)
         Gauge(label: MetricName.disputeDeadlineSeconds.rawValue, dimensions: [])
             .record(health.nextDeadline.map { $0.timeIntervalSince(clock.now) } ?? 0)
-        for (currency, amount) in health.heldByCurrency {
-            Gauge(label: MetricName.disputedAmountHeld.rawValue, dimensions: [("currency", currency)]).record(amount)
+        // A currency whose last held dispute closed goes back to 0 rather than keep its last value.
+        let currencies = heldCurrencies.value.union(health.heldByCurrency.keys)
+        heldCurrencies.replace(with: currencies)
+        for currency in currencies {
+            Gauge(label: MetricName.disputedAmountHeld.rawValue, dimensions: [("currency", currency)]).record(health.heldByCurrency[currency] ?? 0)
         }
     }
 }

@@ -9,7 +9,7 @@ public struct DisputeSettings: Sendable, Equatable {
     public var syncInterval: Duration
     /// How long before each response deadline a warning is given, once each (default 72 h and 24 h).
     public var warnBefore: [Duration]
-    /// How far back the first list reaches (later lists start a day before the newest update recorded).
+    /// How far back the first list reaches (later lists start a day before the last complete list began).
     public var firstSyncLookback: Duration
     /// The backoff of an operator's action that got no clear answer, and its attempts (the engine's `retry.*`).
     public var retry: RetryPolicy
@@ -30,7 +30,7 @@ public struct DisputeSettings: Sendable, Equatable {
         self.longestCall = longestCall
     }
 
-    /// How far before the newest update recorded a list starts: Klarna's `updated_at` order across pages, and clocks,
-    /// are not exact.
+    /// How far before the last complete list's start the next list starts: this daemon's clock and Klarna's
+    /// `updated_at` need not agree.
     public static let listOverlap: TimeInterval = 86_400
 }

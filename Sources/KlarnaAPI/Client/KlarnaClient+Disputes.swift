@@ -32,13 +32,18 @@ extension KlarnaClient {
             let pagination: Pagination?
         }
         let body = try decode(Body.self, answer)
-        do {
-            return DisputePage(disputes: try body.disputes.map(PaymentDispute.init(json:)), lastItem: body.pagination?.lastItem)
-        } catch {
-            throw KlarnaAPIError(
-                operation: .listDisputes, failure: .undecodableResponse(status: answer.http.status, detail: "\(error)"),
-                requestID: answer.requestID, correlationIDHeader: answer.http.headers["Klarna-Correlation-Id"])
+        // A dispute this client cannot read (no id, no state) is logged and left out: one would otherwise hold up
+        // every other dispute of the list.
+        var disputes: [PaymentDispute] = []
+        for item in body.disputes {
+            do {
+                disputes.append(try PaymentDispute(json: item))
+            } catch {
+                logger.warning(
+                    "a dispute in Klarna's list cannot be read and is left out: \(error)", metadata: ["request.id": .string(answer.requestID)])
+            }
         }
+        return DisputePage(disputes: disputes, lastItem: body.pagination?.lastItem)
     }
 
     /// Every dispute updated at or after `updatedSince`, page after page; `beforeEachPage` runs before each request

@@ -11,7 +11,7 @@ import Telemetry
 public struct KlarnaClient: Sendable {
     public let configuration: KlarnaConfiguration
     private let transport: any HTTPTransport
-    private let logger: Logger
+    let logger: Logger
 
     public init(configuration: KlarnaConfiguration, transport: any HTTPTransport, logger: Logger) {
         self.configuration = configuration

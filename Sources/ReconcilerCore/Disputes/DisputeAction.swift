@@ -84,6 +84,14 @@ public struct DisputeAction: Codable, Sendable, Equatable {
 
     public var isFinished: Bool { state == .done || state == .refused || state == .failed }
 
+    /// The longest dispute id Klarna's read takes (`payment_dispute_id`, klarna/DISPUTES.md §2.1).
+    public static let maxDisputeIDLength = 100
+
+    /// Whether `id` can name a dispute: 1–100 printable ASCII characters without spaces.
+    public static func validDisputeID(_ id: String) -> Bool {
+        (1...maxDisputeIDLength).contains(id.count) && id.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F }
+    }
+
     /// What is wrong with an appeal's text, if anything: Klarna takes 1–10,000 characters.
     public static func informationProblem(_ text: String) -> String? {
         (1...10_000).contains(text.count) ? nil : "an appeal's text must be 1–10000 characters, not \(text.count)"
@@ -102,7 +110,7 @@ public struct DisputeEvidence: Codable, Sendable, Equatable {
     public var fileName: String
     public var contentType: String
     public var size: Int
-    /// The bytes (kept in the store until the action ends; never printed).
+    /// The bytes (kept in the store until the action ends, dropped by the write that ends it; never printed).
     public var file: Data
     /// The attachment's description (≤ 1,000 characters) and the evidence's text (≤ 5,000).
     public var description: String?
@@ -119,8 +127,11 @@ public struct DisputeEvidence: Codable, Sendable, Equatable {
         self.additionalInformation = additionalInformation
     }
 
-    /// Klarna's limit per file (klarna/DISPUTES.md §2.1).
-    public static let maxSize = 7 * 1_024 * 1_024
+    /// Klarna's limit per file (klarna/DISPUTES.md §2.1: "7 MB"; the smaller reading, so nothing Klarna refuses passes).
+    public static let maxSize = 7_000_000
+
+    /// Why a file of `size` bytes is refused.
+    public static func tooLarge(_ name: String, size: Int) -> String { "\(name) is \(size) bytes; Klarna takes at most \(maxSize) (7 MB)" }
 
     /// The types Klarna takes, by file name extension, with the bytes each starts with.
     static let types: [(extensions: [String], contentType: String, magic: [UInt8])] = [
@@ -142,7 +153,7 @@ public struct DisputeEvidence: Codable, Sendable, Equatable {
             return .failure(.init("Klarna takes PDF, JPEG, PNG or DOCX files (by extension), not \(name)"))
         }
         guard !file.isEmpty else { return .failure(.init("\(name) is empty")) }
-        guard file.count <= maxSize else { return .failure(.init("\(name) is \(file.count) bytes; Klarna takes at most \(maxSize) (7 MB)")) }
+        guard file.count <= maxSize else { return .failure(.init(tooLarge(name, size: file.count))) }
         guard file.starts(with: type.magic) else { return .failure(.init("\(name) does not look like a \(suffix.uppercased()) file")) }
         if let description, description.count > 1_000 { return .failure(.init("the description is at most 1000 characters")) }
         if let additionalInformation, additionalInformation.count > 5_000 {
@@ -193,7 +204,10 @@ public enum DisputeActionRules {
         switch action.kind {
         case .acceptLoss: read.closedAs == "LOST"
         case .evidence: action.evidence?.attachmentID.map { read.evidenceAttachmentIDs.contains($0) } ?? false
-        case .appeal: action.sentAt != nil && (read.state == .arbitration || (read.state == .closed && action.attempts > 0))
+        // ARBITRATION, or closed from it (Klarna decided on the appeal since): never after Klarna's 409.
+        case .appeal:
+            action.attempts > 0 && !action.conflict
+                && (read.state == .arbitration || (read.state == .closed && read.previousState == .arbitration))
         }
     }
 

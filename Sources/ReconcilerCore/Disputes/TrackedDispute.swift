@@ -20,6 +20,8 @@ public struct DisputeObservation: Sendable, Equatable {
     public var orderID: String?
     public var captureID: String?
     public var state: DisputeState
+    /// The state it left for this one, as Klarna says (`previous_state`).
+    public var previousState: DisputeState?
     public var reason: String?
     public var amount: Int?
     public var currency: String?
@@ -38,7 +40,8 @@ public struct DisputeObservation: Sendable, Equatable {
     public var updatedAt: Date?
 
     public init(
-        id: String, orderID: String?, captureID: String? = nil, state: DisputeState, reason: String? = nil, amount: Int? = nil,
+        id: String, orderID: String?, captureID: String? = nil, state: DisputeState, previousState: DisputeState? = nil, reason: String? = nil,
+        amount: Int? = nil,
         currency: String? = nil, holdPolicy: String? = nil, responseDueAt: Date? = nil, appealDueAt: Date? = nil, outcome: String? = nil,
         outcomeDetailed: String? = nil, evidenceAttachmentIDs: [String] = [], updatedAt: Date? = nil
     ) {
@@ -46,6 +49,7 @@ public struct DisputeObservation: Sendable, Equatable {
         self.orderID = orderID
         self.captureID = captureID
         self.state = state
+        self.previousState = previousState
         self.reason = reason
         self.amount = amount
         self.currency = currency
@@ -131,8 +135,12 @@ public enum DisputeChange: Sendable, Equatable {
 public enum DisputeRules {
     /// Applies `read` (made at `now`) to `known` (nil: a dispute not seen before). A read older than the one applied
     /// (by Klarna's `updated_at`) changes nothing; a state Klarna left is never re-entered from a stale webhook.
+    ///
+    /// `announceClosed`: whether a dispute first seen closed is an outcome. Not in the first list after disputes are
+    /// switched on: months of disputes closed long ago would each page someone.
     public static func apply(
-        _ read: DisputeObservation, to known: TrackedDispute?, orderTracked: Bool, apiVersion: String = "v4", now: Date
+        _ read: DisputeObservation, to known: TrackedDispute?, orderTracked: Bool, apiVersion: String = "v4", now: Date,
+        announceClosed: Bool = true
     ) -> DisputeStep {
         if let known, let seen = known.updatedAt, let updated = read.updatedAt, updated < seen {
             return DisputeStep(
@@ -179,7 +187,7 @@ public enum DisputeRules {
                             won ? .disputeWon : .disputeLost,
                             "\(what) first seen closed \(won ? "won" : "lost") (\(dispute.outcomeDetailed ?? "no detail"))")
                     ],
-                    change: won ? .won : .lost)
+                    change: announceClosed ? (won ? .won : .lost) : nil)
             }
             return DisputeStep(
                 dispute: dispute, events: [DomainEvent(.disputeOpened, "\(what) opened in \(read.state.rawValue)\(due)")], change: .opened)

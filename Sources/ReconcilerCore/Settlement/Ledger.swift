@@ -107,15 +107,36 @@ public struct LedgerOrder: Codable, Sendable, Equatable {
     public var currency: String?
     public var captures: [LedgerCapture]
     public var refunds: [LedgerRefund]
+    /// The order's disputes the daemon saw close lost: a REVERSAL of one of them is what the shop expects.
+    public var lostDisputes: [LostDispute]
 
     public init(
         orderID: String, merchantReference: String? = nil, currency: String? = nil, captures: [LedgerCapture] = [],
-        refunds: [LedgerRefund] = []
+        refunds: [LedgerRefund] = [], lostDisputes: [LostDispute] = []
     ) {
         self.orderID = orderID
         self.merchantReference = merchantReference
         self.currency = currency
         self.captures = captures
         self.refunds = refunds
+        self.lostDisputes = lostDisputes
+    }
+}
+
+/// A dispute the daemon saw Klarna close lost: its id and the disputed amount (in the settlement currency).
+public struct LostDispute: Codable, Sendable, Equatable {
+    public var id: String
+    public var amount: Int?
+    public var currency: String?
+
+    public init(id: String, amount: Int?, currency: String?) {
+        self.id = id
+        self.amount = amount
+        self.currency = currency
+    }
+
+    public init?(_ dispute: TrackedDispute) {
+        guard dispute.state == .closed, dispute.outcome == "LOST" else { return nil }
+        self.init(id: dispute.id, amount: dispute.amount, currency: dispute.currency)
     }
 }

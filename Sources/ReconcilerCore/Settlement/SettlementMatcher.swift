@@ -88,7 +88,8 @@ private struct Matching {
 
     mutating func matchByID(_ index: Int) {
         let line = lines[index]
-        if line.kind == .reversal { flagReversal(line) }
+        let lostDispute = line.kind == .reversal ? expectedReversal(line) : nil
+        if line.kind == .reversal, lostDispute == nil { flagReversal(line) }
 
         guard let orderID = line.orderIDGiven else {
             if line.kind == .sale || line.kind == .return {
@@ -176,6 +177,12 @@ private struct Matching {
                 set(index, .order(orderID, capture: nil), note: "fee on order \(orderID)")
             }
         default:
+            if let lostDispute {
+                set(
+                    index, .order(orderID, capture: nil),
+                    note: "reversal of dispute \(lostDispute.id) on order \(orderID), which the daemon saw close lost")
+                return
+            }
             let unknown = line.kind.isKnown ? "" : " (a type not known)"
             set(index, .order(orderID, capture: nil), note: "\(line.kind)\(unknown) on order \(orderID)")
         }
@@ -345,6 +352,19 @@ private struct Matching {
                     expectedCurrency: currency, actualCurrency: line.currency,
                     reason: "\(line.kind) in \(line.currency) for \(kind) \(id) of order \(order.orderID), which was in \(currency)"))
         }
+    }
+
+    /// The lost dispute a REVERSAL pays back, when the daemon saw it close lost: by the dispute's id in
+    /// `reversal_reference`, else (Klarna does not document that the two are equal) by amount when exactly one lost
+    /// dispute of the order has it. Its amount must be the line's: anything else is a finding.
+    func expectedReversal(_ line: SettledLine) -> LostDispute? {
+        guard let orderID = line.orderIDGiven, let lost = orders[orderID]?.lostDisputes, !lost.isEmpty else { return nil }
+        let amount = magnitude(line)
+        if let reference = SettledLine.given(line.reversalReference), let named = lost.first(where: { $0.id == reference }) {
+            return named.amount == amount && (named.currency ?? line.currency) == line.currency ? named : nil
+        }
+        let byAmount = lost.filter { $0.amount == amount && ($0.currency ?? line.currency) == line.currency }
+        return byAmount.count == 1 ? byAmount[0] : nil
     }
 
     // MARK: - Findings
