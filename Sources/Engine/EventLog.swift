@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import ReconcilerCore
 import ReconcilerStore
+import Telemetry
 
 /// Every committed event and outcome becomes one log line with the payment's identifiers as metadata (journald
 /// fields `HPP_SESSION_ID`, `ORDER_ID`, …, see ``LogContext``) and, for what an operator acts on, a stable
@@ -16,6 +17,17 @@ enum EventLog {
             log(event.event, metadata: metadata, logger: logger)
         }
         for outcome in change.outcomes { log(outcome, logger: logger) }
+    }
+
+    /// Outcomes a service recorded outside an engine step (settlements, disputes): each logged as the engine logs
+    /// outcomes and counted; `bell` (the outbox's) is rung so they are written at once.
+    static func announce(_ outcomes: [Outcome], logger: Logger, bell: Doorbell?) {
+        guard !outcomes.isEmpty else { return }
+        for outcome in outcomes {
+            log(outcome, logger: logger)
+            Telemetry.count(.outcomes, ("kind", outcome.kind.rawValue))
+        }
+        bell?.ring()
     }
 
     /// An outcome's line: its ``MessageID``, the payment's (or the payout's) identifiers, and the reason.

@@ -37,6 +37,18 @@ public struct DisputeWrite: Sendable, Equatable {
     }
 }
 
+extension DisputeWrite {
+    /// The revision the row has after the write.
+    public var revision: Int { (expectedRevision ?? -1) + 1 }
+
+    /// The dispute as the row keeps it: with the revision after the write.
+    public var written: TrackedDispute {
+        var written = dispute
+        written.revision = revision
+        return written
+    }
+}
+
 /// An action as the service writes it after deciding or sending.
 public struct DisputeActionWrite: Sendable, Equatable {
     public var action: DisputeAction
@@ -50,6 +62,16 @@ public struct DisputeActionWrite: Sendable, Equatable {
         self.expectedRevision = expectedRevision
         self.outcome = outcome
         self.event = event
+    }
+}
+
+extension DisputeActionWrite {
+    /// The action as the row keeps it: with the revision after the write, and a finished action without its file
+    /// (never sent again, it leaves the store with this write).
+    public var written: DisputeAction {
+        var written = action.isFinished ? action.redacted : action
+        written.revision = expectedRevision + 1
+        return written
     }
 }
 

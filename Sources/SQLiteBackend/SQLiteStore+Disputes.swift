@@ -26,12 +26,8 @@ extension SQLiteStore {
     }
 
     public func record(_ write: DisputeWrite, at: Date) async throws -> Bool {
-        let revision = (write.expectedRevision ?? -1) + 1
-        let dispute = {
-            var written = write.dispute
-            written.revision = revision
-            return written
-        }()
+        let revision = write.revision
+        let dispute = write.written
         let data = try json(dispute)
         let outcomes = try write.outcomes.map { ($0, try json($0)) }
         let events = write.events
@@ -120,13 +116,8 @@ extension SQLiteStore {
     }
 
     public func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool {
-        let action = {
-            var written = write.action
-            written.revision = write.expectedRevision + 1
-            return written
-        }()
-        // A finished action's file is never sent again: it leaves the store with this write.
-        let data = try json(action.isFinished ? action.redacted : action)
+        let action = write.written
+        let data = try json(action)
         let outcome = try write.outcome.map { ($0, try json($0)) }
         let event = write.event
         return try await self.write { db in

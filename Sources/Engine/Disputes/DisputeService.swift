@@ -115,15 +115,8 @@ public struct DisputeService: Service {
 
     // MARK: Telling
 
-    /// Outcomes this daemon recorded: each logged as the engine logs outcomes and counted; the outbox is rung.
-    func announce(_ outcomes: [Outcome]) {
-        guard !outcomes.isEmpty else { return }
-        for outcome in outcomes {
-            EventLog.log(outcome, logger: logger)
-            Telemetry.count(.outcomes, ("kind", outcome.kind.rawValue))
-        }
-        outcomeBell?.ring()
-    }
+    /// Outcomes this daemon recorded (``EventLog/announce(_:logger:bell:)``).
+    func announce(_ outcomes: [Outcome]) { EventLog.announce(outcomes, logger: logger, bell: outcomeBell) }
 
     /// The dispute gauges of `/metrics`, from the store; a store that does not answer keeps the last values.
     func showHealth() async {

@@ -121,15 +121,8 @@ public struct SettlementService: Service {
 
     // MARK: Telling
 
-    /// Outcomes this daemon recorded: each logged as the engine logs outcomes and counted; the outbox is rung.
-    func announce(_ outcomes: [Outcome]) {
-        guard !outcomes.isEmpty else { return }
-        for outcome in outcomes {
-            EventLog.log(outcome, logger: logger)
-            Telemetry.count(.outcomes, ("kind", outcome.kind.rawValue))
-        }
-        outcomeBell?.ring()
-    }
+    /// Outcomes this daemon recorded (``EventLog/announce(_:logger:bell:)``).
+    func announce(_ outcomes: [Outcome]) { EventLog.announce(outcomes, logger: logger, bell: outcomeBell) }
 
     /// A payout this daemon recorded: one line with its counts, and the settlement metrics.
     func announce(_ reconciliation: PayoutReconciliation) {
