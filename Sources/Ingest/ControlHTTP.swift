@@ -179,6 +179,14 @@ public enum ControlHTTP {
         switch try await desk.request(action, now: Date(), wait: wait) {
         case .refused(let reason):
             return IngestHTTP.json(404, ["error": "unknown_dispute", "detail": reason])
+        case .recorded(let found, existing: true) where found.kind != kind:
+            return IngestHTTP.json(
+                409,
+                [
+                    "error": "another_action_under_way",
+                    "detail":
+                        "\(found.kind.word) of dispute \(id) is under way (\(found.state.rawValue)): one answer at a time; ask again once it has ended",
+                ])
         case .recorded(let action, _):
             let status = action.state == .done ? 200 : action.isFinished ? 409 : 202
             return reply(action, status: status, version: version)

@@ -16,41 +16,44 @@ struct DisputeMoney {
 }
 
 extension SandboxState {
-    /// Whether a payout has a dispute's line to carry.
-    var disputeMoneyPending: Bool { !disputesWithMoney.isEmpty }
-
-    /// The disputes with a line not paid out yet, oldest first.
-    private var disputesWithMoney: [Dispute] {
-        disputeOrder.compactMap { disputes[$0] }.filter { dispute in
-            let money = settlements.disputeMoney
-            if money.settled.contains(dispute.id) { return false }
-            if !money.feeCharged.contains(dispute.id) { return true }
-            if dispute.state == "CLOSED" { return true }
-            return dispute.holdPolicy == "ON_DISPUTE_INITIATED" && money.held[dispute.id] == nil
-        }
+    /// When each dispute's next line falls due: its fee and hold when it opened, its release and reversal when it
+    /// closed; nil once its lines are all out.
+    private func nextDisputeMoney(_ dispute: Dispute) -> Date? {
+        let money = settlements.disputeMoney
+        if money.settled.contains(dispute.id) { return nil }
+        let held = dispute.holdPolicy == "ON_DISPUTE_INITIATED" && money.held[dispute.id] == nil
+        if !money.feeCharged.contains(dispute.id) || held { return dispute.createdAt }
+        return dispute.state == "CLOSED" ? dispute.closedAt : nil
     }
 
-    /// The currencies of disputes with a line to pay out.
-    var disputeMoneyCurrencies: Set<String> { Set(disputesWithMoney.map(\.currency)) }
+    /// The first moment a payout would carry a dispute's line; nil when none is waiting.
+    var earliestDisputeMoney: Date? { disputeOrder.compactMap { disputes[$0] }.compactMap(nextDisputeMoney).min() }
 
-    /// Adds the lines every dispute in `currency` owes: fee, hold, and on closing the release and a loss's reversal.
-    mutating func addDisputeMoney(currency: String, to payout: inout PayoutBuilder) {
-        for dispute in disputesWithMoney where dispute.currency == currency {
-            guard let order = orders[dispute.orderID] else { continue }
+    /// The currencies of disputes with a line due by `date`.
+    func disputeMoneyCurrencies(by date: Date) -> Set<String> {
+        Set(disputeOrder.compactMap { disputes[$0] }.filter { nextDisputeMoney($0).map { $0 <= date } ?? false }.map(\.currency))
+    }
+
+    /// Adds the lines every dispute in `currency` owes by `date`: its fee and hold once it has opened, and once it has
+    /// closed the hold's release and a loss's reversal.
+    mutating func addDisputeMoney(currency: String, by date: Date, to payout: inout PayoutBuilder) {
+        for id in disputeOrder {
+            guard let dispute = disputes[id], dispute.currency == currency, dispute.createdAt <= date, let order = orders[dispute.orderID]
+            else { continue }
             let settled = settledOrder(order)
-            if !settlements.disputeMoney.feeCharged.contains(dispute.id) {
-                payout.disputeFee(settled, amount: DisputeMoney.fee, dispute: dispute.id)
-                settlements.disputeMoney.feeCharged.insert(dispute.id)
+            if !settlements.disputeMoney.feeCharged.contains(id) {
+                payout.disputeFee(settled, amount: DisputeMoney.fee, dispute: id)
+                settlements.disputeMoney.feeCharged.insert(id)
             }
-            let held = settlements.disputeMoney.held[dispute.id]
-            if dispute.state == "CLOSED" {
+            let held = settlements.disputeMoney.held[id]
+            if dispute.state == "CLOSED", let closed = dispute.closedAt, closed <= date, !settlements.disputeMoney.settled.contains(id) {
                 if let held, held > 0 { payout.release(held, detailedType: "DISPUTE_HOLD") }
-                if dispute.outcome == "LOST" { payout.reversal(settled, amount: dispute.amount, reference: dispute.id) }
-                settlements.disputeMoney.held[dispute.id] = 0
-                settlements.disputeMoney.settled.insert(dispute.id)
+                if dispute.outcome == "LOST" { payout.reversal(settled, amount: dispute.amount, reference: id) }
+                settlements.disputeMoney.held[id] = 0
+                settlements.disputeMoney.settled.insert(id)
             } else if dispute.holdPolicy == "ON_DISPUTE_INITIATED", held == nil {
                 payout.holdback(dispute.amount, detailedType: "DISPUTE_HOLD")
-                settlements.disputeMoney.held[dispute.id] = dispute.amount
+                settlements.disputeMoney.held[id] = dispute.amount
             }
         }
     }

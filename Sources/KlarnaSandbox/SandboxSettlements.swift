@@ -77,7 +77,7 @@ extension SandboxState {
         currencies.formUnion(corrections.map { $0.order.currency })
         currencies.formUnion(releases.keys)
         catchUpDisputes(now: date)
-        currencies.formUnion(disputeMoneyCurrencies)
+        currencies.formUnion(disputeMoneyCurrencies(by: date))
 
         var created: [CreatedPayout] = []
         for currency in currencies.sorted() {
@@ -107,7 +107,7 @@ extension SandboxState {
                 settlements.disputes += 1
                 payout.reversal(settledOrder(reversal.order), amount: reversal.amount, dispute: settlements.disputes)
             }
-            addDisputeMoney(currency: currency, to: &payout)
+            addDisputeMoney(currency: currency, by: date, to: &payout)
             for correction in corrections where correction.order.currency == currency {
                 payout.correction(settledOrder(correction.order), amount: correction.amount)
             }
@@ -159,10 +159,10 @@ extension SandboxState {
         // Held-back money makes a payout due only when the spec holds nothing back again (else every run would
         // release and hold the same amount, a payout of nothing each time).
         let releasable = spec.releaseHoldbacks && spec.holdback == 0 && ledger.heldBack.values.contains(where: { $0 != 0 })
-        if !ledger.invented.isEmpty || releasable || disputeMoneyPending {
+        if !ledger.invented.isEmpty || releasable {
             return .distantPast
         }
-        var earliest: Date?
+        var earliest = earliestDisputeMoney
         for order in orders.values {
             let captures = order.captures.filter { ledger.payable(capture: $0.id) }
             let refunds = order.refunds.filter { !ledger.settled.contains($0.id) }

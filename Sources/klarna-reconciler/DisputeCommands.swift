@@ -152,11 +152,13 @@ struct DisputeCommand: AsyncParsableCommand {
                 printError("klarna-reconciler: \(reason)")
                 throw ExitCode.failure
             case .recorded(let action, let existing):
-                if existing {
-                    print(
-                        "an action on dispute \(id) is under way already (\(action.kind.word), asked by \(action.requestedBy)): it goes on, and this one is not recorded"
+                if existing, action.kind != kind {
+                    printError(
+                        "klarna-reconciler: \(action.kind.word) of dispute \(id) is under way (asked by \(action.requestedBy), \(action.state.rawValue)): one answer at a time, so this \(kind.word) is not recorded; ask again once it has ended"
                     )
+                    throw ExitCode.failure
                 }
+                if existing { print("\(kind.word) of dispute \(id) was asked for already (by \(action.requestedBy)): that one goes on") }
                 switch action.state {
                 case .done:
                     print("\(action.kind.word) of dispute \(id): done (\(action.note ?? "Klarna took it"))")

@@ -233,6 +233,42 @@ struct DisputeServiceTests {
         }
     }
     @Test(
+        "One dispute Klarna cannot serve holds up no other: a 500 on its read leaves it alone for a while and the next hint is read; a 404 drops its hint; a 403 (the account) fails the sync"
+    )
+    func oneDisputeFailing() async throws {
+        try await EngineHarness.with { h in
+            let service = h.disputeService()
+            let ingestor = h.disputeIngestor(bell: service.bell)
+            let first = try h.sandbox.openDispute(order: try await h.capturedOrder(4_000)).paymentDisputeId
+            let second = try h.sandbox.openDispute(order: try await h.capturedOrder(3_000)).paymentDisputeId
+            for hook in h.sandbox.webhooks() { #expect(await ingestor.ingest(hook.delivery, source: "socket").accepted) }
+            h.sandbox.addFault(SandboxFault(route: "disputes.read", kind: .status, status: 500))
+            let report = try await service.sync(list: false)
+            #expect(report.hinted == 2 && report.outcomes == 1)
+            #expect(try await h.store.dispute(second) != nil)
+            #expect(try await h.store.dispute(first) == nil)
+            #expect(try await h.store.disputeHints(limit: 10) == [first])
+            #expect(try await service.sync(list: false).hinted == 0, "left alone for a while")
+            h.clock.advance(by: .seconds(2))
+            #expect(try await service.sync(list: false).outcomes == 1)
+            #expect(try await h.store.disputeHints(limit: 10).isEmpty)
+
+            let unknown =
+                #"{"metadata":{"event_type":"payment.dispute.state-change.closed","event_id":"x-1"},"payload":{"payment_dispute_id":"krn:none:1"}}"#
+            let signed = SigningKeys.sign(body: Array(unknown.utf8), key: Array("sandbox-webhook-secret".utf8))
+            let delivery = Delivery(
+                route: .klarnaNetwork, headers: [("Klarna-Signature", signed), ("Klarna-Signing-Key-Id", "sandbox-signing-key-1")],
+                body: Array(unknown.utf8))
+            #expect(await ingestor.ingest(delivery, source: "socket").accepted)
+            try await service.sync(list: false)
+            #expect(try await h.store.disputeHints(limit: 10).isEmpty, "Klarna does not know it: dropped")
+
+            h.sandbox.addFault(SandboxFault(route: "disputes.list", kind: .status, status: 403, errorCode: "OPERATION_FORBIDDEN"))
+            await #expect(throws: KlarnaAPIError.self) { try await service.sync() }
+        }
+    }
+
+    @Test(
         "A daemon killed after marking an accept-loss sent, its call landing at Klarna: the next daemon reads only after the longest call, finds the loss, and sends nothing"
     )
     func crashAfterTheSentMark() async throws {

@@ -104,6 +104,27 @@ struct SettlementMatcherTests {
         #expect(result.fromLines.settlement == 465_000)
     }
 
+    @Test(
+        "A REVERSAL of a dispute the daemon saw close lost is matched without a finding, by its id or (without one) by amount; a second, another amount or an unknown dispute is a finding"
+    )
+    func lostDisputes() {
+        var order = ledger(captures: [capture("c-1", 10_000)])
+        order.lostDisputes = [LostDispute(id: "d-1", amount: 4_000, currency: "EUR"), LostDispute(id: "d-2", amount: 1_500, currency: "EUR")]
+        func reversals(_ lines: [SettledLine]) -> [String?] {
+            let amount = lines.reduce(0) { $0 + $1.amount }
+            return reconcile(payout(SettledTotals(reversalAmount: amount, settlementAmount: -amount)), lines, [order]).findings(.reversal).map(
+                \.reversalReference)
+        }
+        #expect(reversals([line(0, .reversal, 4_000, reversal: "d-1")]).isEmpty)
+        #expect(reversals([line(0, .reversal, 1_500)]).isEmpty, "without a reference, the one loss of that amount")
+        #expect(reversals([line(0, .reversal, 4_000, reversal: "d-1"), line(1, .reversal, 4_000, reversal: "d-1")]) == ["d-1"], "paid back once")
+        #expect(reversals([line(0, .reversal, 3_999, reversal: "d-1")]) == ["d-1"], "another amount")
+        #expect(reversals([line(0, .reversal, 4_000, reversal: "d-9")]) == ["d-9"], "a dispute the daemon did not see lost")
+        let matched = reconcile(
+            payout(SettledTotals(reversalAmount: 4_000, settlementAmount: -4_000)), [line(0, .reversal, 4_000, reversal: "d-1")], [order])
+        #expect(matched.lines.first?.match == .order("o-1", capture: nil) && matched.lines.first?.note.contains("close lost") == true)
+    }
+
     @Test("Lines given out of order are matched and reported in ordinal order")
     func linesSortedByOrdinal() {
         let result = reconcile(payout(exampleTotals), Array(exampleLines.reversed()), [exampleOrder])

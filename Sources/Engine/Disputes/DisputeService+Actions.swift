@@ -11,15 +11,25 @@ import ReconcilerStore
 extension DisputeService {
     /// Moves `action` on by one decision; returns the outcomes recorded.
     func drive(_ action: DisputeAction) async throws -> Int {
+        let started = clock.now
         let read: PaymentDispute
-        do {
-            read = try await klarna(.inMotion) { try await client.readDispute(id: action.disputeID) }
-        } catch let error as KlarnaAPIError where error.isRefusal {
+        switch try await self.read(action.disputeID, .inMotion) {
+        case .read(let found):
+            read = found
+        case .refused(let why):
+            let sent =
+                action.attempts > 0
+                ? "after \(action.attempts) attempt(s) whose last answer was not clear: whether Klarna took it is unknown" : "nothing sent"
             return try await finish(
-                action, .refuse("Klarna will not show dispute \(action.disputeID) (\(Reconciler.short(error))): nothing sent"),
+                action, .refuse("Klarna will not show dispute \(action.disputeID) (\(why)): \(sent)"),
                 dispute: try await store.dispute(action.disputeID))
+        case .later(let until):
+            var waiting = action
+            waiting.nextAt = until
+            _ = try await store.update(DisputeActionWrite(action: waiting, expectedRevision: action.revision), at: clock.now)
+            return 0
         }
-        var outcomes = try await apply(read, readStartedAt: clock.now)
+        var outcomes = try await apply(read, readStartedAt: started)
         let observation = DisputeObservation(read)
         let now = clock.now
         let settings = self.settings
@@ -132,7 +142,8 @@ extension DisputeService {
             rateLimiter?.heed(error)
             let message = Reconciler.short(error)
             if error.status == 409 { return .conflict(message) }
-            if error.isRefusal, let status = error.status { return .refused(status: status, message) }
+            // Klarna's other 4xx on the call itself (a file it refuses, a 403 for this action): sending again gets the same.
+            if let status = error.status, (400..<500).contains(status), status != 408, status != 429 { return .refused(status: status, message) }
             return .unclear(message, retryAfter: error.rateLimit.hint)
         } catch {
             return .unclear("\(error)", retryAfter: nil)

@@ -26,27 +26,31 @@ extension DisputeService {
 
     /// One sync: the disputes webhooks named, the operators' actions that are due, and the disputes whose warning or
     /// deadline has come; then, with `list`, every dispute updated since a day before the last complete list began
-    /// (the payment work's reads come before a list's in the rate budget, so what is urgent goes first). A dispute
-    /// Klarna will not show (a 4xx) is logged and left to the list or the next look, so that one cannot hold up the
-    /// others; anything else (5xx, a timeout, the store) fails the sync, which is tried again with backoff, and what
-    /// was recorded before it stays.
+    /// (the payment work's reads come before a list's in the rate budget, so what is urgent goes first). One dispute
+    /// cannot hold up the others: one Klarna does not know or refuses (404, 400) is dropped from the hints, looked at
+    /// again after a list's interval, or its action refused; one whose read fails otherwise (5xx, a timeout, an
+    /// answer that cannot be read) is left alone for a growing while (``DisputeBackoff``). What concerns the account
+    /// (401, 403, 429), a failed list and the store fail the sync, which is tried again with backoff; what was
+    /// recorded before stays.
     @discardableResult
     public func sync(list: Bool = true) async throws -> DisputeSyncReport {
         var report = DisputeSyncReport()
         var forget: [String] = []
-        for id in try await store.disputeHints(limit: Self.batch) {
+        for id in try await store.disputeHints(limit: Self.batch) where backoff.allows(id, at: clock.now) {
             report.hinted += 1
             let started = clock.now
-            do {
-                let read = try await klarna(.hinted) { try await client.readDispute(id: id) }
+            switch try await read(id, .hinted) {
+            case .read(let read):
                 report.outcomes += try await apply(read, readStartedAt: started)
                 // Klarna answered for another id (a KRN spelled otherwise): the hint is answered all the same.
                 if read.paymentDisputeID != id { forget.append(id) }
-            } catch let error as KlarnaAPIError where error.isRefusal {
+            case .refused(let why):
                 logger.warning(
-                    "dispute \(id) named by a webhook cannot be read (\(Reconciler.short(error))): its hint is dropped; the list finds it if Klarna has it",
+                    "dispute \(id) named by a webhook cannot be read (\(why)): its hint is dropped; the list finds it if Klarna has it",
                     metadata: ["dispute_id": .string(id)])
                 forget.append(id)
+            case .later:
+                continue
             }
         }
         if !forget.isEmpty { try await store.forgetDisputeHints(forget) }
@@ -76,22 +80,51 @@ extension DisputeService {
         return report
     }
 
-    /// Reads `dispute` at its warning time or just after its deadline. A dispute Klarna will not show is looked at
-    /// again after a list's interval, not at once.
+    /// How a read of one dispute went.
+    enum DisputeRead {
+        case read(PaymentDispute)
+        /// Klarna does not know it or refuses the request (404, 400): asking again gets the same.
+        case refused(String)
+        /// It failed for this dispute alone; it may be read again at this time.
+        case later(Date)
+    }
+
+    /// Reads dispute `id` at `urgency`. Throws what concerns the account (401, 403, 429) and the shutdown.
+    func read(_ id: String, _ urgency: Urgency) async throws -> DisputeRead {
+        do {
+            let read = try await klarna(urgency) { try await client.readDispute(id: id) }
+            backoff.succeeded(id)
+            return .read(read)
+        } catch let error as KlarnaAPIError {
+            if error.isRefusal { return .refused(Reconciler.short(error)) }
+            if error.concernsTheAccount { throw error }
+            let until = backoff.failed(id, at: clock.now, policy: settings.retry)
+            logger.warning(
+                "reading dispute \(id) failed (\(Reconciler.short(error))): read again from \(TrackedSession.format(until)), the others go on",
+                metadata: ["dispute_id": .string(id), MessageID.metadataKey: .string(MessageID.klarnaReadFailed.rawValue)])
+            return .later(until)
+        }
+    }
+
+    /// Reads `dispute` at its warning time or just after its deadline. One Klarna will not show is looked at again
+    /// after a list's interval; one whose read failed, once its backoff is over.
     private func look(at dispute: TrackedDispute) async throws -> Int {
         let started = clock.now
-        do {
-            return try await apply(try await klarna(.hinted) { try await client.readDispute(id: dispute.id) }, readStartedAt: started)
-        } catch let error as KlarnaAPIError where error.isRefusal {
+        let next: Date
+        switch try await read(dispute.id, .hinted) {
+        case .read(let read):
+            return try await apply(read, readStartedAt: started)
+        case .refused(let why):
+            next = started.addingTimeInterval(settings.syncInterval.timeInterval)
             logger.warning(
-                "dispute \(dispute.id) cannot be read at its warning time (\(Reconciler.short(error))): looked at again in \(settings.syncInterval)",
+                "dispute \(dispute.id) cannot be read at its warning time (\(why)): looked at again at \(TrackedSession.format(next))",
                 metadata: ["dispute_id": .string(dispute.id)])
-            let later = DisputeWrite(
-                dispute: dispute, raw: nil, nextLookAt: started.addingTimeInterval(settings.syncInterval.timeInterval),
-                expectedRevision: dispute.revision, readStartedAt: .distantPast)
-            _ = try await store.record(later, at: started)
-            return 0
+        case .later(let until):
+            next = until
         }
+        let later = DisputeWrite(dispute: dispute, raw: nil, nextLookAt: next, expectedRevision: dispute.revision, readStartedAt: .distantPast)
+        _ = try await store.record(later, at: started)
+        return 0
     }
 
     /// Applies a read of a dispute begun at `readStartedAt`: what it changes, and a deadline warning now due, recorded
@@ -135,12 +168,12 @@ extension DisputeService {
 }
 
 extension KlarnaAPIError {
-    /// Klarna refused to answer for this one resource (a 4xx but a timeout or a rate limit): asking again now would
-    /// get the same.
-    var isRefusal: Bool {
-        guard let status else { return false }
-        return (400..<500).contains(status) && status != 408 && status != 429
-    }
+    /// Klarna does not know this one resource or refuses the request for it (404, 400): asking again gets the same.
+    var isRefusal: Bool { status == 404 || status == 400 }
+
+    /// About the account rather than one dispute (credentials, onboarding, the rate limit): every other call would
+    /// fail alike.
+    var concernsTheAccount: Bool { status == 401 || status == 403 || status == 429 }
 }
 
 /// A dispute kept changing under this daemon's writes (another daemon wrote it every time): the sync fails and is

@@ -28,6 +28,8 @@ public struct DisputeService: Service {
     private let liveSettings: Live<DisputeSettings>
     /// Rung by a dispute webhook's hint, an operator's action and a reload: the service looks at once.
     public let bell: Doorbell
+    /// Disputes whose last read failed for them alone, left alone for a while.
+    let backoff = DisputeBackoff()
     /// The currencies `/metrics` showed a held amount for.
     private let heldCurrencies = Live<Set<String>>([])
 

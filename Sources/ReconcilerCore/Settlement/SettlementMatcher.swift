@@ -62,6 +62,8 @@ private struct Matching {
     var orphanLines: [String: [SettledLine]] = [:]
     /// Id-less SALE and RETURN lines of known orders, matched by amount after every line with an id.
     var pendingByAmount: [Int] = []
+    /// Lost disputes a REVERSAL of this payout paid back already: a second is a finding.
+    var reversedDisputes: Set<String> = []
 
     init(payout: SettledPayout, lines: [SettledLine], orders: [String: LedgerOrder]) {
         self.payout = payout
@@ -355,16 +357,22 @@ private struct Matching {
     }
 
     /// The lost dispute a REVERSAL pays back, when the daemon saw it close lost: by the dispute's id in
-    /// `reversal_reference`, else (Klarna does not document that the two are equal) by amount when exactly one lost
-    /// dispute of the order has it. Its amount must be the line's: anything else is a finding.
-    func expectedReversal(_ line: SettledLine) -> LostDispute? {
+    /// `reversal_reference`; without a reference (Klarna does not document that the two are equal), by amount when
+    /// exactly one lost dispute of the order not paid back in this payout has it. Its amount must be the line's, and
+    /// each dispute is paid back once: anything else is a finding. (A REVERSAL of the same dispute in an earlier payout
+    /// is not looked for.)
+    mutating func expectedReversal(_ line: SettledLine) -> LostDispute? {
         guard let orderID = line.orderIDGiven, let lost = orders[orderID]?.lostDisputes, !lost.isEmpty else { return nil }
         let amount = magnitude(line)
-        if let reference = SettledLine.given(line.reversalReference), let named = lost.first(where: { $0.id == reference }) {
-            return named.amount == amount && (named.currency ?? line.currency) == line.currency ? named : nil
+        let open = lost.filter { !reversedDisputes.contains($0.id) && $0.amount == amount && ($0.currency ?? line.currency) == line.currency }
+        let found: LostDispute?
+        if let reference = SettledLine.given(line.reversalReference) {
+            found = open.first { $0.id == reference }
+        } else {
+            found = open.count == 1 ? open[0] : nil
         }
-        let byAmount = lost.filter { $0.amount == amount && ($0.currency ?? line.currency) == line.currency }
-        return byAmount.count == 1 ? byAmount[0] : nil
+        if let found { reversedDisputes.insert(found.id) }
+        return found
     }
 
     // MARK: - Findings
