@@ -119,6 +119,14 @@ public protocol DisputeStore: Sendable {
     /// Notes that a list of every dispute updated since its start, begun at `through`, ended: the next list starts
     /// from there. Never moves back.
     func listed(through: Date) async throws
+    /// Whether an operator holds the order: a held payment's dispute gets no answer sent until it is released.
+    func isHeld(order orderID: String) async throws -> Bool
+}
+
+extension DisputeStore where Self: OperatorStore {
+    public func isHeld(order orderID: String) async throws -> Bool {
+        try await holds([.order(orderID)])[.order(orderID)] != nil
+    }
 }
 
 /// What the operators' commands read and ask.

@@ -268,6 +268,30 @@ struct DisputeServiceTests {
         }
     }
 
+    @Test("A held payment's dispute gets no answer until it is released; then one, after a fresh read")
+    func held() async throws {
+        try await EngineHarness.with { h in
+            let orderID = try await h.capturedOrder(5_500)
+            let service = h.disputeService()
+            let dispute = try h.sandbox.openDispute(order: orderID).paymentDisputeId
+            try await service.sync()
+            var hold = Change()
+            hold.holds = [(key: .order(orderID), by: "uid 1000 (alice)")]
+            try await h.store.commit(hold, at: h.clock.now)
+            #expect(try await h.ask(.acceptLoss, dispute) != nil)
+            try await service.sync(list: false)
+            #expect(h.acceptLossPosts == 0)
+            #expect(try await h.actions(dispute).first?.note?.contains("held") == true)
+            var release = Change()
+            release.releases = [.order(orderID)]
+            try await h.store.commit(release, at: h.clock.now)
+            h.clock.advance(by: DisputeService.heldRecheck)
+            try await service.sync(list: false)
+            #expect(h.acceptLossPosts == 1)
+            #expect(try await h.actions(dispute).map(\.state) == [.done])
+        }
+    }
+
     @Test(
         "A daemon killed after marking an accept-loss sent, its call landing at Klarna: the next daemon reads only after the longest call, finds the loss, and sends nothing"
     )

@@ -46,6 +46,11 @@ struct DisputeConformanceTests {
             change.newOrders = [Fixtures.order("o-1", session: nil, reference: nil, policy: .immediate, currency: "EUR")]
             try await s.store.commit(change, at: t0)
             #expect(try await s.store.trackedOrders(among: ["o-1", "o-404"]) == ["o-1"])
+            #expect(try await !s.store.isHeld(order: "o-1"))
+            var hold = Change()
+            hold.holds = [(key: .order("o-1"), by: "uid 1000 (alice)")]
+            try await s.store.commit(hold, at: t0)
+            #expect(try await s.store.isHeld(order: "o-1"))
             #expect(try await s.store.dispute("d-1") == nil)
 
             let first = write(read("d-1"), over: nil)

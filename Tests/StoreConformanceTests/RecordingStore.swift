@@ -171,6 +171,7 @@ struct RecordingStore: ReconcilerStore {
     }
     func disputeHealth() async throws -> DisputeHealth { noted("DisputeStore.disputeHealth"); return try await base.disputeHealth() }
     func listed(through: Date) async throws { noted("DisputeStore.listed"); try await base.listed(through: through) }
+    func isHeld(order orderID: String) async throws -> Bool { noted("DisputeStore.isHeld"); return try await base.isHeld(order: orderID) }
 
     // DisputeReports
     func disputes(openOnly: Bool, dueBefore: Date?) async throws -> [TrackedDispute] {
@@ -210,7 +211,7 @@ enum RoleCoverage {
         "SettlementReports.payouts", "SettlementReports.settlementLines",
         "DisputeStore.dispute", "DisputeStore.trackedOrders", "DisputeStore.record", "DisputeStore.disputeHints",
         "DisputeStore.forgetDisputeHints", "DisputeStore.disputesToLook", "DisputeStore.dueDisputeActions", "DisputeStore.nextDisputeLook",
-        "DisputeStore.update", "DisputeStore.disputeHealth", "DisputeStore.listed",
+        "DisputeStore.update", "DisputeStore.disputeHealth", "DisputeStore.listed", "DisputeStore.isHeld",
         "DisputeReports.disputes", "DisputeReports.disputes(orderIDs)", "DisputeReports.request", "DisputeReports.disputeAction",
         "DisputeReports.disputeActions",
     ]

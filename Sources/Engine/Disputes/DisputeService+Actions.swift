@@ -9,6 +9,9 @@ import ReconcilerStore
 /// call, by a write conditional on the revision read, so of two daemons only one sends; an unclear answer is resolved
 /// by the next read, after the longest a call lasts.
 extension DisputeService {
+    /// How often an action on a held payment looks whether it was released.
+    static let heldRecheck: Duration = .seconds(30)
+
     /// Moves `action` on by one decision; returns the outcomes recorded.
     func drive(_ action: DisputeAction) async throws -> Int {
         let started = clock.now
@@ -37,6 +40,14 @@ extension DisputeService {
             action, read: observation, maxAttempts: settings.retry.maxAttempts, longestCall: settings.longestCall, now: now)
         {
         case .send:
+            if let orderID = action.orderID ?? observation.orderID, try await store.isHeld(order: orderID) {
+                // An operator holds the payment: no answer goes to Klarna until it is released.
+                var waiting = action
+                waiting.nextAt = now.addingTimeInterval(Self.heldRecheck.timeInterval)
+                waiting.note = "order \(orderID) is held: sent once it is released"
+                _ = try await store.update(DisputeActionWrite(action: waiting, expectedRevision: action.revision), at: now)
+                return outcomes
+            }
             outcomes += try await send(action, read: observation, now: now)
         case .wait(let until):
             var waiting = action
