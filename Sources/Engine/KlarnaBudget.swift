@@ -17,3 +17,16 @@ extension RateLimiter {
         if error.status == 429, let hint = error.rateLimit.hint { pause(for: hint) }
     }
 }
+
+extension RateLimiter? {
+    /// `call` (a Klarna call whose token was spent already, or a walk through pages, each spending its own); a 429 it
+    /// throws pauses every caller until the reset.
+    func heeding<T>(_ call: () async throws -> T) async throws -> T {
+        do {
+            return try await call()
+        } catch let error as KlarnaAPIError {
+            self?.heed(error)
+            throw error
+        }
+    }
+}

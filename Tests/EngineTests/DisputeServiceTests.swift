@@ -268,6 +268,58 @@ struct DisputeServiceTests {
         }
     }
 
+    @Test(
+        "accept-loss answered 429 (Klarna did nothing): the dispute is read again after the longest call, and the loss is sent again once"
+    )
+    func acceptLossRateLimited() async throws {
+        try await EngineHarness.with { h in
+            let service = h.disputeService()
+            let dispute = try h.sandbox.openDispute(order: try await h.capturedOrder(6_500)).paymentDisputeId
+            try await service.sync()
+            h.sandbox.addFault(SandboxFault(route: "disputes.accept_loss", kind: .rateLimit, retryAfterSeconds: 2))
+            #expect(try await h.ask(.acceptLoss, dispute) != nil)
+            try await service.sync(list: false)
+            #expect(try await h.actions(dispute).map(\.state) == [.sent])
+            #expect(h.sandbox.dispute(dispute)?.state == "INITIATED")
+            h.clock.advance(by: .seconds(32))
+            try await service.sync(list: false)
+            #expect(try await h.actions(dispute).map(\.state) == [.done])
+            #expect(h.acceptLossPosts == 2)
+            #expect(try await h.disputeOutcomes().map(\.kind) == [.disputeOpened, .disputeLost])
+        }
+    }
+
+    @Test(
+        "A daemon killed between the evidence's upload and its submission: the next one uploads again (the first file stays unused) and submits once"
+    )
+    func crashBetweenUploadAndSubmission() async throws {
+        try await EngineHarness.with { h in
+            let service = h.disputeService()
+            let dispute = try h.sandbox.openDispute(order: try await h.capturedOrder(8_500)).paymentDisputeId
+            try await service.sync()
+            let evidence = try DisputeEvidence.checked(
+                fileName: "receipt.pdf", file: Data("%PDF-1.4".utf8), description: "receipt", additionalInformation: nil
+            ).get()
+            let asked = try #require(try await h.ask(.evidence, dispute, evidence: evidence))
+            // What the killed daemon left: marked sent, its upload made at Klarna, its attachment id never written.
+            var sent = try #require(try await h.store.disputeAction(asked.id))
+            sent.state = .sent
+            sent.attempts = 1
+            sent.sentAt = h.clock.now
+            sent.nextAt = h.clock.now.addingTimeInterval(31)
+            #expect(try await h.store.update(DisputeActionWrite(action: sent, expectedRevision: sent.revision), at: h.clock.now))
+            _ = try await h.reconciler.client.addDisputeAttachment(
+                id: dispute, fileName: "receipt.pdf", contentType: "application/pdf", file: Data("%PDF-1.4".utf8))
+
+            h.clock.advance(by: .seconds(32))
+            try await h.disputeService().sync(list: false)
+            #expect(try await h.actions(dispute).map(\.state) == [.done])
+            #expect(h.sandbox.dispute(dispute)?.state == "REPRESENTMENT")
+            #expect(h.sandbox.requests(route: "disputes.add_attachment").count == 2)
+            #expect(h.sandbox.requests(route: "disputes.represent").count == 1)
+        }
+    }
+
     @Test("A held payment's dispute gets no answer until it is released; then one, after a fresh read")
     func held() async throws {
         try await EngineHarness.with { h in

@@ -227,6 +227,30 @@ struct SettingsTests {
         }
     }
 
+    @Test("disputes: off by default, hourly, warnings at 72 h and 24 h, 120 days back; lead times and bounds are checked; the engine's retry")
+    func disputes() async throws {
+        let defaults = try await load(minimal)
+        #expect(!defaults.disputes.enabled && defaults.disputes.syncInterval == .seconds(3_600))
+        #expect(defaults.disputes.warnBefore == [.seconds(72 * 3_600), .seconds(24 * 3_600)])
+        #expect(defaults.disputes.firstSyncLookback == .seconds(120 * 86_400))
+        #expect(defaults.disputes.retry == defaults.engine.writeRetry && defaults.disputes.longestCall == defaults.engine.longestCall)
+        let set = try await load(minimal + "\ndisputes:\n  enabled: true\n  warn_before_hours: 4, 48, 12")
+        #expect(set.disputes.enabled && set.disputes.warnBefore == [.seconds(48 * 3_600), .seconds(12 * 3_600), .seconds(4 * 3_600)])
+        #expect(set.effectiveDescription.contains("disputes.warn_before_hours: 48, 12, 4"))
+        #expect(set.changes(from: defaults).restart.contains("disputes.enabled"))
+        for (yaml, expected) in [
+            ("warn_before_hours: 72, soon", "disputes.warn_before_hours: must be whole hours from 1 to 2160"),
+            ("warn_before_hours: 0", "disputes.warn_before_hours: must be whole hours from 1 to 2160"),
+            ("warn_before_hours: 24, 24", "disputes.warn_before_hours: names 24 twice"),
+            ("warn_before_hours: 1,2,3,4,5,6,7,8,9,10,11", "disputes.warn_before_hours: must name 1 to 10 lead times"),
+            ("sync_interval_minutes: 0", "disputes.sync_interval_minutes: must be between 1 and 1440, not 0"),
+            ("first_sync_lookback_days: 366", "disputes.first_sync_lookback_days: must be between 1 and 365"),
+        ] {
+            let error = await error(minimal + "\ndisputes:\n  " + yaml)
+            #expect(error?.description.contains(expected) == true, "\(error?.description ?? "no error") should say \(expected)")
+        }
+    }
+
     @Test("Outside the unit, secrets come from the unit's credential files; $CREDENTIALS_DIRECTORY, then *_file, then the credstore")
     func credentialOrder() async throws {
         let bare = "klarna:\n  base_url: https://a.b\n  username: u"

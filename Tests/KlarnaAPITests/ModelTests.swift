@@ -233,4 +233,26 @@ import Testing
                 == "Klarna om.create_capture failed, HTTP 403, error_code CAPTURE_NOT_ALLOWED, messages: Capture not allowed., correlation id corr-1, request r"
         )
     }
+
+    @Test("A v4 dispute is read leniently: dates without seconds or a zone, deadlines by state, evidence; no id or no state is refused")
+    func dispute() throws {
+        let text = #"""
+            {"payment_dispute_id":"krn:d:1","state":"PRE_ARBITRATION","previous_state":"REPRESENTMENT","order_id":"o-1",
+             "dispute_reason":"PURCHASE_UNAUTHORIZED","dispute_details":{"dispute_amount":4000.0,"currency":"EUR"},
+             "configuration":{"options":{"hold_policy":"ON_DISPUTE_INITIATED"}},"updated_at":"2025-06-24T05:51",
+             "state_context":{"arbitration_expires_at":"2025-07-04T05:51:00Z","partner_evidence":{"attachments":[{"payment_dispute_attachment_id":"a-1"}]}},
+             "representment":{"expires_at":"2025-06-30T00:00:00.000Z"}}
+            """#
+        let value = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+        let dispute = try PaymentDispute(json: value)
+        #expect(dispute.paymentDisputeID == "krn:d:1" && dispute.state == "PRE_ARBITRATION" && dispute.previousState == "REPRESENTMENT")
+        #expect(dispute.amount == 4_000 && dispute.currency == "EUR" && dispute.holdPolicy == "ON_DISPUTE_INITIATED")
+        #expect(dispute.updatedAt == PaymentDispute.parseDate("2025-06-24T05:51:00Z") && dispute.updatedAt != nil)
+        #expect(dispute.arbitrationExpiresAt != nil && dispute.responseExpiresAt != nil && dispute.evidenceAttachmentIDs == ["a-1"])
+        #expect(dispute.raw.contains("krn:d:1"))
+        for broken in [#"{"state":"INITIATED"}"#, #"{"payment_dispute_id":"d"}"#, #"[1]"#] {
+            let value = try JSONDecoder().decode(JSONValue.self, from: Data(broken.utf8))
+            #expect(throws: DisputeDecodingError.self) { try PaymentDispute(json: value) }
+        }
+    }
 }

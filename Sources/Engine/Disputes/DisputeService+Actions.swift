@@ -48,7 +48,7 @@ extension DisputeService {
                 _ = try await store.update(DisputeActionWrite(action: waiting, expectedRevision: action.revision), at: now)
                 return outcomes
             }
-            outcomes += try await send(action, read: observation, now: now)
+            outcomes += try await send(action)
         case .wait(let until):
             var waiting = action
             waiting.nextAt = until
@@ -62,7 +62,7 @@ extension DisputeService {
     /// Marks the action sent (unless another daemon moved it), makes the call, and records how it ended. The rate
     /// token is spent before the mark, so the longest a call lasts counts from the call's start: after it, a daemon
     /// that finds the action `sent` may read and decide again.
-    private func send(_ action: DisputeAction, read: DisputeObservation, now: Date) async throws -> Int {
+    private func send(_ action: DisputeAction) async throws -> Int {
         try await rateLimiter?.spend(.inMotion)
         guard var sent = try await markSent(action) else { return 0 }
         let result: DisputeCallResult
@@ -147,10 +147,9 @@ extension DisputeService {
     /// One call for an action (its rate token spent already), and how it ended; a 429 pauses every caller.
     private func call(_ body: () async throws -> Void) async -> DisputeCallResult {
         do {
-            try await body()
+            try await rateLimiter.heeding(body)
             return .taken
         } catch let error as KlarnaAPIError {
-            rateLimiter?.heed(error)
             let message = Reconciler.short(error)
             if error.status == 409 { return .conflict(message) }
             // Klarna's other 4xx on the call itself (a file it refuses, a 403 for this action): sending again gets the same.

@@ -107,12 +107,7 @@ public struct DisputeService: Service {
     /// One token of the shared rate budget at `urgency`, then the call; a 429 pauses every caller until the reset.
     func klarna<T>(_ urgency: Urgency, _ call: () async throws -> T) async throws -> T {
         try await rateLimiter?.spend(urgency)
-        do {
-            return try await call()
-        } catch let error as KlarnaAPIError {
-            rateLimiter?.heed(error)
-            throw error
-        }
+        return try await rateLimiter.heeding(call)
     }
 
     // MARK: Telling

@@ -110,14 +110,7 @@ public struct SettlementService: Service {
     }
 
     /// A Klarna call, or a walk through pages (each admitted on its own); a 429 pauses every caller until the reset.
-    func klarna<T>(_ call: () async throws -> T) async throws -> T {
-        do {
-            return try await call()
-        } catch let error as KlarnaAPIError {
-            rateLimiter?.heed(error)
-            throw error
-        }
-    }
+    func klarna<T>(_ call: () async throws -> T) async throws -> T { try await rateLimiter.heeding(call) }
 
     // MARK: Telling
 
