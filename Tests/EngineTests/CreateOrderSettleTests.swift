@@ -1,8 +1,6 @@
 import Foundation
-import HTTPServer
 import KlarnaAPI
 import KlarnaSandbox
-import Logging
 import Synchronization
 import Testing
 import TestSupport
@@ -31,17 +29,14 @@ struct CreateOrderSettleTests {
         settle: Duration = CreateOrderSettleTests.settle, requestTimeout: Duration, refusedCreateOrders: Int = 0,
         _ body: (EngineHarness) async throws -> Void
     ) async throws {
-        // A listener opened and closed again: its port refuses connections.
-        let closed = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "test.closed")) { _ in .reset }
-        let closing = Task { try await closed.run() }
-        closing.cancel()
-        _ = await closing.result
+        let refusing = try RefusingPort()
         var settings = EngineHarness.fastSettings
         settings.createOrderSettle = settle
         settings.longestCall = requestTimeout + .seconds(1)
         try await EngineHarness.with(
             settings: settings, requestTimeout: requestTimeout,
-            wrapTransport: { RefusingTransport($0, refusing: refusedCreateOrders, closedPort: closed.port!) }, body)
+            wrapTransport: { RefusingTransport($0, refusing: refusedCreateOrders, closedPort: refusing.port) }, body)
+        withExtendedLifetime(refusing) {}
     }
 
     /// Nothing for the payment between an unclear create-order and the end of its settle period: every later KP read
