@@ -152,7 +152,8 @@ let limiter = RateLimiter(ratePerSecond: rate, burst: 10, clock: clock) { urgenc
 }
 let settings = EngineSettings()
 let reconciler = Reconciler(
-    store: store, client: client, clock: clock, random: SeededRandomSource(seed: 11), rateLimiter: limiter, settings: settings, logger: quiet)
+    store: store, accounts: KlarnaAccounts(client: client, rateLimiter: limiter), clock: clock, random: SeededRandomSource(seed: 11),
+    settings: settings, logger: quiet)
 let scheduler = Scheduler()
 let workers = WorkerService(reconciler: reconciler, queue: store, scheduler: scheduler, logger: quiet)
 let inFlight = Counter()

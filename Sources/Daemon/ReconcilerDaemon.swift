@@ -143,20 +143,27 @@ public final class ReconcilerDaemon: Sendable {
                 connectTimeout: settings.connectTimeout, requestTimeout: settings.requestTimeout,
                 userAgent: KlarnaClient.userAgent(libcurl: CurlTransport.libcurlVersion)))
         defer { transport.shutdown() }
-        let client = KlarnaClient(configuration: settings.klarna, transport: transport, logger: logger)
         let outcomeBell = Doorbell()
-        let rateLimiter = RateLimiter(ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst, clock: clock)
-        let budget = BudgetShare(limiter: rateLimiter, ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst)
+        // Per account: its client (hosts, credentials) and its rate budget, shared out among the live daemons.
+        var budgets: [AccountID: BudgetShare] = [:]
+        let accounts = KlarnaAccounts(
+            settings.accounts.map { account in
+                let limiter = RateLimiter(ratePerSecond: account.ratePerSecond, burst: account.rateBurst, clock: clock)
+                budgets[account.id] = BudgetShare(limiter: limiter, ratePerSecond: account.ratePerSecond, burst: account.rateBurst)
+                return KlarnaAccount(
+                    id: account.id, client: KlarnaClient(configuration: account.klarna, transport: transport, logger: logger, account: account.id),
+                    rateLimiter: limiter)
+            })
+        let shares = budgets
         let scheduler = Scheduler()
         let leases = shared.map { shared in
             LeaseKeeper(
                 store: shared,
                 settings: .init(ttl: settings.leaseTime, longestCall: settings.engine.longestCall, poll: settings.engine.wakeupInterval),
-                scheduler: scheduler, clock: clock, logger: logger, onLiveDaemons: budget.daemons)
+                scheduler: scheduler, clock: clock, logger: logger, onLiveDaemons: { count in shares.values.forEach { $0.daemons(count) } })
         }
         let reconciler = Reconciler(
-            store: store, client: client, clock: clock, rateLimiter: rateLimiter,
-            settings: settings.engine, logger: logger, outcomeBell: outcomeBell, ownership: leases)
+            store: store, accounts: accounts, clock: clock, settings: settings.engine, logger: logger, outcomeBell: outcomeBell, ownership: leases)
         let workLoop = Heartbeat(name: "work loop", interval: beat)
         let workers = WorkerService(
             reconciler: reconciler, queue: store, scheduler: scheduler, logger: logger, heartbeat: workLoop, leases: leases,
@@ -175,20 +182,19 @@ public final class ReconcilerDaemon: Sendable {
         }
         let delivery = OutcomeDeliveryService(
             store: store, writer: writer, notifier: notify, clock: clock, bell: outcomeBell, logger: logger)
-        // Payouts matched against the ledger, behind all payment work in the rate budget (`settlements.enabled`).
-        let settlements =
-            settings.settlements.enabled
-            ? SettlementService(
-                store: store, client: client, clock: clock, rateLimiter: rateLimiter, settings: settings.settlements,
+        // Payouts matched against the ledger, behind all payment work in the rate budget of the one account that has
+        // `settlements.enabled`.
+        let settlements = settings.accounts.first(where: \.settlementsEnabled).flatMap { accounts[$0.id] }.map { account in
+            SettlementService(
+                store: store, client: account.client, clock: clock, rateLimiter: account.rateLimiter, settings: settings.settlements,
                 logger: logger, outcomeBell: outcomeBell)
-            : nil
-        // Klarna's disputes and their deadlines, read behind payment work (`disputes.enabled`).
-        let disputes =
-            settings.disputes.enabled
-            ? DisputeService(
-                store: store, client: client, clock: clock, rateLimiter: rateLimiter, settings: settings.disputes, logger: logger,
+        }
+        // Klarna's disputes and their deadlines, read behind payment work (`disputes.enabled`, one account).
+        let disputes = settings.accounts.first(where: \.disputesEnabled).flatMap { accounts[$0.id] }.map { account in
+            DisputeService(
+                store: store, client: account.client, clock: clock, rateLimiter: account.rateLimiter, settings: settings.disputes, logger: logger,
                 outcomeBell: outcomeBell)
-            : nil
+        }
 
         let open: Int
         do {
@@ -286,7 +292,7 @@ public final class ReconcilerDaemon: Sendable {
             status: { await Self.status(store: store, scheduler: scheduler, clock: clock) }
         ) { new in
             reconciler.update(settings: new.engine)
-            budget.configure(ratePerSecond: new.ratePerSecond, burst: new.rateBurst)
+            for account in new.accounts { shares[account.id]?.configure(ratePerSecond: account.ratePerSecond, burst: account.rateBurst) }
             settlements?.update(settings: new.settlements)
             disputes?.update(settings: new.disputes)
             ingestor.update(Self.ingestRules(new))
@@ -296,7 +302,7 @@ public final class ReconcilerDaemon: Sendable {
         let listening = servers.map { "\($0.localAddress)" }.joined(separator: ", ")
         let status = "ready: \(open) open; store \(settings.storeDescription)" + (listening.isEmpty ? "" : "; listening on \(listening)")
         var readyLogger = logger
-        readyLogger[metadataKey: "klarna_base_url"] = .string(settings.klarna.baseURL)
+        readyLogger[metadataKey: "klarna_base_url"] = .string(settings.accounts.map(\.klarna.baseURL).joined(separator: " "))
         // Started in this order, told to stop in reverse: announce the stop (not ready), stop reading the spool, let
         // the workers finish their step, close the listeners, flush outcomes; the supervisor keeps systemd informed
         // to the end. The listeners stop after the workers: while the workers drain, /v1/ready answers 503 and a
@@ -358,7 +364,8 @@ public final class ReconcilerDaemon: Sendable {
             reader: WebhookReader(
                 tokens: settings.callbackKey.map(CallbackTokens.init(key:)), policy: CallbackPolicy(rawValue: settings.callbackPolicy) ?? .require,
                 signingKeys: SigningKeys(settings.signingKeys)),
-            defaultCapturePolicy: settings.defaultCapturePolicy)
+            accounts: AccountRouting(
+                settings.accounts.map { .init(id: $0.id, merchantID: $0.merchantID, capturePolicy: $0.capturePolicy) }))
     }
 
     /// The ingest listeners: the socket systemd passed (socket activation), else the configured path; and the

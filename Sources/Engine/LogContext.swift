@@ -10,11 +10,19 @@ public enum LogContext {
     /// Give this to `LoggingSystem.bootstrap`.
     public static let provider = Logger.MetadataProvider { metadata }
 
+    /// Runs `body` with the account (`ACCOUNT=`) on every log line, besides what is there already.
+    static func with<T: Sendable>(account: AccountID, _ body: () async throws -> T) async rethrows -> T {
+        var metadata = self.metadata
+        metadata["account"] = .string(account.rawValue)
+        return try await $metadata.withValue(metadata, operation: body)
+    }
+
     /// Runs `body` with the identifiers of `session` on every log line.
     static func about<T: Sendable>(_ session: TrackedSession, _ body: () async throws -> T) async rethrows -> T {
-        var metadata: Logger.Metadata = [
-            "hpp_session_id": .string(session.hppSessionID), "kp_session_id": .string(session.kpSessionID),
-        ]
+        // Added to what is there (the account).
+        var metadata = self.metadata
+        metadata["hpp_session_id"] = .string(session.hppSessionID)
+        metadata["kp_session_id"] = .string(session.kpSessionID)
         if let reference = session.merchantReference { metadata["merchant_reference"] = .string(reference) }
         if let order = session.orderID { metadata["order_id"] = .string(order) }
         return try await $metadata.withValue(metadata, operation: body)
@@ -22,7 +30,8 @@ public enum LogContext {
 
     /// Runs `body` with the identifiers of `order` on every log line.
     static func about<T: Sendable>(_ order: TrackedOrder, _ body: () async throws -> T) async rethrows -> T {
-        var metadata: Logger.Metadata = ["order_id": .string(order.orderID)]
+        var metadata = self.metadata
+        metadata["order_id"] = .string(order.orderID)
         if let id = order.hppSessionID { metadata["hpp_session_id"] = .string(id) }
         if let id = order.kpSessionID { metadata["kp_session_id"] = .string(id) }
         if let reference = order.merchantReference { metadata["merchant_reference"] = .string(reference) }
@@ -30,6 +39,8 @@ public enum LogContext {
     }
 
     static func about<T: Sendable>(paymentRequest id: String, _ body: () async throws -> T) async rethrows -> T {
-        try await $metadata.withValue(["payment_request_id": .string(id)], operation: body)
+        var metadata = self.metadata
+        metadata["payment_request_id"] = .string(id)
+        return try await $metadata.withValue(metadata, operation: body)
     }
 }

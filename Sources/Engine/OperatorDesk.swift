@@ -95,8 +95,8 @@ extension OperatorDesk {
     public func status(now: Date) async throws -> StatusSummary { try await store.summary(now: now) }
 
     /// `list`, tokens redacted.
-    public func listing(state: String?, limit: Int) async throws -> StoreListing {
-        var listing = try await store.list(phase: state, limit: max(1, limit))
+    public func listing(state: String?, account: AccountID? = nil, limit: Int) async throws -> StoreListing {
+        var listing = try await store.list(phase: state, account: account, limit: max(1, limit))
         listing.sessions = listing.sessions.map(\.redacted)
         listing.intents = listing.intents.map(\.redacted)
         return listing

@@ -17,12 +17,15 @@ public actor Scheduler {
         public let urgency: Urgency
         /// A routine read admitted with a token taken from the budget for it: the job's first call spends it.
         public let prepaid: Bool
+        /// A routine read's account, whose budget the token came from.
+        public var account: AccountID?
 
-        public init(key: WorkKey, hinted: Bool, urgency: Urgency = .inMotion, prepaid: Bool = false) {
+        public init(key: WorkKey, hinted: Bool, urgency: Urgency = .inMotion, prepaid: Bool = false, account: AccountID? = nil) {
             self.key = key
             self.hinted = hinted
             self.urgency = urgency
             self.prepaid = prepaid
+            self.account = account
         }
     }
 
@@ -39,8 +42,12 @@ public actor Scheduler {
     private var waiting: [WorkKey: Waiting] = [:]
     /// Non-routine keys per level, and routine keys not due yet; stale entries are skipped lazily.
     private var queues: [Urgency: DueHeap] = Dictionary(uniqueKeysWithValues: Urgency.allCases.map { ($0, DueHeap()) })
-    /// Routine keys that are due: they wait for the budget and are picked by value.
-    private var ready: Set<WorkKey> = []
+    /// Routine keys that are due, with their account: they wait for its budget and are picked by value.
+    private var ready: [WorkKey: AccountID] = [:]
+    /// How many keys of `ready` each account has.
+    private var readyCounts: [AccountID: Int] = [:]
+    /// The running routine reads and their accounts.
+    private var routineRunning: [WorkKey: AccountID] = [:]
     /// Due routine keys by value, best last.
     private var ranking: [WorkKey] = []
     private var rankedAt: Date?
@@ -98,6 +105,12 @@ public actor Scheduler {
     /// Hands out up to `capacity` keys due at `now`, marking them running: every due key above routine first, then
     /// as many routine reads as `budget` has spare tokens (all of them when there is no budget).
     public func take(now: Date, capacity: Int, budget: RateLimiter? = nil) -> [Job] {
+        take(now: now, capacity: capacity) { _ in budget }
+    }
+
+    /// ``take(now:capacity:budget:)`` with one budget per account (`budgetOf`): each account's routine reads go out as
+    /// fast as its own budget has spare tokens, so an account polling at its limit leaves the others' alone.
+    public func take(now: Date, capacity: Int, budgetOf: (AccountID) -> RateLimiter?) -> [Job] {
         var jobs: [Job] = []
         for level in Urgency.allCases.reversed() where level > .routine {
             while jobs.count < capacity, let top = validTop(level), top.due <= now {
@@ -105,32 +118,41 @@ public actor Scheduler {
                 jobs.append(hand(top.key, urgency: level, prepaid: false))
             }
         }
-        let room = capacity - jobs.count
-        guard room > 0 else { return jobs }
+        guard jobs.count < capacity else { return jobs }
         promoteDueRoutine(now: now)
-        guard !ready.isEmpty else { return jobs }
-        guard let budget else {
-            return jobs + pickRoutine(now: now, count: room).map { hand($0, urgency: .routine, prepaid: false) }
+        for account in readyCounts.keys.sorted() where jobs.count < capacity {
+            jobs += takeRoutine(of: account, now: now, room: capacity - jobs.count, budget: budgetOf(account))
         }
+        return jobs
+    }
+
+    /// Up to `room` due routine reads of `account`, as its `budget` allows.
+    private func takeRoutine(of account: AccountID, now: Date, room: Int, budget: RateLimiter?) -> [Job] {
+        guard let budget else { return pickRoutine(now: now, count: room, of: account).map { hand($0, urgency: .routine, prepaid: false) } }
         let spare = budget.takeSpare(limit: room)
         if spare == 0 {
             // Everything goes to more urgent callers: one routine read at a time joins the budget's queue, where
             // it gets the fairness turn.
-            guard budget.waiting > 0, !running.values.contains(.routine) else { return jobs }
-            return jobs + pickRoutine(now: now, count: 1).map { hand($0, urgency: .routine, prepaid: false) }
+            guard budget.waiting > 0, !routineRunning.values.contains(account) else { return [] }
+            return pickRoutine(now: now, count: 1, of: account).map { hand($0, urgency: .routine, prepaid: false) }
         }
-        let picked = pickRoutine(now: now, count: spare)
+        let picked = pickRoutine(now: now, count: spare, of: account)
         budget.refund(spare - picked.count)
-        return jobs + picked.map { hand($0, urgency: .routine, prepaid: true) }
+        return picked.map { hand($0, urgency: .routine, prepaid: true) }
     }
 
     /// When to look again: the earliest due key, and for routine reads that are due already, the next token.
     public func nextDue(budget: RateLimiter? = nil) -> Date? {
+        nextDue { _ in budget }
+    }
+
+    /// ``nextDue(budget:)`` with one budget per account.
+    public func nextDue(budgetOf: (AccountID) -> RateLimiter?) -> Date? {
         var earliest = Urgency.allCases.compactMap { validTop($0)?.due }.min()
-        if !ready.isEmpty {
+        for account in readyCounts.keys {
             // Routine reads in `ready` are due already: they wait for a token. While more urgent callers wait, the
             // token that exists now is theirs: look again just after.
-            let at = budget.map { $0.waiting > 0 ? $0.nextToken.addingTimeInterval(0.001) : $0.nextToken } ?? .distantPast
+            let at = budgetOf(account).map { $0.waiting > 0 ? $0.nextToken.addingTimeInterval(0.001) : $0.nextToken } ?? .distantPast
             earliest = min(earliest ?? at, at)
         }
         return earliest
@@ -139,7 +161,7 @@ public actor Scheduler {
     /// Drops `key` (another daemon holds it now): its plan, its hint, and what a running worker would do next.
     public func forget(_ key: WorkKey) {
         waiting.removeValue(forKey: key)
-        ready.remove(key)
+        unready(key)
         hinted.remove(key)
         afterRun.removeValue(forKey: key)
         if running[key] != nil { forgotten.insert(key) }
@@ -151,6 +173,7 @@ public actor Scheduler {
     /// A worker is done with `key`; `next` is what it wants next (`nil`: finished).
     public func finished(_ key: WorkKey, next: WorkPlan?) {
         running.removeValue(forKey: key)
+        routineRunning.removeValue(forKey: key)
         if forgotten.remove(key) != nil {
             afterRun.removeValue(forKey: key)
             doorbell.ring()
@@ -171,23 +194,25 @@ public actor Scheduler {
     // MARK: Internals
 
     private func hand(_ key: WorkKey, urgency: Urgency, prepaid: Bool) -> Job {
+        let account = urgency == .routine ? ready[key] ?? waiting[key]?.plan.account ?? .default : nil
+        if let account { routineRunning[key] = account }
         waiting.removeValue(forKey: key)
-        ready.remove(key)
+        unready(key)
         running[key] = urgency
-        return Job(key: key, hinted: hinted.remove(key) != nil, urgency: urgency, prepaid: prepaid)
+        return Job(key: key, hinted: hinted.remove(key) != nil, urgency: urgency, prepaid: prepaid, account: account)
     }
 
     private func put(_ key: WorkKey, _ plan: WorkPlan) {
         sequence += 1
+        unready(key)
         waiting[key] = Waiting(plan: plan, sequence: sequence)
-        ready.remove(key)
         queues[plan.urgency]!.push(DueHeap.Entry(due: plan.due, sequence: sequence, key: key))
     }
 
     /// The earliest entry of `level` after dropping stale ones (rescheduled, handed out, or moved to `ready`).
     private func validTop(_ level: Urgency) -> DueHeap.Entry? {
         while let top = queues[level]!.top {
-            if let current = waiting[top.key], current.sequence == top.sequence, !ready.contains(top.key) { return top }
+            if let current = waiting[top.key], current.sequence == top.sequence, ready[top.key] == nil { return top }
             queues[level]!.pop()
         }
         return nil
@@ -196,7 +221,7 @@ public actor Scheduler {
     private func promoteDueRoutine(now: Date) {
         while let top = validTop(.routine), top.due <= now {
             queues[.routine]!.pop()
-            ready.insert(top.key)
+            markReady(top.key)
             // A read never made or an expiry to confirm outranks everything ranked so far: rank again.
             if let poll = waiting[top.key]?.plan.poll, poll.lastReadAt == nil || poll.expiresAt.map(now.hasReached) == true {
                 rankedAt = nil
@@ -204,29 +229,47 @@ public actor Scheduler {
         }
     }
 
-    /// Up to `count` due routine keys: by value, every ``fairEvery``-th the one due longest.
-    private func pickRoutine(now: Date, count: Int) -> [WorkKey] {
+    /// Up to `count` due routine keys of `account`: by value, every ``fairEvery``-th the one due longest.
+    private func pickRoutine(now: Date, count: Int, of account: AccountID) -> [WorkKey] {
         var picked: [WorkKey] = []
-        while picked.count < count, !ready.isEmpty {
+        while picked.count < count, readyCounts[account, default: 0] > 0 {
             routinePicks += 1
             let key: WorkKey
             if routinePicks % Self.fairEvery == 0 {
-                key = ready.min { (waiting[$0]?.plan.due ?? now) < (waiting[$1]?.plan.due ?? now) }!
+                key = ready.lazy.filter { $0.value == account }.map(\.key).min {
+                    (waiting[$0]?.plan.due ?? now) < (waiting[$1]?.plan.due ?? now)
+                }!
             } else {
                 if rankedAt.map({ now.timeIntervalSince($0) >= Self.rankingLifetime }) ?? true { rank(now: now) }
-                while let best = ranking.last, !ready.contains(best) { ranking.removeLast() }
-                guard let best = ranking.last else { rank(now: now); continue }
-                key = best
+                while let best = ranking.last, ready[best] == nil { ranking.removeLast() }
+                // The ranking holds every account's keys: this account's best is the last of its own.
+                guard let index = ranking.lastIndex(where: { ready[$0] == account }) else { rank(now: now); continue }
+                key = ranking[index]
             }
-            ready.remove(key)
+            unready(key)
             picked.append(key)
         }
         return picked
     }
 
+    /// `key`, which is due and waiting, joins the routine reads waiting for their account's budget.
+    private func markReady(_ key: WorkKey) {
+        guard ready[key] == nil else { return }
+        let account = waiting[key]?.plan.account ?? .default
+        ready[key] = account
+        readyCounts[account, default: 0] += 1
+    }
+
+    /// `key` no longer waits for a budget (handed out, rescheduled or forgotten).
+    private func unready(_ key: WorkKey) {
+        guard let account = ready.removeValue(forKey: key) else { return }
+        let left = readyCounts[account, default: 1] - 1
+        readyCounts[account] = left > 0 ? left : nil
+    }
+
     private func rank(now: Date) {
         let model = completionModel
-        ranking = ready.map { key -> (WorkKey, Double) in
+        ranking = ready.keys.map { key -> (WorkKey, Double) in
             // Order rechecks and payment requests have no profile: worth a read when due.
             let value = waiting[key]?.plan.poll.map { PollValuation.value($0, now: now, model: model) } ?? 1
             return (key, value)
@@ -240,7 +283,8 @@ public actor Scheduler {
         guard let first else { return second }
         guard let second else { return first }
         let poll = first.poll ?? second.poll
-        return WorkPlan(due: min(first.due, second.due), urgency: max(first.urgency, second.urgency), poll: poll)
+        return WorkPlan(
+            due: min(first.due, second.due), urgency: max(first.urgency, second.urgency), poll: poll, account: first.account ?? second.account)
     }
 }
 

@@ -79,10 +79,12 @@ public struct WorkerService: Service {
             await adoptClaims()
             let limit = reconciler.settings.maxConcurrency
             let capacity = limit - (await scheduler.runningCount)
-            let jobs = capacity > 0 ? await scheduler.take(now: clock.now, capacity: capacity, budget: reconciler.rateLimiter) : []
+            let jobs = capacity > 0 ? await scheduler.take(now: clock.now, capacity: capacity, budgetOf: reconciler.accounts.budget(of:)) : []
             for job in jobs { group.addTask { await perform(job) } }
             if !jobs.isEmpty { continue }
-            let due = await scheduler.nextDue(budget: reconciler.rateLimiter).map { Duration(timeInterval: max(0, $0.timeIntervalSince(clock.now))) }
+            let due = await scheduler.nextDue(budgetOf: reconciler.accounts.budget(of:)).map {
+                Duration(timeInterval: max(0, $0.timeIntervalSince(clock.now)))
+            }
             // At capacity, only a finishing worker (which rings) can change anything; the heartbeat still wakes the
             // loop so the watchdog can tell a quiet loop from a hung one.
             let timeout = [capacity > 0 ? due : nil, heartbeat?.interval].compactMap { $0 }.min()
@@ -109,7 +111,7 @@ public struct WorkerService: Service {
     public func perform(_ job: Scheduler.Job) async {
         let prepaid = job.prepaid ? RateLimiter.Prepaid() : nil
         let (result, lost) = await RateLimiter.$prepaid.withValue(prepaid) { await work(job) }
-        if let prepaid, prepaid.use() { reconciler.rateLimiter?.refund(1) }
+        if let prepaid, prepaid.use() { reconciler.accounts.budget(of: job.account ?? .default)?.refund(1) }
         if let ending = result.ending { await scheduler.observe(ending) }
         for other in result.wake {
             if let leases { await leases.hint(other) } else { await scheduler.schedule(other, at: reconciler.clock.now, urgency: .inMotion) }

@@ -1,4 +1,5 @@
 import Crypto
+import ReconcilerCore
 import Foundation
 
 /// Callback URLs carry a token: an HMAC-SHA256 of the callback kind and the KP session id under the `callback-key`
@@ -17,27 +18,34 @@ public struct CallbackTokens: Sendable {
         keyBytes = key
     }
 
-    /// The token for `kind` and `kpSessionID`: 43 characters of base64url.
-    public func token(_ kind: Kind, kpSessionID: String) -> String {
-        let mac = HMAC<SHA256>.authenticationCode(for: Array("\(kind.rawValue):\(kpSessionID)".utf8), using: key)
+    /// The token for `kind`, `kpSessionID` and `account`: 43 characters of base64url. The account is signed with
+    /// the session, so a callback cannot be moved to another account; the default account's token is the one made
+    /// before accounts existed, so callback URLs given to Klarna earlier stay valid.
+    public func token(_ kind: Kind, kpSessionID: String, account: AccountID = .default) -> String {
+        let mac = HMAC<SHA256>.authenticationCode(for: Self.message(kind, kpSessionID, account), using: key)
         return Data(mac).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
     }
 
     /// Compares in constant time (the MAC check itself), whatever the token looks like.
-    public func isValid(_ token: String, _ kind: Kind, kpSessionID: String) -> Bool {
+    public func isValid(_ token: String, _ kind: Kind, kpSessionID: String, account: AccountID = .default) -> Bool {
         guard let mac = Self.base64url(token), mac.count == SHA256.byteCount else { return false }
-        return HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: Array("\(kind.rawValue):\(kpSessionID)".utf8), using: key)
+        return HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: Self.message(kind, kpSessionID, account), using: key)
     }
 
-    /// The callback URL to give Klarna: `base?kp_session_id=…&token=…`, plus `&hpp_session_id={{session_id}}` for HPP
-    /// status callbacks (Klarna fills the placeholder in).
-    public func url(_ kind: Kind, kpSessionID: String, base: String) -> String {
+    private static func message(_ kind: Kind, _ kpSessionID: String, _ account: AccountID) -> [UInt8] {
+        Array((account == .default ? "\(kind.rawValue):\(kpSessionID)" : "\(kind.rawValue):\(kpSessionID):\(account)").utf8)
+    }
+
+    /// The callback URL to give Klarna: `base?kp_session_id=…&token=…`, plus `&account=ID` for an account other than
+    /// the default one and `&hpp_session_id={{session_id}}` for HPP status callbacks (Klarna fills the placeholder in).
+    public func url(_ kind: Kind, kpSessionID: String, base: String, account: AccountID = .default) -> String {
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~")
         let kp = kpSessionID.addingPercentEncoding(withAllowedCharacters: allowed) ?? kpSessionID
         let separator = base.contains("?") ? "&" : "?"
-        var url = "\(base)\(separator)kp_session_id=\(kp)&token=\(token(kind, kpSessionID: kpSessionID))"
+        var url = "\(base)\(separator)kp_session_id=\(kp)&token=\(token(kind, kpSessionID: kpSessionID, account: account))"
+        if account != .default { url += "&account=\(account)" }
         if kind == .hppStatus { url += "&hpp_session_id={{session_id}}" }
         return url
     }

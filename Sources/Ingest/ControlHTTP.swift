@@ -9,7 +9,7 @@ import ReconcilerStore
 /// backend.
 /// Who asked is the connecting process's uid (`SO_PEERCRED`), never something the request claims. The monitoring
 /// routes (`/v1/health`, `/v1/ready`, `/metrics`) answer here too.
-/// Routes: `GET /v2/status`, `GET /v2/payments[?state=S&limit=N]`, `GET /v2/payments/{id}`,
+/// Routes: `GET /v2/status`, `GET /v2/payments[?state=S&account=A&limit=N]`, `GET /v2/payments/{id}`,
 /// `GET /v2/payments/{id}/settlements`, `GET /v2/settlements[?since=DATE&payout=REF]`, `POST /v2/payments/{id}/{action}`,
 /// `GET /v2/disputes[?open=true&due_within_days=N]`, `POST /v2/disputes/{id}/{accept-loss|appeal}`.
 public enum ControlHTTP {
@@ -55,7 +55,9 @@ public enum ControlHTTP {
                 case ("GET", ["payments"]):
                     let limit = request.query["limit"].flatMap(Int.init) ?? 100
                     return reply(
-                        try await desk.listing(state: request.query["state"].flatMap { $0.isEmpty ? nil : $0 }, limit: min(max(1, limit), 10_000)))
+                        try await desk.listing(
+                            state: request.query["state"].flatMap { $0.isEmpty ? nil : $0 },
+                            account: request.query["account"].flatMap(AccountID.init(rawValue:)), limit: min(max(1, limit), 10_000)))
                 case ("GET", let path) where path.count == 2 && path[0] == "payments":
                     guard let id = paymentID(path[1]) else { return badID }
                     guard let story = try await desk.story(id) else { return unknownPayment(id) }

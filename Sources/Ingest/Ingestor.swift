@@ -17,14 +17,20 @@ public struct Ingestor: Sendable {
         public var accepted: Bool { status == 202 }
     }
 
-    /// What a reload may change: the keys and policy deliveries are verified with, the default capture policy.
+    /// What a reload may change: the keys and policy deliveries are verified with, the accounts and their default
+    /// capture policies.
     public struct Rules: Sendable {
         public var reader: WebhookReader
-        public var defaultCapturePolicy: CapturePolicy
+        public var accounts: AccountRouting
 
-        public init(reader: WebhookReader, defaultCapturePolicy: CapturePolicy) {
+        public init(reader: WebhookReader, accounts: AccountRouting) {
             self.reader = reader
-            self.defaultCapturePolicy = defaultCapturePolicy
+            self.accounts = accounts
+        }
+
+        /// The default account alone, with `defaultCapturePolicy`.
+        public init(reader: WebhookReader, defaultCapturePolicy: CapturePolicy) {
+            self.init(reader: reader, accounts: AccountRouting([.init(id: .default, merchantID: nil, capturePolicy: defaultCapturePolicy)]))
         }
     }
 
@@ -76,7 +82,7 @@ public struct Ingestor: Sendable {
         var answers = [Answer?](repeating: nil, count: deliveries.count)
         var taken: [(index: Int, record: IngestRecord, warning: String?)] = []
         for (index, (delivery, source)) in deliveries.enumerated() {
-            switch verified(delivery, source: source, rules: rules, now: now) {
+            switch await verified(delivery, source: source, rules: rules, now: now) {
             case .success(let (record, warning)): taken.append((index, record, warning))
             case .failure(let rejection): answers[index] = await recordRefusal(rejection, source: source, at: now)
             }
@@ -127,7 +133,7 @@ public struct Ingestor: Sendable {
     private func take(_ delivery: Delivery, source: String) async -> Answer {
         let now = clock.now
         let (record, warning): (IngestRecord, String?)
-        switch verified(delivery, source: source, rules: rules.value, now: now) {
+        switch await verified(delivery, source: source, rules: rules.value, now: now) {
         case .success(let taken): (record, warning) = taken
         case .failure(let rejection): return await recordRefusal(rejection, source: source, at: now)
         }
@@ -139,13 +145,34 @@ public struct Ingestor: Sendable {
     }
 
     /// The delivery read and verified, as the record the store takes, or why it is refused.
-    private func verified(_ delivery: Delivery, source: String, rules: Rules, now: Date) -> Result<(IngestRecord, String?), Rejection> {
+    private func verified(_ delivery: Delivery, source: String, rules: Rules, now: Date) async -> Result<(IngestRecord, String?), Rejection> {
         do {
             let (webhook, warning) = try rules.reader.read(delivery)
-            return .success(
-                (Self.record(webhook, warning: warning, source: source, defaultCapturePolicy: rules.defaultCapturePolicy, now: now), warning))
+            let record = try Self.record(webhook, warning: warning, source: source, accounts: rules.accounts, now: now)
+            if rules.accounts.accounts.count > 1, let refusal = await accountConflict(webhook) { return .failure(refusal) }
+            return .success((record, warning))
         } catch {
             return .failure(error)
+        }
+    }
+
+    /// With several accounts: a callback whose (signed) account is not the account of the payment it names. Read
+    /// before the delivery's commit; a session tracked in between is of the account that tracked it, and the callback
+    /// then only makes it read again with that account's own credentials.
+    private func accountConflict(_ webhook: Webhook) async -> Rejection? {
+        let (account, hpp, kp): (AccountID, String?, String?)
+        switch webhook {
+        case .hppStatus(_, let hppSessionID, _, _, let named): (account, hpp, kp) = (named, hppSessionID, nil)
+        case .kpAuthorization(let kpSessionID, _, _, let named): (account, hpp, kp) = (named, nil, kpSessionID)
+        default: return nil
+        }
+        do {
+            guard let owner = try await store.sessionAccount(hppSessionID: hpp, kpSessionID: kp), owner != account else { return nil }
+            return Rejection(
+                409, "wrong_account",
+                "\(hpp.map { "HPP session \($0)" } ?? "KP session \(kp ?? "")") is account \(owner)'s; this callback's URL names account \(account)")
+        } catch {
+            return Rejection(503, "store_unavailable", "the callback's account could not be checked; send it again")
         }
     }
 
@@ -172,21 +199,26 @@ public struct Ingestor: Sendable {
         }
     }
 
-    static func record(_ webhook: Webhook, warning: String?, source: String, defaultCapturePolicy: CapturePolicy, now: Date) -> IngestRecord {
+    static func record(_ webhook: Webhook, warning: String?, source: String, accounts: AccountRouting, now: Date) throws(Rejection) -> IngestRecord {
         let action: IngestRecord.Action
         let summary: String
         switch webhook {
-        case .hppStatus(let eventID, let hppSessionID, let kpSessionID, let status):
-            summary = "HPP status callback \(status ?? "?") (event \(eventID)) for HPP session \(hppSessionID)"
-            // Only a verified callback may start tracking: it binds the HPP session to its KP session.
-            let newSession = (warning == nil ? kpSessionID : nil).map {
-                TrackedSession(
-                    hppSessionID: hppSessionID, kpSessionID: $0, mode: nil, merchantReference: nil,
-                    capturePolicy: defaultCapturePolicy, purpose: .buy, trackedAt: now)
+        case .hppStatus(let eventID, let hppSessionID, let kpSessionID, let status, let named):
+            // The account its URL names (the default one without): configured, or refused.
+            let account = try accounts.named(named)
+            summary = "HPP status callback \(status ?? "?") (event \(eventID)) for HPP session \(hppSessionID) of account \(account.id)"
+            // Only a verified callback may start tracking: it binds the HPP session to its KP session and account.
+            let newSession = (warning == nil ? kpSessionID : nil).map { kpSessionID in
+                var session = TrackedSession(
+                    hppSessionID: hppSessionID, kpSessionID: kpSessionID, mode: nil, merchantReference: nil,
+                    capturePolicy: account.capturePolicy, purpose: .buy, trackedAt: now)
+                session.account = account.id
+                return session
             }
             action = .hintSession(hppSessionID: hppSessionID, trackIfUnknown: newSession)
-        case .kpAuthorization(let kpSessionID, let tail, _):
-            summary = "KP authorization callback for KP session \(kpSessionID) (token …\(tail))"
+        case .kpAuthorization(let kpSessionID, let tail, _, let named):
+            let account = try accounts.named(named)
+            summary = "KP authorization callback for KP session \(kpSessionID) (token …\(tail)) of account \(account.id)"
             action = .hintSessionsOfPayment(kpSessionID: kpSessionID)
         case .omNotification(let orderID, let eventType):
             summary = "OM notification \(eventType) for order \(orderID)"
@@ -195,19 +227,28 @@ public struct Ingestor: Sendable {
             summary = "Klarna dispute webhook \(eventType) (event \(eventID)) for dispute \(disputeID) of order \(orderID ?? "?")"
             // A hint: the dispute service reads the dispute before anything is recorded of it.
             action = .hintDispute(disputeID: disputeID)
-        case .klarnaNetwork(let eventID, let eventType, let paymentRequestID, let state):
+        case .klarnaNetwork(let eventID, let eventType, let paymentRequestID, let state, let merchantID):
+            // Routed by the account Klarna names; with one account configured, that one.
+            let account = try accounts.route(merchantID: merchantID)
             summary =
-                "Klarna Network \(eventType) (event \(eventID)) for \(paymentRequestID ?? "an unnamed payment request") in state \(state ?? "?")"
+                "Klarna Network \(eventType) (event \(eventID)) for \(paymentRequestID ?? "an unnamed payment request") in state \(state ?? "?") of account \(account.id)"
             // Signed, so it may start following the payment request; the engine reads it before any outcome.
-            action = paymentRequestID.map { .hintPaymentRequest(TrackedPaymentRequest(paymentRequestID: $0, trackedAt: now)) } ?? .recordOnly
+            action =
+                paymentRequestID.map { id in
+                    var request = TrackedPaymentRequest(paymentRequestID: id, trackedAt: now)
+                    request.account = account.id
+                    return .hintPaymentRequest(request)
+                } ?? .recordOnly
         case .track(let request):
+            let account = try accounts.named(request.account)
+            let capture = request.capture ?? account.capturePolicy
             summary =
-                "tracking requested over \(source) (mode \(request.mode?.rawValue ?? "inferred"), capture \((request.capture ?? defaultCapturePolicy).rawValue), intent \(request.purpose.rawValue))"
-            action = .track(
-                TrackedSession(
-                    hppSessionID: request.hppSessionID, kpSessionID: request.kpSessionID, mode: request.mode,
-                    merchantReference: request.merchantReference, capturePolicy: request.capture ?? defaultCapturePolicy,
-                    purpose: request.purpose, trackedAt: now))
+                "tracking requested over \(source) (account \(account.id), mode \(request.mode?.rawValue ?? "inferred"), capture \(capture.rawValue), intent \(request.purpose.rawValue))"
+            var session = TrackedSession(
+                hppSessionID: request.hppSessionID, kpSessionID: request.kpSessionID, mode: request.mode,
+                merchantReference: request.merchantReference, capturePolicy: capture, purpose: request.purpose, trackedAt: now)
+            session.account = account.id
+            action = .track(session)
         case .capture(let orderID, let amount, _):
             summary = "capture of \(amount.map(String.init) ?? "the remaining amount") requested for order \(orderID)"
             action = .capture(orderID: orderID, amount: amount)

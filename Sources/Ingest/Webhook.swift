@@ -35,10 +35,12 @@ public struct Delivery: Sendable {
 /// A delivery that was understood and, where Klarna allows it, verified. Still only a hint: the engine re-reads
 /// Klarna before any side effect.
 public enum Webhook: Sendable, Equatable {
-    case hppStatus(eventID: String, hppSessionID: String, kpSessionID: String?, status: String?)
-    case kpAuthorization(kpSessionID: String, authorizationTokenTail: String, tokenDigest: String)
+    /// `account`: the one the callback URL names (signed in its token); the default account without one.
+    case hppStatus(eventID: String, hppSessionID: String, kpSessionID: String?, status: String?, account: AccountID = .default)
+    case kpAuthorization(kpSessionID: String, authorizationTokenTail: String, tokenDigest: String, account: AccountID = .default)
     case omNotification(orderID: String, eventType: String)
-    case klarnaNetwork(eventID: String, eventType: String, paymentRequestID: String?, state: String?)
+    /// `merchantID`: the account Klarna names in `metadata` (`merchant_id`, `subject_account_id` or `account_id`).
+    case klarnaNetwork(eventID: String, eventType: String, paymentRequestID: String?, state: String?, merchantID: String?)
     /// A Disputes API v4 webhook (`payment.dispute.*`, signed like Klarna Network's): which dispute to read.
     case klarnaDispute(eventID: String, eventType: String, disputeID: String, orderID: String?)
     case track(TrackRequest)
@@ -61,11 +63,11 @@ public enum Webhook: Sendable, Equatable {
     /// Repeats of the same delivery share this key and are acknowledged without being processed again.
     public var dedupeKey: String? {
         switch self {
-        case .hppStatus(let eventID, _, _, _): "hpp-event:\(eventID)"
+        case .hppStatus(let eventID, _, _, _, _): "hpp-event:\(eventID)"
         // The token itself never goes into the store: its digest is enough to recognise a repeat.
-        case .kpAuthorization(_, _, let digest): "kp-authorization:\(digest)"
+        case .kpAuthorization(_, _, let digest, _): "kp-authorization:\(digest)"
         case .omNotification(let orderID, let eventType): "om-notification:\(orderID):\(eventType)"
-        case .klarnaNetwork(let eventID, _, _, _): "kn-event:\(eventID)"
+        case .klarnaNetwork(let eventID, _, _, _, _): "kn-event:\(eventID)"
         case .klarnaDispute(let eventID, _, _, _): "kn-event:\(eventID)"
         case .track: nil
         case .capture(let orderID, _, let requestID): requestID.map { "capture-request:\(orderID):\($0)" }
@@ -82,6 +84,8 @@ public struct TrackRequest: Sendable, Equatable {
     public var merchantReference: String?
     public var capture: CapturePolicy?
     public var purpose: PaymentPurpose
+    /// `account`: the Klarna account the payment belongs to; `nil` for the only one configured.
+    public var account: AccountID?
 }
 
 /// Why a delivery was refused: the HTTP status for the socket, a stable `error` word, and the detail for people.
@@ -139,13 +143,19 @@ public struct WebhookReader: Sendable {
     /// fields its route uses.
     public func read(_ delivery: Delivery) throws(Rejection) -> (Webhook, warning: String?) {
         var warning: String?
+        // A callback's account is the one its URL names, signed in its token with the KP session.
+        var account = AccountID.default
+        if let named = delivery.query["account"] {
+            guard let id = AccountID(rawValue: named) else { throw Rejection(400, "bad_field", "account must be an account id: \(AccountID.rule)") }
+            account = id
+        }
         switch delivery.route {
         case .hppStatus:
-            warning = try checkToken(.hppStatus, kpSessionID: delivery.query["kp_session_id"], delivery)
+            warning = try checkToken(.hppStatus, kpSessionID: delivery.query["kp_session_id"], account: account, delivery)
         case .kpAuthorization:
             // The callback URL names its KP session (`callback-url` prints it), so the token is checked before the
             // body is read; the body must then name the same session.
-            warning = try checkToken(.kpAuthorization, kpSessionID: delivery.query["kp_session_id"], delivery)
+            warning = try checkToken(.kpAuthorization, kpSessionID: delivery.query["kp_session_id"], account: account, delivery)
         case .klarnaNetwork:
             try checkSignature(delivery)
         case .omNotification, .track, .capture, .refund, .byShape:
@@ -174,8 +184,11 @@ public struct WebhookReader: Sendable {
                 )
             }
             let kp = delivery.query["kp_session_id"]
-            if delivery.route == .byShape { warning = try checkToken(.hppStatus, kpSessionID: kp, delivery) }
-            return (.hppStatus(eventID: eventID, hppSessionID: hppSessionID, kpSessionID: kp, status: Self.text(session["status"])), warning)
+            if delivery.route == .byShape { warning = try checkToken(.hppStatus, kpSessionID: kp, account: account, delivery) }
+            return (
+                .hppStatus(eventID: eventID, hppSessionID: hppSessionID, kpSessionID: kp, status: Self.text(session["status"]), account: account),
+                warning
+            )
         case .kpAuthorization:
             let token = try Self.string(object, "authorization_token")
             let kpSessionID = try Self.string(object, "session_id")
@@ -183,9 +196,12 @@ public struct WebhookReader: Sendable {
                 throw Rejection(400, "mismatch", "kp_session_id in the URL is not the session_id in the body")
             }
             // A spool file's kind is known only now; its token is checked against the session it names.
-            if delivery.route == .byShape { warning = try checkToken(.kpAuthorization, kpSessionID: kpSessionID, delivery) }
+            if delivery.route == .byShape { warning = try checkToken(.kpAuthorization, kpSessionID: kpSessionID, account: account, delivery) }
             let digest = SHA256.hash(data: Array(token.utf8)).map { String(format: "%02x", $0) }.joined()
-            return (.kpAuthorization(kpSessionID: kpSessionID, authorizationTokenTail: String(token.suffix(6)), tokenDigest: digest), warning)
+            return (
+                .kpAuthorization(kpSessionID: kpSessionID, authorizationTokenTail: String(token.suffix(6)), tokenDigest: digest, account: account),
+                warning
+            )
         case .omNotification:
             let orderID = try Self.string(object, "order_id")
             let eventType = try Self.string(object, "event_type")
@@ -227,7 +243,8 @@ public struct WebhookReader: Sendable {
             return (
                 .klarnaNetwork(
                     eventID: eventID, eventType: eventType, paymentRequestID: Self.text(payload["payment_request_id"]),
-                    state: Self.text(payload["state"])), nil
+                    state: Self.text(payload["state"]),
+                    merchantID: ["merchant_id", "subject_account_id", "account_id"].lazy.compactMap { Self.text(metadata[$0]) }.first), nil
             )
         case .track:
             return (.track(try Self.trackRequest(object)), nil)
@@ -258,13 +275,17 @@ public struct WebhookReader: Sendable {
         }
     }
 
-    private func checkToken(_ kind: CallbackTokens.Kind, kpSessionID: String?, _ delivery: Delivery) throws(Rejection) -> String? {
+    private func checkToken(
+        _ kind: CallbackTokens.Kind, kpSessionID: String?, account: AccountID, _ delivery: Delivery
+    ) throws(Rejection) -> String? {
         let problem: Rejection?
         if let tokens {
             if let token = delivery.query["token"], !token.isEmpty, let kpSessionID, !kpSessionID.isEmpty {
                 problem =
-                    tokens.isValid(token, kind, kpSessionID: kpSessionID)
-                    ? nil : Rejection(403, "bad_token", "the callback token does not match \(kind.rawValue) for this KP session")
+                    tokens.isValid(token, kind, kpSessionID: kpSessionID, account: account)
+                    ? nil
+                    : Rejection(
+                        403, "bad_token", "the callback token does not match \(kind.rawValue) for this KP session and account \(account)")
             } else {
                 problem = Rejection(
                     401, "missing_token", "token and kp_session_id are required in the callback URL (see klarna-reconciler callback-url)")
@@ -284,9 +305,10 @@ public struct WebhookReader: Sendable {
         let kpAuthorization = fields("authorization_token", "session_id")
         let omNotification = fields("order_id", "event_type")
         let klarnaNetwork = BoundedJSON.Keep.fields([
-            "metadata": fields("event_id", "event_type"), "payload": fields("payment_request_id", "state", "payment_dispute_id", "order_id"),
+            "metadata": fields("event_id", "event_type", "merchant_id", "subject_account_id", "account_id"),
+            "payload": fields("payment_request_id", "state", "payment_dispute_id", "order_id"),
         ])
-        let track = fields("hpp_session_id", "kp_session_id", "place_order_mode", "merchant_reference", "capture", "intent")
+        let track = fields("hpp_session_id", "kp_session_id", "place_order_mode", "merchant_reference", "capture", "intent", "account")
         let capture = fields("order_id", "amount", "request_id")
         let refund = fields("amount", "reference", "description")
         switch route {
@@ -397,9 +419,14 @@ public struct WebhookReader: Sendable {
             }
             reference = text
         }
+        var account: AccountID?
+        if let raw = try optionalString(object, "account") {
+            guard let id = AccountID(rawValue: raw) else { throw Rejection(400, "bad_field", "account must be an account id: \(AccountID.rule)") }
+            account = id
+        }
         return TrackRequest(
             hppSessionID: try string(object, "hpp_session_id"), kpSessionID: try string(object, "kp_session_id"),
             mode: try choice("place_order_mode", PlaceOrderMode.self), merchantReference: reference,
-            capture: try choice("capture", CapturePolicy.self), purpose: try choice("intent", PaymentPurpose.self) ?? .buy)
+            capture: try choice("capture", CapturePolicy.self), purpose: try choice("intent", PaymentPurpose.self) ?? .buy, account: account)
     }
 }

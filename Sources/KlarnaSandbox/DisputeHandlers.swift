@@ -8,8 +8,13 @@ enum DisputeHandlers {
         do {
             return try dispatch(route, context, &state)
         } catch {
-            return networkError(error.response.status, error.code, error.message)
+            return answer(error)
         }
+    }
+
+    /// Klarna's refusal in Klarna Network's error body.
+    static func answer(_ rejection: Rejection) -> SandboxResponse {
+        networkError(rejection.response.status, rejection.code, rejection.message)
     }
 
     private static func dispatch(_ route: KlarnaRoute, _ context: KlarnaCallContext, _ state: inout SandboxState) throws(Rejection) -> SandboxResponse
@@ -18,7 +23,7 @@ enum DisputeHandlers {
         let now = context.now
         switch route.name {
         case "disputes.list":
-            return try list(context.request.query, state)
+            return try list(context.request.query, merchant: context.merchant, state)
         case "disputes.read":
             return raw(200, SandboxDisputeJSON.object(try state.disputeNamed(id)).compactMapValues { $0 })
         case "disputes.accept_loss":
@@ -64,8 +69,9 @@ enum DisputeHandlers {
 
     /// `GET /v4/payment/disputes`: filtered by `order_ids`, `state` (comma-separated), `updated_at_start` (inclusive)
     /// and `updated_at_end` (exclusive); oldest first; `size` (1–100, default 20) per page, the next page after
-    /// `starting_after` (the last item of the page before; `last_item` is null on the last page).
-    private static func list(_ query: [String: String], _ state: SandboxState) throws(Rejection) -> SandboxResponse {
+    /// `starting_after` (the last item of the page before; `last_item` is null on the last page). Only `merchant`'s
+    /// disputes.
+    private static func list(_ query: [String: String], merchant: String, _ state: SandboxState) throws(Rejection) -> SandboxResponse {
         func set(_ name: String) -> Set<String>? { query[name].map { Set($0.split(separator: ",").map(String.init)) } }
         func date(_ name: String) throws(Rejection) -> Date? {
             guard let text = query[name] else { return nil }
@@ -83,13 +89,13 @@ enum DisputeHandlers {
         let size = Int(query["size"] ?? "20") ?? 0
         guard (1...100).contains(size) else { throw Rejection(400, "VALIDATION_ERROR", "size must be 1 to 100") }
         var matching = state.disputeOrder.compactMap { state.disputes[$0] }.filter { dispute in
-            (orders?.contains(dispute.orderID) ?? true) && (states?.contains(dispute.state) ?? true)
+            dispute.merchant == merchant && (orders?.contains(dispute.orderID) ?? true) && (states?.contains(dispute.state) ?? true)
                 && (start.map { dispute.updatedAt >= $0 } ?? true) && (end.map { dispute.updatedAt < $0 } ?? true)
         }
         let total = matching.count
         if let after = query["starting_after"] {
             // By the dispute's place among all (oldest first), so that a cursor holds while the list's rows change.
-            guard let position = state.disputeOrder.firstIndex(of: after) else {
+            guard state.disputes[after]?.merchant == merchant, let position = state.disputeOrder.firstIndex(of: after) else {
                 throw Rejection(400, "VALIDATION_ERROR", "starting_after names no dispute")
             }
             let later = Set(state.disputeOrder[(position + 1)...])

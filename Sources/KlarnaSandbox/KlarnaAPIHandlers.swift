@@ -3,6 +3,8 @@ import HTTPServer
 
 struct KlarnaCallContext {
     let request: ServerRequest
+    /// The caller's merchant id: list routes show only its resources.
+    let merchant: String
     let idempotencyKey: String?
     let seq: Int
     let now: Date
@@ -131,9 +133,7 @@ enum KlarnaAPIHandlers {
 
     static func readKP(_ id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
         for hpp in state.paymentSessions[id]?.hppSessionIDs ?? [] { state.catchUp(hpp: hpp, now: context.now) }
-        guard let session = state.paymentSessions[id], session.expiresAt > context.now else {
-            return .klarnaError(404, "NOT_FOUND", "The session does not exist")
-        }
+        guard let session = state.paymentSessions[id], session.expiresAt > context.now else { return kpNotFound }
         return .json(
             200,
             KPBody(
@@ -144,6 +144,10 @@ enum KlarnaAPIHandlers {
                 intent: session.intent))
     }
 
+    static var kpNotFound: SandboxResponse { .klarnaError(404, "NOT_FOUND", "The session does not exist") }
+
+    static var invalidToken: Rejection { Rejection(404, "NOT_FOUND", "Invalid authorization token") }
+
     /// The KP session an authorization token belongs to, while the token is known, not cancelled and younger than
     /// 60 minutes.
     static func authorizedSession(
@@ -151,7 +155,7 @@ enum KlarnaAPIHandlers {
     ) throws(Rejection) -> SandboxState.PaymentSession {
         guard let kpID = state.tokens[token], let session = state.paymentSessions[kpID], !session.tokenCancelled,
             let expiry = session.tokenExpiresAt, expiry > context.now
-        else { throw Rejection(404, "NOT_FOUND", "Invalid authorization token") }
+        else { throw invalidToken }
         return session
     }
 
@@ -379,20 +383,22 @@ enum KlarnaAPIHandlers {
 
     // MARK: Klarna Network
 
-    static func readPaymentRequest(_ id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
-        guard var request = state.paymentRequests[id] else {
-            struct NotFound: Encodable {
-                let errorId: String
-                let errorType: String
-                let errorCode: String
-                let errorMessage: String
-            }
-            return .json(
-                404,
-                NotFound(
-                    errorId: UUID().uuidString.lowercased(), errorType: "RESOURCE_ERROR", errorCode: "NOT_FOUND",
-                    errorMessage: "The payment request does not exist"))
+    static var paymentRequestNotFound: SandboxResponse {
+        struct NotFound: Encodable {
+            let errorId: String
+            let errorType: String
+            let errorCode: String
+            let errorMessage: String
         }
+        return .json(
+            404,
+            NotFound(
+                errorId: UUID().uuidString.lowercased(), errorType: "RESOURCE_ERROR", errorCode: "NOT_FOUND",
+                errorMessage: "The payment request does not exist"))
+    }
+
+    static func readPaymentRequest(_ id: String, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
+        guard var request = state.paymentRequests[id] else { return paymentRequestNotFound }
         if request.expiresAt <= context.now, ["SUBMITTED", "IN_PROGRESS"].contains(request.state) {
             request.state = "EXPIRED"
             request.updatedAt = request.expiresAt

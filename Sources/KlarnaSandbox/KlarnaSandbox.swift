@@ -8,8 +8,11 @@ import Synchronization
 /// `/_sandbox/` for tests (scenarios, clock, faults, payouts), and a log of every request and every side effect.
 public final class KlarnaSandbox: Sendable {
     public struct Configuration: Sendable {
+        /// The primary merchant's credentials; its merchant id is `K100001`.
         public var username: String
         public var password: String
+        /// Merchants served beside the primary one, each with its own resources, payouts and rate limit.
+        public var otherMerchants: [SandboxMerchant]
         public var clock: any WallClock
         public var random: any RandomSource
         /// What the dispute webhooks are signed with (``KlarnaSandbox/webhooks(after:)``).
@@ -27,15 +30,40 @@ public final class KlarnaSandbox: Sendable {
         }
 
         public init(
-            username: String = "sandbox-merchant", password: String = "sandbox-secret",
+            username: String = "sandbox-merchant", password: String = "sandbox-secret", otherMerchants: [SandboxMerchant] = [],
             clock: any WallClock = AdjustableClock(), random: any RandomSource = SystemRandomSource(),
             webhookSigningKey: SigningKey = SigningKey(id: "sandbox-signing-key-1", secret: "sandbox-webhook-secret")
         ) {
             self.username = username
             self.password = password
+            self.otherMerchants = otherMerchants
             self.clock = clock
             self.random = random
             self.webhookSigningKey = webhookSigningKey
+        }
+
+        /// Every merchant served, the primary one first.
+        public var merchants: [SandboxMerchant] {
+            [SandboxMerchant(id: SettlementLedger.merchantID, username: username, password: password)] + otherMerchants
+        }
+
+        /// Why these merchants cannot be served together: an id twice, or the same credentials twice (a request could
+        /// not say whose it is); `nil` when they can.
+        public var merchantConflict: String? {
+            var ids: Set<String> = []
+            var credentials: Set<String> = []
+            for merchant in merchants {
+                if !ids.insert(merchant.id).inserted { return "merchant id \(merchant.id) is given twice" }
+                if !credentials.insert(Self.authorization(merchant)).inserted {
+                    return "merchant \(merchant.id) has the same username and password as another merchant"
+                }
+            }
+            return nil
+        }
+
+        /// The `Authorization` header of `merchant`'s calls.
+        static func authorization(_ merchant: SandboxMerchant) -> String {
+            "Basic " + Data("\(merchant.username):\(merchant.password)".utf8).base64EncodedString()
         }
     }
 
@@ -51,11 +79,17 @@ public final class KlarnaSandbox: Sendable {
 
     let configuration: Configuration
     let state = Mutex(SandboxState())
-    private let expectedAuthorization: String
+    /// The merchant ids served, the primary one first.
+    let merchantIDs: [String]
+    /// Merchant id by the `Authorization` header its calls carry.
+    private let merchantsByAuthorization: [String: String]
 
+    /// Traps when ``Configuration/merchantConflict`` names a conflict.
     public init(configuration: Configuration = Configuration()) {
+        if let conflict = configuration.merchantConflict { preconditionFailure(conflict) }
         self.configuration = configuration
-        expectedAuthorization = "Basic " + Data("\(configuration.username):\(configuration.password)".utf8).base64EncodedString()
+        merchantIDs = configuration.merchants.map(\.id)
+        merchantsByAuthorization = Dictionary(uniqueKeysWithValues: configuration.merchants.map { (Configuration.authorization($0), $0.id) })
     }
 
     var now: Date { configuration.clock.now }
@@ -72,6 +106,7 @@ public final class KlarnaSandbox: Sendable {
                 ).serverResponse)
         }
         let key = request.header("Klarna-Idempotency-Key")
+        let merchant = request.header("Authorization").flatMap { merchantsByAuthorization[$0] }
         let arrived = now
         // KP create-order has no idempotency: one that meets an earlier one for the same token is counted.
         let createOrderToken = route.name == "kp.create_order" ? route.parameters.first ?? "" : nil
@@ -82,9 +117,12 @@ public final class KlarnaSandbox: Sendable {
             state.requests.append(
                 SandboxRequestRecord(
                     seq: seq, at: arrived, method: request.method, path: request.path, route: route.name,
-                    idempotencyKey: key, status: nil, fault: nil, replayed: false))
+                    idempotencyKey: key, status: nil, fault: nil, replayed: false, merchant: merchant))
+            // Klarna limits each merchant on its own; a call that is no merchant's spends no one's budget.
             var admitted = true
-            if state.rateLimit != nil { admitted = state.rateLimit!.takeSpare(limit: 1, now: arrived) == 1 }
+            if let merchant, state.rateLimits[merchant] != nil {
+                admitted = state.rateLimits[merchant]!.takeSpare(limit: 1, now: arrived) == 1
+            }
             return (seq, admitted ? takeFault(for: route.name, in: &state) : nil, admitted)
         }
         defer { if let createOrderToken { state.withLock { $0.createOrderAnswered(token: createOrderToken) } } }
@@ -99,14 +137,17 @@ public final class KlarnaSandbox: Sendable {
         }
         var response: SandboxResponse
         var replayed = false
-        if request.header("Authorization") != expectedAuthorization {
-            response = SandboxResponse.klarnaError(401, "UNAUTHORIZED", "Missing or invalid credentials")
-        } else if let fault, fault.kind == .holdRequest {
-            (response, replayed) = await hold(route, request, key: key, seq: seq, until: arrived.addingTimeInterval(Self.holdSeconds(fault)))
-        } else {
-            (response, replayed) = state.withLock { state in
-                execute(route, request: request, key: key, seq: seq, at: now, in: &state)
+        if let merchant {
+            if let fault, fault.kind == .holdRequest {
+                (response, replayed) = await hold(
+                    route, request, merchant: merchant, key: key, seq: seq, until: arrived.addingTimeInterval(Self.holdSeconds(fault)))
+            } else {
+                (response, replayed) = state.withLock { state in
+                    execute(route, request: request, merchant: merchant, key: key, seq: seq, at: now, in: &state)
+                }
             }
+        } else {
+            response = SandboxResponse.klarnaError(401, "UNAUTHORIZED", "Missing or invalid credentials")
         }
         if replayed { state.withLock { $0.requests[seq - 1].replayed = true } }
         if let fault, afterEffect || fault.kind == .holdAnswer {
@@ -125,17 +166,19 @@ public final class KlarnaSandbox: Sendable {
     /// A `hold_request` fault: Klarna acts on the request once `until` has come on the sandbox clock. Whatever Klarna
     /// call arrives first after that acts on it (``releaseHeldRequests(in:now:)``), so a read then sees its effect
     /// whether or not this task has woken yet.
-    private func hold(_ route: KlarnaRoute, _ request: ServerRequest, key: String?, seq: Int, until: Date) async -> (SandboxResponse, replayed: Bool)
-    {
-        state.withLock { $0.heldRequests[seq] = SandboxState.HeldRequest(route: route, request: request, idempotencyKey: key, releaseAt: until) }
+    private func hold(
+        _ route: KlarnaRoute, _ request: ServerRequest, merchant: String, key: String?, seq: Int, until: Date
+    ) async -> (SandboxResponse, replayed: Bool) {
+        state.withLock {
+            $0.heldRequests[seq] = SandboxState.HeldRequest(
+                route: route, request: request, merchant: merchant, idempotencyKey: key, releaseAt: until)
+        }
         // A cancelled wait (the sandbox stopping) releases it early.
         try? await configuration.clock.sleep(until: until)
         return state.withLock { state in
             if state.heldRequests[seq]?.outcome == nil { release(seq, in: &state) }
             // Gone only when the sandbox was reset meanwhile: Klarna forgot everything, the token too.
-            return state.heldRequests.removeValue(forKey: seq)?.outcome ?? (
-                SandboxResponse.klarnaError(404, "NOT_FOUND", "Invalid authorization token"), replayed: false
-            )
+            return state.heldRequests.removeValue(forKey: seq)?.outcome ?? (KlarnaAPIHandlers.invalidToken.response, replayed: false)
         }
     }
 
@@ -148,7 +191,9 @@ public final class KlarnaSandbox: Sendable {
 
     private func release(_ seq: Int, in state: inout SandboxState) {
         guard let held = state.heldRequests[seq] else { return }
-        let outcome = execute(held.route, request: held.request, key: held.idempotencyKey, seq: seq, at: min(now, held.releaseAt), in: &state)
+        let outcome = execute(
+            held.route, request: held.request, merchant: held.merchant, key: held.idempotencyKey, seq: seq, at: min(now, held.releaseAt),
+            in: &state)
         state.heldRequests[seq]?.outcome = outcome
     }
 
@@ -160,17 +205,25 @@ public final class KlarnaSandbox: Sendable {
         return reply
     }
 
-    /// Runs one Klarna call, honouring `Klarna-Idempotency-Key` on the routes where Klarna does.
+    /// Runs one Klarna call by `merchant`, honouring `Klarna-Idempotency-Key` on the routes where Klarna does. A
+    /// resource of another merchant is answered as one that does not exist.
     private func execute(
-        _ route: KlarnaRoute, request: ServerRequest, key: String?, seq: Int, at now: Date, in state: inout SandboxState
+        _ route: KlarnaRoute, request: ServerRequest, merchant: String, key: String?, seq: Int, at now: Date, in state: inout SandboxState
     ) -> (SandboxResponse, replayed: Bool) {
-        let honoursKey = !(key ?? "").isEmpty && Self.idempotentRoutes.contains(route.name)
-        if honoursKey, let key, let stored = state.idempotency[key], now.timeIntervalSince(stored.at) < Self.idempotencyWindow {
+        // Keys are the merchant's own: another merchant's same key is another request.
+        var storeKey: SandboxState.IdempotencyKey?
+        if let key, !key.isEmpty, Self.idempotentRoutes.contains(route.name) { storeKey = SandboxState.IdempotencyKey(merchant: merchant, key: key) }
+        if let storeKey, let stored = state.idempotency[storeKey], now.timeIntervalSince(stored.at) < Self.idempotencyWindow {
             return (stored.response, true)
         }
-        var context = KlarnaCallContext(request: request, idempotencyKey: key, seq: seq, now: now)
-        let response = KlarnaAPIHandlers.handle(route, context: &context, state: &state)
-        if honoursKey, let key { state.idempotency[key] = SandboxState.StoredReply(at: now, response: response) }
+        let response: SandboxResponse
+        if let owner = state.owner(of: route), owner != merchant {
+            response = KlarnaAPIHandlers.notFound(route)
+        } else {
+            var context = KlarnaCallContext(request: request, merchant: merchant, idempotencyKey: key, seq: seq, now: now)
+            response = KlarnaAPIHandlers.handle(route, context: &context, state: &state)
+        }
+        if let storeKey { state.idempotency[storeKey] = SandboxState.StoredReply(at: now, response: response) }
         return (response, false)
     }
 

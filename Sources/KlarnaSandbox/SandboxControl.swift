@@ -10,9 +10,10 @@ extension KlarnaSandbox {
         public let description: String
     }
 
-    /// Creates a KP session and an HPP session for it; the HPP session then follows `spec.schedule`.
+    /// Creates a KP session and an HPP session for it, of `spec.merchant`; the HPP session then follows `spec.schedule`.
     @discardableResult
     public func createSession(_ spec: SessionSpec = SessionSpec()) throws -> CreatedSession {
+        let merchant = try merchantID(spec.merchant)
         let mode = spec.placeOrderMode ?? "NONE"
         guard ["NONE", "PLACE_ORDER", "CAPTURE_ORDER"].contains(mode) else {
             throw ControlError(status: 400, description: "place_order_mode must be NONE, PLACE_ORDER or CAPTURE_ORDER")
@@ -41,14 +42,14 @@ extension KlarnaSandbox {
         let hppID = UUID().uuidString.lowercased()
         let fraudDecision = spec.fraudDecisionAfterSeconds.map { (after: $0, status: spec.fraudDecision ?? "ACCEPTED") }
         let payment = SandboxState.PaymentSession(
-            id: kpID, purchaseCountry: spec.purchaseCountry ?? "SE", purchaseCurrency: spec.purchaseCurrency ?? "SEK",
+            id: kpID, merchant: merchant, purchaseCountry: spec.purchaseCountry ?? "SE", purchaseCurrency: spec.purchaseCurrency ?? "SEK",
             locale: spec.locale ?? "sv-SE", orderAmount: amount, orderTaxAmount: spec.orderTaxAmount ?? 0,
             orderLines: lines, merchantReference: spec.merchantReference, intent: spec.intent ?? "buy", createdAt: now,
             expiresAt: now.addingTimeInterval(48 * 3_600), hppSessionIDs: [hppID],
             fraudStatus: spec.fraudStatus ?? "ACCEPTED", fraudDecision: fraudDecision)
         // Klarna: the HPP session expires one hour before its payment session.
         let hpp = SandboxState.HostedSession(
-            id: hppID, kpSessionID: kpID, mode: mode, updatedAt: now,
+            id: hppID, merchant: merchant, kpSessionID: kpID, mode: mode, updatedAt: now,
             expiresAt: spec.hppExpiresAfterSeconds.map { now.addingTimeInterval($0) } ?? payment.expiresAt.addingTimeInterval(-3_600),
             schedule: (spec.schedule ?? []).map { (at: now.addingTimeInterval($0.afterSeconds), status: $0.status) })
         state.withLock { state in
@@ -59,10 +60,16 @@ extension KlarnaSandbox {
     }
 
     /// Enforces Klarna's per-merchant rate limit: `perSecond` calls a second with as many saved up, and a 429 with
-    /// `X-Ratelimit-*` headers past it (`nil`: no limit, the default).
-    public func setRateLimit(perSecond: Double?) {
+    /// `X-Ratelimit-*` headers past it (`nil`: no limit, the default). On `merchant` only, or on every merchant, each
+    /// with its own budget; `merchant` must be one the sandbox serves.
+    public func setRateLimit(perSecond: Double?, merchant: String? = nil) {
+        precondition(merchant.map { merchantIDs.contains($0) } ?? true, "setRateLimit: the sandbox serves no merchant \(merchant ?? "")")
         let now = self.now
-        state.withLock { $0.rateLimit = perSecond.map { RateBudget(ratePerSecond: $0, burst: max(1, $0), now: now) } }
+        state.withLock { state in
+            for id in merchant.map({ [$0] }) ?? merchantIDs {
+                state.rateLimits[id] = perSecond.map { RateBudget(ratePerSecond: $0, burst: max(1, $0), now: now) }
+            }
+        }
     }
 
     /// Moves an HPP session to `status` now, as the consumer would.
@@ -153,13 +160,16 @@ extension KlarnaSandbox {
         }
     }
 
-    /// Creates a Klarna Network payment request in `state` (default `SUBMITTED`).
-    public func createPaymentRequest(state initial: String = "SUBMITTED") -> String {
+    /// Creates a Klarna Network payment request in `state` (default `SUBMITTED`) of `merchant` (default the primary
+    /// merchant), which must be one the sandbox serves.
+    public func createPaymentRequest(state initial: String = "SUBMITTED", merchant: String? = nil) -> String {
+        precondition(merchant.map { merchantIDs.contains($0) } ?? true, "createPaymentRequest: the sandbox serves no merchant \(merchant ?? "")")
+        let owner = merchant ?? merchantIDs[0]
         let now = self.now
         let id = "krn:payment:eu1:request:\(UUID().uuidString.lowercased())"
         state.withLock { state in
             state.paymentRequests[id] = SandboxState.PaymentRequest(
-                id: id, state: initial, createdAt: now, updatedAt: now, expiresAt: now.addingTimeInterval(3 * 3_600),
+                id: id, merchant: owner, state: initial, createdAt: now, updatedAt: now, expiresAt: now.addingTimeInterval(3 * 3_600),
                 sessionToken: initial == "COMPLETED" ? "krn:network:eu1:session-token:\(UUID().uuidString.lowercased())" : nil)
         }
         return id
@@ -262,10 +272,14 @@ extension KlarnaSandbox {
                 struct Created: Encodable { let refundId: String }
                 return .json(201, Created(refundId: try portalRefund(order: ids[0], amount: try decode(Body.self, request).amount)))
             } else if match("POST", "payment-requests") != nil {
-                struct Body: Decodable { let state: String? }
+                struct Body: Decodable {
+                    let state: String?
+                    let merchant: String?
+                }
                 struct Created: Encodable { let paymentRequestId: String }
-                let body = try decode(Body.self, request, empty: Body(state: nil))
-                return .json(201, Created(paymentRequestId: createPaymentRequest(state: body.state ?? "SUBMITTED")))
+                let body = try decode(Body.self, request, empty: Body(state: nil, merchant: nil))
+                let merchant = try merchantID(body.merchant)
+                return .json(201, Created(paymentRequestId: createPaymentRequest(state: body.state ?? "SUBMITTED", merchant: merchant)))
             } else if let ids = match("POST", "payment-requests/*/state") {
                 struct Body: Decodable {
                     let state: String

@@ -29,16 +29,16 @@ extension SandboxState {
     /// The first moment a payout would carry a dispute's line; nil when none is waiting.
     var earliestDisputeMoney: Date? { disputeOrder.compactMap { disputes[$0] }.compactMap(nextDisputeMoney).min() }
 
-    /// The currencies of disputes with a line due by `date`.
-    func disputeMoneyCurrencies(by date: Date) -> Set<String> {
-        Set(disputeOrder.compactMap { disputes[$0] }.filter { nextDisputeMoney($0).map { $0 <= date } ?? false }.map(\.currency))
+    /// The merchants and currencies of disputes with a line due by `date`.
+    func disputeMoneyAccounts(by date: Date) -> Set<SettlementLedger.Account> {
+        Set(disputeOrder.compactMap { disputes[$0] }.filter { nextDisputeMoney($0).map { $0 <= date } ?? false }.map(\.account))
     }
 
-    /// Adds the lines every dispute in `currency` owes by `date`: its fee and hold once it has opened, and once it has
+    /// Adds the lines every dispute of `account` owes by `date`: its fee and hold once it has opened, and once it has
     /// closed the hold's release and a loss's reversal.
-    mutating func addDisputeMoney(currency: String, by date: Date, to payout: inout PayoutBuilder) {
+    mutating func addDisputeMoney(_ account: SettlementLedger.Account, by date: Date, to payout: inout PayoutBuilder) {
         for id in disputeOrder {
-            guard let dispute = disputes[id], dispute.currency == currency, dispute.createdAt <= date, let order = orders[dispute.orderID]
+            guard let dispute = disputes[id], dispute.account == account, dispute.createdAt <= date, let order = orders[dispute.orderID]
             else { continue }
             let settled = settledOrder(order)
             if !settlements.disputeMoney.feeCharged.contains(id) {
@@ -57,6 +57,11 @@ extension SandboxState {
             }
         }
     }
+}
+
+extension SandboxState.Dispute {
+    /// The payout its money goes into: its order's merchant's, in its currency.
+    var account: SettlementLedger.Account { SettlementLedger.Account(merchant: merchant, currency: currency) }
 }
 
 extension PayoutBuilder {

@@ -8,6 +8,8 @@ import Foundation
 extension SandboxState {
     struct Dispute {
         let id: String
+        /// Its order's merchant id.
+        let merchant: String
         let orderID: String
         let captureID: String?
         let reason: String
@@ -71,7 +73,8 @@ extension SandboxState {
         }
         nextDisputeNumber += 1
         let dispute = Dispute(
-            id: "krn:network:eu1:test:payment:dispute:\(nextDisputeNumber)", orderID: orderID, captureID: order.captures.last?.id,
+            id: "krn:network:eu1:test:payment:dispute:\(nextDisputeNumber)", merchant: order.merchant, orderID: orderID,
+            captureID: order.captures.last?.id,
             reason: reason, amount: amount, currency: order.currency, holdPolicy: policy, createdAt: now,
             representmentExpiresAt: now.addingTimeInterval(respondWithin ?? Self.responseWindow(reason: reason)), updatedAt: now)
         disputes[dispute.id] = dispute
@@ -213,9 +216,11 @@ extension SandboxState {
     // MARK: Internals
 
     func disputeNamed(_ id: String) throws(Rejection) -> Dispute {
-        guard let dispute = disputes[id] else { throw Rejection(404, "RESOURCE_NOT_FOUND", "No dispute \(id)") }
+        guard let dispute = disputes[id] else { throw Self.noSuchDispute(id) }
         return dispute
     }
+
+    static func noSuchDispute(_ id: String) -> Rejection { Rejection(404, "RESOURCE_NOT_FOUND", "No dispute \(id)") }
 
     private func openDisputeNamed(_ id: String) throws(Rejection) -> Dispute {
         let dispute = try disputeNamed(id)
@@ -252,10 +257,13 @@ extension SandboxState {
         } else {
             payload = SandboxDisputeJSON.object(dispute)
         }
+        // The account the event is about is the order's merchant (`subject_account_id` in Klarna Network's
+        // envelope; `merchant_id` in SDK4's samples).
         let envelope: [String: Any] = [
             "metadata": [
                 "event_type": eventType, "event_id": "sandbox-dispute-event-\(nextWebhookSeq)", "event_version": "v1",
-                "occurred_at": SandboxDisputeJSON.date(dispute.updatedAt), "live": false,
+                "occurred_at": SandboxDisputeJSON.date(dispute.updatedAt), "live": false, "merchant_id": dispute.merchant,
+                "subject_account_id": dispute.merchant,
             ],
             "payload": payload.compactMapValues { $0 },
         ]

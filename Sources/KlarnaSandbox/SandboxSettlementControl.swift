@@ -26,7 +26,8 @@ extension KlarnaSandbox {
         }
     }
 
-    /// Pays out now (see ``PayoutSpec``) and returns the payouts made, one per currency with something to pay.
+    /// Pays out now (see ``PayoutSpec``) and returns the payouts made, one per merchant and currency with something to
+    /// pay.
     /// Throws 400 when a number in the spec is out of range, 404 when a reversal or correction names an order the
     /// sandbox never placed.
     @discardableResult
@@ -71,18 +72,22 @@ extension KlarnaSandbox {
         }
     }
 
-    /// A SALE (with its fees) for an order nobody placed, in the next payout in `currency`. Returns its order id:
-    /// `orderID`, or a fresh one. `amount` must be from 1 to ``maximumAmount`` (else 400).
+    /// A SALE (with its fees) for an order nobody placed, in the next payout of `merchant` (default the primary
+    /// merchant) in `currency`. Returns its order id: `orderID`, or a fresh one. `amount` must be from 1 to
+    /// ``maximumAmount``, and `merchant` one the sandbox serves (else 400).
     @discardableResult
-    public func inventTransaction(orderID: String? = nil, amount: Int, currency: String, purchaseCountry: String = "SE") throws -> String {
+    public func inventTransaction(
+        orderID: String? = nil, amount: Int, currency: String, purchaseCountry: String = "SE", merchant: String? = nil
+    ) throws -> String {
         try Self.require("amount", amount, in: Self.amounts)
+        let owner = try merchantID(merchant)
         let now = self.now
         let id = orderID ?? UUID().uuidString.lowercased()
         state.withLock { state in
             state.catchUpSettlements(now: now)
             state.settlements.invented.append(
                 SettlementLedger.InventedSale(
-                    orderID: id, captureID: UUID().uuidString.lowercased(), amount: amount, currency: currency,
+                    merchant: owner, orderID: id, captureID: UUID().uuidString.lowercased(), amount: amount, currency: currency,
                     purchaseCountry: purchaseCountry, at: now))
         }
         return id
@@ -151,12 +156,13 @@ extension KlarnaSandbox {
                 let amount: Int
                 let currency: String
                 let purchaseCountry: String?
+                let merchant: String?
             }
             struct Created: Encodable { let orderId: String }
             let body = try decode(Body.self, request)
             let id = try inventTransaction(
                 orderID: body.orderId, amount: body.amount, currency: body.currency,
-                purchaseCountry: body.purchaseCountry ?? "SE")
+                purchaseCountry: body.purchaseCountry ?? "SE", merchant: body.merchant)
             return .json(201, Created(orderId: id))
         } else if match("POST", "settlements/break-totals") != nil {
             struct Body: Decodable { let delta: Int }

@@ -11,9 +11,9 @@ public struct PayoutSpec: Codable, Sendable {
     public var feeVATBasisPoints: Int
     /// A fixed fee per SALE in minor units; 0 for none.
     public var fixedFee: Int
-    /// Held back from every payout of the run (a HOLDBACK, `ROLLING_RESERVE`); 0 for none.
+    /// Held back from every payout of the run, whichever merchant's (a HOLDBACK, `ROLLING_RESERVE`); 0 for none.
     public var holdback: Int
-    /// Pays back everything held back by earlier payouts (one RELEASE per currency).
+    /// Pays back everything held back by earlier payouts (one RELEASE per merchant and currency).
     public var releaseHoldbacks: Bool
     /// Disputes lost: order id → amount Klarna takes back (a REVERSAL with a `reversal_reference`).
     public var reversals: [String: Int]
@@ -59,6 +59,8 @@ public struct PayoutSpec: Codable, Sendable {
 public struct CreatedPayout: Codable, Sendable, Equatable {
     /// 8 characters, as on the merchant's bank statement.
     public var paymentReference: String
+    /// The merchant paid: Klarna pays each merchant out apart, one payout per currency.
+    public var merchantId: String
     public var payoutDate: Date
     public var currencyCode: String
     public var totals: SandboxSettlementTotals

@@ -3,8 +3,17 @@ import Foundation
 /// What Klarna has paid out, what it will pay next, and the mismatches a test asked it to make. Part of
 /// ``SandboxState``, so mutated only under ``KlarnaSandbox``'s lock.
 struct SettlementLedger {
-    /// A SALE for an order the sandbox never placed, waiting for the next payout in its currency.
+    /// Whose payout in which currency: Klarna pays each merchant out per currency.
+    struct Account: Hashable, Comparable {
+        let merchant: String
+        let currency: String
+
+        static func < (lhs: Account, rhs: Account) -> Bool { (lhs.merchant, lhs.currency) < (rhs.merchant, rhs.currency) }
+    }
+
+    /// A SALE for an order the sandbox never placed, waiting for the next payout of its merchant in its currency.
     struct InventedSale {
+        let merchant: String
         let orderID: String
         let captureID: String
         let amount: Int
@@ -20,6 +29,7 @@ struct SettlementLedger {
         var next: Date
     }
 
+    /// The primary merchant's id.
     static let merchantID = "K100001"
     static let registrationCurrency = "SEK"
     static let settlementType = "NET"
@@ -35,8 +45,8 @@ struct SettlementLedger {
     var invented: [InventedSale] = []
     /// Added to the next payout's `settlement_amount`, so that it breaks Klarna's formula.
     var totalsError = 0
-    /// Currency → held back by earlier payouts and not released.
-    var heldBack: [String: Int] = [:]
+    /// Held back by earlier payouts and not released, by merchant and currency.
+    var heldBack: [Account: Int] = [:]
     /// Reversals made so far, numbering their dispute references.
     var disputes = 0
     /// The disputes' fees, holds and reversals (SandboxDisputeMoney.swift).
@@ -48,9 +58,10 @@ struct SettlementLedger {
 }
 
 extension SandboxState {
-    /// Pays out at `date`, one payout per currency: every capture and refund made by `date − spec.delaySeconds` and
-    /// not paid out yet (less omitted captures), invented sales, and the spec's reversals, corrections, holdback and
-    /// release. A currency with nothing to pay gets no payout. Reversal and correction orders must exist.
+    /// Pays out at `date`, one payout per merchant and currency (its orders' currency): every capture and refund made
+    /// by `date − spec.delaySeconds` and not paid out yet (less omitted captures), invented sales, and the spec's
+    /// reversals, corrections, holdback and release. A merchant and currency with nothing to pay get no payout.
+    /// Reversal and correction orders must exist.
     mutating func settle(_ spec: PayoutSpec, at date: Date) -> [CreatedPayout] {
         let cutoff = date.addingTimeInterval(-spec.delaySeconds)
         let ledger = settlements
@@ -68,21 +79,21 @@ extension SandboxState {
         returns.sort { ($0.refund.at, $0.refund.id) < ($1.refund.at, $1.refund.id) }
         let reversals = orderAmounts(spec.reversals)
         let corrections = orderAmounts(spec.corrections)
-        let releases: [String: Int] = spec.releaseHoldbacks ? ledger.heldBack.filter { $0.value != 0 } : [:]
+        let releases: [SettlementLedger.Account: Int] = spec.releaseHoldbacks ? ledger.heldBack.filter { $0.value != 0 } : [:]
 
-        var currencies = Set(sales.map { $0.order.currency })
-        currencies.formUnion(returns.map { $0.order.currency })
-        currencies.formUnion(ledger.invented.map(\.currency))
-        currencies.formUnion(reversals.map { $0.order.currency })
-        currencies.formUnion(corrections.map { $0.order.currency })
-        currencies.formUnion(releases.keys)
+        var accounts = Set(sales.map { $0.order.account })
+        accounts.formUnion(returns.map { $0.order.account })
+        accounts.formUnion(ledger.invented.map(\.account))
+        accounts.formUnion(reversals.map { $0.order.account })
+        accounts.formUnion(corrections.map { $0.order.account })
+        accounts.formUnion(releases.keys)
         catchUpDisputes(now: date)
-        currencies.formUnion(disputeMoneyCurrencies(by: date))
+        accounts.formUnion(disputeMoneyAccounts(by: date))
 
         var created: [CreatedPayout] = []
-        for currency in currencies.sorted() {
-            var payout = PayoutBuilder(reference: newPaymentReference(), currency: currency, date: date, spec: spec)
-            for sale in sales where sale.order.currency == currency {
+        for account in accounts.sorted() {
+            var payout = PayoutBuilder(reference: newPaymentReference(), currency: account.currency, date: date, spec: spec)
+            for sale in sales where sale.order.account == account {
                 // Cannot overflow: a capture is at most its order's amount and an alteration within ±that bound
                 // (createSession and alterSettledAmount refuse more).
                 payout.sale(
@@ -91,40 +102,40 @@ extension SandboxState {
                     captureReference: sale.capture.reference)
                 settlements.settled.insert(sale.capture.id)
             }
-            for sale in ledger.invented where sale.currency == currency {
+            for sale in ledger.invented where sale.account == account {
                 let order = SettledOrder(
                     id: sale.orderID, shortID: nil, merchantReference: nil, createdAt: sale.at,
                     purchaseCountry: sale.purchaseCountry)
                 payout.sale(order, captureID: sale.captureID, amount: sale.amount, capturedAt: sale.at, captureReference: nil)
             }
-            for item in returns where item.order.currency == currency {
+            for item in returns where item.order.account == account {
                 payout.refund(
                     settledOrder(item.order), refundID: item.refund.id, amount: item.refund.amount,
                     refundedAt: item.refund.at, refundReference: item.refund.reference)
                 settlements.settled.insert(item.refund.id)
             }
-            for reversal in reversals where reversal.order.currency == currency {
+            for reversal in reversals where reversal.order.account == account {
                 settlements.disputes += 1
                 payout.reversal(settledOrder(reversal.order), amount: reversal.amount, dispute: settlements.disputes)
             }
-            addDisputeMoney(currency: currency, by: date, to: &payout)
-            for correction in corrections where correction.order.currency == currency {
+            addDisputeMoney(account, by: date, to: &payout)
+            for correction in corrections where correction.order.account == account {
                 payout.correction(settledOrder(correction.order), amount: correction.amount)
             }
-            if let released = releases[currency] {
+            if let released = releases[account] {
                 payout.release(released)
-                settlements.heldBack[currency, default: 0] -= released
+                settlements.heldBack[account, default: 0] -= released
             }
             if spec.holdback != 0 {
                 payout.holdback(spec.holdback)
-                settlements.heldBack[currency] = settlements.heldBack[currency, default: 0].addingSaturated(spec.holdback)
+                settlements.heldBack[account] = settlements.heldBack[account, default: 0].addingSaturated(spec.holdback)
             }
             var totals = SandboxSettlementTotals(payout.transactions)
             totals.settlementAmount = totals.settlementAmount.addingSaturated(settlements.totalsError)
             settlements.totalsError = 0
             let made = CreatedPayout(
-                paymentReference: payout.reference, payoutDate: date, currencyCode: currency, totals: totals,
-                transactions: payout.transactions)
+                paymentReference: payout.reference, merchantId: account.merchant, payoutDate: date, currencyCode: account.currency,
+                totals: totals, transactions: payout.transactions)
             settlements.payouts.append(made)
             created.append(made)
         }
@@ -190,6 +201,15 @@ extension SandboxState {
         while settlements.payouts.contains(where: { $0.paymentReference == reference }) { reference = Self.klarnaReference() }
         return reference
     }
+}
+
+extension SandboxState.Order {
+    /// The payout its money goes into.
+    var account: SettlementLedger.Account { SettlementLedger.Account(merchant: merchant, currency: currency) }
+}
+
+extension SettlementLedger.InventedSale {
+    var account: SettlementLedger.Account { SettlementLedger.Account(merchant: merchant, currency: currency) }
 }
 
 /// What a settlement row repeats about its order.

@@ -6,6 +6,8 @@ import ReconcilerCore
 struct SandboxState {
     struct PaymentSession {
         let id: String
+        /// The merchant id it belongs to, as does everything made from it.
+        let merchant: String
         var complete = false
         let purchaseCountry: String
         let purchaseCurrency: String
@@ -28,6 +30,7 @@ struct SandboxState {
 
     struct HostedSession {
         let id: String
+        let merchant: String
         let kpSessionID: String
         let mode: String
         var status = "WAITING"
@@ -57,6 +60,7 @@ struct SandboxState {
 
     struct Order {
         let id: String
+        let merchant: String
         let kpSessionID: String
         let klarnaReference: String
         let currency: String
@@ -83,12 +87,19 @@ struct SandboxState {
 
     struct PaymentRequest {
         let id: String
+        let merchant: String
         var state: String
         var stateReason: String?
         let createdAt: Date
         var updatedAt: Date
         var expiresAt: Date
         var sessionToken: String?
+    }
+
+    /// An idempotency key as one merchant used it.
+    struct IdempotencyKey: Hashable {
+        let merchant: String
+        let key: String
     }
 
     struct StoredReply {
@@ -100,6 +111,7 @@ struct SandboxState {
     struct HeldRequest {
         let route: KlarnaRoute
         let request: ServerRequest
+        let merchant: String
         let idempotencyKey: String?
         let releaseAt: Date
         var outcome: (SandboxResponse, replayed: Bool)?
@@ -117,14 +129,15 @@ struct SandboxState {
     /// Webhooks Klarna would have delivered, oldest first, unsigned (the sandbox signs them when they are fetched).
     var webhooks: [Webhook] = []
     var nextWebhookSeq = 0
-    var idempotency: [String: StoredReply] = [:]
+    var idempotency: [IdempotencyKey: StoredReply] = [:]
     var faults: [(id: Int, fault: SandboxFault)] = []
     /// Held requests by their request seq, until their answer is given.
     var heldRequests: [Int: HeldRequest] = [:]
     /// Create-orders by authorization token: how many arrived, are pending, and met an earlier pending one.
     var createOrders: [String: SandboxCreateOrderCount] = [:]
-    /// Klarna's per-merchant limit when a test sets one: a second's worth of calls saved up at most.
-    var rateLimit: RateBudget?
+    /// Klarna's per-merchant limit by merchant id, for the merchants a test set one for: a second's worth of calls
+    /// saved up at most.
+    var rateLimits: [String: RateBudget] = [:]
     /// How answers to the daemon's calls are shaped (SandboxResponseShape.swift).
     var responseShape = SandboxResponseShape.normal
     var nextFaultID = 1
@@ -205,7 +218,7 @@ struct SandboxState {
 
     mutating func placeOrder(for payment: inout PaymentSession, at: Date, capture: Bool) -> Order {
         var order = Order(
-            id: UUID().uuidString.lowercased(), kpSessionID: payment.id, klarnaReference: Self.klarnaReference(),
+            id: UUID().uuidString.lowercased(), merchant: payment.merchant, kpSessionID: payment.id, klarnaReference: Self.klarnaReference(),
             currency: payment.purchaseCurrency, merchantReference: payment.merchantReference,
             orderAmount: payment.orderAmount, fraudStatus: payment.fraudStatus,
             fraudDecisionAt: payment.fraudDecision.map { at.addingTimeInterval($0.after) },

@@ -1,5 +1,20 @@
 import Foundation
 
+/// One merchant account the sandbox serves: its merchant id (`K100001`) and the Basic auth credentials of its API
+/// user. Every resource belongs to one merchant, and another merchant's calls find it no more than one that does not
+/// exist.
+public struct SandboxMerchant: Sendable, Codable, Equatable {
+    public var id: String
+    public var username: String
+    public var password: String
+
+    public init(id: String, username: String, password: String) {
+        self.id = id
+        self.username = username
+        self.password = password
+    }
+}
+
 /// A test scenario for one payment: the KP session the merchant created and the HPP session in front of it.
 /// Every field is optional in JSON; ``KlarnaSandbox`` fills in a plausible default.
 public struct SessionSpec: Codable, Sendable {
@@ -23,13 +38,15 @@ public struct SessionSpec: Codable, Sendable {
     public var schedule: [ScheduleStep]?
     /// Seconds until the HPP session expires (Klarna: one hour before its payment session, 47 hours by default).
     public var hppExpiresAfterSeconds: Double?
+    /// The merchant id the sessions (and the order placed for them) belong to; `nil` for the primary merchant.
+    public var merchant: String?
 
     public init(
         orderAmount: Int? = nil, orderTaxAmount: Int? = nil, purchaseCurrency: String? = nil,
         purchaseCountry: String? = nil, locale: String? = nil, orderLines: [SandboxOrderLine]? = nil,
         merchantReference: String? = nil, placeOrderMode: String? = nil, intent: String? = nil,
         fraudStatus: String? = nil, fraudDecisionAfterSeconds: Double? = nil, fraudDecision: String? = nil,
-        schedule: [ScheduleStep]? = nil, hppExpiresAfterSeconds: Double? = nil
+        schedule: [ScheduleStep]? = nil, hppExpiresAfterSeconds: Double? = nil, merchant: String? = nil
     ) {
         self.orderAmount = orderAmount
         self.orderTaxAmount = orderTaxAmount
@@ -45,6 +62,7 @@ public struct SessionSpec: Codable, Sendable {
         self.fraudDecision = fraudDecision
         self.schedule = schedule
         self.hppExpiresAfterSeconds = hppExpiresAfterSeconds
+        self.merchant = merchant
     }
 }
 
@@ -191,6 +209,8 @@ public struct SandboxRequestRecord: Codable, Sendable {
     public var fault: String?
     /// Answered from the idempotency store without doing anything.
     public var replayed: Bool
+    /// The merchant id whose credentials the request carried; `nil` when they were no merchant's (a 401).
+    public var merchant: String?
 }
 
 /// One merchant-side side effect the sandbox actually performed. Tests count these: "exactly one capture".

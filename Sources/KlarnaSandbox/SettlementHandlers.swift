@@ -2,14 +2,15 @@ import Foundation
 import ReconcilerCore
 
 /// Klarna's Settlements API v1 (SETTLEMENTS.md §2): payouts, their summary and their transactions, read-only. A
-/// settlement schedule catches up first, so a read sees every payout due by now on the sandbox clock.
+/// settlement schedule catches up first, so a read sees every payout due by now on the sandbox clock. A merchant sees
+/// its own payouts only.
 enum SettlementHandlers {
     static func handle(_ route: KlarnaRoute, _ context: KlarnaCallContext, _ state: inout SandboxState) throws(Rejection) -> SandboxResponse {
         state.catchUpSettlements(now: context.now)
         let base = "http://\(context.request.header("Host") ?? "localhost")/settlements/v1"
         switch route.name {
         case "settlements.list_payouts": return try listPayouts(context, state, base: base)
-        case "settlements.read_payout": return try readPayout(route.parameters.first ?? "", state, base: base)
+        case "settlements.read_payout": return try readPayout(route.parameters.first ?? "", context, state, base: base)
         case "settlements.payout_summary": return try payoutSummary(context, state)
         case "settlements.list_transactions": return try listTransactions(context, state, base: base)
         default: throw Rejection(404, "NOT_FOUND", "No such resource")
@@ -33,7 +34,7 @@ enum SettlementHandlers {
             payoutDate = payout.payoutDate
             currencyCode = payout.currencyCode
             merchantSettlementType = SettlementLedger.settlementType
-            merchantId = SettlementLedger.merchantID
+            merchantId = payout.merchantId
             currencyCodeOfRegistrationCountry = SettlementLedger.registrationCurrency
             transactions = base + "/transactions?payment_reference=" + Page.escape(payout.paymentReference)
         }
@@ -47,9 +48,10 @@ enum SettlementHandlers {
         let prev: String?
     }
 
-    /// Klarna's list order: by payout date, then payment reference.
-    static func payouts(_ state: SandboxState) -> [CreatedPayout] {
-        state.settlements.payouts.sorted { ($0.payoutDate, $0.paymentReference) < ($1.payoutDate, $1.paymentReference) }
+    /// The caller's payouts in Klarna's list order: by payout date, then payment reference.
+    static func payouts(_ context: KlarnaCallContext, _ state: SandboxState) -> [CreatedPayout] {
+        state.settlements.payouts.filter { $0.merchantId == context.merchant }
+            .sorted { ($0.payoutDate, $0.paymentReference) < ($1.payoutDate, $1.paymentReference) }
     }
 
     static func listPayouts(_ context: KlarnaCallContext, _ state: SandboxState, base: String) throws(Rejection) -> SandboxResponse {
@@ -58,7 +60,7 @@ enum SettlementHandlers {
         let end = try date(query, "end_date")
         let currency = query["currency_code"]?.uppercased()
         let page = try Page(query)
-        let matching = payouts(state).filter { payout in
+        let matching = payouts(context, state).filter { payout in
             if let start, payout.payoutDate < start { return false }
             if let end, payout.payoutDate > end { return false }
             if let currency, payout.currencyCode.uppercased() != currency { return false }
@@ -78,8 +80,11 @@ enum SettlementHandlers {
                     filters: ["start_date", "end_date", "currency_code"], from: query)))
     }
 
-    static func readPayout(_ reference: String, _ state: SandboxState, base: String) throws(Rejection) -> SandboxResponse {
-        guard let payout = state.settlements.payouts.first(where: { $0.paymentReference == reference }) else {
+    static func readPayout(
+        _ reference: String, _ context: KlarnaCallContext, _ state: SandboxState, base: String
+    ) throws(Rejection) -> SandboxResponse {
+        guard let payout = state.settlements.payouts.first(where: { $0.paymentReference == reference && $0.merchantId == context.merchant })
+        else {
             throw Rejection(404, "NOT_FOUND", "No payout with payment reference \(reference)")
         }
         return .json(200, PayoutBody(payout, base: base))
@@ -110,7 +115,7 @@ enum SettlementHandlers {
             throw Rejection(400, "BAD_VALUE", "start_date and end_date are required")
         }
         let currency = query["currency_code"]?.uppercased()
-        let matching = payouts(state).filter { payout in
+        let matching = payouts(context, state).filter { payout in
             if let currency, payout.currencyCode.uppercased() != currency { return false }
             return payout.payoutDate >= start && payout.payoutDate <= end
         }
@@ -139,7 +144,7 @@ enum SettlementHandlers {
         let reference = query["payment_reference"]
         let order = query["order_id"]
         let page = try Page(query)
-        let matching = payouts(state).filter { reference == nil || $0.paymentReference == reference }
+        let matching = payouts(context, state).filter { reference == nil || $0.paymentReference == reference }
             .flatMap(\.transactions)
             .filter { order == nil || $0.orderId == order }
         let shown = page.slice(matching)

@@ -33,10 +33,10 @@ enum CommitChange: StatementText {
             deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data),
         n AS (\(JSONRows.insertOrders(from: "fenced", "fenced.j->'new_orders'", at: "$3::timestamptz")) ON CONFLICT (order_id) DO NOTHING),
         r AS (
-          INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data)
-          SELECT x.id, x.state, x.outcome, \(JSONRows.time("x.next_due")), \(JSONRows.time("x.tracked_at")), $3::timestamptz, x.data
+          INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data, account)
+          SELECT x.id, x.state, x.outcome, \(JSONRows.time("x.next_due")), \(JSONRows.time("x.tracked_at")), $3::timestamptz, x.data, x.account
           FROM fenced, jsonb_to_recordset(fenced.j->'payment_requests') AS x(
-            id text, state text, outcome text, next_due bigint, tracked_at bigint, data text)
+            id text, state text, outcome text, next_due bigint, tracked_at bigint, data text, account text)
           ON CONFLICT (payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
             updated_at = excluded.updated_at, data = excluded.data),
         i AS (
@@ -100,21 +100,24 @@ enum JSONRows {
     static func insertSessions(from source: String, _ path: String, at: String) -> String {
         """
         INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at,
-            updated_at, data)
+            updated_at, data, account)
           SELECT x.id, x.kp, x.order_id, x.reference, x.phase, x.outcome, \(time("x.next_due")), \(time("x.deadline")), \(time("x.tracked_at")),
-            \(at), x.data
+            \(at), x.data, x.account
           FROM \(source), jsonb_to_recordset(\(path)) AS x(
-            id text, kp text, order_id text, reference text, phase text, outcome text, next_due bigint, deadline bigint, tracked_at bigint, data text)
+            id text, kp text, order_id text, reference text, phase text, outcome text, next_due bigint, deadline bigint, tracked_at bigint, data text,
+            account text)
         """
     }
 
     /// Inserts the ``ChangeRows/Order``s of the list at `path`, as ``insertSessions(from:_:at:)`` does sessions.
     static func insertOrders(from source: String, _ path: String, at: String) -> String {
         """
-        INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
-          SELECT x.id, x.session, x.reference, x.phase, x.outcome, \(time("x.next_due")), \(time("x.deadline")), \(time("x.created_at")), \(at), x.data
+        INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data, account)
+          SELECT x.id, x.session, x.reference, x.phase, x.outcome, \(time("x.next_due")), \(time("x.deadline")), \(time("x.created_at")), \(at), x.data,
+            x.account
           FROM \(source), jsonb_to_recordset(\(path)) AS x(
-            id text, session text, reference text, phase text, outcome text, next_due bigint, deadline bigint, created_at bigint, data text)
+            id text, session text, reference text, phase text, outcome text, next_due bigint, deadline bigint, created_at bigint, data text,
+            account text)
         """
     }
 
@@ -142,6 +145,7 @@ struct ChangeRows: Encodable {
         var next_due, deadline: Int64?
         var tracked_at: Int64
         var data: String
+        var account: String
 
         init(_ session: TrackedSession, data: String) {
             id = session.hppSessionID
@@ -154,6 +158,7 @@ struct ChangeRows: Encodable {
             deadline = ChangeRows.time(session.deadline)
             tracked_at = ChangeRows.time(session.trackedAt)
             self.data = data
+            account = session.account.rawValue
         }
     }
 
@@ -165,6 +170,7 @@ struct ChangeRows: Encodable {
         var next_due, deadline: Int64?
         var created_at: Int64
         var data: String
+        var account: String
     }
 
     struct PaymentRequest: Encodable {
@@ -173,6 +179,7 @@ struct ChangeRows: Encodable {
         var next_due: Int64?
         var tracked_at: Int64
         var data: String
+        var account: String
     }
 
     struct IntentRow: Encodable {
@@ -248,7 +255,7 @@ struct ChangeRows: Encodable {
             Order(
                 id: order.orderID, session: order.hppSessionID, reference: order.merchantReference, phase: order.phase.rawValue,
                 outcome: order.outcome?.rawValue, next_due: Self.time(order.isOpen ? order.nextDueAt : nil), deadline: Self.time(order.deadline),
-                created_at: Self.time(order.createdAt), data: try json(order))
+                created_at: Self.time(order.createdAt), data: try json(order), account: order.account.rawValue)
         }
         orders = try Self.lastOfEach(change.orders, by: \.orderID).map(order)
         let written = Set(change.orders.map(\.orderID))
@@ -256,7 +263,8 @@ struct ChangeRows: Encodable {
         payment_requests = try Self.lastOfEach(change.paymentRequests, by: \.paymentRequestID).map { request in
             PaymentRequest(
                 id: request.paymentRequestID, state: request.state?.rawValue, outcome: request.outcome?.rawValue,
-                next_due: Self.time(request.isOpen ? request.nextDueAt : nil), tracked_at: Self.time(request.trackedAt), data: try json(request))
+                next_due: Self.time(request.isOpen ? request.nextDueAt : nil), tracked_at: Self.time(request.trackedAt), data: try json(request),
+                account: request.account.rawValue)
         }
         intents = try Self.lastOfEach(change.intents, by: \.key).map { intent in
             IntentRow(

@@ -176,6 +176,8 @@ enum PostgresSchema {
         SharedSQL.openRefundsIndex,
         // 8: disputes, their hints and the operators' actions on them.
         SharedSQL.disputeTables(time: "timestamptz", serial: "bigserial"),
+        // 9: the Klarna account of every session, order and payment request.
+        SharedSQL.accountColumns,
     ]
 
     /// The step that made the settlement tables (tests undo it to test its backfill).

@@ -129,19 +129,26 @@ extension PostgresStore {
         return PaymentTimeline(sessions: sessions, orders: orders, intents: intents, events: events, outcomes: outcomes)
     }
 
-    public func list(phase: String?, limit: Int) async throws -> StoreListing {
-        if phase == "held" { return try await listHeld(limit: limit) }
-        let sessions: [PostgresRow], orders: [PostgresRow], intents: [PostgresRow]
-        if let phase {
-            sessions = try await rows(
-                "SELECT data FROM sessions WHERE phase = \(phase) OR outcome = \(phase) ORDER BY updated_at DESC LIMIT \(limit)")
-            orders = try await rows("SELECT data FROM orders WHERE phase = \(phase) OR outcome = \(phase) ORDER BY updated_at DESC LIMIT \(limit)")
-            intents = try await rows("SELECT data FROM intents WHERE state = \(phase) OR kind = \(phase) ORDER BY updated_at DESC LIMIT \(limit)")
-        } else {
-            sessions = try await rows("SELECT data FROM sessions ORDER BY updated_at DESC LIMIT \(limit)")
-            orders = try await rows("SELECT data FROM orders ORDER BY updated_at DESC LIMIT \(limit)")
-            intents = try await rows("SELECT data FROM intents ORDER BY updated_at DESC LIMIT \(limit)")
-        }
+    public func list(phase: String?, account: AccountID?, limit: Int) async throws -> StoreListing {
+        if phase == "held" { return try await listHeld(limit: limit).of(account) }
+        let named = account?.rawValue
+        let sessions = try await rows(
+            """
+            SELECT data FROM sessions WHERE (\(phase)::text IS NULL OR phase = \(phase) OR outcome = \(phase))
+              AND (\(named)::text IS NULL OR account = \(named)) ORDER BY updated_at DESC LIMIT \(limit)
+            """)
+        let orders = try await rows(
+            """
+            SELECT data FROM orders WHERE (\(phase)::text IS NULL OR phase = \(phase) OR outcome = \(phase))
+              AND (\(named)::text IS NULL OR account = \(named)) ORDER BY updated_at DESC LIMIT \(limit)
+            """)
+        let intents = try await rows(
+            """
+            SELECT data FROM intents WHERE (\(phase)::text IS NULL OR state = \(phase) OR kind = \(phase))
+              AND (\(named)::text IS NULL OR (subject IN (SELECT kp_session_id FROM sessions WHERE account = \(named))
+                OR subject IN (SELECT order_id FROM orders WHERE account = \(named))))
+            ORDER BY updated_at DESC LIMIT \(limit)
+            """)
         return StoreListing(
             sessions: try sessions.map { try decode(TrackedSession.self, $0) }, orders: try orders.map { try decode(TrackedOrder.self, $0) },
             intents: try intents.map { try decode(Intent.self, $0) })
@@ -200,6 +207,11 @@ extension PostgresStore {
               + (SELECT count(*) FROM orders WHERE next_due <= \(now) AND 'order:' || order_id NOT IN (SELECT work_key FROM holds))
             """)[0].decode(Int.self)
         summary.held = try await rows("SELECT count(*) FROM holds")[0].decode(Int.self)
+        summary.addAccountCounts(
+            try await rows(PostgresQuery(unsafeSQL: SharedSQL.countsByAccount)).map { row in
+                let (unit, account, phase, count) = try row.decode((String, String, String, Int).self)
+                return (unit, account, phase, count)
+            })
         summary.undeliveredOutcomes = try await rows("SELECT count(*) FROM outcomes WHERE NOT outbox_written")[0].decode(Int.self)
         summary.rejectionsLastDay = try await rows("SELECT count(*) FROM rejections WHERE at >= \(now.addingTimeInterval(-86_400))")[0].decode(
             Int.self)

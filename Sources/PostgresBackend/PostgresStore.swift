@@ -230,6 +230,15 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         try await rows("SELECT data FROM sessions WHERE hpp_session_id = \(hppSessionID)").first.map { try decode(TrackedSession.self, $0) }
     }
 
+    public func sessionAccount(hppSessionID: String?, kpSessionID: String?) async throws -> AccountID? {
+        try await rows(
+            """
+            SELECT account FROM sessions
+            WHERE hpp_session_id = \(hppSessionID) OR (\(hppSessionID)::text IS NULL AND kp_session_id = \(kpSessionID)) LIMIT 1
+            """
+        ).first.map { try $0.decode(String.self) }.map { AccountID(rawValue: $0) ?? .default }
+    }
+
     public func order(_ orderID: String) async throws -> TrackedOrder? {
         try await rows("SELECT data FROM orders WHERE order_id = \(orderID)").first.map { try decode(TrackedOrder.self, $0) }
     }
@@ -302,9 +311,9 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     func writePaymentRequest(_ db: PostgresConnection, _ request: TrackedPaymentRequest, data: String, at: Date) async throws {
         try await db.rows(
             """
-            INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data)
+            INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data, account)
             VALUES (\(request.paymentRequestID), \(request.state?.rawValue), \(request.outcome?.rawValue), \(request.isOpen ? request.nextDueAt : nil),
-              \(request.trackedAt), \(at), \(data))
+              \(request.trackedAt), \(at), \(data), \(request.account.rawValue))
             ON CONFLICT (payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
               updated_at = excluded.updated_at, data = excluded.data
             """, logger: logger)
@@ -349,36 +358,40 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         for row in try await rows(
             """
             SELECT 's', hpp_session_id, next_due, phase, deadline, tracked_at, (data::jsonb->>'lastReadAt')::float8,
-              (data::jsonb->>'lastHintAt')::float8, (data::jsonb->>'expiresAt')::float8
+              (data::jsonb->>'lastHintAt')::float8, (data::jsonb->>'expiresAt')::float8, account
             FROM sessions WHERE next_due IS NOT NULL AND (\(sessions)::text[] IS NULL OR hpp_session_id = ANY(\(sessions)))
             UNION ALL
-            SELECT 'o', order_id, next_due, phase, deadline, NULL, NULL, NULL, NULL
+            SELECT 'o', order_id, next_due, phase, deadline, NULL, NULL, NULL, NULL, account
             FROM orders WHERE next_due IS NOT NULL AND (\(orders)::text[] IS NULL OR order_id = ANY(\(orders)))
             UNION ALL
-            SELECT 'p', payment_request_id, next_due, NULL, NULL, NULL, NULL, NULL, NULL
+            SELECT 'p', payment_request_id, next_due, NULL, NULL, NULL, NULL, NULL, NULL, account
             FROM payment_requests WHERE next_due IS NOT NULL AND (\(requests)::text[] IS NULL OR payment_request_id = ANY(\(requests)))
             UNION ALL
-            SELECT 'r', subject, min(coalesce(next_attempt, created_at)), NULL, NULL, NULL, NULL, NULL, NULL
+            SELECT 'r', subject, min(coalesce(next_attempt, created_at)), NULL, NULL, NULL, NULL, NULL, NULL, NULL
             FROM intents WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous')
               AND (\(orders)::text[] IS NULL OR subject = ANY(\(orders))) GROUP BY subject
             """)
         {
-            let (kind, id, due, phase, deadline, trackedAt, lastRead, lastHint, expires) = try row.decode(
-                (String, String, Date, String?, Date?, Date?, Double?, Double?, Double?).self)
+            let (kind, id, due, phase, deadline, trackedAt, lastRead, lastHint, expires, accountText) = try row.decode(
+                (String, String, Date, String?, Date?, Date?, Double?, Double?, Double?, String?).self)
+            let account = accountText.flatMap(AccountID.init(rawValue:)) ?? .default
             switch kind {
             case "s":
                 let poll = PollProfile(
                     trackedAt: trackedAt ?? due, lastReadAt: encoded(lastRead), lastHintAt: encoded(lastHint), expiresAt: encoded(expires))
                 work.append(
                     OpenWork(
-                        key: .session(id), due: due, kind: .session(phase.flatMap(TrackedSession.Phase.init) ?? .polling, poll), deadline: deadline))
+                        key: .session(id), due: due, kind: .session(phase.flatMap(TrackedSession.Phase.init) ?? .polling, poll), deadline: deadline,
+                        account: account))
             case "o":
                 work.append(
-                    OpenWork(key: .order(id), due: due, kind: .order(phase.flatMap(TrackedOrder.Phase.init) ?? .checking), deadline: deadline))
+                    OpenWork(
+                        key: .order(id), due: due, kind: .order(phase.flatMap(TrackedOrder.Phase.init) ?? .checking), deadline: deadline,
+                        account: account))
             case "r":
                 refunds.append(OpenWork(key: .order(id), due: due, kind: .refund))
             default:
-                work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest))
+                work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest, account: account))
             }
         }
         return OpenWork.merging(work, refunds: refunds)

@@ -24,8 +24,9 @@ struct Prepared<Text: StatementText>: PostgresPreparedStatement {
 /// The hot statements, each with the values it binds in the order of its parameters.
 enum Statements {
     private static let sessionInsert = """
-        INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+        INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data,
+          account)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
         """
 
     /// A session tracked for the first time; a row back when it was new.
@@ -34,7 +35,7 @@ enum Statements {
     }
 
     static func session(_ session: TrackedSession, data: String, at: Date) throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 11)
+        var bindings = PostgresBindings(capacity: 12)
         bindings.append(session.hppSessionID)
         bindings.append(session.kpSessionID)
         bindings.append(session.orderID)
@@ -46,6 +47,7 @@ enum Statements {
         bindings.append(session.trackedAt)
         bindings.append(at)
         bindings.append(data)
+        bindings.append(session.account.rawValue)
         return bindings
     }
 

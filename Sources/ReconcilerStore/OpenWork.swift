@@ -17,22 +17,26 @@ public struct OpenWork: Sendable, Equatable {
     public var kind: Kind
     /// The session's token expiry (authorized) or `expires_at` (polling); the order's `expires_at`.
     public var deadline: Date?
+    /// Its account (the row's `account` column).
+    public var account: AccountID
 
-    public init(key: WorkKey, due: Date, kind: Kind, deadline: Date? = nil) {
+    public init(key: WorkKey, due: Date, kind: Kind, deadline: Date? = nil, account: AccountID = .default) {
         self.key = key
         self.due = due
         self.kind = kind
         self.deadline = deadline
+        self.account = account
     }
 
     /// Its plan at start-up, by the same rules the engine applies after each step.
     public func plan(now: Date, deadlines: Deadlines) -> WorkPlan {
         let at = max(now, due)
         return switch kind {
-        case .session(let phase, let poll): WorkPlan(due: due, urgency: phase.urgency(now: at, deadline: deadline), poll: poll)
-        case .order(let phase): WorkPlan(due: due, urgency: phase.urgency(now: at, expiresAt: deadline, deadlines: deadlines))
-        case .paymentRequest: WorkPlan(due: due, urgency: .routine)
-        case .refund: WorkPlan(due: due, urgency: .inMotion)
+        case .session(let phase, let poll):
+            WorkPlan(due: due, urgency: phase.urgency(now: at, deadline: deadline), poll: poll, account: account)
+        case .order(let phase): WorkPlan(due: due, urgency: phase.urgency(now: at, expiresAt: deadline, deadlines: deadlines), account: account)
+        case .paymentRequest: WorkPlan(due: due, urgency: .routine, account: account)
+        case .refund: WorkPlan(due: due, urgency: .inMotion, account: account)
         }
     }
 

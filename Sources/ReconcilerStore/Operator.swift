@@ -79,6 +79,29 @@ public struct StatusSummary: Sendable, Codable, Equatable {
     public var lastRejection: String?
     /// Sessions and orders on hold (`klarna-reconciler hold`).
     public var held: Int = 0
+    /// Sessions and orders by account and phase; `nil` from a daemon older than accounts.
+    public var accounts: [String: AccountCounts]?
+
+    /// One account's sessions and orders by phase.
+    public struct AccountCounts: Sendable, Codable, Equatable {
+        public var sessionsByPhase: [String: Int] = [:]
+        public var ordersByPhase: [String: Int] = [:]
+
+        public init() {}
+    }
+
+    /// Folds rows of ``SharedSQL/countsByAccount`` (`s` or `o`, account, phase, count) into ``accounts``.
+    public mutating func addAccountCounts(_ rows: [(unit: String, account: String, phase: String, count: Int)]) {
+        var accounts: [String: AccountCounts] = [:]
+        for row in rows {
+            if row.unit == "s" {
+                accounts[row.account, default: AccountCounts()].sessionsByPhase[row.phase] = row.count
+            } else {
+                accounts[row.account, default: AccountCounts()].ordersByPhase[row.phase] = row.count
+            }
+        }
+        self.accounts = accounts
+    }
 
     public init(
         sessionsByPhase: [String: Int] = [:], ordersByPhase: [String: Int] = [:], intentsByState: [String: Int] = [:],
@@ -90,6 +113,14 @@ public struct StatusSummary: Sendable, Codable, Equatable {
         self.outcomesByKind = outcomesByKind
         self.backlog = backlog
         self.undeliveredOutcomes = undeliveredOutcomes
+    }
+}
+
+extension StoreListing {
+    /// Only `account`'s sessions and orders (all of them for `nil`).
+    public func of(_ account: AccountID?) -> StoreListing {
+        guard let account else { return self }
+        return StoreListing(sessions: sessions.filter { $0.account == account }, orders: orders.filter { $0.account == account }, intents: intents)
     }
 }
 

@@ -60,6 +60,9 @@ public protocol IngestStore: Sendable {
     /// Starts tracking `session` unless it is tracked already; records `event` with it.
     func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult
     func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult
+    /// The account of the session tracked as `hppSessionID`, else of any session of `kpSessionID`; `nil` when none is
+    /// tracked. A callback for another account's payment is refused by it.
+    func sessionAccount(hppSessionID: String?, kpSessionID: String?) async throws -> AccountID?
 }
 
 extension IngestStore {
@@ -95,7 +98,8 @@ public protocol OutcomeQueue: Sendable {
 public protocol OperatorStore: Sendable {
     func summary(now: Date) async throws -> StatusSummary
     /// `phase`: a phase, an outcome, an intent state or kind, or `held`.
-    func list(phase: String?, limit: Int) async throws -> StoreListing
+    /// `account`: only that account's sessions and orders, and the intents of those.
+    func list(phase: String?, account: AccountID?, limit: Int) async throws -> StoreListing
     /// The sessions and orders `id` names (an HPP session id, KP session id, order id or merchant reference) and
     /// their timeline.
     func timeline(for id: String) async throws -> PaymentTimeline

@@ -25,6 +25,29 @@ public enum SharedSQL {
         CREATE INDEX IF NOT EXISTS intents_open_refunds ON intents(subject, created_at) WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous');
         """
 
+    /// Whether the intent (`intents` row) is of a unit of the account `parameter` binds: a session's intents name
+    /// its KP session, an order's its order id.
+    public static func intentOfAccount(_ parameter: String) -> String {
+        """
+        (subject IN (SELECT kp_session_id FROM sessions WHERE account = \(parameter))
+          OR subject IN (SELECT order_id FROM orders WHERE account = \(parameter)))
+        """
+    }
+
+    /// Open sessions and orders by account and phase, for `status` (both stores).
+    public static let countsByAccount = """
+        SELECT 's', account, phase, COUNT(*) FROM sessions GROUP BY account, phase
+        UNION ALL SELECT 'o', account, phase, COUNT(*) FROM orders GROUP BY account, phase
+        """
+
+    /// Every unit of work belongs to one Klarna account (SQLite's schema step 12, PostgreSQL's 9); rows written before
+    /// accounts belong to the default one. Written when a unit is first inserted, never changed.
+    public static let accountColumns = """
+        ALTER TABLE sessions ADD COLUMN account TEXT NOT NULL DEFAULT 'default';
+        ALTER TABLE orders ADD COLUMN account TEXT NOT NULL DEFAULT 'default';
+        ALTER TABLE payment_requests ADD COLUMN account TEXT NOT NULL DEFAULT 'default';
+        """
+
     /// The settlement lines' table and the settlement tables' indexes (SQLite's schema step 9, PostgreSQL's 4), made
     /// after the ledger and payouts tables, whose column types differ.
     public static let settlementLinesAndIndexes = """

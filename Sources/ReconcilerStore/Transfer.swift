@@ -22,16 +22,18 @@ public enum TransferTable: String, CaseIterable, Sendable {
             [
                 ("hpp_session_id", .text), ("kp_session_id", .text), ("order_id", .text), ("merchant_reference", .text), ("phase", .text),
                 ("outcome", .text), ("next_due", .date), ("deadline", .date), ("tracked_at", .date), ("updated_at", .date), ("data", .text),
+                ("account", .text),
             ]
         case .orders:
             [
                 ("order_id", .text), ("hpp_session_id", .text), ("merchant_reference", .text), ("phase", .text), ("outcome", .text),
                 ("next_due", .date), ("deadline", .date), ("created_at", .date), ("updated_at", .date), ("data", .text),
+                ("account", .text),
             ]
         case .paymentRequests:
             [
                 ("payment_request_id", .text), ("state", .text), ("outcome", .text), ("next_due", .date), ("tracked_at", .date),
-                ("updated_at", .date), ("data", .text),
+                ("updated_at", .date), ("data", .text), ("account", .text),
             ]
         case .intents:
             [

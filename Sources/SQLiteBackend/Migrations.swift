@@ -108,6 +108,8 @@ enum Migrations {
         SharedSQL.openRefundsIndex,
         // 11: disputes, their hints and the operators' actions on them.
         SharedSQL.disputeTables(time: "REAL", serial: "INTEGER"),
+        // 12: the Klarna account of every session, order and payment request.
+        SharedSQL.accountColumns,
     ]
 
     static var latest: Int { steps.count }

@@ -81,7 +81,7 @@ extension SQLiteStore {
     }
 
     /// `list --state held`: the held sessions and orders, newest hold first.
-    func listHeld(limit: Int) async throws -> StoreListing {
+    func listHeld(account: AccountID?, limit: Int) async throws -> StoreListing {
         try await read { db in
             let keys = try db.query("SELECT work_key FROM holds ORDER BY held_at DESC LIMIT ?", [SQLValue(limit)]).compactMap {
                 $0.string(0).flatMap(WorkKey.init)
@@ -101,7 +101,7 @@ extension SQLiteStore {
                     break
                 }
             }
-            return listing
+            return listing.of(account)
         }
     }
 

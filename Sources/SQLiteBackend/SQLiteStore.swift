@@ -96,6 +96,15 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
+    public func sessionAccount(hppSessionID: String?, kpSessionID: String?) async throws -> AccountID? {
+        try await read { db in
+            try db.query(
+                "SELECT account FROM sessions WHERE hpp_session_id = ?1 OR (?1 IS NULL AND kp_session_id = ?2) LIMIT 1",
+                [SQLValue(hppSessionID), SQLValue(kpSessionID)]
+            ).first.map { Self.account($0.string(0)) }
+        }
+    }
+
     public func order(_ orderID: String) async throws -> TrackedOrder? {
         try await read { db in
             try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first
@@ -162,15 +171,15 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     private func writeSession(_ db: SQLiteConnection, _ session: TrackedSession, data: String, at: Date) throws {
         try db.query(
             """
-            INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data, account)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(hpp_session_id) DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome,
               next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data
             """,
             [
                 .text(session.hppSessionID), .text(session.kpSessionID), SQLValue(session.orderID), SQLValue(session.merchantReference),
                 .text(session.phase.rawValue), SQLValue(session.outcome?.rawValue), SQLValue(session.isOpen ? session.nextDueAt : nil),
-                SQLValue(session.deadline), SQLValue(session.trackedAt), SQLValue(at), .text(data),
+                SQLValue(session.deadline), SQLValue(session.trackedAt), SQLValue(at), .text(data), .text(session.account.rawValue),
             ])
     }
 
@@ -181,26 +190,27 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             : "DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data"
         try db.query(
             """
-            INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(order_id) \(conflict)
+            INSERT INTO orders (order_id, hpp_session_id, merchant_reference, phase, outcome, next_due, deadline, created_at, updated_at, data, account)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(order_id) \(conflict)
             """,
             [
                 .text(order.orderID), SQLValue(order.hppSessionID), SQLValue(order.merchantReference), .text(order.phase.rawValue),
                 SQLValue(order.outcome?.rawValue), SQLValue(order.isOpen ? order.nextDueAt : nil), SQLValue(order.deadline),
-                SQLValue(order.createdAt), SQLValue(at), .text(data),
+                SQLValue(order.createdAt), SQLValue(at), .text(data), .text(order.account.rawValue),
             ])
     }
 
     private func writePaymentRequest(_ db: SQLiteConnection, _ request: TrackedPaymentRequest, data: String, at: Date) throws {
         try db.query(
             """
-            INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data) VALUES (?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data, account) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
               updated_at = excluded.updated_at, data = excluded.data
             """,
             [
                 .text(request.paymentRequestID), SQLValue(request.state?.rawValue), SQLValue(request.outcome?.rawValue),
                 SQLValue(request.isOpen ? request.nextDueAt : nil), SQLValue(request.trackedAt), SQLValue(at), .text(data),
+                .text(request.account.rawValue),
             ])
     }
 
@@ -222,6 +232,9 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
 
     // MARK: Scheduling
 
+    /// A row's `account` column (a valid id: only ever written from one).
+    static func account(_ text: String?) -> AccountID { text.flatMap(AccountID.init(rawValue:)) ?? .default }
+
     public func openWork() async throws -> [OpenWork] {
         try await read { db in
             // Dates inside `data` are Foundation's default encoding: seconds since 2001-01-01.
@@ -232,21 +245,29 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             for row in try db.query(
                 """
                 SELECT hpp_session_id, next_due, phase, deadline, tracked_at, json_extract(data, '$.lastReadAt'),
-                  json_extract(data, '$.lastHintAt'), json_extract(data, '$.expiresAt')
+                  json_extract(data, '$.lastHintAt'), json_extract(data, '$.expiresAt'), account
                 FROM sessions WHERE next_due IS NOT NULL
                 """)
             {
                 let phase = row.string(2).flatMap(TrackedSession.Phase.init) ?? .polling
                 let poll = PollProfile(
                     trackedAt: row.date(4) ?? Date(), lastReadAt: encoded(row, 5), lastHintAt: encoded(row, 6), expiresAt: encoded(row, 7))
-                work.append(OpenWork(key: .session(row.string(0) ?? ""), due: row.date(1)!, kind: .session(phase, poll), deadline: row.date(3)))
+                work.append(
+                    OpenWork(
+                        key: .session(row.string(0) ?? ""), due: row.date(1)!, kind: .session(phase, poll), deadline: row.date(3),
+                        account: Self.account(row.string(8))))
             }
-            for row in try db.query("SELECT order_id, next_due, phase, deadline FROM orders WHERE next_due IS NOT NULL") {
+            for row in try db.query("SELECT order_id, next_due, phase, deadline, account FROM orders WHERE next_due IS NOT NULL") {
                 let phase = row.string(2).flatMap(TrackedOrder.Phase.init) ?? .checking
-                work.append(OpenWork(key: .order(row.string(0) ?? ""), due: row.date(1)!, kind: .order(phase), deadline: row.date(3)))
+                work.append(
+                    OpenWork(
+                        key: .order(row.string(0) ?? ""), due: row.date(1)!, kind: .order(phase), deadline: row.date(3),
+                        account: Self.account(row.string(4))))
             }
-            for row in try db.query("SELECT payment_request_id, next_due FROM payment_requests WHERE next_due IS NOT NULL") {
-                work.append(OpenWork(key: .paymentRequest(row.string(0) ?? ""), due: row.date(1)!, kind: .paymentRequest))
+            for row in try db.query("SELECT payment_request_id, next_due, account FROM payment_requests WHERE next_due IS NOT NULL") {
+                work.append(
+                    OpenWork(
+                        key: .paymentRequest(row.string(0) ?? ""), due: row.date(1)!, kind: .paymentRequest, account: Self.account(row.string(2))))
             }
             var refunds: [OpenWork] = []
             for row in try db.query(
@@ -487,18 +508,28 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    public func list(phase: String?, limit: Int) async throws -> StoreListing {
-        if phase == "held" { return try await listHeld(limit: limit) }
+    public func list(phase: String?, account: AccountID?, limit: Int) async throws -> StoreListing {
+        if phase == "held" { return try await listHeld(account: account, limit: limit) }
         return try await read { db in
-            let filter = phase.map { [SQLValue.text($0)] } ?? []
+            // ?1 the phase (or NULL: any), ?2 the account (or NULL: every one).
+            let filter = [SQLValue(phase), SQLValue(account?.rawValue)]
             let sessions = try db.query(
-                "SELECT data FROM sessions \(phase == nil ? "" : "WHERE phase = ?1 OR outcome = ?1") ORDER BY updated_at DESC LIMIT \(limit)", filter
+                """
+                SELECT data FROM sessions WHERE (?1 IS NULL OR phase = ?1 OR outcome = ?1) AND (?2 IS NULL OR account = ?2)
+                ORDER BY updated_at DESC LIMIT \(limit)
+                """, filter
             ).map { try self.decode(TrackedSession.self, $0.string(0)) }
             let orders = try db.query(
-                "SELECT data FROM orders \(phase == nil ? "" : "WHERE phase = ?1 OR outcome = ?1") ORDER BY updated_at DESC LIMIT \(limit)", filter
+                """
+                SELECT data FROM orders WHERE (?1 IS NULL OR phase = ?1 OR outcome = ?1) AND (?2 IS NULL OR account = ?2)
+                ORDER BY updated_at DESC LIMIT \(limit)
+                """, filter
             ).map { try self.decode(TrackedOrder.self, $0.string(0)) }
             let intents = try db.query(
-                "SELECT data FROM intents \(phase == nil ? "" : "WHERE state = ?1 OR kind = ?1") ORDER BY updated_at DESC LIMIT \(limit)", filter
+                """
+                SELECT data FROM intents WHERE (?1 IS NULL OR state = ?1 OR kind = ?1) AND (?2 IS NULL OR \(SharedSQL.intentOfAccount("?2")))
+                ORDER BY updated_at DESC LIMIT \(limit)
+                """, filter
             ).map { try self.decode(Intent.self, $0.string(0)) }
             return StoreListing(sessions: sessions, orders: orders, intents: intents)
         }
@@ -589,6 +620,8 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                     """, [nowValue]
                 ).first?.int(0)) ?? 0
             summary.held = (try db.query("SELECT COUNT(*) FROM holds").first?.int(0)) ?? 0
+            summary.addAccountCounts(
+                try db.query(SharedSQL.countsByAccount).map { ($0.string(0) ?? "s", $0.string(1) ?? "default", $0.string(2) ?? "?", $0.int(3) ?? 0) })
             summary.undeliveredOutcomes = (try db.query("SELECT COUNT(*) FROM outcomes WHERE outbox_written = 0").first?.int(0)) ?? 0
             summary.rejectionsLastDay =
                 (try db.query("SELECT COUNT(*) FROM rejections WHERE at >= ?", [SQLValue(now.addingTimeInterval(-86_400))]).first?.int(0)) ?? 0

@@ -9,9 +9,8 @@ import ReconcilerCore
 /// credentials from `$CREDENTIALS_DIRECTORY` (or `*_file` keys). Secrets never appear in ``description``.
 public struct Settings: Sendable {
     public var configPath: String
-    public var klarna: KlarnaConfiguration
-    /// Where the Klarna password came from, for `check-config`.
-    public var passwordSource: String
+    /// The Klarna accounts, in the order configured: `accounts:`, or the `klarna:` section alone as the default one.
+    public var accounts: [AccountSettings]
     /// Where the callback key came from, or where it was looked for.
     public var callbackKeySource: String
     public var connectTimeout: Duration
@@ -29,6 +28,7 @@ public struct Settings: Sendable {
     public var notifyURL: String?
     public var notifyTimeout: Duration
     public var notifyMaxAttempts: Int
+    /// The daemon-wide rate budget and capture policy: an account's unless it sets its own (``AccountSettings``).
     public var ratePerSecond: Double
     public var rateBurst: Double
     public var defaultCapturePolicy: CapturePolicy
@@ -132,92 +132,113 @@ extension Settings {
             return value == value.rounded() ? "\(Int(value))" : String(format: "%.3f", value)
         }
         let engine = self.engine
-        let lines: [(String, String)] = [
-            ("config", configPath),
-            ("klarna.base_url", klarna.baseURL),
-            ("klarna.network_base_url", klarna.networkBaseURL),
-            ("klarna.username", klarna.credentials.username),
-            ("klarna.password", "<redacted> (\(passwordSource))"),
-            ("klarna.connect_timeout_seconds", seconds(connectTimeout)),
-            ("klarna.request_timeout_seconds", seconds(requestTimeout)),
-            ("store.path", storePath),
-            ("store.busy_timeout_ms", "\(Int(storeBusyTimeout.timeInterval * 1_000))"),
-            ("store.url", storeURL.map { "\($0)" } ?? "(none: the SQLite file store.path)"),
-            (
-                "store.password",
-                storeURL == nil ? "(not used)" : storePassword == nil ? "(none: \(storePasswordSource))" : "<redacted> (\(storePasswordSource))"
-            ),
-            ("store.lease_seconds", storeURL == nil ? "(not used)" : "\(Int(leaseTime.timeInterval))"),
-            ("outbox.dir", outboxDirectory),
-            ("notify.url", notifyURL ?? "(none)"),
-            ("notify.timeout_seconds", seconds(notifyTimeout)),
-            ("notify.max_attempts", "\(notifyMaxAttempts)"),
-            ("polling.dense_interval_seconds", seconds(engine.polling.denseInterval)),
-            ("polling.dense_window_seconds", seconds(engine.polling.denseWindow)),
-            ("polling.max_interval_seconds", seconds(engine.polling.maxInterval)),
-            ("polling.expiry_grace_seconds", seconds(engine.polling.expiryGrace)),
-            ("polling.pending_fraud_interval_seconds", seconds(engine.deadlines.pendingFraudInterval)),
-            ("polling.order_recheck_interval_seconds", seconds(engine.deadlines.orderRecheckInterval)),
-            ("retry.initial_delay_ms", "\(Int(engine.writeRetry.initialDelay.timeInterval * 1_000))"),
-            ("retry.max_delay_seconds", seconds(engine.writeRetry.maxDelay)),
-            ("retry.max_attempts", "\(engine.writeRetry.maxAttempts)"),
-            ("rate_limit.requests_per_second", "\(ratePerSecond)"),
-            ("rate_limit.burst", "\(rateBurst)"),
-            ("capture.default_policy", defaultCapturePolicy.rawValue),
-            ("authorization_expiry.warn_before_hours", String(format: "%g", engine.deadlines.authorizationWarnBefore.timeInterval / 3_600)),
-            ("authorization_expiry.auto_extend", "\(engine.deadlines.autoExtendAuthorization)"),
-            ("engine.max_concurrency", "\(engine.maxConcurrency)"),
-            ("engine.customer_token_description", engine.customerTokenDescription),
-            ("engine.wakeup_interval_ms", "\(Int(engine.wakeupInterval.timeInterval * 1_000))"),
-            ("engine.drain_timeout_seconds", seconds(drainTimeout)),
-            ("engine.status_interval_seconds", seconds(statusInterval)),
-            ("engine.create_order_settle_seconds", seconds(engine.createOrderSettle)),
-            ("log.level", logLevel.rawValue),
-            ("ingest.socket", ingestSocket ?? "(disabled)"),
-            ("ingest.socket_group", ingestSocketGroup ?? "(the daemon's group)"),
-            ("ingest.listen", ingestListen ?? "(none)"),
-            ("ingest.max_body_bytes", "\(ingestMaxBodyBytes)"),
-            ("ingest.request_timeout_seconds", seconds(ingestRequestTimeout)),
-            ("ingest.max_connections", "\(ingestMaxConnections)"),
-            ("ingest.spool_dir", spoolDirectory ?? "(disabled)"),
-            ("ingest.spool_rescan_seconds", seconds(spoolRescanInterval)),
-            ("ingest.spool_keep_done", "\(spoolKeepDone)"),
-            ("retention.closed_days", days(retention.closedPayments)),
-            ("retention.events_days", days(retention.events)),
-            ("retention.rejections_days", days(retention.rejections)),
-            ("retention.unknown_notifications_days", days(retention.unknownNotifications)),
-            ("retention.unverified_max_rows", retention.unverifiedRowCap.map { "\($0)" } ?? "0 (no cap)"),
-            ("retention.spool_done_days", days(retention.spoolDone)),
-            ("retention.outbox_days", days(retention.outboxAcknowledged)),
-            ("retention.interval_minutes", "\(Int(retentionInterval.timeInterval / 60))"),
-            ("metrics.listen", metricsListen ?? "(none: /metrics on the ingest socket only)"),
-            ("control.socket", controlSocket ?? "(disabled)"),
-            ("control.socket_group", controlSocketGroup ?? "(the daemon's group)"),
-            ("settlements.enabled", "\(settlements.enabled)"),
-            ("settlements.sync_interval_minutes", "\(Int(settlements.syncInterval.timeInterval / 60))"),
-            ("settlements.settle_within_days", "\(settlements.settleWithinDays)"),
-            ("settlements.first_sync_lookback_days", "\(Int(settlements.firstSyncLookback.timeInterval / 86_400))"),
-            ("disputes.enabled", "\(disputes.enabled)"),
-            ("disputes.sync_interval_minutes", "\(Int(disputes.syncInterval.timeInterval / 60))"),
-            ("disputes.warn_before_hours", disputes.warnBefore.map { "\(Int($0.timeInterval / 3_600))" }.joined(separator: ", ")),
-            ("disputes.first_sync_lookback_days", "\(Int(disputes.firstSyncLookback.timeInterval / 86_400))"),
-            ("callback_token.policy", callbackPolicy),
-            (
-                "callback_token.key",
-                callbackKey == nil
-                    ? "(none: HPP and KP callbacks are refused under policy require; \(callbackKeySource))" : "<redacted> (\(callbackKeySource))"
-            ),
-            ("testing.wedge_work_loop_file", wedgeWorkLoopFile ?? "(none)"),
-            (
-                "testing.create_order_settle_ms",
-                testingCreateOrderSettle.map { "\(Int($0.timeInterval * 1_000)) (replaces engine.create_order_settle_seconds)" } ?? "(none)"
-            ),
-            (
-                "webhook_signing.keys",
-                signingKeys.isEmpty
-                    ? "(none: Klarna Network webhooks are refused)" : "<redacted> ids \(signingKeys.keys.sorted().joined(separator: ", "))"
-            ),
-        ]
+        // The `klarna:` section alone names the default account's keys as before; `accounts:` names each account's.
+        let single = accounts.count == 1 && accounts[0].id == .default
+        let accountLines: [(String, String)] = accounts.flatMap { account -> [(String, String)] in
+            let prefix = single ? "klarna." : "accounts[\(account.id)]."
+            var lines = [
+                (prefix + "base_url", account.klarna.baseURL),
+                (prefix + "network_base_url", account.klarna.networkBaseURL),
+                (prefix + "username", account.klarna.credentials.username),
+                (prefix + "password", "<redacted> (\(account.passwordSource))"),
+                (prefix + "merchant_id", account.merchantID),
+            ]
+            if !single {
+                lines += [
+                    (prefix + "rate_limit.requests_per_second", "\(account.ratePerSecond)"),
+                    (prefix + "rate_limit.burst", "\(account.rateBurst)"),
+                    (prefix + "capture.default_policy", account.capturePolicy.rawValue),
+                    (prefix + "settlements.enabled", "\(account.settlementsEnabled)"),
+                    (prefix + "disputes.enabled", "\(account.disputesEnabled)"),
+                ]
+            }
+            return lines
+        }
+        let lines: [(String, String)] =
+            [
+                ("config", configPath),
+                ("accounts", single ? "default (the klarna: section)" : accounts.map(\.id.rawValue).joined(separator: ", ")),
+            ] + accountLines + [
+                ("klarna.connect_timeout_seconds", seconds(connectTimeout)),
+                ("klarna.request_timeout_seconds", seconds(requestTimeout)),
+                ("store.path", storePath),
+                ("store.busy_timeout_ms", "\(Int(storeBusyTimeout.timeInterval * 1_000))"),
+                ("store.url", storeURL.map { "\($0)" } ?? "(none: the SQLite file store.path)"),
+                (
+                    "store.password",
+                    storeURL == nil ? "(not used)" : storePassword == nil ? "(none: \(storePasswordSource))" : "<redacted> (\(storePasswordSource))"
+                ),
+                ("store.lease_seconds", storeURL == nil ? "(not used)" : "\(Int(leaseTime.timeInterval))"),
+                ("outbox.dir", outboxDirectory),
+                ("notify.url", notifyURL ?? "(none)"),
+                ("notify.timeout_seconds", seconds(notifyTimeout)),
+                ("notify.max_attempts", "\(notifyMaxAttempts)"),
+                ("polling.dense_interval_seconds", seconds(engine.polling.denseInterval)),
+                ("polling.dense_window_seconds", seconds(engine.polling.denseWindow)),
+                ("polling.max_interval_seconds", seconds(engine.polling.maxInterval)),
+                ("polling.expiry_grace_seconds", seconds(engine.polling.expiryGrace)),
+                ("polling.pending_fraud_interval_seconds", seconds(engine.deadlines.pendingFraudInterval)),
+                ("polling.order_recheck_interval_seconds", seconds(engine.deadlines.orderRecheckInterval)),
+                ("retry.initial_delay_ms", "\(Int(engine.writeRetry.initialDelay.timeInterval * 1_000))"),
+                ("retry.max_delay_seconds", seconds(engine.writeRetry.maxDelay)),
+                ("retry.max_attempts", "\(engine.writeRetry.maxAttempts)"),
+                ("rate_limit.requests_per_second", "\(ratePerSecond)"),
+                ("rate_limit.burst", "\(rateBurst)"),
+                ("capture.default_policy", defaultCapturePolicy.rawValue),
+                ("authorization_expiry.warn_before_hours", String(format: "%g", engine.deadlines.authorizationWarnBefore.timeInterval / 3_600)),
+                ("authorization_expiry.auto_extend", "\(engine.deadlines.autoExtendAuthorization)"),
+                ("engine.max_concurrency", "\(engine.maxConcurrency)"),
+                ("engine.customer_token_description", engine.customerTokenDescription),
+                ("engine.wakeup_interval_ms", "\(Int(engine.wakeupInterval.timeInterval * 1_000))"),
+                ("engine.drain_timeout_seconds", seconds(drainTimeout)),
+                ("engine.status_interval_seconds", seconds(statusInterval)),
+                ("engine.create_order_settle_seconds", seconds(engine.createOrderSettle)),
+                ("log.level", logLevel.rawValue),
+                ("ingest.socket", ingestSocket ?? "(disabled)"),
+                ("ingest.socket_group", ingestSocketGroup ?? "(the daemon's group)"),
+                ("ingest.listen", ingestListen ?? "(none)"),
+                ("ingest.max_body_bytes", "\(ingestMaxBodyBytes)"),
+                ("ingest.request_timeout_seconds", seconds(ingestRequestTimeout)),
+                ("ingest.max_connections", "\(ingestMaxConnections)"),
+                ("ingest.spool_dir", spoolDirectory ?? "(disabled)"),
+                ("ingest.spool_rescan_seconds", seconds(spoolRescanInterval)),
+                ("ingest.spool_keep_done", "\(spoolKeepDone)"),
+                ("retention.closed_days", days(retention.closedPayments)),
+                ("retention.events_days", days(retention.events)),
+                ("retention.rejections_days", days(retention.rejections)),
+                ("retention.unknown_notifications_days", days(retention.unknownNotifications)),
+                ("retention.unverified_max_rows", retention.unverifiedRowCap.map { "\($0)" } ?? "0 (no cap)"),
+                ("retention.spool_done_days", days(retention.spoolDone)),
+                ("retention.outbox_days", days(retention.outboxAcknowledged)),
+                ("retention.interval_minutes", "\(Int(retentionInterval.timeInterval / 60))"),
+                ("metrics.listen", metricsListen ?? "(none: /metrics on the ingest socket only)"),
+                ("control.socket", controlSocket ?? "(disabled)"),
+                ("control.socket_group", controlSocketGroup ?? "(the daemon's group)"),
+                ("settlements.enabled", single ? "\(settlements.enabled)" : "per account"),
+                ("settlements.sync_interval_minutes", "\(Int(settlements.syncInterval.timeInterval / 60))"),
+                ("settlements.settle_within_days", "\(settlements.settleWithinDays)"),
+                ("settlements.first_sync_lookback_days", "\(Int(settlements.firstSyncLookback.timeInterval / 86_400))"),
+                ("disputes.enabled", single ? "\(disputes.enabled)" : "per account"),
+                ("disputes.sync_interval_minutes", "\(Int(disputes.syncInterval.timeInterval / 60))"),
+                ("disputes.warn_before_hours", disputes.warnBefore.map { "\(Int($0.timeInterval / 3_600))" }.joined(separator: ", ")),
+                ("disputes.first_sync_lookback_days", "\(Int(disputes.firstSyncLookback.timeInterval / 86_400))"),
+                ("callback_token.policy", callbackPolicy),
+                (
+                    "callback_token.key",
+                    callbackKey == nil
+                        ? "(none: HPP and KP callbacks are refused under policy require; \(callbackKeySource))" : "<redacted> (\(callbackKeySource))"
+                ),
+                ("testing.wedge_work_loop_file", wedgeWorkLoopFile ?? "(none)"),
+                (
+                    "testing.create_order_settle_ms",
+                    testingCreateOrderSettle.map { "\(Int($0.timeInterval * 1_000)) (replaces engine.create_order_settle_seconds)" } ?? "(none)"
+                ),
+                (
+                    "webhook_signing.keys",
+                    signingKeys.isEmpty
+                        ? "(none: Klarna Network webhooks are refused)" : "<redacted> ids \(signingKeys.keys.sorted().joined(separator: ", "))"
+                ),
+            ]
         return lines.map { "\($0.0): \($0.1)" }.joined(separator: "\n")
     }
 }
@@ -249,9 +270,16 @@ extension Settings {
         var changed = Set(after.keys.filter { before[$0] != after[$0] })
         if callbackKey != old.callbackKey { changed.insert("callback_token.key") }
         if signingKeys != old.signingKeys { changed.insert("webhook_signing.keys") }
-        if klarna.credentials != old.klarna.credentials { changed.insert("klarna.password") }
+        for account in accounts where old.account(account.id).map({ $0.klarna.credentials != account.klarna.credentials }) ?? false {
+            changed.insert(accounts.count == 1 && account.id == .default ? "klarna.password" : "accounts[\(account.id)].password")
+        }
         let sorted = changed.sorted()
-        let live = sorted.filter { Self.liveSections.contains(String($0.prefix { $0 != "." })) && !Self.restartKeys.contains($0) }
+        let live = sorted.filter { key in
+            // An account's rate budget and capture policy change live, the rest of it (and the list) at a restart.
+            let bare = key.hasPrefix("accounts[") ? String(key.drop { $0 != "." }.dropFirst()) : key
+            return Self.liveSections.contains(String(bare.prefix { $0 != "." })) && !Self.restartKeys.contains(bare)
+                && (old.accounts.map(\.id) == accounts.map(\.id) || !key.hasPrefix("accounts"))
+        }
         return (live, sorted.filter { !live.contains($0) })
     }
 }

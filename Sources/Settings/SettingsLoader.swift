@@ -31,12 +31,13 @@ extension Settings {
             throw SettingsError(nil, "cannot read config file \(configPath): \(Self.reason(error))")
         }
         try checkKeys(text, path: configPath)
-        let file: FileProvider<YAMLSnapshot>
-        do {
-            file = try await FileProvider<YAMLSnapshot>(filePath: FilePath(configPath))
-        } catch {
-            throw yamlError(configPath, error)
-        }
+        // The file's single values by key as written (`accounts:` is a list, read on its own by `accountEntries`).
+        let file = InMemoryProvider(
+            name: configPath,
+            values: Dictionary(
+                uniqueKeysWithValues: try scalars(text, path: configPath).map {
+                    (AbsoluteConfigKey($0.key.split(separator: ".").map(String.init)), ConfigValue(.string($0.value), isSecret: false))
+                }))
         var overrides: [String: String] = [:]
         for (name, value) in environment where name.hasPrefix(environmentPrefix) {
             overrides[String(name.dropFirst(environmentPrefix.count))] = value
@@ -55,7 +56,9 @@ extension Settings {
                 throw SettingsError(nil, "cannot read credentials directory \(directory): \(oneLine(error))")
             }
         }
-        return try build(reader, credentials: credentials, environment: environment, needsKlarnaPassword: needsKlarnaPassword)
+        return try build(
+            reader, accounts: try accountEntries(text, path: configPath), credentials: credentials, environment: environment,
+            needsKlarnaPassword: needsKlarnaPassword)
     }
 
     /// Where secrets are looked for, in order: the unit's `$CREDENTIALS_DIRECTORY`, the `*_file` keys, then the
@@ -76,34 +79,17 @@ extension Settings {
     }
 
     private static func build(
-        _ values: Values, credentials: Secrets, environment: [String: String], needsKlarnaPassword: Bool
+        _ values: Values, accounts entries: [[String: String]]?, credentials: Secrets, environment: [String: String], needsKlarnaPassword: Bool
     ) throws(SettingsError) -> Settings {
-        let username = try values.string("klarna.username")
-        guard let username, !username.isEmpty else {
-            throw SettingsError("klarna.username", "missing (the Klarna API username, e.g. K123456_abcdef)")
-        }
-
-        let (password, passwordSource) = needsKlarnaPassword ? try klarnaPassword(values, credentials: credentials) : ("", "not loaded")
-        let credentialsValue = BasicCredentials(username: username, password: password)
-        var klarna: KlarnaConfiguration
-        if let baseURL = try values.string("klarna.base_url") {
-            try validateURL(baseURL, key: "klarna.base_url")
-            let network = try values.string("klarna.network_base_url")
-            if let network { try validateURL(network, key: "klarna.network_base_url") }
-            klarna = KlarnaConfiguration(baseURL: baseURL, networkBaseURL: network, credentials: credentialsValue)
-        } else {
-            let region = try values.choice("klarna.region", KlarnaConfiguration.Region.self)
-            let environmentName = try values.choice("klarna.environment", KlarnaConfiguration.Environment.self)
-            guard let region, let environmentName else {
-                throw SettingsError(
-                    "klarna.base_url", "missing: set klarna.base_url, or klarna.region (eu|na|oc) and klarna.environment (playground|production)")
-            }
-            klarna = KlarnaConfiguration(region: region, environment: environmentName, credentials: credentialsValue)
-            if let network = try values.string("klarna.network_base_url") {
-                try validateURL(network, key: "klarna.network_base_url")
-                klarna.networkBaseURL = network
-            }
-        }
+        let ratePerSecond = try values.double("rate_limit.requests_per_second", default: 25, range: 0.1...10_000)
+        let rateBurst = try values.double("rate_limit.burst", default: 10, range: 1...10_000)
+        let capturePolicy = try values.choice("capture.default_policy", CapturePolicy.self) ?? .immediate
+        let accounts = try buildAccounts(
+            values, entries: entries, credentials: credentials, needsPassword: needsKlarnaPassword,
+            defaults: AccountSettings.Defaults(
+                ratePerSecond: ratePerSecond, rateBurst: rateBurst, capturePolicy: capturePolicy,
+                settlementsEnabled: try values.bool("settlements.enabled", default: false),
+                disputesEnabled: try values.bool("disputes.enabled", default: false)))
 
         let base = URL(fileURLWithPath: values.configPath).deletingLastPathComponent()
         func path(_ value: String) -> String { value.hasPrefix("/") ? value : base.appendingPathComponent(value).standardizedFileURL.path }
@@ -189,7 +175,7 @@ extension Settings {
             throw SettingsError("log.level", "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(level)\"")
         }
         var settings = Settings(
-            configPath: values.configPath, klarna: klarna, passwordSource: passwordSource, callbackKeySource: callbackKeySource,
+            configPath: values.configPath, accounts: accounts, callbackKeySource: callbackKeySource,
             connectTimeout: try values.seconds("klarna.connect_timeout_seconds", default: 5),
             requestTimeout: requestTimeout,
             storePath: path(try values.string("store.path") ?? defaultStore),
@@ -198,9 +184,7 @@ extension Settings {
             notifyURL: notifyURL,
             notifyTimeout: try values.seconds("notify.timeout_seconds", default: 10),
             notifyMaxAttempts: try values.int("notify.max_attempts", default: 12, range: 1...100),
-            ratePerSecond: try values.double("rate_limit.requests_per_second", default: 25, range: 0.1...10_000),
-            rateBurst: try values.double("rate_limit.burst", default: 10, range: 1...10_000),
-            defaultCapturePolicy: try values.choice("capture.default_policy", CapturePolicy.self) ?? .immediate,
+            ratePerSecond: ratePerSecond, rateBurst: rateBurst, defaultCapturePolicy: capturePolicy,
             engine: engine, logLevel: logLevel, ingestSocket: socket, ingestSocketGroup: group, ingestListen: listen,
             ingestMaxBodyBytes: try values.int("ingest.max_body_bytes", default: 1 << 20, range: 1_024...(64 << 20)),
             ingestRequestTimeout: try values.seconds("ingest.request_timeout_seconds", default: 10),
@@ -265,12 +249,12 @@ extension Settings {
         settings.controlSocketGroup = try values.string("control.socket_group").flatMap { $0.isEmpty ? nil : $0 }
         if let group = settings.controlSocketGroup, getgrnam(group) == nil { throw SettingsError("control.socket_group", "no group named \(group)") }
         settings.settlements = SettlementSettings(
-            enabled: try values.bool("settlements.enabled", default: false),
+            enabled: accounts.contains(where: \.settlementsEnabled),
             syncInterval: .seconds(60 * (try values.int("settlements.sync_interval_minutes", default: 60, range: 1...1_440))),
             settleWithinDays: try values.int("settlements.settle_within_days", default: 14, range: 1...365),
             firstSyncLookback: .seconds(86_400 * (try values.int("settlements.first_sync_lookback_days", default: 30, range: 1...365))))
         settings.disputes = DisputeSettings(
-            enabled: try values.bool("disputes.enabled", default: false),
+            enabled: accounts.contains(where: \.disputesEnabled),
             syncInterval: .seconds(60 * (try values.int("disputes.sync_interval_minutes", default: 60, range: 1...1_440))),
             warnBefore: try values.hours("disputes.warn_before_hours", default: [72, 24]).map { .seconds($0 * 3_600) },
             firstSyncLookback: .seconds(86_400 * (try values.int("disputes.first_sync_lookback_days", default: 120, range: 1...365))),
@@ -280,7 +264,7 @@ extension Settings {
 
     /// A secret, trimmed, with where it came from: the credential `credential` (a file in `$CREDENTIALS_DIRECTORY`),
     /// else the file named by `key`, else the unit's credential file in the credstore. `nil` when none is there.
-    private static func secret(
+    static func secret(
         _ values: Values, _ key: String, credential: String, _ credentials: Secrets
     ) throws(SettingsError) -> (value: String, source: String)? {
         let name = credential.replacingOccurrences(of: ".", with: "-")
@@ -302,7 +286,7 @@ extension Settings {
     }
 
     /// A secret file's text, trimmed; unreadable or empty is a config error naming the file.
-    private static func read(_ path: String, key: String) throws(SettingsError) -> String {
+    static func read(_ path: String, key: String) throws(SettingsError) -> String {
         let text: String
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
@@ -312,13 +296,6 @@ extension Settings {
         let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !value.isEmpty else { throw SettingsError(key, "\(path) is empty") }
         return value
-    }
-
-    private static func klarnaPassword(_ values: Values, credentials: Secrets) throws(SettingsError) -> (String, String) {
-        guard let found = try secret(values, "klarna.password_file", credential: "klarna.password", credentials) else {
-            throw SettingsError("klarna password", "none found: " + credentials.lookedIn("klarna-password", key: "klarna.password_file"))
-        }
-        return found
     }
 
     /// `https://host[:port][/path]`; plain `http` only to a loopback host (a local sandbox), because Basic auth would
@@ -338,6 +315,31 @@ extension Settings {
         }
     }
 
+    /// Every single value of the file by its dotted key (`klarna.base_url`), as its text was written; empty values (a
+    /// section whose keys are all commented out) and the `accounts:` list are left out.
+    static func scalars(_ text: String, path: String) throws(SettingsError) -> [String: String] {
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: text)
+        } catch {
+            throw yamlError(path, error)
+        }
+        var values: [String: String] = [:]
+        func walk(_ node: Node, _ prefix: String) {
+            if let mapping = node.mapping {
+                for (key, child) in mapping {
+                    guard let name = key.string else { continue }
+                    let path = prefix.isEmpty ? name : "\(prefix).\(name)"
+                    if path != "accounts" { walk(child, path) }
+                }
+            } else if let scalar = node.scalar, node.null == nil {
+                values[prefix] = scalar.string
+            }
+        }
+        if let root { walk(root, "") }
+        return values
+    }
+
     /// Unknown keys are refused by name: a typo must not silently fall back to a default. Secrets in the file are
     /// refused too.
     static func checkKeys(_ text: String, path: String) throws(SettingsError) {
@@ -354,6 +356,8 @@ extension Settings {
         var keys: [String] = []
         var lists: [String] = []
         func walk(_ value: Any, _ prefix: String) {
+            // A list of its own, checked by `accountEntries`.
+            if prefix == "accounts" { return }
             if let mapping = value as? [String: Any] {
                 for (key, child) in mapping { walk(child, prefix.isEmpty ? key : "\(prefix).\(key)") }
             } else if value is NSNull, SettingsKeys.all.contains(where: { $0.hasPrefix(prefix + ".") }) {
@@ -425,12 +429,29 @@ extension Settings {
 
 /// Typed reads that tell a missing key (default applies) from a present one of the wrong type (an error).
 struct Values {
-    let reader: ConfigReader
+    /// The raw text of a key, if set.
+    let lookup: (String) -> String?
     let configPath: String
+    /// Put before a key in messages: `accounts[eu].` for an account's keys.
+    var prefix = ""
+
+    init(reader: ConfigReader, configPath: String) {
+        lookup = { reader.string(forKey: ConfigKey($0)) }
+        self.configPath = configPath
+    }
+
+    init(entries: [String: String], configPath: String, prefix: String) {
+        lookup = { entries[$0] }
+        self.configPath = configPath
+        self.prefix = prefix
+    }
 
     func string(_ key: String) throws(SettingsError) -> String? {
-        reader.string(forKey: ConfigKey(key))?.trimmingCharacters(in: .whitespaces)
+        lookup(key)?.trimmingCharacters(in: .whitespaces)
     }
+
+    /// What a message calls `key`.
+    func name(_ key: String) -> String { prefix + key }
 
     /// A retention in whole days; 0 keeps forever (`nil`).
     func days(_ key: String, default value: Int) throws(SettingsError) -> Duration? {
@@ -446,23 +467,27 @@ struct Values {
 
     func int(_ key: String, default value: Int, range: ClosedRange<Int>) throws(SettingsError) -> Int {
         guard let raw = try string(key) else { return value }
-        guard let number = Int(raw) else { throw SettingsError(key, "must be a whole number, not \"\(raw)\"") }
-        guard range.contains(number) else { throw SettingsError(key, "must be between \(range.lowerBound) and \(range.upperBound), not \(number)") }
+        guard let number = Int(raw) else { throw SettingsError(name(key), "must be a whole number, not \"\(raw)\"") }
+        guard range.contains(number) else {
+            throw SettingsError(name(key), "must be between \(range.lowerBound) and \(range.upperBound), not \(number)")
+        }
         return number
     }
 
     func double(_ key: String, default value: Double, range: ClosedRange<Double>) throws(SettingsError) -> Double {
         guard let raw = try string(key) else { return value }
-        guard let number = Double(raw), number.isFinite else { throw SettingsError(key, "must be a number, not \"\(raw)\"") }
-        guard range.contains(number) else { throw SettingsError(key, "must be between \(range.lowerBound) and \(range.upperBound), not \(raw)") }
+        guard let number = Double(raw), number.isFinite else { throw SettingsError(name(key), "must be a number, not \"\(raw)\"") }
+        guard range.contains(number) else {
+            throw SettingsError(name(key), "must be between \(range.lowerBound) and \(range.upperBound), not \(raw)")
+        }
         return number
     }
 
     /// A positive duration given in `unit` seconds (1 for `_seconds`, 0.001 for `_ms`, 3600 for `_hours`).
     func seconds(_ key: String, default value: Double, unit: Double = 1) throws(SettingsError) -> Duration {
         guard let raw = try string(key) else { return Duration(timeInterval: value * unit) }
-        guard let number = Double(raw), number.isFinite else { throw SettingsError(key, "must be a number, not \"\(raw)\"") }
-        guard number > 0 else { throw SettingsError(key, "must be greater than 0, not \(raw)") }
+        guard let number = Double(raw), number.isFinite else { throw SettingsError(name(key), "must be a number, not \"\(raw)\"") }
+        guard number > 0 else { throw SettingsError(name(key), "must be greater than 0, not \(raw)") }
         return Duration(timeInterval: number * unit)
     }
 
@@ -475,12 +500,12 @@ struct Values {
         var hours: [Int] = []
         for part in parts {
             guard let number = Int(part), (1...2_160).contains(number) else {
-                throw SettingsError(key, "must be whole hours from 1 to 2160, separated by commas (72, 24), not \"\(raw)\"")
+                throw SettingsError(name(key), "must be whole hours from 1 to 2160, separated by commas (72, 24), not \"\(raw)\"")
             }
-            guard !hours.contains(number) else { throw SettingsError(key, "names \(number) twice") }
+            guard !hours.contains(number) else { throw SettingsError(name(key), "names \(number) twice") }
             hours.append(number)
         }
-        guard (1...10).contains(hours.count) else { throw SettingsError(key, "must name 1 to 10 lead times, not \"\(raw)\"") }
+        guard (1...10).contains(hours.count) else { throw SettingsError(name(key), "must name 1 to 10 lead times, not \"\(raw)\"") }
         return hours
     }
 
@@ -489,14 +514,14 @@ struct Values {
         switch raw.lowercased() {
         case "true", "yes", "on", "1": return true
         case "false", "no", "off", "0": return false
-        default: throw SettingsError(key, "must be true or false, not \"\(raw)\"")
+        default: throw SettingsError(name(key), "must be true or false, not \"\(raw)\"")
         }
     }
 
     func choice<T: RawRepresentable & CaseIterable>(_ key: String, _ type: T.Type) throws(SettingsError) -> T? where T.RawValue == String {
         guard let raw = try string(key) else { return nil }
         guard let value = T(rawValue: raw) else {
-            throw SettingsError(key, "must be one of \(T.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(raw)\"")
+            throw SettingsError(name(key), "must be one of \(T.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(raw)\"")
         }
         return value
     }

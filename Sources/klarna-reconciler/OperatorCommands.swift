@@ -24,9 +24,11 @@ struct TrackCommand: AsyncParsableCommand {
     @Option(help: "The merchant's own reference (merchant_reference1 on the order).") var reference: String?
     @Option(help: "immediate, on_request or never (default: capture.default_policy).") var capture: CapturePolicy?
     @Option(help: "buy (default), tokenize or buy_and_tokenize.") var intent: PaymentPurpose = .buy
+    @Option(help: "The Klarna account (an id of accounts:); needed when several are configured.") var account: String?
     @OptionGroup var options: ConfigOptions
 
     func validate() throws {
+        if let account, AccountID(rawValue: account) == nil { throw ValidationError("--account must be an account id: \(AccountID.rule)") }
         guard validID(hppSessionID) else { throw ValidationError("HPP_SESSION_ID must be 1–255 printable ASCII characters without spaces") }
         guard validID(kpSessionID) else { throw ValidationError("--kp-session must be 1–255 printable ASCII characters without spaces") }
         if let reference, reference.count > 255 { throw ValidationError("--reference is at most 255 characters (Klarna's limit)") }
@@ -34,12 +36,20 @@ struct TrackCommand: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
+        let named = account.flatMap { AccountID(rawValue: $0) }
+        guard let account = named.map({ settings.account($0) }) ?? settings.soleAccount.flatMap({ settings.account($0) }) else {
+            let ids = settings.accounts.map(\.id.rawValue).joined(separator: ", ")
+            throw ValidationError(
+                named.map { "--account \($0) is not configured (accounts: \(ids))" } ?? "--account is required: accounts \(ids) are configured")
+        }
         let store = try await options.openStore(settings, readOnly: false)
         let now = Date()
-        let session = TrackedSession(
+        var session = TrackedSession(
             hppSessionID: hppSessionID, kpSessionID: kpSessionID, mode: mode, merchantReference: reference,
-            capturePolicy: capture ?? settings.defaultCapturePolicy, purpose: intent, trackedAt: now)
-        let description = "mode \(mode.rawValue), capture \(session.capturePolicy.rawValue), intent \(intent.rawValue)"
+            capturePolicy: capture ?? account.capturePolicy, purpose: intent, trackedAt: now)
+        session.account = account.id
+        let description =
+            "account \(account.id), mode \(mode.rawValue), capture \(session.capturePolicy.rawValue), intent \(intent.rawValue)"
         switch try await store.track(session, event: DomainEvent(.tracked, "tracking requested by the command line (\(description))"), at: now) {
         case .tracked:
             print("tracking HPP session \(hppSessionID) (KP session \(kpSessionID), \(description))")
@@ -87,12 +97,17 @@ struct StatusCommand: AsyncParsableCommand {
         commandName: "status", abstract: "One screen: counts by state, oldest open item, next deadline, Klarna health, backlog.")
 
     @Flag(help: "Print JSON.") var json = false
+    @Option(help: "Only this account's sessions and orders (an id of accounts:); the other lines are the daemon's.") var account: String?
     @OptionGroup var options: ConfigOptions
+
+    func validate() throws {
+        if let account, AccountID(rawValue: account) == nil { throw ValidationError("--account must be an account id: \(AccountID.rule)") }
+    }
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
         let now = Date()
-        let summary: StatusSummary
+        var summary: StatusSummary
         if let client = try await ControlClient.find(settings) {
             guard let answer = try await client.get(StatusSummary.self, "/v2/status") else {
                 throw ControlClient.Failed(description: "the daemon has no /v2/status: restart it after an upgrade")
@@ -100,6 +115,16 @@ struct StatusCommand: AsyncParsableCommand {
             summary = answer
         } else {
             summary = try await OperatorDesk(store: try await options.openStore(settings, readOnly: true)).status(now: now)
+        }
+        if let account {
+            guard settings.account(AccountID(rawValue: account)!) != nil || summary.accounts?[account] != nil else {
+                throw ValidationError(
+                    "--account \(account) is not configured (accounts: \(settings.accounts.map(\.id.rawValue).joined(separator: ", ")))")
+            }
+            let counts = summary.accounts?[account] ?? StatusSummary.AccountCounts()
+            summary.sessionsByPhase = counts.sessionsByPhase
+            summary.ordersByPhase = counts.ordersByPhase
+            summary.accounts = summary.accounts?.filter { $0.key == account }
         }
         if json { return try printJSON(summary) }
         func counts(_ values: [String: Int]) -> String {
@@ -110,8 +135,20 @@ struct StatusCommand: AsyncParsableCommand {
             return "\(date.formatted(.iso8601)) (\(relative(date, now)))"
         }
         print("store:          \(settings.storeDescription)")
-        print("sessions:       \(counts(summary.sessionsByPhase))")
-        print("orders:         \(counts(summary.ordersByPhase))")
+        print("sessions:       \(counts(summary.sessionsByPhase))\(account.map { " (account \($0))" } ?? "")")
+        print("orders:         \(counts(summary.ordersByPhase))\(account.map { " (account \($0))" } ?? "")")
+        // Totals by account: every account configured or with payments in the store.
+        let known = Set(settings.accounts.map(\.id.rawValue)).union(summary.accounts.map { Array($0.keys) } ?? [])
+        if account == nil, known.count > 1 || known.first != AccountID.default.rawValue {
+            for name in known.sorted() {
+                let of = summary.accounts?[name] ?? StatusSummary.AccountCounts()
+                let sessions = of.sessionsByPhase.values.reduce(0, +), orders = of.ordersByPhase.values.reduce(0, +)
+                let configured = settings.account(AccountID(rawValue: name) ?? .default) == nil ? " (not configured: its work waits)" : ""
+                print(
+                    "account \(name): \(sessions) session(s): \(counts(of.sessionsByPhase)); \(orders) order(s): \(counts(of.ordersByPhase))\(configured)"
+                )
+            }
+        }
         print("intents:        \(counts(summary.intentsByState))")
         print("outcomes:       \(counts(summary.outcomesByKind))")
         print("oldest open:    \(summary.oldestOpenID.map { "\($0) since \(when(summary.oldestOpenSince))" } ?? "—")")
@@ -137,34 +174,43 @@ struct ListCommand: AsyncParsableCommand {
     )
     var state: String?
     @Option(help: "At most this many of each.") var limit: Int = 100
+    @Option(help: "Only this account's sessions and orders and their intents (an id of accounts:).") var account: String?
     @Flag(help: "Print JSON.") var json = false
     @OptionGroup var options: ConfigOptions
+
+    func validate() throws {
+        if let account, AccountID(rawValue: account) == nil { throw ValidationError("--account must be an account id: \(AccountID.rule)") }
+    }
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
         let listing: StoreListing
+        let named = account.flatMap(AccountID.init(rawValue:))
         if let client = try await ControlClient.find(settings) {
             guard
                 let answer = try await client.get(
-                    StoreListing.self, "/v2/payments?limit=\(max(1, limit))" + (state.map { "&state=\(ControlClient.escape($0))" } ?? ""))
+                    StoreListing.self,
+                    "/v2/payments?limit=\(max(1, limit))" + (state.map { "&state=\(ControlClient.escape($0))" } ?? "")
+                        + (named.map { "&account=\($0)" } ?? ""))
             else {
                 throw ControlClient.Failed(description: "the daemon has no /v2/payments: restart it after an upgrade")
             }
             listing = answer
         } else {
-            listing = try await OperatorDesk(store: try await options.openStore(settings, readOnly: true)).listing(state: state, limit: limit)
+            listing = try await OperatorDesk(store: try await options.openStore(settings, readOnly: true)).listing(
+                state: state, account: named, limit: limit)
         }
         if json { return try printJSON(listing) }
         print("SESSIONS (\(listing.sessions.count))")
         for session in listing.sessions {
             print(
-                "  \(session.hppSessionID)  \(session.phase.rawValue)\(session.outcome.map { "/\($0.rawValue)" } ?? "")  hpp \(session.hppStatus?.rawValue ?? "—")  kp \(session.kpSessionID)  \(session.merchantReference ?? "")"
+                "  \(session.hppSessionID)  \(session.phase.rawValue)\(session.outcome.map { "/\($0.rawValue)" } ?? "")  hpp \(session.hppStatus?.rawValue ?? "—")  kp \(session.kpSessionID)  account \(session.account)  \(session.merchantReference ?? "")"
             )
         }
         print("ORDERS (\(listing.orders.count))")
         for order in listing.orders {
             print(
-                "  \(order.orderID)  \(order.phase.rawValue)\(order.outcome.map { "/\($0.rawValue)" } ?? "")  fraud \(order.fraudStatus?.rawValue ?? "—")  captured \(order.capturedAmount)/\(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? "")  \(order.merchantReference ?? "")"
+                "  \(order.orderID)  \(order.phase.rawValue)\(order.outcome.map { "/\($0.rawValue)" } ?? "")  fraud \(order.fraudStatus?.rawValue ?? "—")  captured \(order.capturedAmount)/\(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? "")  account \(order.account)  \(order.merchantReference ?? "")"
             )
         }
         print("INTENTS (\(listing.intents.count))")
@@ -211,7 +257,7 @@ struct ShowCommand: AsyncParsableCommand {
             print("HELD \(key) since \(hold.since.formatted(.iso8601)) by \(hold.by): no Klarna call until `klarna-reconciler release \(id)`")
         }
         for session in found.sessions {
-            print("HPP session \(session.hppSessionID)  (KP session \(session.kpSessionID))")
+            print("HPP session \(session.hppSessionID)  (KP session \(session.kpSessionID), account \(session.account))")
             print(
                 "  phase \(session.phase.rawValue)\(session.outcome.map { ", outcome \($0.rawValue)" } ?? ""), HPP status \(session.hppStatus?.rawValue ?? "—"), mode \(session.mode?.rawValue ?? "inferred"), capture \(session.capturePolicy.rawValue), intent \(session.purpose.rawValue)"
             )
@@ -220,7 +266,7 @@ struct ShowCommand: AsyncParsableCommand {
             )
         }
         for order in found.orders {
-            print("Order \(order.orderID)  (\(order.klarnaReference ?? "no Klarna reference"))")
+            print("Order \(order.orderID)  (\(order.klarnaReference ?? "no Klarna reference"), account \(order.account))")
             print(
                 "  phase \(order.phase.rawValue)\(order.outcome.map { ", outcome \($0.rawValue)" } ?? ""), status \(order.status?.rawValue ?? "—"), fraud \(order.fraudStatus?.rawValue ?? "—"), captured \(order.capturedAmount) of \(order.orderAmount.map(String.init) ?? "?") \(order.currency ?? ""), capture \(order.capturePolicy.rawValue)\(order.expiresAt.map { ", authorization until \($0.formatted(.iso8601))" } ?? "")"
             )

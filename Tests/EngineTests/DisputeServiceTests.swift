@@ -308,7 +308,7 @@ struct DisputeServiceTests {
             sent.sentAt = h.clock.now
             sent.nextAt = h.clock.now.addingTimeInterval(31)
             #expect(try await h.store.update(DisputeActionWrite(action: sent, expectedRevision: sent.revision), at: h.clock.now))
-            _ = try await h.reconciler.client.addDisputeAttachment(
+            _ = try await h.client.addDisputeAttachment(
                 id: dispute, fileName: "receipt.pdf", contentType: "application/pdf", file: Data("%PDF-1.4".utf8))
 
             h.clock.advance(by: .seconds(32))
@@ -361,7 +361,7 @@ struct DisputeServiceTests {
             sent.sentAt = h.clock.now
             sent.nextAt = h.clock.now.addingTimeInterval(31)
             #expect(try await h.store.update(DisputeActionWrite(action: sent, expectedRevision: asked.revision), at: h.clock.now))
-            try await h.reconciler.client.acceptDisputeLoss(id: dispute)
+            try await h.client.acceptDisputeLoss(id: dispute)
 
             let next = h.disputeService()
             h.clock.advance(by: .seconds(10))
@@ -378,7 +378,7 @@ struct DisputeServiceTests {
     func firstList() async throws {
         try await EngineHarness.with { h in
             let closed = try h.sandbox.openDispute(order: try await h.capturedOrder(4_000)).paymentDisputeId
-            try await h.reconciler.client.acceptDisputeLoss(id: closed)
+            try await h.client.acceptDisputeLoss(id: closed)
             let open = try h.sandbox.openDispute(order: try await h.capturedOrder(3_000)).paymentDisputeId
             let service = h.disputeService()
             #expect(try await service.sync().listed == 2)
@@ -386,7 +386,7 @@ struct DisputeServiceTests {
             #expect(try await h.store.dispute(closed)?.outcome == "LOST")
             // From then on a dispute first seen closed is news.
             let later = try h.sandbox.openDispute(order: try await h.capturedOrder(2_000)).paymentDisputeId
-            try await h.reconciler.client.acceptDisputeLoss(id: later)
+            try await h.client.acceptDisputeLoss(id: later)
             h.clock.advance(by: .seconds(60))
             try await service.sync()
             #expect(try await h.disputeOutcomes().map(\.kind) == [.disputeOpened, .disputeLost])
@@ -439,7 +439,7 @@ extension EngineHarness {
     /// A dispute service on this harness's sandbox, clock and logs, over `store` (the harness's by default).
     func disputeService(store: SQLiteStore? = nil) -> DisputeService {
         DisputeService(
-            store: store ?? self.store, client: reconciler.client, clock: clock, rateLimiter: nil, settings: DisputeServiceTests.settings,
+            store: store ?? self.store, client: client, clock: clock, rateLimiter: nil, settings: DisputeServiceTests.settings,
             logger: logs.logger(), random: SeededRandomSource(seed: 3))
     }
 

@@ -283,7 +283,7 @@ struct EngineFaultTests {
             try h.sandbox.setHPPStatus(notPlaced.hppSessionId, "COMPLETED")
             for created in [placed, notPlaced] {
                 var session = try await h.session(created)
-                let hpp = try await h.reconciler.client.readHPPSession(id: created.hppSessionId)
+                let hpp = try await h.client.readHPPSession(id: created.hppSessionId)
                 session.phase = .authorized
                 session.authorizationToken = hpp.authorizationToken
                 session.tokenExpiresAt = h.clock.now.addingTimeInterval(3_600)
@@ -296,9 +296,9 @@ struct EngineFaultTests {
                 ]
                 try await h.store.commit(change, at: h.clock.now)
             }
-            let kp = try await h.reconciler.client.readPaymentSession(id: placed.kpSessionId)
+            let kp = try await h.client.readPaymentSession(id: placed.kpSessionId)
             let token = try #require(try await h.session(placed).authorizationToken)
-            _ = try await h.reconciler.client.createOrder(authorizationToken: token, order: CreateOrderRequest(session: kp))
+            _ = try await h.client.createOrder(authorizationToken: token, order: CreateOrderRequest(session: kp))
 
             try await h.run()
             #expect(try await h.outcomes(placed) == [.needsAttention])
@@ -327,12 +327,12 @@ struct EngineFaultTests {
         try await EngineHarness.with { h in
             let created = try h.sandbox.createSession()
             h.sandbox.setRateLimit(perSecond: 2)
-            for _ in 0..<2 { _ = try await h.reconciler.client.readHPPSession(id: created.hppSessionId) }
-            let limited = await #expect(throws: KlarnaAPIError.self) { try await h.reconciler.client.readHPPSession(id: created.hppSessionId) }
+            for _ in 0..<2 { _ = try await h.client.readHPPSession(id: created.hppSessionId) }
+            let limited = await #expect(throws: KlarnaAPIError.self) { try await h.client.readHPPSession(id: created.hppSessionId) }
             #expect(limited?.status == 429)
             #expect(limited?.rateLimit.reset != nil)
             h.clock.advance(by: .seconds(1))
-            _ = try await h.reconciler.client.readHPPSession(id: created.hppSessionId)
+            _ = try await h.client.readHPPSession(id: created.hppSessionId)
             #expect(h.sandbox.requests(route: "hpp.read_session").map(\.status) == [200, 200, 429, 200])
         }
     }

@@ -16,6 +16,8 @@ struct EngineHarness {
     let sandbox: KlarnaSandbox
     let store: SQLiteStore
     let reconciler: Reconciler
+    /// The default account's client: the sandbox merchant's credentials.
+    var client: KlarnaClient { reconciler.accounts.all[0].client }
     let clock: ManualClock
     let directory: TemporaryDirectory
     let logs: LogLines
@@ -46,7 +48,7 @@ struct EngineHarness {
         defer { directory.remove() }
         let store = try SQLiteStore(path: directory.path + "/state.sqlite")
         let reconciler = Reconciler(
-            store: wrapStore(store), client: client, clock: clock, random: SeededRandomSource(seed: 11), rateLimiter: nil,
+            store: wrapStore(store), accounts: KlarnaAccounts(client: client, rateLimiter: nil), clock: clock, random: SeededRandomSource(seed: 11),
             settings: settings, logger: logs.logger())
         return try await body(EngineHarness(sandbox: sandbox, store: store, reconciler: reconciler, clock: clock, directory: directory, logs: logs))
     }

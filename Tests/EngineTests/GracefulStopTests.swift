@@ -36,7 +36,7 @@ struct GracefulStopTests {
 
             // The next start: a new engine on the same store sends it, once, with no settle period (it never left).
             let next = Reconciler(
-                store: h.store, client: h.reconciler.client, clock: h.clock, random: SeededRandomSource(seed: 12), rateLimiter: nil,
+                store: h.store, accounts: h.reconciler.accounts, clock: h.clock, random: SeededRandomSource(seed: 12),
                 settings: h.reconciler.settings, logger: h.logs.logger())
             try await step(h, next, key, times: 2)
             #expect(h.sandbox.requests(route: "kp.create_order").count == 1)

@@ -127,7 +127,7 @@ struct ResponseShapeTests {
                 #expect(capture.state == .confirmed && capture.result == madeCapture)
             }
             // The stall: a read of a minimal HPP session is not refused for lacking session_id.
-            let read = try await h.reconciler.client.readHPPSession(id: created.hppSessionId)
+            let read = try await h.client.readHPPSession(id: created.hppSessionId)
             #expect(read.status == .completed)
             #expect((read.sessionID == nil) == (shape == .minimal))
         }
@@ -150,7 +150,7 @@ struct ResponseShapeTests {
             let rowCount = payout.transactions.count
             let pages = h.sandbox.requests(route: "settlements.list_transactions").count - pagesBefore
             #expect(pages == (shape == .minimal ? rowCount / 3 + 1 : (rowCount + 2) / 3), "\(pages) pages for \(rowCount) rows")
-            let rows = try await h.reconciler.client.allTransactions(paymentReference: payout.paymentReference, pageSize: 3)
+            let rows = try await h.client.allTransactions(paymentReference: payout.paymentReference, pageSize: 3)
             #expect(rows.map(\.amount) == payout.transactions.map(\.amount))
         }
     }
@@ -162,14 +162,14 @@ struct ResponseShapeTests {
             try await h.run()
             let orderID = try await h.order(of: created).orderID
             h.sandbox.setResponseShape(.minimal)
-            let made = try await h.reconciler.client.createCapture(
+            let made = try await h.client.createCapture(
                 orderID: orderID, request: CaptureRequest(capturedAmount: 4_000), idempotencyKey: "k-1")
             #expect(made == CaptureCreated(captureID: nil, location: nil))
             #expect(h.effects(.captured, order: orderID).map(\.amount) == [4_000])
             // A 200 with a broken body and no headers, before anything was captured.
             h.sandbox.addFault(SandboxFault(route: "om.create_capture", kind: .malformed))
             let error = await #expect(throws: KlarnaAPIError.self) {
-                try await h.reconciler.client.createCapture(orderID: orderID, request: CaptureRequest(capturedAmount: 1_000), idempotencyKey: "k-2")
+                try await h.client.createCapture(orderID: orderID, request: CaptureRequest(capturedAmount: 1_000), idempotencyKey: "k-2")
             }
             #expect(error?.outcomeUnknown == true)
             #expect(h.effects(.captured, order: orderID).count == 1)

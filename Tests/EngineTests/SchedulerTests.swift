@@ -153,6 +153,37 @@ struct SchedulerBudgetTests {
         #expect(await scheduler.take(now: clock.now, capacity: 100, budget: budget).count == 1)
     }
 
+    @Test("Each account's routine reads go out as fast as its own budget allows: one account polling at its limit leaves another's tokens alone")
+    func budgetsPerAccount() async throws {
+        let clock = ManualClock(now: Fixtures.t0)
+        let (a, b) = (AccountID(rawValue: "a")!, AccountID(rawValue: "b")!)
+        let budgets = [a: RateLimiter(ratePerSecond: 50, burst: 10, clock: clock), b: RateLimiter(ratePerSecond: 5, burst: 2, clock: clock)]
+        let scheduler = Scheduler()
+        for index in 0..<1_000 {
+            let profile = poll(tracked: 60, read: 2, now: Fixtures.t0)
+            await scheduler.schedule(.session("a\(index)"), WorkPlan(due: Fixtures.t0, urgency: .routine, poll: profile, account: a))
+        }
+        for index in 0..<3 {
+            let profile = poll(tracked: 60, read: 2, now: Fixtures.t0)
+            await scheduler.schedule(.session("b\(index)"), WorkPlan(due: Fixtures.t0, urgency: .routine, poll: profile, account: b))
+        }
+        let first = await scheduler.take(now: Fixtures.t0, capacity: 100) { budgets[$0] }
+        // A's burst is A's ten tokens; B's two reads come from B's own budget, not from what A left.
+        #expect(first.filter { $0.key.description.contains("a") }.count == 10)
+        #expect(first.filter { $0.key.description.contains("b") }.count == 2)
+        #expect(first.allSatisfy { $0.prepaid })
+        #expect(Set(first.compactMap(\.account)) == [a, b])
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 100) { budgets[$0] }.isEmpty)
+        // The next token is A's (every 20 ms); B's third read waits for B's (200 ms).
+        let next = try #require(await scheduler.nextDue { budgets[$0] })
+        #expect(abs(next.timeIntervalSince(Fixtures.t0) - 0.02) < 1e-6)
+        clock.advance(by: .milliseconds(20))
+        #expect(await scheduler.take(now: clock.now, capacity: 100) { budgets[$0] }.map(\.account) == [a])
+        clock.advance(by: .milliseconds(180))
+        let later = await scheduler.take(now: clock.now, capacity: 100) { budgets[$0] }
+        #expect(later.filter { $0.account == b }.count == 1, "B's one token in 200 ms")
+    }
+
     @Test("A side effect enqueued behind 10,000 due polls starts within one token interval")
     func sideEffectBehindPolls() async throws {
         let clock = ManualClock(now: Fixtures.t0)

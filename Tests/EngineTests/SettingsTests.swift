@@ -43,8 +43,8 @@ struct SettingsTests {
     @Test("A minimal config loads with documented defaults; relative paths are relative to the config file")
     func minimalConfig() async throws {
         let settings = try await load(minimal)
-        #expect(settings.klarna.baseURL == "https://api.playground.klarna.com")
-        #expect(settings.klarna.credentials.password == "pw-secret-value")
+        #expect(settings.accounts[0].klarna.baseURL == "https://api.playground.klarna.com")
+        #expect(settings.accounts[0].klarna.credentials.password == "pw-secret-value")
         #expect(settings.storePath.hasSuffix("/state.sqlite") && settings.storePath.hasPrefix("/"))
         #expect(settings.outboxDirectory == "/var/spool/klarna-reconciler-outbox")
         #expect(settings.defaultCapturePolicy == .immediate)
@@ -79,7 +79,7 @@ struct SettingsTests {
               username: u
               password_file: pw
             """)
-        #expect(settings.klarna.baseURL == "https://api-na.klarna.com")
+        #expect(settings.accounts[0].klarna.baseURL == "https://api-na.klarna.com")
     }
 
     @Test("Environment overrides win over the file; credentials come from $CREDENTIALS_DIRECTORY")
@@ -100,8 +100,8 @@ struct SettingsTests {
                 "KLARNA_RECONCILER_CAPTURE_DEFAULT_POLICY": "on_request", "STATE_DIRECTORY": "/var/lib/x",
             ], password: nil)
         #expect(settings.engine.polling.denseInterval == .seconds(7))
-        #expect(settings.klarna.credentials.password == "from-credential")
-        #expect(settings.passwordSource == "credential klarna-password")
+        #expect(settings.accounts[0].klarna.credentials.password == "from-credential")
+        #expect(settings.accounts[0].passwordSource == "credential klarna-password")
         #expect(settings.defaultCapturePolicy == .onRequest)
         #expect(settings.storePath == "/var/lib/x/state.sqlite")
     }
@@ -256,19 +256,19 @@ struct SettingsTests {
         let bare = "klarna:\n  base_url: https://a.b\n  username: u"
         let stored = ["klarna-password": "from-credstore\n", "callback-key": "callback-key-from-credstore\n"]
         let outside = try await load(bare, password: nil, credstore: stored)
-        #expect(outside.klarna.credentials.password == "from-credstore")
-        #expect(outside.passwordSource.hasSuffix("/credstore/klarna-reconciler.klarna-password"))
+        #expect(outside.accounts[0].klarna.credentials.password == "from-credstore")
+        #expect(outside.accounts[0].passwordSource.hasSuffix("/credstore/klarna-reconciler.klarna-password"))
         #expect(outside.callbackKey == Array("callback-key-from-credstore".utf8))
 
         let withFile = try await load(bare + "\n  password_file: pw", credstore: stored)
-        #expect(withFile.klarna.credentials.password == "pw-secret-value")
+        #expect(withFile.accounts[0].klarna.credentials.password == "pw-secret-value")
 
         let credentials = TemporaryDirectory()
         defer { credentials.remove() }
         try "from-credential\n".write(toFile: credentials.path + "/klarna-password", atomically: true, encoding: .utf8)
         let inside = try await load(bare + "\n  password_file: pw", environment: ["CREDENTIALS_DIRECTORY": credentials.path], credstore: stored)
-        #expect(inside.klarna.credentials.password == "from-credential")
-        #expect(inside.passwordSource == "credential klarna-password")
+        #expect(inside.accounts[0].klarna.credentials.password == "from-credential")
+        #expect(inside.accounts[0].passwordSource == "credential klarna-password")
         #expect(!inside.effectiveDescription.contains("from-cred"))
     }
 
@@ -353,7 +353,7 @@ struct SettingsTests {
         defer { credentials.remove() }
         try "pw".write(toFile: credentials.path + "/klarna-password", atomically: true, encoding: .utf8)
         let settings = try await Settings.load(configPath: example, environment: ["CREDENTIALS_DIRECTORY": credentials.path])
-        #expect(settings.klarna.baseURL == "https://api.playground.klarna.com")
+        #expect(settings.accounts[0].klarna.baseURL == "https://api.playground.klarna.com")
         #expect(settings.storePath == "/var/lib/klarna-reconciler/state.sqlite")
     }
 }

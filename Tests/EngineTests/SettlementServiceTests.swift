@@ -359,7 +359,7 @@ extension EngineHarness {
         pageSize: Int = KlarnaClient.settlementsMaxPageSize
     ) -> SettlementService {
         SettlementService(
-            store: settlementStore ?? store ?? self.store, client: reconciler.client, clock: clock, rateLimiter: rateLimiter,
+            store: settlementStore ?? store ?? self.store, client: client, clock: clock, rateLimiter: rateLimiter,
             settings: SettlementServiceTests.settings, logger: logs.logger(), random: SeededRandomSource(seed: 5),
             pageSize: pageSize)
     }

@@ -332,4 +332,7 @@ final class FailingAfter: IngestStore, @unchecked Sendable {
     func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
         try await store.requestCapture(orderID: orderID, amount: amount, at: at)
     }
+    func sessionAccount(hppSessionID: String?, kpSessionID: String?) async throws -> AccountID? {
+        try await store.sessionAccount(hppSessionID: hppSessionID, kpSessionID: kpSessionID)
+    }
 }

@@ -92,7 +92,7 @@ struct WebhookTests {
                 .klarnaNetwork, [:], knHeaders, kn,
                 .klarnaNetwork(
                     eventID: "ev-9", eventType: "payment.request.state-change.completed", paymentRequestID: "krn:payment:eu1:request:1",
-                    state: "COMPLETED")
+                    state: "COMPLETED", merchantID: nil)
             ),
             (
                 .track, [:], [],
@@ -108,8 +108,8 @@ struct WebhookTests {
             let byShape = try reader.read(
                 Delivery(route: .byShape, query: query, headers: headers.map { (name: $0.0, value: $0.1) }, body: json(body))
             ).0
-            if case .kpAuthorization(let kp, let tail, _) = expected {
-                guard case .kpAuthorization(kp, tail, let digest) = byRoute else { Issue.record("\(byRoute)"); continue }
+            if case .kpAuthorization(let kp, let tail, _, _) = expected {
+                guard case .kpAuthorization(kp, tail, let digest, _) = byRoute else { Issue.record("\(byRoute)"); continue }
                 #expect(digest.count == 64 && !digest.contains("tok-"))
             } else {
                 #expect(byRoute == expected)
@@ -201,7 +201,9 @@ struct WebhookTests {
         #expect(rejection(delivery("payment.dispute.state-change.arbitration-pending"))?.error == "unknown_event_type")
         #expect(rejection(delivery("payment.dispute.state-change.closed", id: String(repeating: "x", count: 101)))?.error == "bad_field")
         #expect(rejection(delivery("payment.dispute.state-change.closed", sign: false))?.error == "bad_signature")
-        let record = Ingestor.record(expected, warning: nil, source: "socket", defaultCapturePolicy: .immediate, now: Date())
+        let record = try Ingestor.record(
+            expected, warning: nil, source: "socket",
+            accounts: AccountRouting([.init(id: .default, merchantID: nil, capturePolicy: .immediate)]), now: Date())
         guard case .hintDispute(let id) = record.action else { Issue.record("\(record.action)"); return }
         #expect(id == "krn:network:eu1:live:payment:dispute:7" && record.dedupeKey == "kn-event:dv-1")
     }

@@ -22,6 +22,9 @@ final class DaemonFixture: @unchecked Sendable {
     /// The daemon's `$NOTIFY_SOCKET`: what it tells systemd, datagram by datagram.
     private(set) var notify: NotifySocket?
     var configPath: String { directory + "/config.yaml" }
+    let twoAccounts: Bool
+    /// With `twoAccounts`: `$CREDENTIALS_DIRECTORY`, holding `klarna-password.us` as a unit's `LoadCredential=` would.
+    var credentials: [String: String] { twoAccounts ? ["CREDENTIALS_DIRECTORY": directory + "/credentials"] : [:] }
     var storePath: String { directory + "/state/state.sqlite" }
     var outboxNew: String { directory + "/outbox/new" }
     var socketPath: String { directory + "/ingest.sock" }
@@ -39,12 +42,16 @@ final class DaemonFixture: @unchecked Sendable {
     ///   - storeConfig: the `store:` section's lines (a PostgreSQL `url:` instead of the SQLite file).
     /// - Parameter testingConfig: keys for the `testing:` section, besides the short create-order settle period every
     ///   fixture has (the operators' minimum, 30 s, would make each unclear create-order a half-minute wait).
+    /// - Parameter twoAccounts: `accounts:` eu and us (``TwoAccounts``) against a sandbox with their two merchants,
+    ///   instead of the `klarna:` section alone.
     init(
-        extraConfig: String = "", ingestConfig: [String] = [], storeConfig: [String] = ["path: state/state.sqlite"], testingConfig: [String] = []
+        extraConfig: String = "", ingestConfig: [String] = [], storeConfig: [String] = ["path: state/state.sqlite"], testingConfig: [String] = [],
+        twoAccounts: Bool = false
     ) async throws {
         directory = NSTemporaryDirectory() + "klarna-reconciler-daemon-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        sandbox = KlarnaSandbox(configuration: .init(username: "merchant", password: "daemon-secret"))
+        sandbox = KlarnaSandbox(
+            configuration: .init(username: "merchant", password: "daemon-secret", otherMerchants: twoAccounts ? [TwoAccounts.usMerchant] : []))
         let sandbox = self.sandbox
         let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "test.sandbox")) { await sandbox.handle($0) }
         serving = Task { try await server.run() }
@@ -53,12 +60,39 @@ final class DaemonFixture: @unchecked Sendable {
         try "\(Self.callbackKey)\n".write(toFile: directory + "/callback-key", atomically: true, encoding: .utf8)
         try #"{"krn:partner:global:notification:signing-key:1": "\#(Self.signingKey)"}"#.write(
             toFile: directory + "/signing-keys.json", atomically: true, encoding: .utf8)
+        // The second account's password as the unit passes it: a credential named klarna-password.us.
+        self.twoAccounts = twoAccounts
+        if twoAccounts {
+            try FileManager.default.createDirectory(atPath: directory + "/credentials", withIntermediateDirectories: true)
+            try "\(TwoAccounts.usMerchant.password)\n".write(
+                toFile: directory + "/credentials/klarna-password.us", atomically: true, encoding: .utf8)
+        }
+        let klarna =
+            twoAccounts
+            ? """
+            klarna:
+              request_timeout_seconds: 2
+            accounts:
+              - id: eu
+                base_url: \(sandboxURL)
+                username: merchant
+                merchant_id: \(TwoAccounts.euMerchantID)
+                password_file: klarna-password
+              - id: us
+                base_url: \(sandboxURL)
+                username: \(TwoAccounts.usMerchant.username)
+                capture:
+                  default_policy: on_request
+            """
+            : """
+            klarna:
+              base_url: \(sandboxURL)
+              username: merchant
+              password_file: klarna-password
+              request_timeout_seconds: 2
+            """
         try """
-        klarna:
-          base_url: \(sandboxURL)
-          username: merchant
-          password_file: klarna-password
-          request_timeout_seconds: 2
+        \(klarna)
         store:
         \(storeConfig.map { "  " + $0 }.joined(separator: "\n"))
         outbox:
@@ -103,6 +137,7 @@ final class DaemonFixture: @unchecked Sendable {
 
     /// Starts `run` and waits for READY=1 on a notify socket.
     func start(environment: [String: String] = [:]) async throws {
+        let environment = credentials.merging(environment) { $1 }
         let notify = try NotifySocket(path: directory + "/notify-\(UUID().uuidString.prefix(6))")
         self.notify = notify
         let process = ChildProcess()
@@ -180,7 +215,9 @@ final class DaemonFixture: @unchecked Sendable {
         let process = ChildProcess()
         process.executableURL = DaemonFixture.executable
         process.arguments = arguments + ["--config", config ?? configPath]
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }.merging(stateDirectory) { old, _ in old }
+        process.environment = ProcessInfo.processInfo.environment.merging(credentials.merging(environment) { $1 }) { $1 }.merging(stateDirectory) {
+            old, _ in old
+        }
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: err))
         try process.run()
@@ -222,6 +259,13 @@ extension DaemonFixture {
         let code = (try? String(contentsOfFile: codeFile, encoding: .utf8)) ?? ""
         return (Int(code) ?? 0, (try? String(contentsOfFile: outFile, encoding: .utf8)) ?? "")
     }
+}
+
+/// The two accounts of a ``DaemonFixture`` made with `twoAccounts`: `eu`, the sandbox's primary merchant, and `us`,
+/// another merchant with its own credentials, whose payments are captured on request by default.
+enum TwoAccounts {
+    static let euMerchantID = "K100001"
+    static let usMerchant = SandboxMerchant(id: "K200002", username: "K200002_us", password: "us-secret")
 }
 
 /// A daemon started in the test's process by ``DaemonFixture/startInProcess()``.

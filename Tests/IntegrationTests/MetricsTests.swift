@@ -76,9 +76,9 @@ struct MetricsTests {
         let expected: [(String, [String: String], Double)] = [
             ("klarna_reconciler_outcomes_total", ["kind": "order_placed"], 1),
             ("klarna_reconciler_outcomes_total", ["kind": "captured"], 1),
-            ("klarna_reconciler_klarna_calls_total", ["operation": "om.create_capture", "result": "ok"], 1),
-            ("klarna_reconciler_klarna_calls_total", ["operation": "hpp.read_session", "result": "rate_limited"], 1),
-            ("klarna_reconciler_klarna_call_duration_seconds_count", ["operation": "om.create_capture"], 1),
+            ("klarna_reconciler_klarna_calls_total", ["account": "default", "operation": "om.create_capture", "result": "ok"], 1),
+            ("klarna_reconciler_klarna_calls_total", ["account": "default", "operation": "hpp.read_session", "result": "rate_limited"], 1),
+            ("klarna_reconciler_klarna_call_duration_seconds_count", ["account": "default", "operation": "om.create_capture"], 1),
             ("klarna_reconciler_intents_finished_total", ["kind": "capture", "state": "confirmed"], 1),
             ("klarna_reconciler_deliveries_total", ["source": "socket", "result": "accepted"], 1),
             ("klarna_reconciler_deliveries_total", ["source": "socket", "result": "refused"], 1),

@@ -69,6 +69,10 @@ struct RecordingStore: ReconcilerStore {
         noted("IngestStore.requestCapture")
         return try await base.requestCapture(orderID: orderID, amount: amount, at: at)
     }
+    func sessionAccount(hppSessionID: String?, kpSessionID: String?) async throws -> AccountID? {
+        noted("IngestStore.sessionAccount")
+        return try await base.sessionAccount(hppSessionID: hppSessionID, kpSessionID: kpSessionID)
+    }
 
     // OutcomeQueue
     func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] {
@@ -81,8 +85,8 @@ struct RecordingStore: ReconcilerStore {
 
     // OperatorStore
     func summary(now: Date) async throws -> StatusSummary { noted("OperatorStore.summary"); return try await base.summary(now: now) }
-    func list(phase: String?, limit: Int) async throws -> StoreListing {
-        noted("OperatorStore.list"); return try await base.list(phase: phase, limit: limit)
+    func list(phase: String?, account: AccountID?, limit: Int) async throws -> StoreListing {
+        noted("OperatorStore.list"); return try await base.list(phase: phase, account: account, limit: limit)
     }
     func timeline(for id: String) async throws -> PaymentTimeline { noted("OperatorStore.timeline"); return try await base.timeline(for: id) }
     func submit(_ requests: [OperatorRequest], delivered: Bool, at: Date) async throws -> [Int64] {
@@ -200,6 +204,7 @@ enum RoleCoverage {
         "WorkStore.settlementLines",
         "WorkQueue.openWork", "WorkQueue.wakeups", "WorkQueue.keysWithPendingOperatorRequests",
         "IngestStore.ingest", "IngestStore.ingest(batch)", "IngestStore.recordRejection", "IngestStore.track", "IngestStore.requestCapture",
+        "IngestStore.sessionAccount",
         "OutcomeQueue.undeliveredOutcomes", "OutcomeQueue.markOutboxWritten", "OutcomeQueue.markNotified", "OutcomeQueue.notifyFailed",
         "OperatorStore.summary", "OperatorStore.list", "OperatorStore.timeline", "OperatorStore.submit", "OperatorStore.operatorRequests",
         "OperatorStore.holds",

@@ -410,22 +410,36 @@ struct StoreConformanceTests {
         }
     }
 
-    @Test("list filters by phase, outcome, intent state or kind, newest first", arguments: Backend.allCases)
+    @Test("list filters by phase, outcome, intent state or kind, and account, newest first", arguments: Backend.allCases)
     func listing(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
-            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0.addingTimeInterval(1))
+            var other = Fixtures.session("b")
+            let us = AccountID(rawValue: "us")!
+            other.account = us
+            _ = try await s.store.track(other, event: DomainEvent(.tracked, "t"), at: Fixtures.t0.addingTimeInterval(1))
             var closed = Fixtures.session("c")
             closed.phase = .closed
             var change = Change()
             change.sessions = [closed]
             change.intents = [Intent(key: "cap", kind: .capture, subject: "o", now: Fixtures.t0)]
             try await s.store.commit(change, at: Fixtures.t0.addingTimeInterval(2))
-            #expect(try await s.store.list(phase: nil, limit: 10).sessions.map(\.hppSessionID) == ["c", "b", "a"])
-            #expect(try await s.store.list(phase: nil, limit: 2).sessions.count == 2)
-            #expect(try await s.store.list(phase: "polling", limit: 10).sessions.map(\.hppSessionID) == ["b", "a"])
-            #expect(try await s.store.list(phase: "capture", limit: 10).intents.map(\.key) == ["cap"])
-            #expect(try await s.store.list(phase: "intended", limit: 10).intents.map(\.key) == ["cap"])
+            #expect(try await s.store.list(phase: nil, account: nil, limit: 10).sessions.map(\.hppSessionID) == ["c", "b", "a"])
+            #expect(try await s.store.list(phase: nil, account: nil, limit: 2).sessions.count == 2)
+            #expect(try await s.store.list(phase: "polling", account: nil, limit: 10).sessions.map(\.hppSessionID) == ["b", "a"])
+            #expect(try await s.store.list(phase: "capture", account: nil, limit: 10).intents.map(\.key) == ["cap"])
+            #expect(try await s.store.list(phase: "intended", account: nil, limit: 10).intents.map(\.key) == ["cap"])
+            // By account: the session tracked as us's, and the intents of its units only.
+            var placing = Change()
+            placing.intents = [Intent(key: "place-b", kind: .placeOrder, subject: other.kpSessionID, now: Fixtures.t0)]
+            try await s.store.commit(placing, at: Fixtures.t0.addingTimeInterval(3))
+            let ours = try await s.store.list(phase: nil, account: us, limit: 10)
+            #expect(ours.sessions.map(\.hppSessionID) == ["b"] && ours.sessions.first?.account == us)
+            #expect(ours.intents.map(\.key) == ["place-b"])
+            #expect(try await s.store.list(phase: "polling", account: .default, limit: 10).sessions.map(\.hppSessionID) == ["a"])
+            #expect(try await s.store.sessionAccount(hppSessionID: "b", kpSessionID: nil) == us)
+            #expect(try await s.store.sessionAccount(hppSessionID: nil, kpSessionID: other.kpSessionID) == us)
+            #expect(try await s.store.sessionAccount(hppSessionID: "nobody", kpSessionID: nil) == nil)
         }
     }
 
@@ -549,7 +563,7 @@ struct StoreConformanceTests {
                 try await s.store.holds([.session("a"), .order("o-a")]) == [
                     .session("a"): Hold(since: Fixtures.t0.addingTimeInterval(1), by: "uid 1000 (alice)")
                 ])
-            #expect(try await s.store.list(phase: "held", limit: 10).sessions.map(\.hppSessionID) == ["a"])
+            #expect(try await s.store.list(phase: "held", account: nil, limit: 10).sessions.map(\.hppSessionID) == ["a"])
             #expect(try await s.store.summary(now: Fixtures.t0).held == 1)
             #expect(try await s.store.payment("a").held == [.session("a")])
 

@@ -65,6 +65,9 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
         try await store.requestCapture(orderID: orderID, amount: amount, at: at)
     }
+    public func sessionAccount(hppSessionID: String?, kpSessionID: String?) async throws -> AccountID? {
+        try await store.sessionAccount(hppSessionID: hppSessionID, kpSessionID: kpSessionID)
+    }
     public func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
         try await store.recordRejection(source: source, status: status, error: error, detail: detail, at: at)
     }

@@ -55,7 +55,7 @@ extension Reconciler {
             try await commit(change, now: now)
             return StepResult(next: until)
         case .readKlarna:
-            switch try await klarna(&change, urgency, { try await client.readPaymentSession(id: session.kpSessionID) }) {
+            switch try await klarna(&change, urgency, { client in try await client.readPaymentSession(id: session.kpSessionID) }) {
             case .failure(let error):
                 return try await sessionReadFailed(session, error, change: change)
             case .success(let kp) where kp.status == .complete:
@@ -95,7 +95,7 @@ extension Reconciler {
             return StepResult(next: nil)
         }
         if paymentSession == nil {
-            switch try await klarna(&change, urgency, { try await client.readPaymentSession(id: session.kpSessionID) }) {
+            switch try await klarna(&change, urgency, { client in try await client.readPaymentSession(id: session.kpSessionID) }) {
             case .failure(let error): return try await sessionReadFailed(session, error, change: change)
             case .success(let kp): paymentSession = kp
             }
@@ -114,7 +114,7 @@ extension Reconciler {
 
         // The budget's wait comes before the sent mark, so the request leaves right after it: a sender that dies
         // after the mark was sending for at most the longest call (what CreateOrderSettle counts from).
-        try await rateLimiter?.spend(urgency)
+        try await spendBudget(urgency)
         now = clock.now
         change.intents = [intent]
         if let deferred = try await deferredForStop(change, "\(kind.intentKind.rawValue) for KP session \(session.kpSessionID)", now: now) {
@@ -136,7 +136,8 @@ extension Reconciler {
         case .placeOrder:
             let order = try CreateOrderRequest(session: kp, merchantReference: session.merchantReference)
             let result = try await klarna(
-                &change, urgency, budgetSpent: true, { try await client.createOrder(authorizationToken: token, order: order, idempotencyKey: key) })
+                &change, urgency, budgetSpent: true,
+                { client in try await client.createOrder(authorizationToken: token, order: order, idempotencyKey: key) })
             now = clock.now
             switch result {
             case .success(let created):
@@ -164,7 +165,7 @@ extension Reconciler {
             let request = try CustomerTokenRequest(session: kp, description: settings.customerTokenDescription)
             let result = try await klarna(
                 &change, urgency, budgetSpent: true,
-                { try await client.createCustomerToken(authorizationToken: token, request: request, idempotencyKey: key) })
+                { client in try await client.createCustomerToken(authorizationToken: token, request: request, idempotencyKey: key) })
             now = clock.now
             switch result {
             case .success(let created):
@@ -242,7 +243,7 @@ extension Reconciler {
         }
         let urgency = Urgency.inMotion(now: now, deadline: order.expiresAt, margin: settings.deadlines.authorizationWarnBefore)
         if intent.needsResolution {
-            switch try await klarna(&change, urgency, { try await client.readOrder(id: order.orderID) }) {
+            switch try await klarna(&change, urgency, { client in try await client.readOrder(id: order.orderID) }) {
             case .failure(let error):
                 return try await orderReadFailed(order, error, now: now, change: change)
             case .success(let read):
@@ -275,7 +276,7 @@ extension Reconciler {
             try await commit(change, now: now)
             return StepResult(next: next)
         }
-        try await rateLimiter?.spend(urgency)  // before the sent mark, as for the session's intents
+        try await spendBudget(urgency)  // before the sent mark, as for the session's intents
         now = clock.now
         change.intents = [intent]
         if let deferred = try await deferredForStop(change, "\(intent.kind.rawValue) of order \(order.orderID)", now: now) { return deferred }
@@ -302,18 +303,21 @@ extension Reconciler {
         case .capture:
             let request = CaptureRequest(capturedAmount: intent.amount ?? 0, reference: order.merchantReference)
             result = try await klarna(
-                &change, urgency, budgetSpent: true, { try await client.createCapture(orderID: id, request: request, idempotencyKey: key).captureID })
+                &change, urgency, budgetSpent: true,
+                { client in try await client.createCapture(orderID: id, request: request, idempotencyKey: key).captureID })
         case .cancelOrder:
-            result = try await klarna(&change, urgency, budgetSpent: true, { try await client.cancelOrder(orderID: id, idempotencyKey: key) }).map {
+            result = try await klarna(
+                &change, urgency, budgetSpent: true, { client in try await client.cancelOrder(orderID: id, idempotencyKey: key) }
+            ).map {
                 nil
             }
         case .releaseRemaining:
             result = try await klarna(
-                &change, urgency, budgetSpent: true, { try await client.releaseRemainingAuthorization(orderID: id, idempotencyKey: key) }
+                &change, urgency, budgetSpent: true, { client in try await client.releaseRemainingAuthorization(orderID: id, idempotencyKey: key) }
             ).map { nil }
         case .extendAuthorization:
             result = try await klarna(
-                &change, urgency, budgetSpent: true, { try await client.extendAuthorizationTime(orderID: id, idempotencyKey: key) }
+                &change, urgency, budgetSpent: true, { client in try await client.extendAuthorizationTime(orderID: id, idempotencyKey: key) }
             ).map { nil }
         }
         now = clock.now

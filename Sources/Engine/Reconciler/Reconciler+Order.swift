@@ -10,6 +10,13 @@ extension Reconciler {
     /// a hint about an open order is its own read's first; then the order's own step.
     func processOrder(_ id: String, hinted: Bool) async throws -> StepResult {
         guard let order = try await store.order(id) else { return StepResult(next: nil) }
+        return try await on(order.account) {
+            try await processLoadedOrder(order, hinted: hinted)
+        }
+    }
+
+    private func processLoadedOrder(_ order: TrackedOrder, hinted: Bool) async throws -> StepResult {
+        let id = order.orderID
         return try await LogContext.about(order) {
             let ownFirst = order.isOpen && (order.activeIntent != nil || hinted)
             let refund = ownFirst ? nil : try await pendingRefund(of: id)
@@ -41,7 +48,7 @@ extension Reconciler {
         if let due = order.nextDueAt, !isDue(due) { return StepResult(next: due) }
         var change = Change()
         let phaseUrgency = order.phase.urgency(now: clock.now, expiresAt: order.expiresAt, deadlines: settings.deadlines)
-        let result = try await klarna(&change, hinted ? max(.hinted, phaseUrgency) : phaseUrgency, { try await client.readOrder(id: id) })
+        let result = try await klarna(&change, hinted ? max(.hinted, phaseUrgency) : phaseUrgency, { client in try await client.readOrder(id: id) })
         let now = clock.now
         let read: KlarnaAPI.Order
         switch result {

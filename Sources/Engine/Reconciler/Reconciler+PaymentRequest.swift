@@ -6,11 +6,17 @@ import ReconcilerStore
 /// Klarna Network payment requests: read until final, then record the outcome.
 extension Reconciler {
     func processPaymentRequest(_ id: String, hinted: Bool) async throws -> StepResult {
-        guard var request = try await store.paymentRequest(id), request.isOpen else { return StepResult(next: nil) }
+        guard let request = try await store.paymentRequest(id), request.isOpen else { return StepResult(next: nil) }
+        return try await on(request.account) { try await processPaymentRequest(request, hinted: hinted) }
+    }
+
+    private func processPaymentRequest(_ loaded: TrackedPaymentRequest, hinted: Bool) async throws -> StepResult {
+        var request = loaded
+        let id = request.paymentRequestID
         if hinted { request = request.hinted(now: clock.now) }
         if let due = request.nextDueAt, !isDue(due) { return StepResult(next: due) }
         var change = Change()
-        let result = try await klarna(&change, hinted ? .hinted : .routine, { try await client.readPaymentRequest(id: id) })
+        let result = try await klarna(&change, hinted ? .hinted : .routine, { client in try await client.readPaymentRequest(id: id) })
         let now = clock.now
         let step: TrackedPaymentRequest.Step
         switch result {

@@ -18,7 +18,7 @@ extension Reconciler {
     ) async throws -> StepResult {
         var change = change
         var hppOrderID: String?
-        switch try await klarna(&change, urgency, { try await client.readHPPSession(id: session.hppSessionID) }) {
+        switch try await klarna(&change, urgency, { client in try await client.readHPPSession(id: session.hppSessionID) }) {
         case .success(let hpp): hppOrderID = hpp.orderID
         case .failure(let error) where error.status == 404: break  // expired: it names nothing any more
         case .failure(let error): return try await sessionReadFailed(session, error, change: change)
@@ -31,7 +31,7 @@ extension Reconciler {
             let notified = try await store.untrackedNotifiedOrders(since: intent.createdAt, limit: Self.notifiedOrdersPerSearch)
             notifications = notified.count
             for orderID in notified {
-                switch try await klarna(&change, urgency, { try await client.readOrder(id: orderID) }) {
+                switch try await klarna(&change, urgency, { client in try await client.readOrder(id: orderID) }) {
                 case .success(let order):
                     clues.append(
                         .init(

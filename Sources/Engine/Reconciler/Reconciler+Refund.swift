@@ -20,7 +20,7 @@ extension Reconciler {
         if let next = intent.nextAttemptAt, !now.hasReached(next) { return Self.refundWaits(until: next, order) }
         let detail = ["intent": intent.key, "reference": intent.reference ?? ""]
         let read: KlarnaAPI.Order
-        switch try await klarna(&change, .inMotion, { try await client.readOrder(id: order.orderID) }) {
+        switch try await klarna(&change, .inMotion, { client in try await client.readOrder(id: order.orderID) }) {
         case .failure(let error) where error.status == 404:
             // No order at Klarna, so no refund of it either, whatever an earlier attempt did.
             return try await refundEnded(
@@ -74,7 +74,7 @@ extension Reconciler {
                     detail: detail))
             intent = intent.retrying(nil, at: now, now: now)
         }
-        try await rateLimiter?.spend(.inMotion)  // before the sent mark, as for every side effect
+        try await spendBudget(.inMotion)  // before the sent mark, as for every side effect
         now = clock.now
         change.intents = [intent]
         if let deferred = try await deferredForStop(change, "refund of order \(order.orderID)", now: now) { return deferred }
@@ -92,7 +92,7 @@ extension Reconciler {
         let key = intent.key
         let id = order.orderID
         let result = try await klarna(
-            &change, .inMotion, budgetSpent: true, { try await client.createRefund(orderID: id, request: request, idempotencyKey: key) })
+            &change, .inMotion, budgetSpent: true, { client in try await client.createRefund(orderID: id, request: request, idempotencyKey: key) })
         now = clock.now
         switch result {
         case .success(let refundID):

@@ -7,7 +7,7 @@ import ReconcilerStore
 extension Reconciler {
     func processSession(_ id: String, hinted: Bool) async throws -> StepResult {
         guard let session = try await store.session(id), session.isOpen else { return StepResult(next: nil) }
-        return try await LogContext.about(session) { try await processSession(session, hinted: hinted) }
+        return try await on(session.account) { try await LogContext.about(session) { try await processSession(session, hinted: hinted) } }
     }
 
     private func processSession(_ loaded: TrackedSession, hinted: Bool) async throws -> StepResult {
@@ -55,7 +55,7 @@ extension Reconciler {
         var change = Change()
         let step: SessionStep
         var detail: [String: String] = [:]
-        switch try await klarna(&change, urgency, { try await client.readHPPSession(id: session.hppSessionID) }) {
+        switch try await klarna(&change, urgency, { client in try await client.readHPPSession(id: session.hppSessionID) }) {
         case .success(let hpp):
             // A read without a status (the spec requires none) tells no progress: the status seen before stands, and
             // before any a polled session is WAITING. Neither is final, so the session is read again.

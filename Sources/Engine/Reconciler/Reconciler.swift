@@ -38,10 +38,10 @@ public struct Reconciler: Sendable {
     }
 
     public let store: any WorkStore
-    public let client: KlarnaClient
+    /// Every call for a unit goes to the unit's account with that account's credentials and budget.
+    public let accounts: KlarnaAccounts
     public let clock: any WallClock
     public let random: any RandomSource
-    public let rateLimiter: RateLimiter?
     private let liveSettings: Live<EngineSettings>
     /// The tunables now; a reload replaces them between steps (``update(settings:)``).
     public var settings: EngineSettings { liveSettings.value }
@@ -52,6 +52,8 @@ public struct Reconciler: Sendable {
     public let ownership: (any WorkOwnership)?
     /// The key `process` works on, for the fence of each commit and the lease check before each call.
     @TaskLocal static var workKey: WorkKey?
+    /// The account of the unit `process` works on, set once the unit is read: every Klarna call of the step is its.
+    @TaskLocal static var account: AccountID?
     /// The version of that key's unit its step committed last (``commit(_:now:)`` records it), to plan the next run
     /// from without reading it back: one exchange with the store per step fewer (a shared store pays a round trip
     /// for each). Only the lease holder writes a unit's row, so the version committed is the version stored.
@@ -81,15 +83,14 @@ public struct Reconciler: Sendable {
     }
 
     public init(
-        store: any WorkStore, client: KlarnaClient, clock: any WallClock, random: any RandomSource = SystemRandomSource(),
-        rateLimiter: RateLimiter?, settings: EngineSettings, logger: Logger, outcomeBell: Doorbell? = nil, ownership: (any WorkOwnership)? = nil
+        store: any WorkStore, accounts: KlarnaAccounts, clock: any WallClock, random: any RandomSource = SystemRandomSource(),
+        settings: EngineSettings, logger: Logger, outcomeBell: Doorbell? = nil, ownership: (any WorkOwnership)? = nil
     ) {
         self.ownership = ownership
         self.store = store
-        self.client = client
+        self.accounts = accounts
         self.clock = clock
         self.random = random
-        self.rateLimiter = rateLimiter
         liveSettings = Live(settings)
         self.logger = logger
         self.outcomeBell = outcomeBell
@@ -185,25 +186,43 @@ public struct Reconciler: Sendable {
             case (.paymentRequest(let id), _): try await store.paymentRequest(id)?.plan()
             }
         let urgency = max(plan?.urgency ?? .routine, step.urgency ?? .routine)
-        return WorkResult(next: WorkPlan(due: due, urgency: urgency, poll: plan?.poll), wake: step.wake, ending: step.ending)
+        return WorkResult(
+            next: WorkPlan(due: due, urgency: urgency, poll: plan?.poll, account: plan?.account), wake: step.wake, ending: step.ending)
     }
 
     // MARK: Plumbing
 
     func isDue(_ date: Date) -> Bool { clock.now.hasReached(date) }
 
-    /// One Klarna call under the shared rate budget, served by `urgency`; a 429's hint pauses everyone. Records
-    /// health for `status`. `budgetSpent`: the caller waited for the budget already (a side effect, before its sent
-    /// mark).
+    /// Runs `body` as work of `account`'s unit: its Klarna calls are that account's.
+    func on<T: Sendable>(_ account: AccountID, _ body: () async throws -> T) async throws -> T {
+        try await Self.$account.withValue(account) { try await LogContext.with(account: account, body) }
+    }
+
+    /// The account of the unit this step works on.
+    func account() throws -> KlarnaAccount {
+        let id = Self.account ?? .default
+        guard let account = accounts[id] else { throw UnconfiguredAccount(account: id) }
+        return account
+    }
+
+    /// Waits for the unit's account's rate budget (a side effect, before its sent mark).
+    func spendBudget(_ urgency: Urgency) async throws { try await account().rateLimiter?.spend(urgency) }
+
+    /// One Klarna call with the unit's account's client, under that account's rate budget, served by `urgency`; a
+    /// 429's hint pauses that account. Records health for `status`. `budgetSpent`: the caller waited for the budget
+    /// already (a side effect, before its sent mark).
     func klarna<T: Sendable>(
-        _ change: inout Change, _ urgency: Urgency, budgetSpent: Bool = false, _ call: () async throws -> T
+        _ change: inout Change, _ urgency: Urgency, budgetSpent: Bool = false, _ call: (KlarnaClient) async throws -> T
     ) async throws -> Result<T, KlarnaAPIError> {
-        if !budgetSpent { try await rateLimiter?.spend(urgency) }
+        let account = try account()
+        let rateLimiter = account.rateLimiter
+        if !budgetSpent { try await spendBudget(urgency) }
         // Checked after the wait for the budget, right before the request leaves: a call starts only while this
         // daemon's lease on the key is known to last, so it ends before the lease plus the longest call.
         if let ownership, let key = Self.workKey, !ownership.mayCall(for: key) { throw LeaseUnconfirmed(key: key) }
         do {
-            let value = try await call()
+            let value = try await call(account.client)
             change.health.append((.klarnaOK, ""))
             return .success(value)
         } catch let error as KlarnaAPIError {

@@ -13,10 +13,14 @@ public struct KlarnaClient: Sendable {
     private let transport: any HTTPTransport
     let logger: Logger
 
-    public init(configuration: KlarnaConfiguration, transport: any HTTPTransport, logger: Logger) {
+    /// The account this client calls for: the `account` label of its calls' metrics.
+    public let account: AccountID
+
+    public init(configuration: KlarnaConfiguration, transport: any HTTPTransport, logger: Logger, account: AccountID = .default) {
         self.configuration = configuration
         self.transport = transport
         self.logger = logger
+        self.account = account
     }
 
     /// The User-Agent this product sends, in Klarna's SDK convention.
@@ -175,13 +179,13 @@ public struct KlarnaClient: Sendable {
         do {
             response = try await transport.execute(request)
         } catch let error as TransportError {
-            Self.count(operation, status: nil, took: ContinuousClock.now - started)
+            count(operation, status: nil, took: ContinuousClock.now - started)
             log[metadataKey: "duration_ms"] = .stringConvertible((ContinuousClock.now - started).milliseconds)
             log.info("Klarna call failed without a response: \(error)")
             throw KlarnaAPIError(operation: operation, failure: .transport(error), requestID: requestID)
         }
         let correlation = response.headers["Klarna-Correlation-Id"]
-        Self.count(operation, status: response.status, took: ContinuousClock.now - started)
+        count(operation, status: response.status, took: ContinuousClock.now - started)
         log[metadataKey: "http.status"] = .stringConvertible(response.status)
         log[metadataKey: "duration_ms"] = .stringConvertible((ContinuousClock.now - started).milliseconds)
         if let correlation { log[metadataKey: "klarna.correlation_id"] = .string(correlation) }
@@ -201,10 +205,11 @@ public struct KlarnaClient: Sendable {
         return Answer(http: response, requestID: requestID, operation: operation)
     }
 
-    /// Every call that went out, by operation and result, and how long it took.
-    private static func count(_ operation: KlarnaOperation, status: Int?, took: Duration) {
-        Telemetry.count(.klarnaCalls, ("operation", operation.name), ("result", KlarnaCallResult(status: status).rawValue))
-        Telemetry.time(.klarnaCallDuration, took, ("operation", operation.name))
+    /// Every call that went out, by account, operation and result, and how long it took.
+    private func count(_ operation: KlarnaOperation, status: Int?, took: Duration) {
+        Telemetry.count(
+            .klarnaCalls, ("account", account.rawValue), ("operation", operation.name), ("result", KlarnaCallResult(status: status).rawValue))
+        Telemetry.time(.klarnaCallDuration, took, ("account", account.rawValue), ("operation", operation.name))
     }
 
     func decode<T: Decodable>(_ type: T.Type, _ answer: Answer) throws -> T {

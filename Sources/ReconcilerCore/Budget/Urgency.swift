@@ -47,10 +47,13 @@ public struct WorkPlan: Sendable, Equatable {
     public var urgency: Urgency
     /// Set for routine reads of an HPP session: the scheduler ranks these by ``PollValuation``.
     public var poll: PollProfile?
+    /// The unit's account, whose rate budget its routine reads wait for; `nil` when the planner did not know it.
+    public var account: AccountID?
 
-    public init(due: Date, urgency: Urgency, poll: PollProfile? = nil) {
+    public init(due: Date, urgency: Urgency, poll: PollProfile? = nil, account: AccountID? = nil) {
         self.due = due
         self.urgency = urgency
         self.poll = urgency == .routine ? poll : nil
+        self.account = account
     }
 }

@@ -36,14 +36,14 @@ extension TrackedSession {
     public func plan(now: Date) -> WorkPlan? {
         guard isOpen, let due = nextDueAt else { return nil }
         let deadline = phase == .authorized ? tokenExpiresAt : expiresAt
-        return WorkPlan(due: due, urgency: phase.urgency(now: max(now, due), deadline: deadline), poll: pollProfile)
+        return WorkPlan(due: due, urgency: phase.urgency(now: max(now, due), deadline: deadline), poll: pollProfile, account: account)
     }
 }
 
 extension TrackedOrder {
     public func plan(now: Date, deadlines: Deadlines) -> WorkPlan? {
         guard isOpen, let due = nextDueAt else { return nil }
-        return WorkPlan(due: due, urgency: phase.urgency(now: max(now, due), expiresAt: expiresAt, deadlines: deadlines))
+        return WorkPlan(due: due, urgency: phase.urgency(now: max(now, due), expiresAt: expiresAt, deadlines: deadlines), account: account)
     }
 }
 
@@ -51,6 +51,6 @@ extension TrackedPaymentRequest {
     /// Payment requests are re-read on a schedule (routine); a webhook about one wakes it as a hint.
     public func plan() -> WorkPlan? {
         guard isOpen, let due = nextDueAt else { return nil }
-        return WorkPlan(due: due, urgency: .routine)
+        return WorkPlan(due: due, urgency: .routine, account: account)
     }
 }

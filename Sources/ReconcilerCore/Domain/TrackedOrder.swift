@@ -47,6 +47,15 @@ public struct TrackedOrder: Codable, Sendable, Equatable {
     public var consecutiveFailures: Int
     public var lastError: String?
 
+    /// The Klarna account whose credentials and rate budget every call for this unit uses.
+    public var account: AccountID {
+        get { storedAccount ?? .default }
+        set { storedAccount = newValue == .default ? nil : newValue }
+    }
+    /// Absent for the default account, so that units written before accounts existed (and by the previous release)
+    /// read as the default account's, and the default account's rows stay as they were.
+    private var storedAccount: AccountID?
+
     public init(
         orderID: String, hppSessionID: String?, kpSessionID: String?, merchantReference: String?,
         capturePolicy: CapturePolicy, placedBy: PlaceOrderMode, createdAt: Date

@@ -13,6 +13,15 @@ public struct TrackedPaymentRequest: Codable, Sendable, Equatable {
     public var consecutiveFailures: Int
     public var lastError: String?
 
+    /// The Klarna account whose credentials and rate budget every call for this unit uses.
+    public var account: AccountID {
+        get { storedAccount ?? .default }
+        set { storedAccount = newValue == .default ? nil : newValue }
+    }
+    /// Absent for the default account, so that units written before accounts existed (and by the previous release)
+    /// read as the default account's, and the default account's rows stay as they were.
+    private var storedAccount: AccountID?
+
     public init(paymentRequestID: String, trackedAt: Date) {
         self.paymentRequestID = paymentRequestID
         self.trackedAt = trackedAt

@@ -42,6 +42,15 @@ public struct TrackedSession: Codable, Sendable, Equatable {
     public var consecutiveFailures: Int
     public var lastError: String?
 
+    /// The Klarna account whose credentials and rate budget every call for this unit uses.
+    public var account: AccountID {
+        get { storedAccount ?? .default }
+        set { storedAccount = newValue == .default ? nil : newValue }
+    }
+    /// Absent for the default account, so that units written before accounts existed (and by the previous release)
+    /// read as the default account's, and the default account's rows stay as they were.
+    private var storedAccount: AccountID?
+
     public init(
         hppSessionID: String, kpSessionID: String, mode: PlaceOrderMode?, merchantReference: String?,
         capturePolicy: CapturePolicy, purpose: PaymentPurpose, trackedAt: Date
@@ -308,10 +317,13 @@ extension TrackedSession {
     }
 
     /// The order the session hands over to, as the order machine starts following it.
+    /// Of the session's account: an order is Klarna's in the account that placed it.
     public func order(for handOff: OrderHandOff, createdAt: Date) -> TrackedOrder {
-        TrackedOrder(
+        var order = TrackedOrder(
             orderID: handOff.orderID, hppSessionID: hppSessionID, kpSessionID: kpSessionID, merchantReference: merchantReference,
             capturePolicy: capturePolicy, placedBy: handOff.placedBy, createdAt: createdAt)
+        order.account = account
+        return order
     }
 
     /// Ends the session with `kind` (for outcomes decided by the engine around an intent).
