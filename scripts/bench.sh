@@ -120,6 +120,12 @@ printf "%-58s %s\n" "    callback sent → HPP read at Klarna" "$(engine webhook
 printf "%-58s %s\n" "    HPP read → KP read" "$(engine webhook_stage_kp_read_p50_p99_ms)"
 printf "%-58s %s\n" "    KP read → order placed (the intent's sent commit first)" "$(engine webhook_stage_create_order_p50_p99_ms)"
 printf "%-58s %s\n" "Klarna calls per payment" "$(engine webhook_calls_per_payment) ($(echo "$ENGINE" | awk '$1 ~ /^webhook_calls_[a-z]+\./ { sub("webhook_calls_", "", $1); printf "%s %s  ", $1, $2 }'))"
+echo
+echo "== klarna-reconciler accounts kept apart: one daemon, accounts A and B (each budget $(engine accounts_a_budget)/s, the sandbox enforcing A's);"
+echo "   B receives verified HPP callbacks while A is idle (the reference), then while A polls $(engine accounts_a_polled_sessions) open sessions, all due"
+printf "%-58s %s\n" "B: callback sent → order placed ($(engine accounts_b_webhooks) at $(engine accounts_b_rate)/s), A saturated" "p50 $(engine accounts_b_beside_a_p50_ms) ms, p99 $(engine accounts_b_beside_a_p99_ms) ms"
+printf "%-58s %s\n" "  reference: B alone, same run" "p50 $(engine accounts_b_alone_p50_ms) ms, p99 $(engine accounts_b_alone_p99_ms) ms (ratio p50 $(engine accounts_ratio_p50), p99 $(engine accounts_ratio_p99); goal <= 1.2)"
+printf "%-58s %s\n" "A meanwhile: Klarna calls/s against its budget" "$(engine accounts_a_calls_per_second)/s of $(engine accounts_a_budget)/s, 429s from the sandbox: $(engine accounts_a_429s) (goal 0)"
 
 # The rate budget under load: the real engine on a manual clock (Benchmarks/SimulationBench), polling only.
 SIM_OPEN=${BENCH_SIM_OPEN:-7000}

@@ -13,7 +13,7 @@ import SQLiteBackend
 import Synchronization
 
 // klarna-engine-bench DAEMON_BINARY [--sessions N] [--latency-sessions M] [--idle-sessions K] [--history-rows R]
-//                     [--ingest-requests Q] [--spool-files F] [--phases 1,2,3,4,5,5b,5c,5d,6]
+//                     [--ingest-requests Q] [--spool-files F] [--phases 1,2,3,4,5,5b,5c,5d,6,7]
 // Runs the real daemon binary against an in-process sandbox on loopback and prints `key value` lines for
 // scripts/bench.sh: end-to-end sessions/s, Klarna calls per session, COMPLETED→order-placed latency, RSS and CPU
 // with K idle tracked sessions, and time to READY with R historical rows in the store.
@@ -717,6 +717,143 @@ if phase("6") {
     for (route, entries) in Dictionary(grouping: requests, by: \.route).sorted(by: { $0.key < $1.key }) {
         report("webhook_calls_\(route)", String(format: "%.2f", Double(entries.count) / Double(count)))
     }
+}
+// 7. Accounts kept apart: a daemon with two accounts against a sandbox with their two merchants, each account's budget
+//    Klarna's limit for it (the sandbox enforcing A's). B receives verified HPP callbacks at a steady rate; its
+//    callback → order latency is measured once with A idle (the reference) and once with A saturated by polling
+//    (open sessions that never complete, all due), in the same run. A must see no 429.
+if phase("7") {
+    let count = option("--account-webhooks", 400)
+    let perSecond = Double(option("--account-webhook-rate", 20))
+    let polled = option("--account-polled-sessions", 20_000)
+    let limit = 50.0
+    let callbackKey = "bench-callback-key-0123456789abcdef"
+    let merchantB = SandboxMerchant(id: "K200002", username: "K200002_b", password: "secret-b")
+    let twoMerchants = KlarnaSandbox(configuration: .init(username: "merchant-a", password: "secret-a", otherMerchants: [merchantB]))
+    let accountsServer = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "bench.accounts")) {
+        await twoMerchants.handle($0)
+    }
+    let accountsServing = Task { try await accountsServer.run() }
+    defer { accountsServing.cancel() }
+    let url = "http://127.0.0.1:\(accountsServer.port!)"
+    twoMerchants.setRateLimit(perSecond: limit, merchant: "K100001")
+
+    /// One run: a fresh daemon with `polledSessions` of A's open and due, then B's callbacks; B's latencies (ms,
+    /// sorted), A's calls and 429s while the callbacks ran, and how long they ran.
+    func run(polledSessions: Int) async throws -> (latencies: [Double], aCalls: Int, a429: Int, seconds: Double) {
+        let bench = try Bench(
+            sandboxURL: url,
+            extra: """
+                callback_token:
+                  key_file: callback-key
+                log:
+                  level: warning
+                """)
+        // The two accounts instead of the klarna: section the bench writes.
+        let config = try String(contentsOfFile: bench.folder + "/config.yaml", encoding: .utf8)
+            .replacingOccurrences(
+                of: "klarna:\n  base_url: \(url)\n  username: sandbox-merchant\n  password_file: pw\n",
+                with: """
+                    accounts:
+                      - id: a
+                        base_url: \(url)
+                        username: merchant-a
+                        merchant_id: K100001
+                        password_file: pw-a
+                        rate_limit:
+                          requests_per_second: \(limit)
+                          burst: 10
+                      - id: b
+                        base_url: \(url)
+                        username: \(merchantB.username)
+                        password_file: pw-b
+                        rate_limit:
+                          requests_per_second: \(limit)
+                          burst: 10
+
+                    """)
+        try config.write(toFile: bench.folder + "/config.yaml", atomically: true, encoding: .utf8)
+        try "secret-a".write(toFile: bench.folder + "/pw-a", atomically: true, encoding: .utf8)
+        try merchantB.password.write(toFile: bench.folder + "/pw-b", atomically: true, encoding: .utf8)
+        try callbackKey.write(toFile: bench.folder + "/callback-key", atomically: true, encoding: .utf8)
+        if polledSessions > 0 {
+            let store = try SQLiteStore(path: bench.storePath)
+            let now = Date()
+            var change = Change()
+            for _ in 0..<polledSessions {
+                let created = try twoMerchants.createSession(SessionSpec(orderAmount: 10_000))
+                var tracked = session(created, now: now.addingTimeInterval(-60), due: now)
+                tracked.account = AccountID(rawValue: "a")!
+                change.sessions.append(tracked)
+            }
+            try await store.commit(change, at: now)
+        }
+        _ = try bench.start()
+        // A polls at its budget before B's first callback.
+        if polledSessions > 0 { try await Task.sleep(for: .seconds(3)) }
+        let firstRequest = twoMerchants.requests().count
+        let transport = CurlTransport(
+            configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: bench.folder + "/ingest.sock"))
+        func token(_ kp: String) -> String {
+            let mac = HMAC<SHA256>.authenticationCode(for: Array("hpp-status:\(kp):b".utf8), using: SymmetricKey(data: Array(callbackKey.utf8)))
+            return Data(mac).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+                .replacingOccurrences(of: "=", with: "")
+        }
+        let sent = SentTimes()
+        let started = ContinuousClock.now
+        let wall = Date()
+        var kps: [String] = []
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<count {
+                let due = started + .seconds(Double(index) / perSecond)
+                if ContinuousClock.now < due { try await Task.sleep(until: due) }
+                let created = try twoMerchants.createSession(SessionSpec(orderAmount: 10_000, merchant: merchantB.id))
+                try twoMerchants.setHPPStatus(created.hppSessionId, "COMPLETED")
+                let kp = created.kpSessionId
+                kps.append(kp)
+                let target =
+                    "http://localhost/v1/webhooks/hpp-status?kp_session_id=\(kp)&token=\(token(kp))&account=b&hpp_session_id=\(created.hppSessionId)"
+                let body = Array(
+                    #"{"event_id":"acc-\#(polledSessions)-\#(index)","session":{"session_id":"\#(created.hppSessionId)","status":"COMPLETED"}}"#.utf8)
+                group.addTask {
+                    sent.record(kp, hpp: created.hppSessionId, wall.addingTimeInterval((ContinuousClock.now - started).seconds))
+                    let response = try await transport.execute(
+                        HTTPRequest(method: "POST", url: target, headers: HTTPHeaders([("Content-Type", "application/json")]), body: body))
+                    guard response.status == 202 else { throw BenchFailure("B's callback answered \(response.status)") }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let wanted = Set(kps)
+        let deadline = ContinuousClock.now + .seconds(120)
+        while twoMerchants.effects(kind: .orderPlaced).filter({ $0.kpSessionId.map(wanted.contains) ?? false }).count < count {
+            guard ContinuousClock.now < deadline else { throw BenchFailure("B's payments not placed in time") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let seconds = (ContinuousClock.now - started).seconds
+        transport.shutdown()
+        bench.stop()
+        let during = twoMerchants.requests().dropFirst(firstRequest).filter { $0.merchant == "K100001" }
+        let latencies = twoMerchants.effects(kind: .orderPlaced).compactMap { effect in
+            effect.kpSessionId.flatMap { wanted.contains($0) ? sent.time($0) : nil }.map { effect.at.timeIntervalSince($0) * 1_000 }
+        }.sorted()
+        return (latencies, during.count, during.count { $0.status == 429 }, seconds)
+    }
+
+    let alone = try await run(polledSessions: 0)
+    let besideA = try await run(polledSessions: polled)
+    report("accounts_b_webhooks", count)
+    report("accounts_b_rate", Int(perSecond))
+    report("accounts_a_polled_sessions", polled)
+    report("accounts_a_budget", Int(limit))
+    report("accounts_b_alone_p50_ms", String(format: "%.2f", percentile(alone.latencies, 0.5)))
+    report("accounts_b_alone_p99_ms", String(format: "%.2f", percentile(alone.latencies, 0.99)))
+    report("accounts_b_beside_a_p50_ms", String(format: "%.2f", percentile(besideA.latencies, 0.5)))
+    report("accounts_b_beside_a_p99_ms", String(format: "%.2f", percentile(besideA.latencies, 0.99)))
+    report("accounts_ratio_p50", String(format: "%.2f", percentile(besideA.latencies, 0.5) / percentile(alone.latencies, 0.5)))
+    report("accounts_ratio_p99", String(format: "%.2f", percentile(besideA.latencies, 0.99) / percentile(alone.latencies, 0.99)))
+    report("accounts_a_calls_per_second", String(format: "%.1f", Double(besideA.aCalls) / besideA.seconds))
+    report("accounts_a_429s", besideA.a429)
 }
 serving.cancel()
 

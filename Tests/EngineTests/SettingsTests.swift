@@ -349,6 +349,12 @@ struct SettingsTests {
             documented.insert("\(section).\(name)")
         }
         for key in SettingsKeys.all { #expect(documented.contains(key), "etc/config.yaml does not document \(key)") }
+        // The accounts: example, commented out: every key an account takes, by its last word.
+        let accountsExample = text.components(separatedBy: "# accounts:").last?.components(separatedBy: "\nstore:").first ?? ""
+        for key in AccountKeys.all {
+            let word = key.split(separator: ".").last.map(String.init) ?? key
+            #expect(accountsExample.contains("\(word):"), "etc/config.yaml's accounts: example does not show \(key)")
+        }
         let credentials = TemporaryDirectory()
         defer { credentials.remove() }
         try "pw".write(toFile: credentials.path + "/klarna-password", atomically: true, encoding: .utf8)
@@ -365,10 +371,12 @@ extension SettingsTests {
         let text = try String(contentsOfFile: root.appendingPathComponent("docs/configuration.md").path, encoding: .utf8)
         let rows = text.split(separator: "\n").filter { $0.hasPrefix("| `") }
             .compactMap { $0.dropFirst(3).split(separator: "`").first.map(String.init) }
-            .filter { $0.contains(".") }  // not the credentials' table (`klarna-password`, …)
+            .filter { $0.contains(".") && !$0.hasPrefix("klarna-password") }  // not the credentials' table (`klarna-password`, …)
+        // An account's keys as `accounts[].KEY`.
+        let known = SettingsKeys.all + AccountKeys.all.map { "accounts[].\($0)" }
         #expect(
-            Set(rows) == Set(SettingsKeys.all),
-            "only in the docs: \(Set(rows).subtracting(SettingsKeys.all).sorted()); missing there: \(Set(SettingsKeys.all).subtracting(rows).sorted())"
+            Set(rows) == Set(known),
+            "only in the docs: \(Set(rows).subtracting(known).sorted()); missing there: \(Set(known).subtracting(rows).sorted())"
         )
         #expect(rows.count == Set(rows).count, "a key with two rows")
     }
