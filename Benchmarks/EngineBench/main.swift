@@ -723,8 +723,9 @@ if phase("6") {
 //    callback → order latency is measured once with A idle (the reference) and once with A saturated by polling
 //    (open sessions that never complete, all due), in the same run. A must see no 429.
 if phase("7") {
-    let count = option("--account-webhooks", 400)
-    let perSecond = Double(option("--account-webhook-rate", 20))
+    let count = option("--account-webhooks", 300)
+    // 10/s: four calls a payment, 40 of B's 50 a second (at 20/s B would queue for its own budget).
+    let perSecond = Double(option("--account-webhook-rate", 10))
     let polled = option("--account-polled-sessions", 20_000)
     let limit = 50.0
     let callbackKey = "bench-callback-key-0123456789abcdef"

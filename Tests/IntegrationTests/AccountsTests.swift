@@ -115,6 +115,36 @@ struct AccountsTests {
     }
 
     @Test(
+        "A 429 from Klarna for one account pauses that account alone: the other account's payment goes on at once; the first resumes once Klarna lets it"
+    )
+    func rateLimitedAccountAlone() async throws {
+        let fixture = try await DaemonFixture(twoAccounts: true)
+        // Klarna lets eu make one call in 100 s (the daemon's own budget for eu is far higher): eu's calls after its
+        // first are answered 429; us has no limit.
+        fixture.sandbox.setRateLimit(perSecond: 0.01, merchant: TwoAccounts.euMerchantID)
+        try await fixture.start()
+        let completes = [ScheduleStep(afterSeconds: 0.3, status: "COMPLETED")]
+        let eu = try fixture.sandbox.createSession(SessionSpec(orderAmount: 1_100, schedule: completes))
+        let us = try fixture.sandbox.createSession(SessionSpec(orderAmount: 2_200, schedule: completes, merchant: TwoAccounts.usMerchant.id))
+        #expect(try await fixture.post("/v1/sessions", Self.trackBody(eu, account: "eu")).status == 202)
+        #expect(try await fixture.post("/v1/sessions", Self.trackBody(us, account: "us")).status == 202)
+        try await waitUntil(timeout: .seconds(30)) {
+            fixture.sandbox.effects(kind: .orderPlaced).contains { $0.kpSessionId == us.kpSessionId }
+                && fixture.sandbox.requests().contains { $0.status == 429 }
+        }
+        let requests = fixture.sandbox.requests()
+        let limited = requests.filter { $0.status == 429 }
+        #expect(!limited.isEmpty && limited.allSatisfy { $0.merchant == TwoAccounts.euMerchantID }, "\(limited.map(\.merchant))")
+        #expect(!fixture.sandbox.effects(kind: .orderPlaced).contains { $0.kpSessionId == eu.kpSessionId }, "eu waits for Klarna")
+        // The daemon heeds Klarna's reset (1 s) for eu instead of hammering it: about one call a second at most.
+        let euCalls = requests.filter { $0.merchant == TwoAccounts.euMerchantID }
+        let span = (euCalls.last?.at ?? Date()).timeIntervalSince(euCalls.first?.at ?? Date())
+        #expect(Double(euCalls.count) <= span + 3, "\(euCalls.count) calls of eu in \(span) s")
+        fixture.sandbox.setRateLimit(perSecond: nil, merchant: TwoAccounts.euMerchantID)
+        try await waitUntil(timeout: .seconds(30)) { Self.captured(fixture, eu) }
+    }
+
+    @Test(
         "Upgrade on SQLite: a store the previous release wrote (no account column) migrates in place; its payment carries on under the default account"
     )
     func upgradeSQLite() async throws {
