@@ -28,11 +28,14 @@ public struct AccountRouting: Sendable {
 
     private var names: String { accounts.map(\.id.rawValue).joined(separator: ", ") }
 
-    /// The account a request names, or the only one when it names none.
+    /// The account a request names; when it names none, the only one, else the `default` one (as a callback URL
+    /// without an account is its), else refused.
     public func named(_ id: AccountID?) throws(Rejection) -> Account {
         guard let id else {
-            guard let sole else { throw Rejection(422, "no_account", "account is required: this daemon serves accounts \(names)") }
-            return sole
+            guard let account = sole ?? accounts.first(where: { $0.id == .default }) else {
+                throw Rejection(422, "no_account", "account is required: this daemon serves accounts \(names), none of them default")
+            }
+            return account
         }
         guard let account = accounts.first(where: { $0.id == id }) else {
             throw Rejection(422, "unknown_account", "account \(id) is not configured here (accounts: \(names))")

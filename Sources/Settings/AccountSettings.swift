@@ -28,8 +28,11 @@ public struct AccountSettings: Sendable {
 }
 
 extension Settings {
-    /// The account a payment belongs to when its delivery names none: the only one configured; with several, none.
-    public var soleAccount: AccountID? { accounts.count == 1 ? accounts[0].id : nil }
+    /// The account a payment belongs to when its delivery names none: the only one configured, else the one named
+    /// `default`, else none.
+    public var unnamedAccount: AccountID? {
+        accounts.count == 1 ? accounts[0].id : accounts.contains { $0.id == .default } ? .default : nil
+    }
 
     public func account(_ id: AccountID) -> AccountSettings? { accounts.first { $0.id == id } }
 }

@@ -37,10 +37,11 @@ struct TrackCommand: AsyncParsableCommand {
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
         let named = account.flatMap { AccountID(rawValue: $0) }
-        guard let account = named.map({ settings.account($0) }) ?? settings.soleAccount.flatMap({ settings.account($0) }) else {
+        guard let account = named.map({ settings.account($0) }) ?? settings.unnamedAccount.flatMap({ settings.account($0) }) else {
             let ids = settings.accounts.map(\.id.rawValue).joined(separator: ", ")
             throw ValidationError(
-                named.map { "--account \($0) is not configured (accounts: \(ids))" } ?? "--account is required: accounts \(ids) are configured")
+                named.map { "--account \($0) is not configured (accounts: \(ids))" }
+                    ?? "--account is required: accounts \(ids) are configured, none of them default")
         }
         let store = try await options.openStore(settings, readOnly: false)
         let now = Date()

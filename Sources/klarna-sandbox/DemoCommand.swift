@@ -34,7 +34,9 @@ struct DemoCommand: AsyncParsableCommand {
 /// The scripted tour: each step says what the shop does and what the daemon made of it.
 final class Demo: @unchecked Sendable {
     let folder: String
-    let sandbox = KlarnaSandbox()
+    /// The shop's second Klarna account, in the US: another merchant with its own credentials (docs/accounts.md).
+    static let usMerchant = SandboxMerchant(id: "K200002", username: "K200002_us", password: "us-sandbox-secret")
+    let sandbox = KlarnaSandbox(configuration: .init(otherMerchants: [Demo.usMerchant]))
     let baseURL: String
     private let serving: Task<Void, any Error>
     private var daemon: ChildProcess?
@@ -76,6 +78,15 @@ final class Demo: @unchecked Sendable {
             references[created.hppSessionId] = reference
             return created
         }
+        func usPayment(_ reference: String) throws -> CreatedSession {
+            let created = try sandbox.createSession(
+                SessionSpec(
+                    purchaseCurrency: "USD", purchaseCountry: "US", locale: "en-US", orderLines: lines, merchantReference: reference,
+                    schedule: [ScheduleStep(afterSeconds: 0.5, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: 1.5, status: "COMPLETED")],
+                    merchant: Demo.usMerchant.id))
+            references[created.hppSessionId] = reference
+            return created
+        }
         let payments: [(String, CreatedSession, [String])] = [
             ("NONE, capture immediate", try payment("shop-1001"), []),
             ("PLACE_ORDER (HPP places the order)", try payment("shop-1002", mode: "PLACE_ORDER"), ["--mode", "PLACE_ORDER"]),
@@ -84,6 +95,7 @@ final class Demo: @unchecked Sendable {
             ("fraud review PENDING, then ACCEPTED", try payment("shop-1005", fraud: "PENDING"), []),
             ("capture on request", try payment("shop-1006"), ["--capture", "on_request"]),
             ("completes while Klarna is down", try payment("shop-1007", after: 2.5), []),
+            ("the shop's US account: its own credentials and budget", try usPayment("shop-us-2001"), ["--account", "us"]),
         ]
         for (what, created, options) in payments {
             let output = try await cli(
@@ -223,13 +235,16 @@ final class Demo: @unchecked Sendable {
         step(13, "Klarna pays out what was captured, less its fees and the refund, and a sale for an order nobody placed")
         let orphan = try sandbox.inventTransaction(amount: 4_200, currency: "EUR", purchaseCountry: "DE")
         detail("order \(orphan): paid by a customer at Klarna, never seen by the shop (POST /_sandbox/settlements/invent)")
-        let payouts = try sandbox.settle()
-        for payout in payouts {
+        let made = try sandbox.settle()
+        for payout in made {
             let fees = payout.transactions.filter { $0.type == "FEE" }.count
+            let account = payout.merchantId == Demo.usMerchant.id ? "the US account's (its payouts are not followed here)" : "the default account's"
             detail(
-                "payout \(payout.paymentReference): \(payout.transactions.count) transactions (\(fees) FEE), net \(payout.totals.settlementAmount) \(payout.currencyCode) (POST /_sandbox/settlements/payouts)"
+                "payout \(payout.paymentReference), \(account): \(payout.transactions.count) transactions (\(fees) FEE), net \(payout.totals.settlementAmount) \(payout.currencyCode) (POST /_sandbox/settlements/payouts)"
             )
         }
+        // Klarna pays each merchant on its own; settlements.enabled is on for the default account only.
+        let payouts = made.filter { $0.merchantId != Demo.usMerchant.id }
         // The daemon syncs settlements when it starts, then every settlements.sync_interval_minutes (at least one).
         try await restartDaemon()
         detail("daemon restarted (pid \(daemon!.processIdentifier)): it syncs settlements at start, then every settlements.sync_interval_minutes")
@@ -272,6 +287,7 @@ final class Demo: @unchecked Sendable {
 
     private func writeConfig() throws {
         try "sandbox-secret\n".write(toFile: "\(folder)/klarna-password", atomically: true, encoding: .utf8)
+        try "\(Demo.usMerchant.password)\n".write(toFile: "\(folder)/klarna-password.us", atomically: true, encoding: .utf8)
         try "demo-callback-key-\(UUID().uuidString)\n".write(toFile: "\(folder)/callback-key", atomically: true, encoding: .utf8)
         // The sandbox signs its Klarna Network and dispute webhooks with this key.
         let key = KlarnaSandbox.Configuration.SigningKey(id: "sandbox-signing-key-1", secret: "sandbox-webhook-secret")
@@ -279,10 +295,22 @@ final class Demo: @unchecked Sendable {
         try """
         # Written by `klarna-sandbox demo`; see etc/config.yaml for every key.
         klarna:
-          base_url: \(baseURL)
-          username: sandbox-merchant
-          password_file: klarna-password
           request_timeout_seconds: 2
+        # Two Klarna accounts: the shop's European one (default: what names no account is its) and its US one.
+        accounts:
+          - id: default
+            base_url: \(baseURL)
+            username: sandbox-merchant
+            password_file: klarna-password
+          - id: us
+            base_url: \(baseURL)
+            username: \(Demo.usMerchant.username)
+            password_file: klarna-password.us
+            # Payouts and disputes are followed for one account in this release: the European one.
+            settlements:
+              enabled: false
+            disputes:
+              enabled: false
         store:
           path: state/state.sqlite
         outbox:

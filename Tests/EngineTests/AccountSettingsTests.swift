@@ -69,7 +69,7 @@ struct AccountSettingsTests {
         #expect(eu.ratePerSecond == 40 && us.ratePerSecond == 10 && us.rateBurst == 5)
         #expect(eu.capturePolicy == .immediate && us.capturePolicy == .never)
         #expect(eu.settlementsEnabled && !us.settlementsEnabled && settings.settlements.enabled)
-        #expect(settings.soleAccount == nil)
+        #expect(settings.unnamedAccount == nil)
         let text = settings.effectiveDescription
         #expect(text.contains("accounts: eu, us"))
         #expect(text.contains("accounts[us].password: <redacted> (credential klarna-password.us)"))
@@ -81,7 +81,7 @@ struct AccountSettingsTests {
     @Test("The klarna: section alone is the default account, as before accounts existed")
     func defaultAccount() async throws {
         let settings = try await load("klarna:\n  base_url: https://api.klarna.com\n  username: K9_x\n  password_file: pw\n")
-        #expect(settings.accounts.map(\.id) == [.default] && settings.soleAccount == .default)
+        #expect(settings.accounts.map(\.id) == [.default] && settings.unnamedAccount == .default)
         #expect(settings.effectiveDescription.contains("accounts: default (the klarna: section)"))
         #expect(settings.effectiveDescription.contains("klarna.merchant_id: K9"))
     }
