@@ -796,7 +796,7 @@ if phase("7") {
         let transport = CurlTransport(
             configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: bench.folder + "/ingest.sock"))
         func token(_ kp: String) -> String {
-            let mac = HMAC<SHA256>.authenticationCode(for: Array("hpp-status:\(kp):b".utf8), using: SymmetricKey(data: Array(callbackKey.utf8)))
+            let mac = HMAC<SHA256>.authenticationCode(for: Array("hpp-status:\(kp)\u{0}b".utf8), using: SymmetricKey(data: Array(callbackKey.utf8)))
             return Data(mac).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
                 .replacingOccurrences(of: "=", with: "")
         }

@@ -152,7 +152,7 @@ public final class ReconcilerDaemon: Sendable {
                 budgets[account.id] = BudgetShare(limiter: limiter, ratePerSecond: account.ratePerSecond, burst: account.rateBurst)
                 return KlarnaAccount(
                     id: account.id, client: KlarnaClient(configuration: account.klarna, transport: transport, logger: logger, account: account.id),
-                    rateLimiter: limiter)
+                    rateLimiter: limiter, followsSettlements: account.settlementsEnabled)
             })
         let shares = budgets
         let scheduler = Scheduler()
@@ -295,7 +295,9 @@ public final class ReconcilerDaemon: Sendable {
             for account in new.accounts { shares[account.id]?.configure(ratePerSecond: account.ratePerSecond, burst: account.rateBurst) }
             settlements?.update(settings: new.settlements)
             disputes?.update(settings: new.disputes)
-            ingestor.update(Self.ingestRules(new))
+            // The accounts, their ids and merchant ids are the ones the engine started with (a restart changes them);
+            // a reload brings their capture policies.
+            ingestor.update(Self.ingestRules(new, accounts: settings.accounts))
             options.logLevel.value = new.logLevel
         }
 
@@ -359,13 +361,18 @@ public final class ReconcilerDaemon: Sendable {
         return registry
     }
 
-    static func ingestRules(_ settings: Settings) -> Ingestor.Rules {
-        Ingestor.Rules(
-            reader: WebhookReader(
-                tokens: settings.callbackKey.map(CallbackTokens.init(key:)), policy: CallbackPolicy(rawValue: settings.callbackPolicy) ?? .require,
-                signingKeys: SigningKeys(settings.signingKeys)),
-            accounts: AccountRouting(
-                settings.accounts.map { .init(id: $0.id, merchantID: $0.merchantID, capturePolicy: $0.capturePolicy) }))
+    static func ingestRules(_ settings: Settings, accounts running: [AccountSettings]? = nil) -> Ingestor.Rules {
+        let accounts = (running ?? settings.accounts).map { started in
+            AccountRouting.Account(
+                id: started.id, merchantID: started.merchantID, capturePolicy: (settings.account(started.id) ?? started).capturePolicy)
+        }
+        return
+            Ingestor.Rules(
+                reader: WebhookReader(
+                    tokens: settings.callbackKey.map(CallbackTokens.init(key:)),
+                    policy: CallbackPolicy(rawValue: settings.callbackPolicy) ?? .require,
+                    signingKeys: SigningKeys(settings.signingKeys)),
+                accounts: AccountRouting(accounts))
     }
 
     /// The ingest listeners: the socket systemd passed (socket activation), else the configured path; and the

@@ -132,12 +132,14 @@ public struct WorkerService: Service {
             logger.notice("\(error)", metadata: ["work_key": .string(key.description)])
             return (Reconciler.WorkResult(next: nil), true)
         } catch is CancellationError {
-            return (Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now, urgency: job.urgency)), false)
+            return (Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now, urgency: job.urgency, account: job.account)), false)
         } catch {
             let delay = reconciler.settings.readRetry.maxDelay / 10
             logger.error("work on \(key) failed: \(error); trying again in \(delay)", metadata: ["work_key": .string(key.description)])
             return (
-                Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency)), false
+                Reconciler.WorkResult(
+                    next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency, account: job.account)),
+                false
             )
         }
     }

@@ -34,7 +34,8 @@ public struct CallbackTokens: Sendable {
     }
 
     private static func message(_ kind: Kind, _ kpSessionID: String, _ account: AccountID) -> [UInt8] {
-        Array((account == .default ? "\(kind.rawValue):\(kpSessionID)" : "\(kind.rawValue):\(kpSessionID):\(account)").utf8)
+        // A NUL before the account: no KP session id holds one, so no other session's default token signs the same.
+        Array((account == .default ? "\(kind.rawValue):\(kpSessionID)" : "\(kind.rawValue):\(kpSessionID)\u{0}\(account)").utf8)
     }
 
     /// The callback URL to give Klarna: `base?kp_session_id=…&token=…`, plus `&account=ID` for an account other than

@@ -54,10 +54,14 @@ public enum ControlHTTP {
                     return reply(try await desk.status(now: Date()))
                 case ("GET", ["payments"]):
                     let limit = request.query["limit"].flatMap(Int.init) ?? 100
+                    let named = request.query["account"].flatMap { $0.isEmpty ? nil : $0 }
+                    let account = named.flatMap(AccountID.init(rawValue:))
+                    if named != nil, account == nil {
+                        return IngestHTTP.json(400, ["error": "bad_account", "detail": "account must be an account id: \(AccountID.rule)"])
+                    }
                     return reply(
                         try await desk.listing(
-                            state: request.query["state"].flatMap { $0.isEmpty ? nil : $0 },
-                            account: request.query["account"].flatMap(AccountID.init(rawValue:)), limit: min(max(1, limit), 10_000)))
+                            state: request.query["state"].flatMap { $0.isEmpty ? nil : $0 }, account: account, limit: min(max(1, limit), 10_000)))
                 case ("GET", let path) where path.count == 2 && path[0] == "payments":
                     guard let id = paymentID(path[1]) else { return badID }
                     guard let story = try await desk.story(id) else { return unknownPayment(id) }

@@ -149,30 +149,34 @@ public struct Ingestor: Sendable {
         do {
             let (webhook, warning) = try rules.reader.read(delivery)
             let record = try Self.record(webhook, warning: warning, source: source, accounts: rules.accounts, now: now)
-            if rules.accounts.accounts.count > 1, let refusal = await accountConflict(webhook) { return .failure(refusal) }
+            if rules.accounts.accounts.count > 1, let refusal = await accountConflict(webhook, record) { return .failure(refusal) }
             return .success((record, warning))
         } catch {
             return .failure(error)
         }
     }
 
-    /// With several accounts: a callback whose (signed) account is not the account of the payment it names. Read
-    /// before the delivery's commit; a session tracked in between is of the account that tracked it, and the callback
-    /// then only makes it read again with that account's own credentials.
-    private func accountConflict(_ webhook: Webhook) async -> Rejection? {
+    /// With several accounts: a callback whose (signed) account, or a track request whose account, is not the
+    /// account of the payment it names (a track request for it would otherwise be a silent repeat, and the payment
+    /// read with the other account's credentials). Read before the delivery's commit; a session tracked in between
+    /// is of the account that tracked it, and the delivery then only makes it read again with that account's own
+    /// credentials.
+    private func accountConflict(_ webhook: Webhook, _ record: IngestRecord) async -> Rejection? {
         let (account, hpp, kp): (AccountID, String?, String?)
-        switch webhook {
-        case .hppStatus(_, let hppSessionID, _, _, let named): (account, hpp, kp) = (named, hppSessionID, nil)
-        case .kpAuthorization(let kpSessionID, _, _, let named): (account, hpp, kp) = (named, nil, kpSessionID)
+        switch (webhook, record.action) {
+        case (.hppStatus(_, let hppSessionID, _, _, let named), _): (account, hpp, kp) = (named, hppSessionID, nil)
+        case (.kpAuthorization(let kpSessionID, _, _, let named), _): (account, hpp, kp) = (named, nil, kpSessionID)
+        case (.track, .track(let session)): (account, hpp, kp) = (session.account, session.hppSessionID, nil)
         default: return nil
         }
         do {
             guard let owner = try await store.sessionAccount(hppSessionID: hpp, kpSessionID: kp), owner != account else { return nil }
             return Rejection(
                 409, "wrong_account",
-                "\(hpp.map { "HPP session \($0)" } ?? "KP session \(kp ?? "")") is account \(owner)'s; this callback's URL names account \(account)")
+                "\(hpp.map { "HPP session \($0)" } ?? "KP session \(kp ?? "")") is account \(owner)'s; this \(webhook.kind == "track_request" ? "request" : "callback's URL") names account \(account)"
+            )
         } catch {
-            return Rejection(503, "store_unavailable", "the callback's account could not be checked; send it again")
+            return Rejection(503, "store_unavailable", "the delivery's account could not be checked; send it again")
         }
     }
 

@@ -315,8 +315,8 @@ extension Settings {
         }
     }
 
-    /// Every single value of the file by its dotted key (`klarna.base_url`), as its text was written; empty values (a
-    /// section whose keys are all commented out) and the `accounts:` list are left out.
+    /// Every single value of the file by its dotted key (`klarna.base_url`), as its text was written (a bare `key:` is
+    /// the empty string); the `accounts:` list is left out.
     static func scalars(_ text: String, path: String) throws(SettingsError) -> [String: String] {
         let root: Node?
         do {
@@ -332,8 +332,9 @@ extension Settings {
                     let path = prefix.isEmpty ? name : "\(prefix).\(name)"
                     if path != "accounts" { walk(child, path) }
                 }
-            } else if let scalar = node.scalar, node.null == nil {
-                values[prefix] = scalar.string
+            } else if let scalar = node.scalar {
+                // A bare `key:` is an empty value (`ingest.socket:` turns the socket off), as before.
+                values[prefix] = node.null == nil ? scalar.string : ""
             }
         }
         if let root { walk(root, "") }

@@ -54,6 +54,11 @@ struct TrackCommand: AsyncParsableCommand {
         switch try await store.track(session, event: DomainEvent(.tracked, "tracking requested by the command line (\(description))"), at: now) {
         case .tracked:
             print("tracking HPP session \(hppSessionID) (KP session \(kpSessionID), \(description))")
+        case .existing(let existing) where existing.account != session.account:
+            printError(
+                "klarna-reconciler: HPP session \(hppSessionID) is tracked already as account \(existing.account)'s, not \(session.account)'s; nothing changed"
+            )
+            throw ExitCode.failure
         case .existing(let existing):
             print(
                 "HPP session \(hppSessionID) is already tracked since \(existing.trackedAt.formatted(.iso8601)) (\(existing.phase.rawValue)); nothing changed"

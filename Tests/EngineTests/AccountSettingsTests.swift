@@ -78,6 +78,13 @@ struct AccountSettingsTests {
         #expect(!text.contains("pw-us-secret") && !text.contains("pw-eu-secret"))
     }
 
+    @Test("A bare key is an empty value, as before the accounts list: ingest.socket: turns the socket off")
+    func bareKeyIsEmpty() async throws {
+        let settings = try await load(
+            "klarna:\n  base_url: https://api.klarna.com\n  username: K9_x\n  password_file: pw\ningest:\n  socket:\n  spool_dir: ~\n")
+        #expect(settings.ingestSocket == nil && settings.spoolDirectory == nil)
+    }
+
     @Test("The klarna: section alone is the default account, as before accounts existed")
     func defaultAccount() async throws {
         let settings = try await load("klarna:\n  base_url: https://api.klarna.com\n  username: K9_x\n  password_file: pw\n")

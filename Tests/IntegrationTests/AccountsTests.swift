@@ -70,6 +70,14 @@ struct AccountsTests {
         #expect(merchants([us.hppSessionId, us.kpSessionId, usOrder]) == [TwoAccounts.usMerchant.id])
         #expect(fixture.sandbox.effects(kind: .captured).count == 2 && fixture.sandbox.effects(kind: .orderPlaced).count == 2)
 
+        // The same payment tracked again under the other account is refused, over the socket and the command line.
+        let retracked = try await fixture.post("/v1/sessions", trackBody(us, account: "eu"))
+        #expect(retracked.status == 409 && retracked.body.contains("wrong_account"), "\(retracked.body)")
+        let movedByCommand = try await fixture.cli(["track", us.hppSessionId, "--kp-session", us.kpSessionId, "--account", "eu"])
+        #expect(movedByCommand.status == 1 && movedByCommand.errors.contains("as account us's"), "\(movedByCommand.errors)")
+        let badAccount = try await fixture.post("/v2/payments?account=NOT%20ONE", "", method: "GET", socket: fixture.controlPath)
+        #expect(badAccount.status == 400 && badAccount.body.contains("bad_account"), "\(badAccount.body)")
+
         // Operators see the accounts: totals by account, a list of one account, the account in show, metrics by account.
         let status = try await fixture.cli(["status"])
         #expect(status.output.contains("account eu: 1 session(s)") && status.output.contains("account us: 1 session(s)"), "\(status.output)")
