@@ -17,11 +17,10 @@ struct CallbackURLCommand: AsyncParsableCommand {
     @Option(help: "The public URL your forwarder receives the callback on, e.g. https://shop.example/klarna/hpp-status.")
     var base: String
     @Option(help: "The Klarna account the KP session is of (an id of accounts:); by default the default account (the klarna: section).")
-    var account: String?
+    var account: AccountID?
     @OptionGroup var options: ConfigOptions
 
     func validate() throws {
-        if let account, AccountID(rawValue: account) == nil { throw ValidationError("--account must be an account id: \(AccountID.rule)") }
         guard validID(kpSessionID) else { throw ValidationError("--kp-session must be 1–255 printable ASCII characters without spaces") }
         guard let url = URL(string: base), url.scheme == "https" || url.scheme == "http", url.host != nil else {
             throw ValidationError("--base must be an http(s) URL, not \(base)")
@@ -34,12 +33,8 @@ struct CallbackURLCommand: AsyncParsableCommand {
             printError("klarna-reconciler: config error: callback-key: no key to sign callback URLs with (\(settings.callbackKeySource))")
             throw ExitCode(78)
         }
-        let id = account.flatMap(AccountID.init(rawValue:)) ?? .default
-        guard settings.account(id) != nil else {
-            let ids = settings.accounts.map(\.id.rawValue).joined(separator: ", ")
-            throw ValidationError(
-                account == nil ? "--account is required: the accounts configured are \(ids)" : "--account \(id) is not configured (accounts: \(ids))")
-        }
+        // A URL without an account is the default account's (its token signs none).
+        let id = try settings.configuredAccount(account ?? .default).id
         print(CallbackTokens(key: key).url(kind, kpSessionID: kpSessionID, base: base, account: id))
     }
 }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import PostgresBackend
+import ReconcilerCore
 import ReconcilerStore
 import SQLiteBackend
 import Settings
@@ -43,6 +44,19 @@ struct ConfigOptions: ParsableArguments {
             printError("klarna-reconciler: cannot open the store \(settings.storePath): \(error)")
             throw ExitCode.failure
         }
+    }
+}
+
+/// `--account ID`: refused by the parser unless it is an account id (the help names the rule).
+extension AccountID: ExpressibleByArgument {}
+
+extension Settings {
+    /// The configured account `id`, or a usage error naming the accounts there are.
+    func configuredAccount(_ id: AccountID) throws -> AccountSettings {
+        guard let account = account(id) else {
+            throw ValidationError("--account \(id) is not configured (accounts: \(accounts.map(\.id.rawValue).joined(separator: ", ")))")
+        }
+        return account
     }
 }
 

@@ -24,11 +24,10 @@ struct TrackCommand: AsyncParsableCommand {
     @Option(help: "The merchant's own reference (merchant_reference1 on the order).") var reference: String?
     @Option(help: "immediate, on_request or never (default: capture.default_policy).") var capture: CapturePolicy?
     @Option(help: "buy (default), tokenize or buy_and_tokenize.") var intent: PaymentPurpose = .buy
-    @Option(help: "The Klarna account (an id of accounts:); needed when several are configured.") var account: String?
+    @Option(help: "The Klarna account (an id of accounts:); by default the only one, else the one named default.") var account: AccountID?
     @OptionGroup var options: ConfigOptions
 
     func validate() throws {
-        if let account, AccountID(rawValue: account) == nil { throw ValidationError("--account must be an account id: \(AccountID.rule)") }
         guard validID(hppSessionID) else { throw ValidationError("HPP_SESSION_ID must be 1–255 printable ASCII characters without spaces") }
         guard validID(kpSessionID) else { throw ValidationError("--kp-session must be 1–255 printable ASCII characters without spaces") }
         if let reference, reference.count > 255 { throw ValidationError("--reference is at most 255 characters (Klarna's limit)") }
@@ -36,13 +35,12 @@ struct TrackCommand: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
-        let named = account.flatMap { AccountID(rawValue: $0) }
-        guard let account = named.map({ settings.account($0) }) ?? settings.unnamedAccount.flatMap({ settings.account($0) }) else {
-            let ids = settings.accounts.map(\.id.rawValue).joined(separator: ", ")
+        guard let id = self.account ?? settings.unnamedAccount else {
             throw ValidationError(
-                named.map { "--account \($0) is not configured (accounts: \(ids))" }
-                    ?? "--account is required: accounts \(ids) are configured, none of them default")
+                "--account is required: accounts \(settings.accounts.map(\.id.rawValue).joined(separator: ", ")) are configured, none of them default"
+            )
         }
+        let account = try settings.configuredAccount(id)
         let store = try await options.openStore(settings, readOnly: false)
         let now = Date()
         var session = TrackedSession(
@@ -103,11 +101,10 @@ struct StatusCommand: AsyncParsableCommand {
         commandName: "status", abstract: "One screen: counts by state, oldest open item, next deadline, Klarna health, backlog.")
 
     @Flag(help: "Print JSON.") var json = false
-    @Option(help: "Only this account's sessions and orders (an id of accounts:); the other lines are the daemon's.") var account: String?
+    @Option(help: "Only this account's sessions and orders (an id of accounts:); the other lines are the daemon's.") var account: AccountID?
     @OptionGroup var options: ConfigOptions
 
     func validate() throws {
-        if let account, AccountID(rawValue: account) == nil { throw ValidationError("--account must be an account id: \(AccountID.rule)") }
     }
 
     func run() async throws {
@@ -123,14 +120,12 @@ struct StatusCommand: AsyncParsableCommand {
             summary = try await OperatorDesk(store: try await options.openStore(settings, readOnly: true)).status(now: now)
         }
         if let account {
-            guard settings.account(AccountID(rawValue: account)!) != nil || summary.accounts?[account] != nil else {
-                throw ValidationError(
-                    "--account \(account) is not configured (accounts: \(settings.accounts.map(\.id.rawValue).joined(separator: ", ")))")
-            }
-            let counts = summary.accounts?[account] ?? StatusSummary.AccountCounts()
+            // An account no longer configured still shows what the store holds of it.
+            if summary.accounts?[account.rawValue] == nil { _ = try settings.configuredAccount(account) }
+            let counts = summary.accounts?[account.rawValue] ?? StatusSummary.AccountCounts()
             summary.sessionsByPhase = counts.sessionsByPhase
             summary.ordersByPhase = counts.ordersByPhase
-            summary.accounts = summary.accounts?.filter { $0.key == account }
+            summary.accounts = summary.accounts?.filter { $0.key == account.rawValue }
         }
         if json { return try printJSON(summary) }
         func counts(_ values: [String: Int]) -> String {
@@ -180,31 +175,29 @@ struct ListCommand: AsyncParsableCommand {
     )
     var state: String?
     @Option(help: "At most this many of each.") var limit: Int = 100
-    @Option(help: "Only this account's sessions and orders and their intents (an id of accounts:).") var account: String?
+    @Option(help: "Only this account's sessions and orders and their intents (an id of accounts:).") var account: AccountID?
     @Flag(help: "Print JSON.") var json = false
     @OptionGroup var options: ConfigOptions
 
     func validate() throws {
-        if let account, AccountID(rawValue: account) == nil { throw ValidationError("--account must be an account id: \(AccountID.rule)") }
     }
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
         let listing: StoreListing
-        let named = account.flatMap(AccountID.init(rawValue:))
         if let client = try await ControlClient.find(settings) {
             guard
                 let answer = try await client.get(
                     StoreListing.self,
                     "/v2/payments?limit=\(max(1, limit))" + (state.map { "&state=\(ControlClient.escape($0))" } ?? "")
-                        + (named.map { "&account=\($0)" } ?? ""))
+                        + (account.map { "&account=\($0)" } ?? ""))
             else {
                 throw ControlClient.Failed(description: "the daemon has no /v2/payments: restart it after an upgrade")
             }
             listing = answer
         } else {
             listing = try await OperatorDesk(store: try await options.openStore(settings, readOnly: true)).listing(
-                state: state, account: named, limit: limit)
+                state: state, account: account, limit: limit)
         }
         if json { return try printJSON(listing) }
         print("SESSIONS (\(listing.sessions.count))")

@@ -165,7 +165,7 @@ struct AccountsTests {
         }
         // The previous release's schema: step 11, without what step 12 added.
         try SQLiteConnection(path: fixture.storePath, readOnly: false, busyTimeout: .seconds(5))
-            .execute("\(Self.dropAccountColumns); PRAGMA user_version = \(Migrations.latest - 1)")
+            .execute("\(Schema.dropAccountColumns); PRAGMA user_version = \(Migrations.latest - 1)")
         try await fixture.start()
         try await waitUntil(timeout: .seconds(30)) { Self.captured(fixture, payment) }
         let store = try fixture.readStore()
@@ -188,7 +188,7 @@ struct AccountsTests {
             store.close()
         }
         _ = try await server.psql(
-            "\(Self.dropAccountColumns); DELETE FROM schema_migrations WHERE version >= \(PostgresSchema.latest)", database: database)
+            "\(Schema.dropAccountColumns); DELETE FROM schema_migrations WHERE version >= \(PostgresSchema.latest)", database: database)
         try await fixture.start()
         try await waitUntil(timeout: .seconds(30)) { Self.captured(fixture, payment) }
         let store = try await PostgresStore.open(location, password: server.password, migrate: false, logger: Logger(label: "test"))
@@ -204,9 +204,6 @@ struct AccountsTests {
         }
         return fixture.sandbox.effects(kind: .captured).contains { $0.orderId == order }
     }
-
-    static let dropAccountColumns =
-        "ALTER TABLE sessions DROP COLUMN account; ALTER TABLE orders DROP COLUMN account; ALTER TABLE payment_requests DROP COLUMN account"
 
     static func previousReleasePayment(_ fixture: DaemonFixture) throws -> CreatedSession {
         try fixture.sandbox.createSession(SessionSpec(orderAmount: 2_600, schedule: [ScheduleStep(afterSeconds: 0.3, status: "COMPLETED")]))

@@ -27,10 +27,6 @@ struct StoreUnderTest: Sendable {
     /// opened (``openAnother``) applies it (and any after it) again, to the rows written meanwhile: its backfill, tested.
     let rewindSettlementMigration: @Sendable (_ undo: String) async throws -> Void
 
-    /// What the accounts' schema step made (it runs again after the settlement step).
-    static let dropAccountColumns =
-        "ALTER TABLE sessions DROP COLUMN account; ALTER TABLE orders DROP COLUMN account; ALTER TABLE payment_requests DROP COLUMN account"
-
     /// Runs `body` with a new store; closes every handle afterwards.
     static func with<T>(_ backend: Backend, _ body: (StoreUnderTest) async throws -> T) async throws -> T {
         switch backend {
@@ -48,7 +44,7 @@ struct StoreUnderTest: Sendable {
                     },
                     rewindSettlementMigration: { undo in
                         try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5))
-                            .execute("\(undo); \(Self.dropAccountColumns); PRAGMA user_version = \(Migrations.settlementStep - 1)")
+                            .execute("\(undo); \(Schema.dropAccountColumns); PRAGMA user_version = \(Migrations.settlementStep - 1)")
                     }))
         case .postgres:
             let server = try await PostgresServer.shared()
@@ -73,7 +69,7 @@ struct StoreUnderTest: Sendable {
                         try await server.psql(
                             """
                             \(undo);
-                            \(Self.dropAccountColumns);
+                            \(Schema.dropAccountColumns);
                             ALTER TABLE daemons DROP COLUMN leased_until, DROP COLUMN holds;
                             DROP INDEX work_leases_free;
                             ALTER TABLE work_leases DROP COLUMN woken, ADD COLUMN locked_until timestamptz NOT NULL DEFAULT '-infinity';
