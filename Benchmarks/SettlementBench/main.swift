@@ -169,7 +169,7 @@ do {
     let syncing = try await clock.measure {
         for (settled, lines) in payouts {
             let orderIDs = Array(Set(lines.compactMap(\.orderIDGiven)))
-            let ledger = try await settlements.ledger(orderIDs: orderIDs)
+            let ledger = try await settlements.ledger(orderIDs: orderIDs, account: .default)
             let result = SettlementMatcher.reconcile(payout: settled, lines: lines, orders: ledger)
             findings += result.findings.count
             guard try await settlements.record(result, outcomes: [], at: start) else {

@@ -182,19 +182,20 @@ public final class ReconcilerDaemon: Sendable {
         }
         let delivery = OutcomeDeliveryService(
             store: store, writer: writer, notifier: notify, clock: clock, bell: outcomeBell, logger: logger)
-        // Payouts matched against the ledger, behind all payment work in the rate budget of the one account that has
-        // `settlements.enabled`.
-        let settlements = settings.accounts.first(where: \.settlementsEnabled).flatMap { accounts[$0.id] }.map { account in
+        // Payouts matched against the ledger, one service per account with `settlements.enabled`, behind all payment
+        // work in that account's rate budget.
+        let settlements = settings.accounts.filter(\.settlementsEnabled).compactMap { accounts[$0.id] }.map { account in
             SettlementService(
                 store: store, client: account.client, clock: clock, rateLimiter: account.rateLimiter, settings: settings.settlements,
-                logger: logger, outcomeBell: outcomeBell)
+                logger: logger, outcomeBell: outcomeBell, account: account.id)
         }
-        // Klarna's disputes and their deadlines, read behind payment work (`disputes.enabled`, one account).
-        let disputes = settings.accounts.first(where: \.disputesEnabled).flatMap { accounts[$0.id] }.map { account in
+        // Klarna's disputes and their deadlines, read behind payment work: one service per account with `disputes.enabled`.
+        let disputes = settings.accounts.filter(\.disputesEnabled).compactMap { accounts[$0.id] }.map { account in
             DisputeService(
                 store: store, client: account.client, clock: clock, rateLimiter: account.rateLimiter, settings: settings.disputes, logger: logger,
-                outcomeBell: outcomeBell)
+                outcomeBell: outcomeBell, account: account.id)
         }
+        let disputeBells = DisputeBells(Dictionary(uniqueKeysWithValues: disputes.map { ($0.account, $0.bell) }))
 
         let open: Int
         do {
@@ -205,8 +206,7 @@ public final class ReconcilerDaemon: Sendable {
             throw StartFailure("cannot read open work from \(settings.storeDescription): \(error)", errno: EIO)
         }
         let ingestor = Ingestor(
-            rules: Self.ingestRules(settings), store: store, clock: clock, logger: logger, disputeBell: disputes?.bell,
-            wake: wake)
+            rules: Self.ingestRules(settings), store: store, clock: clock, logger: logger, disputeBells: disputeBells, wake: wake)
         var heartbeats = [workLoop]
         var spoolService: SpoolService?
         if let directory = settings.spoolDirectory {
@@ -242,7 +242,7 @@ public final class ReconcilerDaemon: Sendable {
                 await gauges.update(now: clock.now, backlog: await scheduler.backlog(now: clock.now), ready: readiness.report().ready)
                 return MetricsExposition.text(of: options.metrics)
             })
-        let desk = OperatorDesk(store: store, wake: wake, disputeBell: disputes?.bell)
+        let desk = OperatorDesk(store: store, wake: wake, disputeBells: disputeBells)
         let servers: [HTTPServer]
         do {
             servers = try await Self.listen(
@@ -293,8 +293,8 @@ public final class ReconcilerDaemon: Sendable {
         ) { new in
             reconciler.update(settings: new.engine)
             for account in new.accounts { shares[account.id]?.configure(ratePerSecond: account.ratePerSecond, burst: account.rateBurst) }
-            settlements?.update(settings: new.settlements)
-            disputes?.update(settings: new.disputes)
+            settlements.forEach { $0.update(settings: new.settlements) }
+            disputes.forEach { $0.update(settings: new.disputes) }
             // The accounts, their ids and merchant ids are the ones the engine started with (a restart changes them);
             // a reload brings their capture policies.
             ingestor.update(Self.ingestRules(new, accounts: settings.accounts))
@@ -319,8 +319,7 @@ public final class ReconcilerDaemon: Sendable {
         let pruner = Pruner(
             store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" },
             acknowledgedDirectory: settings.outboxDirectory + "/cur", clock: clock)
-        if let settlements { services.append(.init(service: settlements)) }
-        if let disputes { services.append(.init(service: disputes)) }
+        services += settlements.map { .init(service: $0) } + disputes.map { .init(service: $0) }
         services += [
             .init(service: reload),
             .init(service: RetentionService(pruner: pruner, interval: settings.retentionInterval, logger: logger)),

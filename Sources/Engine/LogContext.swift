@@ -44,3 +44,12 @@ public enum LogContext {
         return try await $metadata.withValue(metadata, operation: body)
     }
 }
+
+extension Logger {
+    /// This logger with the account (`ACCOUNT=`) on every line: for a service that works for one account.
+    func with(account: AccountID) -> Logger {
+        var logger = self
+        logger[metadataKey: "account"] = .string(account.rawValue)
+        return logger
+    }
+}

@@ -20,16 +20,16 @@ public struct OperatorDesk: Sendable {
     let store: any OperatorStore & DisputeReports
     /// Wakes the engine for the keys at once (the daemon's socket); `nil` leaves a wakeup row the daemon polls.
     let wake: (@Sendable ([WorkKey]) async -> Void)?
-    /// Wakes the dispute service for an action at once (the daemon's socket); without it the service finds the action
-    /// at its next poll.
-    let disputeBell: Doorbell?
+    /// Wake the dispute services for an action at once (the daemon's socket); without them the service of the
+    /// dispute's account finds the action at its next poll.
+    let disputeBells: DisputeBells
 
     public init(
-        store: any OperatorStore & DisputeReports, wake: (@Sendable ([WorkKey]) async -> Void)? = nil, disputeBell: Doorbell? = nil
+        store: any OperatorStore & DisputeReports, wake: (@Sendable ([WorkKey]) async -> Void)? = nil, disputeBells: DisputeBells = DisputeBells()
     ) {
         self.store = store
         self.wake = wake
-        self.disputeBell = disputeBell
+        self.disputeBells = disputeBells
     }
 
     public func request(

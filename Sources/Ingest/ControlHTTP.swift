@@ -10,8 +10,9 @@ import ReconcilerStore
 /// Who asked is the connecting process's uid (`SO_PEERCRED`), never something the request claims. The monitoring
 /// routes (`/v1/health`, `/v1/ready`, `/metrics`) answer here too.
 /// Routes: `GET /v2/status`, `GET /v2/payments[?state=S&account=A&limit=N]`, `GET /v2/payments/{id}`,
-/// `GET /v2/payments/{id}/settlements`, `GET /v2/settlements[?since=DATE&payout=REF]`, `POST /v2/payments/{id}/{action}`,
-/// `GET /v2/disputes[?open=true&due_within_days=N]`, `POST /v2/disputes/{id}/{accept-loss|appeal}`.
+/// `GET /v2/payments/{id}/settlements`, `GET /v2/settlements[?since=DATE&payout=REF&account=A]`,
+/// `POST /v2/payments/{id}/{action}`, `GET /v2/disputes[?open=true&due_within_days=N&account=A]`,
+/// `POST /v2/disputes/{id}/{accept-loss|appeal}`.
 public enum ControlHTTP {
     /// The header the command line sends so the timeline says "via the command line" rather than "via the control
     /// socket"; the uid comes from the socket either way.
@@ -54,11 +55,8 @@ public enum ControlHTTP {
                     return reply(try await desk.status(now: Date()))
                 case ("GET", ["payments"]):
                     let limit = request.query["limit"].flatMap(Int.init) ?? 100
-                    let named = request.query["account"].flatMap { $0.isEmpty ? nil : $0 }
-                    let account = named.flatMap(AccountID.init(rawValue:))
-                    if named != nil, account == nil {
-                        return IngestHTTP.json(400, ["error": "bad_account", "detail": "account must be an account id: \(AccountID.rule)"])
-                    }
+                    let account: AccountID?
+                    do { account = try Self.account(in: request) } catch { return Self.badAccount }
                     return reply(
                         try await desk.listing(
                             state: request.query["state"].flatMap { $0.isEmpty ? nil : $0 }, account: account, limit: min(max(1, limit), 10_000)))
@@ -141,6 +139,8 @@ public enum ControlHTTP {
     /// `GET /v2/disputes?open=true&due_within_days=N`: as `disputes` prints them (``DisputeView``), nearest deadline first.
     static func disputes(_ desk: OperatorDesk, _ request: ServerRequest, version: Version) async throws -> ServerReply {
         let open = request.query["open"].map { ["1", "true", "yes"].contains($0.lowercased()) } ?? false
+        let account: AccountID?
+        do { account = try Self.account(in: request) } catch { return Self.badAccount }
         var within: Duration?
         if let text = request.query["due_within_days"], !text.isEmpty {
             guard let days = Int(text), (0...3_650).contains(days) else {
@@ -148,7 +148,7 @@ public enum ControlHTTP {
             }
             within = .seconds(days * 86_400)
         }
-        return reply(try await desk.disputes(openOnly: open, dueWithin: within, now: Date()), version: version)
+        return reply(try await desk.disputes(openOnly: open, dueWithin: within, account: account, now: Date()), version: version)
     }
 
     /// `POST /v2/disputes/{id}/{accept-loss|appeal}` (an appeal's body: `{"information": TEXT}`): 200 once the daemon
@@ -212,7 +212,21 @@ public enum ControlHTTP {
             }
         }
         let payout = request.query["payout"].flatMap { $0.isEmpty ? nil : $0 }
-        return reply(try await reports.payouts(since: since, paymentReference: payout).map(\.report), version: version)
+        let account: AccountID?
+        do { account = try Self.account(in: request) } catch { return Self.badAccount }
+        return reply(try await reports.payouts(since: since, paymentReference: payout, account: account).map(\.report), version: version)
+    }
+
+    /// A query's `account` that is no account id.
+    struct BadAccount: Error {}
+
+    static let badAccount = IngestHTTP.json(400, ["error": "bad_account", "detail": "account must be an account id: \(AccountID.rule)"])
+
+    /// The account a query names (`account=ID`); nil when it names none (every account's).
+    static func account(in request: ServerRequest) throws(BadAccount) -> AccountID? {
+        guard let named = request.query["account"], !named.isEmpty else { return nil }
+        guard let account = AccountID(rawValue: named) else { throw BadAccount() }
+        return account
     }
 
     /// What an operator route answers: each request with the daemon's note, and how the orders it touched stand.

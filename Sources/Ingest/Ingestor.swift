@@ -40,28 +40,28 @@ public struct Ingestor: Sendable {
     let logger: Logger
     /// Hands keys with new work to the running engine at once (the wakeups table is the durable fallback).
     let wake: @Sendable ([WorkKey]) async -> Void
-    /// Rung after a dispute hint is recorded: the dispute service reads its hints at once (the hint rows are the
-    /// durable fallback, read at every sync).
-    let disputeBell: Doorbell?
+    /// Rung after a dispute hint is recorded: the account's dispute service reads its hints at once (the hint rows are
+    /// the durable fallback, read at every sync).
+    let disputeBells: DisputeBells
 
     public init(
         reader: WebhookReader, store: any IngestStore, defaultCapturePolicy: CapturePolicy, clock: any WallClock,
-        logger: Logger, disputeBell: Doorbell? = nil, wake: @escaping @Sendable ([WorkKey]) async -> Void
+        logger: Logger, disputeBells: DisputeBells = DisputeBells(), wake: @escaping @Sendable ([WorkKey]) async -> Void
     ) {
         self.init(
             rules: Rules(reader: reader, defaultCapturePolicy: defaultCapturePolicy), store: store, clock: clock, logger: logger,
-            disputeBell: disputeBell, wake: wake)
+            disputeBells: disputeBells, wake: wake)
     }
 
     public init(
-        rules: Rules, store: any IngestStore, clock: any WallClock, logger: Logger, disputeBell: Doorbell? = nil,
+        rules: Rules, store: any IngestStore, clock: any WallClock, logger: Logger, disputeBells: DisputeBells = DisputeBells(),
         wake: @escaping @Sendable ([WorkKey]) async -> Void
     ) {
         self.rules = Live(rules)
         self.store = store
         self.clock = clock
         self.logger = logger
-        self.disputeBell = disputeBell
+        self.disputeBells = disputeBells
         self.wake = wake
     }
 
@@ -193,7 +193,7 @@ public struct Ingestor: Sendable {
             logger.info("\(record.summary)", metadata: ["source": .string(source), "kind": .string(record.kind)])
             if let warning { logger.warning("\(warning)", metadata: ["source": .string(source)]) }
             await wake(keys)
-            if case .hintDispute = record.action { disputeBell?.ring() }
+            if case .hintDispute(let hint) = record.action { disputeBells.ring(hint.account) }
             return Answer(status: 202, word: "accepted", detail: record.summary)
         case .repeated(let firstSeen):
             logger.info("repeat of a delivery first seen \(firstSeen.formatted(.iso8601)): \(record.summary)", metadata: ["source": .string(source)])
@@ -227,10 +227,13 @@ public struct Ingestor: Sendable {
         case .omNotification(let orderID, let eventType):
             summary = "OM notification \(eventType) for order \(orderID)"
             action = .hintOrder(orderID: orderID)
-        case .klarnaDispute(let eventID, let eventType, let disputeID, let orderID):
-            summary = "Klarna dispute webhook \(eventType) (event \(eventID)) for dispute \(disputeID) of order \(orderID ?? "?")"
-            // A hint: the dispute service reads the dispute before anything is recorded of it.
-            action = .hintDispute(disputeID: disputeID)
+        case .klarnaDispute(let eventID, let eventType, let disputeID, let orderID, let merchantID):
+            // Routed like Klarna Network's: the account Klarna names, or the only one.
+            let account = try accounts.route(merchantID: merchantID)
+            summary =
+                "Klarna dispute webhook \(eventType) (event \(eventID)) for dispute \(disputeID) of order \(orderID ?? "?") of account \(account.id)"
+            // A hint: the account's dispute service reads the dispute before anything is recorded of it.
+            action = .hintDispute(DisputeHint(disputeID: disputeID, account: account.id))
         case .klarnaNetwork(let eventID, let eventType, let paymentRequestID, let state, let merchantID):
             // Routed by the account Klarna names; with one account configured, that one.
             let account = try accounts.route(merchantID: merchantID)

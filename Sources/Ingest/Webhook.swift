@@ -42,7 +42,8 @@ public enum Webhook: Sendable, Equatable {
     /// `merchantID`: the account Klarna names in `metadata` (`merchant_id`, `subject_account_id` or `account_id`).
     case klarnaNetwork(eventID: String, eventType: String, paymentRequestID: String?, state: String?, merchantID: String?)
     /// A Disputes API v4 webhook (`payment.dispute.*`, signed like Klarna Network's): which dispute to read.
-    case klarnaDispute(eventID: String, eventType: String, disputeID: String, orderID: String?)
+    /// `merchantID` as for ``klarnaNetwork(eventID:eventType:paymentRequestID:state:merchantID:)``.
+    case klarnaDispute(eventID: String, eventType: String, disputeID: String, orderID: String?, merchantID: String?)
     case track(TrackRequest)
     case capture(orderID: String, amount: Int?, requestID: String?)
     case refund(RefundAsk)
@@ -68,7 +69,7 @@ public enum Webhook: Sendable, Equatable {
         case .kpAuthorization(_, _, let digest, _): "kp-authorization:\(digest)"
         case .omNotification(let orderID, let eventType): "om-notification:\(orderID):\(eventType)"
         case .klarnaNetwork(let eventID, _, _, _, _): "kn-event:\(eventID)"
-        case .klarnaDispute(let eventID, _, _, _): "kn-event:\(eventID)"
+        case .klarnaDispute(let eventID, _, _, _, _): "kn-event:\(eventID)"
         case .track: nil
         case .capture(let orderID, _, let requestID): requestID.map { "capture-request:\(orderID):\($0)" }
         // Recorded once by its idempotency key, as an intent: a repeat is answered from that intent.
@@ -232,7 +233,9 @@ public struct WebhookReader: Sendable {
                         "payload.payment_dispute_id must be 1–\(DisputeAction.maxDisputeIDLength) printable characters without spaces")
                 }
                 return (
-                    .klarnaDispute(eventID: eventID, eventType: eventType, disputeID: disputeID, orderID: Self.text(payload["order_id"])), nil
+                    .klarnaDispute(
+                        eventID: eventID, eventType: eventType, disputeID: disputeID, orderID: Self.text(payload["order_id"]),
+                        merchantID: Self.merchantID(metadata)), nil
                 )
             }
             guard eventType.hasPrefix(Self.networkEventPrefix) else {
@@ -244,7 +247,7 @@ public struct WebhookReader: Sendable {
                 .klarnaNetwork(
                     eventID: eventID, eventType: eventType, paymentRequestID: Self.text(payload["payment_request_id"]),
                     state: Self.text(payload["state"]),
-                    merchantID: ["merchant_id", "subject_account_id", "account_id"].lazy.compactMap { Self.text(metadata[$0]) }.first), nil
+                    merchantID: Self.merchantID(metadata)), nil
             )
         case .track:
             return (.track(try Self.trackRequest(object)), nil)
@@ -264,6 +267,11 @@ public struct WebhookReader: Sendable {
                     requestID: try Self.optionalString(object, "request_id")), nil
             )
         }
+    }
+
+    /// The account a signed Klarna webhook names in its `metadata`: `merchant_id`, `subject_account_id` or `account_id`.
+    private static func merchantID(_ metadata: BoundedJSON) -> String? {
+        ["merchant_id", "subject_account_id", "account_id"].lazy.compactMap { text(metadata[$0]) }.first
     }
 
     /// Nothing is read from an unsigned or wrongly signed Klarna Network body, not even its shape.

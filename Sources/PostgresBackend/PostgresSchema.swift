@@ -178,10 +178,14 @@ enum PostgresSchema {
         SharedSQL.disputeTables(time: "timestamptz", serial: "bigserial"),
         // 9: the Klarna account of every session, order and payment request.
         SharedSQL.accountColumns,
+        // 10: the Klarna account of every payout, dispute and dispute hint, and each account's last dispute list.
+        SharedSQL.moneyAccountColumns(time: "timestamptz"),
     ]
 
     /// The step that made the settlement tables (tests undo it to test its backfill).
     static let settlementStep = 4
+    /// The first step of accounts (tests undo it and the ones after to test the upgrade from the release before).
+    static let accountsStep = 9
 
     /// The channel new work is announced on.
     static let workChannel = "klarna_reconciler_work"

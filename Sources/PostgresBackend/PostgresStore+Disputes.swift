@@ -20,8 +20,10 @@ extension PostgresStore {
         return dispute
     }
 
-    public func trackedOrders(among orderIDs: [String]) async throws -> Set<String> {
-        try await Set(rows("SELECT order_id FROM orders WHERE order_id = ANY(\(orderIDs))").map { try $0.decode(String.self) })
+    public func trackedOrders(among orderIDs: [String], account: AccountID) async throws -> Set<String> {
+        try await Set(
+            rows("SELECT order_id FROM orders WHERE order_id = ANY(\(orderIDs)) AND account = \(account.rawValue)").map { try $0.decode(String.self) }
+        )
     }
 
     public func record(_ write: DisputeWrite, at: Date) async throws -> Bool {
@@ -39,7 +41,8 @@ extension PostgresStore {
                     """
                     UPDATE disputes SET order_id = \(dispute.orderID), state = \(dispute.state.rawValue), is_open = \(dispute.isOpen ? 1 : 0),
                       deadline = \(dispute.deadline), next_look = \(write.nextLookAt), klarna_updated_at = \(dispute.updatedAt),
-                      revision = \(revision), api_version = \(dispute.apiVersion), data = \(data), raw = coalesce(\(write.raw), raw)
+                      revision = \(revision), api_version = \(dispute.apiVersion), data = \(data), raw = coalesce(\(write.raw), raw),
+                      account = \(dispute.account.rawValue)
                     WHERE dispute_id = \(dispute.id) AND revision = \(expected) RETURNING 1
                     """
                 ).isEmpty
@@ -47,9 +50,10 @@ extension PostgresStore {
                 written = try await !rows(
                     db,
                     """
-                    INSERT INTO disputes (dispute_id, order_id, state, is_open, deadline, next_look, klarna_updated_at, revision, api_version, data, raw)
+                    INSERT INTO disputes (
+                      dispute_id, order_id, state, is_open, deadline, next_look, klarna_updated_at, revision, api_version, data, raw, account)
                     VALUES (\(dispute.id), \(dispute.orderID), \(dispute.state.rawValue), \(dispute.isOpen ? 1 : 0), \(dispute.deadline),
-                      \(write.nextLookAt), \(dispute.updatedAt), \(revision), \(dispute.apiVersion), \(data), \(write.raw))
+                      \(write.nextLookAt), \(dispute.updatedAt), \(revision), \(dispute.apiVersion), \(data), \(write.raw), \(dispute.account.rawValue))
                     ON CONFLICT (dispute_id) DO NOTHING RETURNING 1
                     """
                 ).isEmpty
@@ -66,26 +70,33 @@ extension PostgresStore {
         }
     }
 
-    public func disputeHints(limit: Int) async throws -> [String] {
-        try await rows("SELECT dispute_id FROM dispute_hints ORDER BY hinted_at, dispute_id LIMIT \(limit)").map { try $0.decode(String.self) }
+    public func disputeHints(account: AccountID, limit: Int) async throws -> [String] {
+        try await rows(
+            "SELECT dispute_id FROM dispute_hints WHERE account = \(account.rawValue) ORDER BY hinted_at, dispute_id LIMIT \(limit)"
+        ).map { try $0.decode(String.self) }
     }
 
     public func forgetDisputeHints(_ ids: [String]) async throws {
         try await rows("DELETE FROM dispute_hints WHERE dispute_id = ANY(\(ids))")
     }
 
-    public func disputesToLook(at now: Date, limit: Int) async throws -> [TrackedDispute] {
+    public func disputesToLook(account: AccountID, at now: Date, limit: Int) async throws -> [TrackedDispute] {
         try await rows(
             """
-            SELECT data, revision FROM disputes WHERE is_open = 1 AND next_look IS NOT NULL AND next_look <= \(now)
+            SELECT data, revision FROM disputes
+            WHERE is_open = 1 AND next_look IS NOT NULL AND next_look <= \(now) AND account = \(account.rawValue)
             ORDER BY next_look LIMIT \(limit)
             """
         ).map(dispute)
     }
 
-    public func dueDisputeActions(at now: Date, limit: Int) async throws -> [DisputeAction] {
+    public func dueDisputeActions(account: AccountID, at now: Date, limit: Int) async throws -> [DisputeAction] {
         try await rows(
-            "SELECT data, revision, id FROM dispute_actions WHERE next_at IS NOT NULL AND next_at <= \(now) ORDER BY next_at, id LIMIT \(limit)"
+            """
+            SELECT data, revision, id FROM dispute_actions
+            WHERE next_at IS NOT NULL AND next_at <= \(now) AND dispute_id IN (SELECT dispute_id FROM disputes WHERE account = \(account.rawValue))
+            ORDER BY next_at, id LIMIT \(limit)
+            """
         ).map(action)
     }
 
@@ -97,11 +108,12 @@ extension PostgresStore {
         return action
     }
 
-    public func nextDisputeLook() async throws -> Date? {
+    public func nextDisputeLook(account: AccountID) async throws -> Date? {
         try await rows(
             """
-            SELECT least((SELECT min(next_look) FROM disputes WHERE is_open = 1),
-              (SELECT min(next_at) FROM dispute_actions WHERE next_at IS NOT NULL))
+            SELECT least((SELECT min(next_look) FROM disputes WHERE is_open = 1 AND account = \(account.rawValue)),
+              (SELECT min(next_at) FROM dispute_actions
+               WHERE next_at IS NOT NULL AND dispute_id IN (SELECT dispute_id FROM disputes WHERE account = \(account.rawValue))))
             """
         ).first?.decode(Date?.self)
     }
@@ -130,39 +142,45 @@ extension PostgresStore {
         }
     }
 
-    public func disputeHealth() async throws -> DisputeHealth {
+    public func disputeHealth(account: AccountID) async throws -> DisputeHealth {
         var health = DisputeHealth()
-        for row in try await rows("SELECT state, count(*)::bigint FROM disputes WHERE is_open = 1 GROUP BY state") {
+        let id = account.rawValue
+        for row in try await rows("SELECT state, count(*)::bigint FROM disputes WHERE is_open = 1 AND account = \(id) GROUP BY state") {
             let (state, count) = try row.decode((String, Int).self)
             health.openByState[state] = count
         }
-        for row in try await rows("SELECT data FROM disputes WHERE is_open = 1 AND data LIKE '%ON_DISPUTE%'") {
+        for row in try await rows("SELECT data FROM disputes WHERE is_open = 1 AND account = \(id) AND data LIKE '%ON_DISPUTE%'") {
             let dispute = try decode(TrackedDispute.self, row)
             health.heldByCurrency[dispute.currency ?? "?", default: 0] += dispute.heldAmount
         }
         let (deadline, listed) = try await rows(
-            "SELECT (SELECT min(deadline) FROM disputes WHERE is_open = 1), (SELECT listed_through FROM dispute_lists WHERE id = 1)"
+            """
+            SELECT (SELECT min(deadline) FROM disputes WHERE is_open = 1 AND account = \(id)),
+              (SELECT listed_through FROM dispute_account_lists WHERE account = \(id))
+            """
         )[0].decode((Date?, Date?).self)
         health.nextDeadline = deadline
         health.listedThrough = listed
         return health
     }
 
-    public func listed(through: Date) async throws {
+    public func listed(through: Date, account: AccountID) async throws {
         try await rows(
             """
-            INSERT INTO dispute_lists (id, listed_through) VALUES (1, \(through)) ON CONFLICT (id) DO UPDATE SET listed_through = excluded.listed_through
-            WHERE dispute_lists.listed_through < excluded.listed_through
+            INSERT INTO dispute_account_lists (account, listed_through) VALUES (\(account.rawValue), \(through))
+            ON CONFLICT (account) DO UPDATE SET listed_through = excluded.listed_through
+            WHERE dispute_account_lists.listed_through < excluded.listed_through
             """)
     }
 
     // MARK: DisputeReports
 
-    public func disputes(openOnly: Bool, dueBefore: Date?) async throws -> [TrackedDispute] {
+    public func disputes(openOnly: Bool, dueBefore: Date?, account: AccountID?) async throws -> [TrackedDispute] {
         try await rows(
             """
             SELECT data, revision FROM disputes
             WHERE (NOT \(openOnly) OR is_open = 1) AND (\(dueBefore)::timestamptz IS NULL OR (deadline IS NOT NULL AND deadline < \(dueBefore)))
+              AND (\(account?.rawValue)::text IS NULL OR account = \(account?.rawValue))
             ORDER BY deadline IS NULL, deadline, klarna_updated_at DESC, dispute_id
             """
         ).map(dispute)

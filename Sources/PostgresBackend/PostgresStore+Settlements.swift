@@ -41,16 +41,24 @@ extension PostgresStore {
         try await Set(rows("SELECT payment_reference FROM payouts WHERE payment_reference = ANY(\(references))").map { try $0.decode(String.self) })
     }
 
-    public func ledger(orderIDs: [String]) async throws -> [String: LedgerOrder] {
+    public func ledger(orderIDs: [String], account: AccountID) async throws -> [String: LedgerOrder] {
         var orders: [String: LedgerOrder] = [:]
-        for row in try await rows("SELECT order_id, merchant_reference, data::jsonb ->> 'currency' FROM orders WHERE order_id = ANY(\(orderIDs))") {
-            let (orderID, reference, currency) = try row.decode((String, String?, String?).self)
+        // Another account's order is not this account's to match.
+        var others: Set<String> = []
+        for row in try await rows(
+            "SELECT order_id, merchant_reference, data::jsonb ->> 'currency', account FROM orders WHERE order_id = ANY(\(orderIDs))")
+        {
+            let (orderID, reference, currency, owner) = try row.decode((String, String?, String?, String).self)
+            guard owner == account.rawValue else {
+                others.insert(orderID)
+                continue
+            }
             orders[orderID] = LedgerOrder(orderID: orderID, merchantReference: reference, currency: currency)
         }
         for row in try await rows(
             "SELECT \(unescaped: Self.ledgerColumns) FROM ledger WHERE order_id = ANY(\(orderIDs)) ORDER BY at, entry_key")
         {
-            guard let entry = try Self.ledgerRow(row) else { continue }
+            guard let entry = try Self.ledgerRow(row), !others.contains(entry.orderID) else { continue }
             entry.add(to: &orders[entry.orderID, default: LedgerOrder(orderID: entry.orderID)])
         }
         for row in try await rows("SELECT data FROM disputes WHERE order_id = ANY(\(orderIDs)) AND state = 'CLOSED' ORDER BY dispute_id") {
@@ -74,8 +82,9 @@ extension PostgresStore {
             let fresh = try await !rows(
                 db,
                 """
-                INSERT INTO payouts (payment_reference, payout_date, currency, recorded_at, finding_count, data)
-                VALUES (\(payout.paymentReference), \(payout.payoutDate), \(payout.currency), \(at), \(reconciliation.findings.count), \(data))
+                INSERT INTO payouts (payment_reference, payout_date, currency, recorded_at, finding_count, data, account)
+                VALUES (\(payout.paymentReference), \(payout.payoutDate), \(payout.currency), \(at), \(reconciliation.findings.count), \(data),
+                  \(reconciliation.account.rawValue))
                 ON CONFLICT (payment_reference) DO NOTHING RETURNING 1
                 """
             ).isEmpty
@@ -129,12 +138,13 @@ extension PostgresStore {
     }
 
     /// From the partial index of captures neither settled nor flagged, in its order.
-    public func unsettledCaptures(capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
+    public func unsettledCaptures(account: AccountID, capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
         try await rows(
             """
             SELECT \(unescaped: Self.ledgerColumns) FROM ledger
             WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL AND at >= \(capturedFrom)
               AND at <= \(capturedBefore)
+              AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.order_id = ledger.order_id AND o.account <> \(account.rawValue))
             ORDER BY at, order_id, entry_key LIMIT \(limit)
             """
         ).compactMap { try Self.ledgerRow($0)?.capture }
@@ -162,12 +172,13 @@ extension PostgresStore {
         }
     }
 
-    public func settlementHealth() async throws -> SettlementHealth {
+    public func settlementHealth(account: AccountID) async throws -> SettlementHealth {
         let (flagged, recorded, newest, oldest) = try await rows(
             """
-            SELECT (SELECT count(*) FROM ledger WHERE flagged_at IS NOT NULL AND settled_reference IS NULL),
-              (SELECT count(*) FROM payouts), (SELECT max(payout_date) FROM payouts),
-              (SELECT min(payout_date) FROM payouts)
+            SELECT (SELECT count(*) FROM ledger WHERE flagged_at IS NOT NULL AND settled_reference IS NULL
+                      AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.order_id = ledger.order_id AND o.account <> \(account.rawValue))),
+              (SELECT count(*) FROM payouts WHERE account = \(account.rawValue)), (SELECT max(payout_date) FROM payouts WHERE account = \(account.rawValue)),
+              (SELECT min(payout_date) FROM payouts WHERE account = \(account.rawValue))
             """
         )[0].decode((Int, Int, Date?, Date?).self)
         return SettlementHealth(unsettledFlagged: flagged, payouts: recorded, newestPayoutDate: newest, oldestPayoutDate: oldest)
@@ -175,15 +186,21 @@ extension PostgresStore {
 
     // MARK: SettlementReports
 
-    public func payouts(since: Date?, paymentReference: String?) async throws -> [PayoutReconciliation] {
+    public func payouts(since: Date?, paymentReference: String?, account: AccountID?) async throws -> [PayoutReconciliation] {
         try await rows(
             """
-            SELECT data FROM payouts
+            SELECT data, account FROM payouts
             WHERE (\(since)::timestamptz IS NULL OR payout_date >= \(since))
               AND (\(paymentReference)::text IS NULL OR payment_reference = \(paymentReference))
+              AND (\(account?.rawValue)::text IS NULL OR account = \(account?.rawValue))
             ORDER BY payout_date, payment_reference
             """
-        ).map { try decode(PayoutReconciliation.self, $0) }
+        ).map { row in
+            let (data, account) = try row.decode((String, String).self)
+            var payout = try decode(PayoutReconciliation.self, text: data)
+            payout.account = AccountID(rawValue: account) ?? .default
+            return payout
+        }
     }
 
     public func settlementLines(orderIDs: [String]) async throws -> [LineReconciliation] {

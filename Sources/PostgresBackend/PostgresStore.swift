@@ -569,10 +569,13 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 """)
             if inserted.isEmpty { return .recordedMeanwhile }
         }
-        if let dispute = writes.disputeHint {
+        if let hint = writes.disputeHint {
             _ = try await rows(
                 db,
-                "INSERT INTO dispute_hints (dispute_id, hinted_at) VALUES (\(dispute), \(at)) ON CONFLICT (dispute_id) DO UPDATE SET hinted_at = excluded.hinted_at"
+                """
+                INSERT INTO dispute_hints (dispute_id, hinted_at, account) VALUES (\(hint.disputeID), \(at), \(hint.account.rawValue))
+                ON CONFLICT (dispute_id) DO UPDATE SET hinted_at = excluded.hinted_at, account = excluded.account
+                """
             )
         }
         var captureRequestID: Int64?

@@ -6,6 +6,17 @@ import ReconcilerCore
 // Every write is conditional on the revision the writer read, so two daemons reading the same change write its
 // outcome once: the second finds the revision moved, reads again, and finds nothing new.
 
+/// A dispute a webhook named, for the dispute service of the account the webhook was routed to.
+public struct DisputeHint: Sendable, Equatable {
+    public var disputeID: String
+    public var account: AccountID
+
+    public init(disputeID: String, account: AccountID) {
+        self.disputeID = disputeID
+        self.account = account
+    }
+}
+
 /// One dispute as the service writes it: the dispute, Klarna's JSON of it, when to look at it next, and what its
 /// change says.
 public struct DisputeWrite: Sendable, Equatable {
@@ -97,28 +108,29 @@ public struct DisputeHealth: Sendable, Equatable {
 /// What the dispute service needs.
 public protocol DisputeStore: Sendable {
     func dispute(_ id: String) async throws -> TrackedDispute?
-    /// Which of `orderIDs` the store tracks (a dispute of any other is an orphan).
-    func trackedOrders(among orderIDs: [String]) async throws -> Set<String>
-    /// Writes the dispute unless its row's revision is not `expectedRevision` (nil: unless a row exists), with its
+    /// Which of `orderIDs` the store tracks under `account` (a dispute of any other is an orphan).
+    func trackedOrders(among orderIDs: [String], account: AccountID) async throws -> Set<String>
+    /// Writes the dispute (under its ``TrackedDispute/account``) unless its row's revision is not `expectedRevision` (nil: unless a row exists), with its
     /// outcomes and events, and forgets a hint for it recorded by ``DisputeWrite/readStartedAt``; in one transaction.
     /// Returns whether it wrote.
     func record(_ write: DisputeWrite, at: Date) async throws -> Bool
-    /// Disputes a webhook named that were not read since, oldest hint first.
-    func disputeHints(limit: Int) async throws -> [String]
+    /// Disputes a webhook routed to `account` named that were not read since, oldest hint first.
+    func disputeHints(account: AccountID, limit: Int) async throws -> [String]
     /// Forgets hints of disputes Klarna does not know (a read answered 404).
     func forgetDisputeHints(_ ids: [String]) async throws
-    /// Open disputes whose next look is due at `now`, soonest first.
-    func disputesToLook(at now: Date, limit: Int) async throws -> [TrackedDispute]
-    /// Actions not finished whose next look is due at `now`, oldest first.
-    func dueDisputeActions(at now: Date, limit: Int) async throws -> [DisputeAction]
-    /// The soonest next look of an open dispute or an unfinished action.
-    func nextDisputeLook() async throws -> Date?
+    /// Open disputes of `account` whose next look is due at `now`, soonest first.
+    func disputesToLook(account: AccountID, at now: Date, limit: Int) async throws -> [TrackedDispute]
+    /// Actions on disputes of `account` not finished whose next look is due at `now`, oldest first.
+    func dueDisputeActions(account: AccountID, at now: Date, limit: Int) async throws -> [DisputeAction]
+    /// The soonest next look of an open dispute or an unfinished action of `account`.
+    func nextDisputeLook(account: AccountID) async throws -> Date?
     /// Writes the action unless its row's revision moved, with its outcome and event; returns whether it wrote.
     func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool
-    func disputeHealth() async throws -> DisputeHealth
-    /// Notes that a list of every dispute updated since its start, begun at `through`, ended: the next list starts
-    /// from there. Never moves back.
-    func listed(through: Date) async throws
+    /// `account`'s open disputes and its last complete list.
+    func disputeHealth(account: AccountID) async throws -> DisputeHealth
+    /// Notes that a list of every dispute of `account` updated since its start, begun at `through`, ended: the
+    /// account's next list starts from there. Never moves back.
+    func listed(through: Date, account: AccountID) async throws
     /// Whether an operator holds the order: a held payment's dispute gets no answer sent until it is released.
     func isHeld(order orderID: String) async throws -> Bool
 }
@@ -131,9 +143,9 @@ extension DisputeStore where Self: OperatorStore {
 
 /// What the operators' commands read and ask.
 public protocol DisputeReports: Sendable {
-    /// Disputes, open ones only with `openOnly`, with a deadline before `dueBefore` if given; nearest deadline first,
-    /// then newest.
-    func disputes(openOnly: Bool, dueBefore: Date?) async throws -> [TrackedDispute]
+    /// Disputes, open ones only with `openOnly`, with a deadline before `dueBefore` if given, of `account` (every
+    /// account's when nil); nearest deadline first, then newest.
+    func disputes(openOnly: Bool, dueBefore: Date?, account: AccountID?) async throws -> [TrackedDispute]
     /// The disputes of these orders, oldest first.
     func disputes(orderIDs: [String]) async throws -> [TrackedDispute]
     /// Records an action for the daemon, with its dispute's order, unless an action on the same dispute is unfinished

@@ -30,7 +30,7 @@ public struct IngestRecord: Sendable {
         /// A Klarna Network webhook: read the payment request now, following it from here if it is new.
         case hintPaymentRequest(TrackedPaymentRequest)
         /// A dispute webhook: the dispute service reads the dispute (a hint kept until it has).
-        case hintDispute(disputeID: String)
+        case hintDispute(DisputeHint)
         /// Recorded and deduplicated; nothing to wake (a Klarna Network event without a payment request id).
         case recordOnly
     }

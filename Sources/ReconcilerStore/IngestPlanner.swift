@@ -49,8 +49,8 @@ public struct IngestWrites: Sendable {
     public var captureRequest: CaptureRequestRow?
     /// A new intent (a refund), inserted.
     public var intent: Intent?
-    /// A dispute for the dispute service to read (kept until it has).
-    public var disputeHint: String?
+    /// A dispute for the dispute service of its account to read (kept until it has).
+    public var disputeHint: DisputeHint?
     public var events: [NewEvent] = []
     /// Keys to wake; `delivered`: the caller wakes the engine itself once this commits (the row then only matters after
     /// a crash).
@@ -156,8 +156,8 @@ public enum IngestPlanner {
             case .refused(let status, let error, let reason):
                 return .refuse(.refused(status: status, error: error, detail: reason))
             }
-        case (.hintDispute(let disputeID), _):
-            writes.disputeHint = disputeID
+        case (.hintDispute(let hint), _):
+            writes.disputeHint = hint
             return .write(writes, .accepted(wake: []))
         case (.recordOnly, _):
             return .write(writes, .accepted(wake: []))

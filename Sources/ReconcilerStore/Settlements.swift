@@ -40,24 +40,25 @@ public struct UnsettledFlag: Sendable, Equatable {
 public protocol SettlementStore: Sendable {
     /// Which of `references` are recorded already.
     func recordedPayouts(among references: [String]) async throws -> Set<String>
-    /// What the shop knows of these orders: captures (the daemon's and observed ones), observed refunds, each with
-    /// the line that settled it. An order id the store never tracked is absent from the answer (an orphan's); one
-    /// whose payment retention pruned since is answered from its ledger rows alone (no merchant reference or currency).
-    func ledger(orderIDs: [String]) async throws -> [String: LedgerOrder]
-    /// Records one payout's reconciliation in one transaction: the payout, its lines, `settledBy` on the captures
+    /// What the shop knows of these orders in `account`: captures (the daemon's and observed ones), observed refunds,
+    /// each with the line that settled it. An order id the store never tracked, or tracks under another account, is
+    /// absent from the answer (an orphan's); one whose payment retention pruned since is answered from its ledger
+    /// rows alone (no merchant reference or currency).
+    func ledger(orderIDs: [String], account: AccountID) async throws -> [String: LedgerOrder]
+    /// Records one payout's reconciliation, under its ``PayoutReconciliation/account``, in one transaction: the payout, its lines, `settledBy` on the captures
     /// and refunds it settled (only where none is recorded: a later SALE for a settled capture is a duplicate, not
     /// its new settlement) and `outcomes`. A payout recorded already (another daemon, a sync before a restart) is
     /// left as it is, nothing is written and the answer is false.
     func record(_ reconciliation: PayoutReconciliation, outcomes: [Outcome], at: Date) async throws -> Bool
     /// Records the entries not in the ledger yet, each with its outcome, in one transaction; returns how many were new.
     func recordDrift(_ entries: [DriftEntry], at: Date) async throws -> Int
-    /// Captures neither settled nor flagged, captured from `capturedFrom` up to and including `capturedBefore`, oldest
-    /// first, at most `limit`.
-    func unsettledCaptures(capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture]
+    /// Captures of `account` neither settled nor flagged, captured from `capturedFrom` up to and including
+    /// `capturedBefore`, oldest first, at most `limit`. A capture whose order was pruned is every account's.
+    func unsettledCaptures(account: AccountID, capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture]
     /// Flags the captures not flagged or settled yet, each with its outcome, in one transaction; returns how many.
     func flagUnsettled(_ flags: [UnsettledFlag], at: Date) async throws -> Int
-    /// The numbers `/metrics` shows: captures flagged unsettled and still unsettled, and the newest payout date.
-    func settlementHealth() async throws -> SettlementHealth
+    /// The numbers `/metrics` shows for `account`: its captures flagged unsettled and still unsettled, and its payouts.
+    func settlementHealth(account: AccountID) async throws -> SettlementHealth
     /// Which of `orderIDs` an operator holds: a held payment makes no Klarna call, a settlement read included.
     func heldOrders(among orderIDs: [String]) async throws -> Set<String>
 }
@@ -89,9 +90,9 @@ public struct SettlementHealth: Sendable, Equatable {
 
 /// What the operator commands read: the payouts recorded, and the settlement lines of a payment.
 public protocol SettlementReports: Sendable {
-    /// Recorded payouts with `payoutDate` at or after `since` (all when nil), or the one `paymentReference` names,
-    /// oldest first.
-    func payouts(since: Date?, paymentReference: String?) async throws -> [PayoutReconciliation]
+    /// Recorded payouts with `payoutDate` at or after `since` (all when nil), or the one `paymentReference` names, of
+    /// `account` (every account's when nil), oldest first.
+    func payouts(since: Date?, paymentReference: String?, account: AccountID?) async throws -> [PayoutReconciliation]
     /// Every recorded settlement line that names one of `orderIDs`, by payout date then ordinal.
     func settlementLines(orderIDs: [String]) async throws -> [LineReconciliation]
 }

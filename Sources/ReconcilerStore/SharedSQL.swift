@@ -84,3 +84,26 @@ extension SharedSQL {
         """
     }
 }
+
+extension SharedSQL {
+    /// Payouts and disputes belong to a Klarna account too (SQLite's schema step 13, PostgreSQL's 10): each account's
+    /// settlement sync lists from its own newest payout, each dispute service reads its own disputes and hints and
+    /// lists from its own last list. What was recorded before belongs to the default account.
+    public static func moneyAccountColumns(time: String) -> String {
+        """
+        ALTER TABLE payouts ADD COLUMN account text NOT NULL DEFAULT 'default';
+        CREATE INDEX payouts_account ON payouts(account, payout_date);
+        ALTER TABLE disputes ADD COLUMN account text NOT NULL DEFAULT 'default';
+        ALTER TABLE dispute_hints ADD COLUMN account text NOT NULL DEFAULT 'default';
+        CREATE TABLE dispute_account_lists (account text PRIMARY KEY, listed_through \(time) NOT NULL);
+        INSERT INTO dispute_account_lists (account, listed_through) SELECT 'default', listed_through FROM dispute_lists;
+        DROP TABLE dispute_lists;
+        """
+    }
+
+    /// Whether the ledger row's order (`ledger.order_id`) is not tracked under another account than the one
+    /// `parameter` binds: a pruned order's rows are every account's.
+    public static func ledgerOfAccount(_ parameter: String) -> String {
+        "NOT EXISTS (SELECT 1 FROM orders o WHERE o.order_id = ledger.order_id AND o.account <> \(parameter))"
+    }
+}

@@ -110,12 +110,16 @@ enum Migrations {
         SharedSQL.disputeTables(time: "REAL", serial: "INTEGER"),
         // 12: the Klarna account of every session, order and payment request.
         SharedSQL.accountColumns,
+        // 13: the Klarna account of every payout, dispute and dispute hint, and each account's last dispute list.
+        SharedSQL.moneyAccountColumns(time: "REAL"),
     ]
 
     static var latest: Int { steps.count }
 
     /// The step that made the settlement tables (tests undo it to test its backfill).
     static let settlementStep = 9
+    /// The first step of accounts (tests undo it and the ones after to test the upgrade from the release before).
+    static let accountsStep = 12
 
     static func version(of db: SQLiteConnection) throws -> Int {
         try db.query("PRAGMA user_version").first?.int(0) ?? 0

@@ -19,9 +19,12 @@ extension SQLiteStore {
         return dispute
     }
 
-    public func trackedOrders(among orderIDs: [String]) async throws -> Set<String> {
+    public func trackedOrders(among orderIDs: [String], account: AccountID) async throws -> Set<String> {
         try await read { db in
-            try Set(orderIDs.filter { try !db.query("SELECT 1 FROM orders WHERE order_id = ?", [.text($0)]).isEmpty })
+            try Set(
+                orderIDs.filter {
+                    try !db.query("SELECT 1 FROM orders WHERE order_id = ? AND account = ?", [.text($0), .text(account.rawValue)]).isEmpty
+                })
         }
     }
 
@@ -35,22 +38,23 @@ extension SQLiteStore {
             let values: [SQLValue] = [
                 .text(dispute.id), SQLValue(dispute.orderID), .text(dispute.state.rawValue), .integer(dispute.isOpen ? 1 : 0),
                 SQLValue(dispute.deadline), SQLValue(write.nextLookAt), SQLValue(dispute.updatedAt), SQLValue(revision),
-                .text(dispute.apiVersion), .text(data), SQLValue(write.raw),
+                .text(dispute.apiVersion), .text(data), SQLValue(write.raw), .text(dispute.account.rawValue),
             ]
             let written: Bool
             if let expected = write.expectedRevision {
                 written = try !db.query(
                     """
                     UPDATE disputes SET order_id = ?2, state = ?3, is_open = ?4, deadline = ?5, next_look = ?6, klarna_updated_at = ?7,
-                      revision = ?8, api_version = ?9, data = ?10, raw = coalesce(?11, raw)
-                    WHERE dispute_id = ?1 AND revision = ?12 RETURNING 1
+                      revision = ?8, api_version = ?9, data = ?10, raw = coalesce(?11, raw), account = ?12
+                    WHERE dispute_id = ?1 AND revision = ?13 RETURNING 1
                     """, values + [SQLValue(expected)]
                 ).isEmpty
             } else {
                 written = try !db.query(
                     """
-                    INSERT INTO disputes (dispute_id, order_id, state, is_open, deadline, next_look, klarna_updated_at, revision, api_version, data, raw)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dispute_id) DO NOTHING RETURNING 1
+                    INSERT INTO disputes (
+                      dispute_id, order_id, state, is_open, deadline, next_look, klarna_updated_at, revision, api_version, data, raw, account)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dispute_id) DO NOTHING RETURNING 1
                     """, values
                 ).isEmpty
             }
@@ -67,9 +71,12 @@ extension SQLiteStore {
         }
     }
 
-    public func disputeHints(limit: Int) async throws -> [String] {
+    public func disputeHints(account: AccountID, limit: Int) async throws -> [String] {
         try await read { db in
-            try db.query("SELECT dispute_id FROM dispute_hints ORDER BY hinted_at, dispute_id LIMIT ?", [SQLValue(limit)]).compactMap { $0.string(0) }
+            try db.query(
+                "SELECT dispute_id FROM dispute_hints WHERE account = ? ORDER BY hinted_at, dispute_id LIMIT ?",
+                [.text(account.rawValue), SQLValue(limit)]
+            ).compactMap { $0.string(0) }
         }
     }
 
@@ -79,20 +86,27 @@ extension SQLiteStore {
         }
     }
 
-    public func disputesToLook(at now: Date, limit: Int) async throws -> [TrackedDispute] {
+    public func disputesToLook(account: AccountID, at now: Date, limit: Int) async throws -> [TrackedDispute] {
         try await read { db in
             try db.query(
-                "SELECT data, revision FROM disputes WHERE is_open = 1 AND next_look IS NOT NULL AND next_look <= ? ORDER BY next_look LIMIT ?",
-                [SQLValue(now), SQLValue(limit)]
+                """
+                SELECT data, revision FROM disputes WHERE is_open = 1 AND next_look IS NOT NULL AND next_look <= ? AND account = ?
+                ORDER BY next_look LIMIT ?
+                """,
+                [SQLValue(now), .text(account.rawValue), SQLValue(limit)]
             ).map { try self.dispute($0) }
         }
     }
 
-    public func dueDisputeActions(at now: Date, limit: Int) async throws -> [DisputeAction] {
+    public func dueDisputeActions(account: AccountID, at now: Date, limit: Int) async throws -> [DisputeAction] {
         try await read { db in
             try db.query(
-                "SELECT data, revision, id FROM dispute_actions WHERE next_at IS NOT NULL AND next_at <= ? ORDER BY next_at, id LIMIT ?",
-                [SQLValue(now), SQLValue(limit)]
+                """
+                SELECT data, revision, id FROM dispute_actions
+                WHERE next_at IS NOT NULL AND next_at <= ? AND dispute_id IN (SELECT dispute_id FROM disputes WHERE account = ?)
+                ORDER BY next_at, id LIMIT ?
+                """,
+                [SQLValue(now), .text(account.rawValue), SQLValue(limit)]
             ).map { try self.action($0) }
         }
     }
@@ -104,13 +118,14 @@ extension SQLiteStore {
         return action
     }
 
-    public func nextDisputeLook() async throws -> Date? {
+    public func nextDisputeLook(account: AccountID) async throws -> Date? {
         try await read { db in
             try db.query(
                 """
-                SELECT min(t) FROM (SELECT min(next_look) AS t FROM disputes WHERE is_open = 1
-                  UNION ALL SELECT min(next_at) FROM dispute_actions WHERE next_at IS NOT NULL)
-                """
+                SELECT min(t) FROM (SELECT min(next_look) AS t FROM disputes WHERE is_open = 1 AND account = ?1
+                  UNION ALL SELECT min(next_at) FROM dispute_actions
+                  WHERE next_at IS NOT NULL AND dispute_id IN (SELECT dispute_id FROM disputes WHERE account = ?1))
+                """, [.text(account.rawValue)]
             ).first?.date(0)
         }
     }
@@ -137,18 +152,22 @@ extension SQLiteStore {
         }
     }
 
-    public func disputeHealth() async throws -> DisputeHealth {
-        try await read { db in
+    public func disputeHealth(account: AccountID) async throws -> DisputeHealth {
+        let account: [SQLValue] = [.text(account.rawValue)]
+        return try await read { db in
             var health = DisputeHealth()
-            for row in try db.query("SELECT state, count(*) FROM disputes WHERE is_open = 1 GROUP BY state") {
+            for row in try db.query("SELECT state, count(*) FROM disputes WHERE is_open = 1 AND account = ? GROUP BY state", account) {
                 health.openByState[row.string(0) ?? "?"] = row.int(1) ?? 0
             }
-            for row in try db.query("SELECT data FROM disputes WHERE is_open = 1 AND data LIKE '%ON_DISPUTE%'") {
+            for row in try db.query("SELECT data FROM disputes WHERE is_open = 1 AND account = ? AND data LIKE '%ON_DISPUTE%'", account) {
                 let dispute = try self.decode(TrackedDispute.self, row.string(0))
                 health.heldByCurrency[dispute.currency ?? "?", default: 0] += dispute.heldAmount
             }
             let row = try db.query(
-                "SELECT (SELECT min(deadline) FROM disputes WHERE is_open = 1), (SELECT listed_through FROM dispute_lists WHERE id = 1)"
+                """
+                SELECT (SELECT min(deadline) FROM disputes WHERE is_open = 1 AND account = ?1),
+                  (SELECT listed_through FROM dispute_account_lists WHERE account = ?1)
+                """, account
             ).first
             health.nextDeadline = row?.date(0)
             health.listedThrough = row?.date(1)
@@ -156,26 +175,27 @@ extension SQLiteStore {
         }
     }
 
-    public func listed(through: Date) async throws {
+    public func listed(through: Date, account: AccountID) async throws {
         try await write { db in
             _ = try db.query(
                 """
-                INSERT INTO dispute_lists (id, listed_through) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET listed_through = excluded.listed_through
-                WHERE dispute_lists.listed_through < excluded.listed_through
-                """, [SQLValue(through)])
+                INSERT INTO dispute_account_lists (account, listed_through) VALUES (?, ?)
+                ON CONFLICT (account) DO UPDATE SET listed_through = excluded.listed_through
+                WHERE dispute_account_lists.listed_through < excluded.listed_through
+                """, [.text(account.rawValue), SQLValue(through)])
         }
     }
 
     // MARK: DisputeReports
 
-    public func disputes(openOnly: Bool, dueBefore: Date?) async throws -> [TrackedDispute] {
+    public func disputes(openOnly: Bool, dueBefore: Date?, account: AccountID?) async throws -> [TrackedDispute] {
         try await read { db in
             try db.query(
                 """
                 SELECT data, revision FROM disputes
-                WHERE (?1 = 0 OR is_open = 1) AND (?2 IS NULL OR (deadline IS NOT NULL AND deadline < ?2))
+                WHERE (?1 = 0 OR is_open = 1) AND (?2 IS NULL OR (deadline IS NOT NULL AND deadline < ?2)) AND (?3 IS NULL OR account = ?3)
                 ORDER BY deadline IS NULL, deadline, klarna_updated_at DESC, dispute_id
-                """, [.integer(openOnly ? 1 : 0), SQLValue(dueBefore)]
+                """, [.integer(openOnly ? 1 : 0), SQLValue(dueBefore), SQLValue(account?.rawValue)]
             ).map { try self.dispute($0) }
         }
     }

@@ -40,13 +40,15 @@ extension SQLiteStore {
     }
 
     /// By primary key, one order at a time: the orders of one payout, whatever the ledger's size.
-    public func ledger(orderIDs: [String]) async throws -> [String: LedgerOrder] {
+    public func ledger(orderIDs: [String], account: AccountID) async throws -> [String: LedgerOrder] {
         try await read { db in
             var orders: [String: LedgerOrder] = [:]
             for orderID in Set(orderIDs) {
                 let known = try db.query(
-                    "SELECT merchant_reference, json_extract(data, '$.currency') FROM orders WHERE order_id = ?", [.text(orderID)]
+                    "SELECT merchant_reference, json_extract(data, '$.currency'), account FROM orders WHERE order_id = ?", [.text(orderID)]
                 ).first
+                // Another account's order is not this account's to match.
+                if let known, known.string(2) != account.rawValue { continue }
                 let entries = try db.query(
                     "SELECT \(Self.ledgerColumns) FROM ledger WHERE order_id = ? ORDER BY at, entry_key", [.text(orderID)]
                 ).compactMap(Self.ledgerRow)
@@ -71,12 +73,13 @@ extension SQLiteStore {
             // Recorded already: the payout stays as it is and nothing else is written.
             let fresh = try !db.query(
                 """
-                INSERT INTO payouts (payment_reference, payout_date, currency, recorded_at, finding_count, data) VALUES (?, ?, ?, ?, ?, ?)
+                INSERT INTO payouts (payment_reference, payout_date, currency, recorded_at, finding_count, data, account)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (payment_reference) DO NOTHING RETURNING 1
                 """,
                 [
                     .text(payout.paymentReference), SQLValue(payout.payoutDate), .text(payout.currency), SQLValue(at),
-                    SQLValue(reconciliation.findings.count), .text(data),
+                    SQLValue(reconciliation.findings.count), .text(data), .text(reconciliation.account.rawValue),
                 ]
             ).isEmpty
             guard fresh else { return false }
@@ -123,15 +126,16 @@ extension SQLiteStore {
     }
 
     /// From the partial index of captures neither settled nor flagged, in its order.
-    public func unsettledCaptures(capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
+    public func unsettledCaptures(account: AccountID, capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
         try await read { db in
             try db.query(
                 """
                 SELECT \(Self.ledgerColumns) FROM ledger
-                WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL AND at >= ? AND at <= ?
-                ORDER BY at, order_id, entry_key LIMIT ?
+                WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL AND at >= ?1 AND at <= ?2
+                  AND \(SharedSQL.ledgerOfAccount("?4"))
+                ORDER BY at, order_id, entry_key LIMIT ?3
                 """,
-                [SQLValue(capturedFrom), SQLValue(capturedBefore), SQLValue(limit)]
+                [SQLValue(capturedFrom), SQLValue(capturedBefore), SQLValue(limit), .text(account.rawValue)]
             ).compactMap(Self.ledgerRow).map(\.capture)
         }
     }
@@ -157,13 +161,14 @@ extension SQLiteStore {
         }
     }
 
-    public func settlementHealth() async throws -> SettlementHealth {
+    public func settlementHealth(account: AccountID) async throws -> SettlementHealth {
         try await read { db in
             let row = try db.query(
                 """
-                SELECT (SELECT COUNT(*) FROM ledger WHERE flagged_at IS NOT NULL AND settled_reference IS NULL),
-                  (SELECT COUNT(*) FROM payouts), (SELECT MAX(payout_date) FROM payouts), (SELECT MIN(payout_date) FROM payouts)
-                """
+                SELECT (SELECT COUNT(*) FROM ledger WHERE flagged_at IS NOT NULL AND settled_reference IS NULL AND \(SharedSQL.ledgerOfAccount("?1"))),
+                  (SELECT COUNT(*) FROM payouts WHERE account = ?1), (SELECT MAX(payout_date) FROM payouts WHERE account = ?1),
+                  (SELECT MIN(payout_date) FROM payouts WHERE account = ?1)
+                """, [.text(account.rawValue)]
             ).first
             return SettlementHealth(
                 unsettledFlagged: row?.int(0) ?? 0, payouts: row?.int(1) ?? 0, newestPayoutDate: row?.date(2),
@@ -173,9 +178,13 @@ extension SQLiteStore {
 
     // MARK: SettlementReports
 
-    public func payouts(since: Date?, paymentReference: String?) async throws -> [PayoutReconciliation] {
+    public func payouts(since: Date?, paymentReference: String?, account: AccountID?) async throws -> [PayoutReconciliation] {
         var conditions = ["1"]
         var arguments: [SQLValue] = []
+        if let account {
+            conditions.append("account = ?")
+            arguments.append(.text(account.rawValue))
+        }
         if let since {
             conditions.append("payout_date >= ?")
             arguments.append(SQLValue(since))
@@ -184,9 +193,13 @@ extension SQLiteStore {
             conditions.append("payment_reference = ?")
             arguments.append(.text(paymentReference))
         }
-        let sql = "SELECT data FROM payouts WHERE \(conditions.joined(separator: " AND ")) ORDER BY payout_date, payment_reference"
+        let sql = "SELECT data, account FROM payouts WHERE \(conditions.joined(separator: " AND ")) ORDER BY payout_date, payment_reference"
         return try await read { [arguments] db in
-            try db.query(sql, arguments).map { try self.decode(PayoutReconciliation.self, $0.string(0)) }
+            try db.query(sql, arguments).map { row in
+                var payout = try self.decode(PayoutReconciliation.self, row.string(0))
+                payout.account = AccountID(rawValue: row.string(1) ?? "") ?? .default
+                return payout
+            }
         }
     }
 

@@ -412,10 +412,13 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         if let session = writes.newSession { try writeSession(db, session, data: try sessionData ?? json(session), at: at) }
         if let request = writes.paymentRequest { try writePaymentRequest(db, request, data: try json(request), at: at) }
         if let intent = writes.intent { try writeIntent(db, intent, data: try json(intent), at: at) }
-        if let dispute = writes.disputeHint {
+        if let hint = writes.disputeHint {
             try db.query(
-                "INSERT INTO dispute_hints (dispute_id, hinted_at) VALUES (?, ?) ON CONFLICT (dispute_id) DO UPDATE SET hinted_at = excluded.hinted_at",
-                [.text(dispute), SQLValue(at)])
+                """
+                INSERT INTO dispute_hints (dispute_id, hinted_at, account) VALUES (?, ?, ?)
+                ON CONFLICT (dispute_id) DO UPDATE SET hinted_at = excluded.hinted_at, account = excluded.account
+                """,
+                [.text(hint.disputeID), SQLValue(at), .text(hint.account.rawValue)])
         }
         var captureRequestID: Int64?
         if let capture = writes.captureRequest {

@@ -135,14 +135,6 @@ extension Settings {
                     settlementsEnabled: try account.bool("settlements.enabled", default: defaults.settlementsEnabled),
                     disputesEnabled: try account.bool("disputes.enabled", default: defaults.disputesEnabled)))
         }
-        // One account's payouts and disputes: their sync state is the store's, not yet kept per account.
-        for (name, enabled) in [("settlements", accounts.filter(\.settlementsEnabled)), ("disputes", accounts.filter(\.disputesEnabled))]
-        where enabled.count > 1 {
-            throw SettingsError(
-                "\(name).enabled",
-                "on for accounts \(enabled.map(\.id.rawValue).joined(separator: ", ")): this release follows one account's \(name); set \(name).enabled: true on that account only"
-            )
-        }
         return accounts
     }
 

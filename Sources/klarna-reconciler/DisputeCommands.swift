@@ -10,6 +10,7 @@ struct DisputesCommand: AsyncParsableCommand {
 
     @Flag(help: "Only disputes not closed.") var open = false
     @Option(name: .customLong("due-within"), help: "Only disputes whose deadline falls within DAYS from now.") var dueWithin: Int?
+    @Option(help: "Only this account's disputes (an id of accounts:); by default every account's, with totals by account.") var account: AccountID?
     @Flag(help: "Print JSON.") var json = false
     @OptionGroup var options: ConfigOptions
 
@@ -24,24 +25,31 @@ struct DisputesCommand: AsyncParsableCommand {
         if let client = try await ControlClient.find(settings) {
             var query = "/v2/disputes?open=\(open)"
             if let dueWithin { query += "&due_within_days=\(dueWithin)" }
+            if let account { query += "&account=\(account)" }
             guard let answer = try await client.get([DisputeView].self, query) else {
                 throw ControlClient.Failed(description: "the daemon has no /v2/disputes: restart it after an upgrade")
             }
             views = answer
         } else {
             let store = try await options.openStore(settings, readOnly: true)
-            views = try await OperatorDesk(store: store).disputes(openOnly: open, dueWithin: dueWithin.map { .seconds($0 * 86_400) }, now: now)
+            views = try await OperatorDesk(store: store).disputes(
+                openOnly: open, dueWithin: dueWithin.map { .seconds($0 * 86_400) }, account: account, now: now)
         }
         if json { return try printJSON(views) }
         if views.isEmpty {
-            print(settings.disputes.enabled ? "no disputes" : "no disputes (disputes.enabled is false: the daemon does not follow them)")
+            let followed = settings.accounts.contains(where: \.disputesEnabled)
+            print(
+                (account.map { "no disputes for account \($0)" } ?? "no disputes")
+                    + (followed ? "" : " (disputes.enabled is false: the daemon does not follow them)"))
             return
         }
+        let namesAccounts = views.contains { $0.dispute.account != .default }
         for view in views {
             let dispute = view.dispute
             let due = dispute.deadline.map { "deadline \($0.formatted(.iso8601)) (\(relative($0, now)))" } ?? "no deadline"
             print(
-                "\(dispute.id)  \(dispute.state.rawValue)\(dispute.outcome.map { " \($0)" } ?? "")  \(due)")
+                "\(dispute.id)  \(dispute.state.rawValue)\(dispute.outcome.map { " \($0)" } ?? "")  \(due)\(namesAccounts ? "  account \(dispute.account)" : "")"
+            )
             print(
                 "  order \(dispute.orderID ?? "?")\(dispute.orphan ? " (not tracked: an orphan)" : ""), \(dispute.reason ?? "no reason"), \(dispute.amount.map(String.init) ?? "?") \(dispute.currency ?? "")\(dispute.heldAmount > 0 ? ", held" : ""), updated \(dispute.updatedAt.map { $0.formatted(.iso8601) } ?? "—")"
             )
@@ -51,6 +59,32 @@ struct DisputesCommand: AsyncParsableCommand {
                 )
             }
         }
+        print(DisputeTotals.line("Total", views.map(\.dispute)))
+        if namesAccounts {
+            for (account, disputes) in Dictionary(grouping: views.map(\.dispute), by: \.account).sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                print(DisputeTotals.line("  account \(account)", disputes))
+            }
+        }
+    }
+}
+
+/// The totals under `disputes`: how many, how many open, and what is disputed and held per currency.
+enum DisputeTotals {
+    /// `Total: 3 disputes, 2 open; disputed 9000 EUR, 3000 USD; held 6000 EUR`.
+    static func line(_ title: String, _ disputes: [TrackedDispute]) -> String {
+        var disputed: [String: Int] = [:]
+        var held: [String: Int] = [:]
+        for dispute in disputes {
+            let currency = dispute.currency ?? "?"
+            disputed[currency] = Minor.add(disputed[currency] ?? 0, dispute.amount ?? 0)
+            if dispute.heldAmount > 0 { held[currency] = Minor.add(held[currency] ?? 0, dispute.heldAmount) }
+        }
+        func amounts(_ byCurrency: [String: Int]) -> String {
+            byCurrency.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+        }
+        let open = disputes.filter(\.isOpen).count
+        return "\(title): \(SettlementReportRenderer.counted(disputes.count, "dispute")), \(open) open; disputed \(amounts(disputed))"
+            + (held.isEmpty ? "" : "; held \(amounts(held))")
     }
 }
 

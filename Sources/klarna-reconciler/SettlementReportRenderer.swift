@@ -5,13 +5,17 @@ import ReconcilerCore
 /// JSON is ``PayoutReport`` itself), and one settlement line as `show` prints it. Amounts are minor units, signed
 /// where a line's effect on the payout is meant, as magnitudes where Klarna's formula names a figure.
 enum SettlementReportRenderer {
-    /// Every payout with its counts, figures, unmatched lines and findings, then one total line.
+    /// Every payout with its counts, figures, unmatched lines and findings, then one total line (per currency), and
+    /// one per account when the payouts are of another account than the default one.
     static func text(_ reports: [PayoutReport]) -> String {
         var lines: [String] = []
+        let byAccount = Dictionary(grouping: reports, by: \.account)
+        let namesAccounts = byAccount.keys.contains { $0 != .default }
         for report in reports {
             let agrees = report.net == report.netFromLines ? "" : " (differs: see the findings)"
+            let account = namesAccounts ? "  account \(report.account)" : ""
             lines.append(
-                "Payout \(report.paymentReference)  \(report.payoutDate.formatted(.iso8601))  \(report.currency)  \(report.settlementType)  net \(report.net)  net from lines \(report.netFromLines)\(agrees)"
+                "Payout \(report.paymentReference)  \(report.payoutDate.formatted(.iso8601))  \(report.currency)  \(report.settlementType)  net \(report.net)  net from lines \(report.netFromLines)\(agrees)\(account)"
             )
             lines.append(
                 "  \(counted(report.lineCount, "line")): \(report.matchedCount) matched, \(report.payoutLevelCount) payout-level, \(report.unmatchedCount) unmatched"
@@ -36,6 +40,11 @@ enum SettlementReportRenderer {
             }
         }
         lines.append(total(reports))
+        if namesAccounts {
+            for (account, reports) in byAccount.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                lines.append("  account \(account): " + total(reports).dropFirst("Total: ".count))
+            }
+        }
         return lines.joined(separator: "\n")
     }
 

@@ -12,6 +12,7 @@ struct SettlementsCommand: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("Only payouts dated on or after this: \(PayoutSince.expected).", valueName: "date")) var since: String?
     @Option(help: ArgumentHelp("Only the payout with this payment reference (as on the bank statement).", valueName: "ref")) var payout: String?
+    @Option(help: "Only this account's payouts (an id of accounts:); by default every account's, with totals by account.") var account: AccountID?
     @Flag(help: "Print a JSON array of payout reports.") var json = false
     @Flag(help: "Print CSV (RFC 4180): a header and one row per payout.") var csv = false
     @OptionGroup var options: ConfigOptions
@@ -28,7 +29,10 @@ struct SettlementsCommand: AsyncParsableCommand {
         let settings = try await options.load(needsKlarnaPassword: false)
         let reports: [PayoutReport]
         if let client = try await ControlClient.find(settings) {
-            let query = [since.map { "since=\(ControlClient.escape($0))" }, payout.map { "payout=\(ControlClient.escape($0))" }].compactMap { $0 }
+            let query = [
+                since.map { "since=\(ControlClient.escape($0))" }, payout.map { "payout=\(ControlClient.escape($0))" },
+                account.map { "account=\($0)" },
+            ].compactMap { $0 }
             guard
                 let answer = try await client.get([PayoutReport].self, "/v2/settlements" + (query.isEmpty ? "" : "?" + query.joined(separator: "&")))
             else {
@@ -37,9 +41,9 @@ struct SettlementsCommand: AsyncParsableCommand {
             reports = answer
         } else {
             let store = try await options.openStore(settings, readOnly: true)
-            reports = try await store.payouts(since: since.flatMap(PayoutSince.parse), paymentReference: payout).map(\.report)
+            reports = try await store.payouts(since: since.flatMap(PayoutSince.parse), paymentReference: payout, account: account).map(\.report)
         }
-        let after = since.map { " dated on or after \($0)" } ?? ""
+        let after = (since.map { " dated on or after \($0)" } ?? "") + (account.map { " for account \($0)" } ?? "")
         if let payout, reports.isEmpty {
             printError("klarna-reconciler: no payout \(payout) is recorded\(after) (klarna-reconciler settlements lists those that are)")
             throw ExitCode.failure

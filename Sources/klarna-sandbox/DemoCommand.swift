@@ -238,20 +238,20 @@ final class Demo: @unchecked Sendable {
         let made = try sandbox.settle()
         for payout in made {
             let fees = payout.transactions.filter { $0.type == "FEE" }.count
-            let account = payout.merchantId == Demo.usMerchant.id ? "the US account's (its payouts are not followed here)" : "the default account's"
+            let account = payout.merchantId == Demo.usMerchant.id ? "the US account's" : "the default account's"
             detail(
                 "payout \(payout.paymentReference), \(account): \(payout.transactions.count) transactions (\(fees) FEE), net \(payout.totals.settlementAmount) \(payout.currencyCode) (POST /_sandbox/settlements/payouts)"
             )
         }
-        // Klarna pays each merchant on its own; settlements.enabled is on for the default account only.
-        let payouts = made.filter { $0.merchantId != Demo.usMerchant.id }
+        // Klarna pays each merchant on its own; each account's settlement sync lists its own payouts.
+        let payouts = made
         // The daemon syncs settlements when it starts, then every settlements.sync_interval_minutes (at least one).
         try await restartDaemon()
         detail("daemon restarted (pid \(daemon!.processIdentifier)): it syncs settlements at start, then every settlements.sync_interval_minutes")
         let recorded = try await waitFor("the daemon to fetch and match the payout") { () -> [PayoutReconciliation]? in
             var found: [PayoutReconciliation] = []
             for payout in payouts {
-                guard let one = try await store.payouts(since: nil, paymentReference: payout.paymentReference).first else { return nil }
+                guard let one = try await store.payouts(since: nil, paymentReference: payout.paymentReference, account: nil).first else { return nil }
                 found.append(one)
             }
             return found
@@ -267,8 +267,13 @@ final class Demo: @unchecked Sendable {
                 description:
                     "the daemon recorded the payout without the orphan, a FEE line or the refund's RETURN matched: \(found.joined(separator: "; "))")
         }
+        for (payout, one) in zip(payouts, recorded) where (payout.merchantId == Demo.usMerchant.id) != (one.account.rawValue == "us") {
+            throw DemoFailure(
+                description: "payout \(payout.paymentReference) of merchant \(payout.merchantId) was recorded as account \(one.account)'s")
+        }
         detail(
-            "the daemon fetched the payout and its transactions and matched every line against the ledger, the refund's RETURN by its refund id")
+            "the daemon fetched each account's payouts with that account's credentials and matched every line against that account's ledger, the refund's RETURN by its refund id"
+        )
 
         step(14, "klarna-reconciler settlements")
         print(try await cli(["settlements"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
@@ -306,11 +311,8 @@ final class Demo: @unchecked Sendable {
             base_url: \(baseURL)
             username: \(Demo.usMerchant.username)
             password_file: klarna-password.us
-            # Payouts and disputes are followed for one account in this release: the European one.
-            settlements:
-              enabled: false
-            disputes:
-              enabled: false
+            # Its payouts and disputes are followed too (settlements.enabled and disputes.enabled below), each with the
+            # US credentials and within the US account.
         store:
           path: state/state.sqlite
         outbox:

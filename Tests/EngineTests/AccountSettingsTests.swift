@@ -76,6 +76,12 @@ struct AccountSettingsTests {
         #expect(text.contains("accounts[eu].password: <redacted> (file "))
         #expect(text.contains("accounts[us].rate_limit.requests_per_second: 10.0"))
         #expect(!text.contains("pw-us-secret") && !text.contains("pw-eu-secret"))
+        // Each account's payouts and disputes may be followed: one service of each per account.
+        let both = try await load(
+            Self.two.replacingOccurrences(
+                of: "    capture:\n", with: "    settlements:\n      enabled: true\n    disputes:\n      enabled: true\n    capture:\n"),
+            credentials: ["klarna-password.us": "pw-us"])
+        #expect(both.accounts.map(\.settlementsEnabled) == [true, true] && both.accounts.map(\.disputesEnabled) == [false, true])
     }
 
     @Test("A bare key is an empty value, as before the accounts list: ingest.socket: turns the socket off")
@@ -133,10 +139,6 @@ struct AccountSettingsTests {
             (
                 Self.two.replacingOccurrences(of: "  request_timeout_seconds: 10", with: "  username: K1_a"),
                 "klarna.username: with accounts:, each account names its own username"
-            ),
-            (
-                Self.two.replacingOccurrences(of: "    capture:\n", with: "    settlements:\n      enabled: true\n    capture:\n"),
-                "settlements.enabled: on for accounts eu, us"
             ),
             ("accounts:\n  - eu\n", "accounts[1]: must be a mapping"),
             ("accounts: eu\n", "accounts: must be a list of accounts"),

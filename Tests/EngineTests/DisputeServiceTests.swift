@@ -32,7 +32,7 @@ struct DisputeServiceTests {
             let hook = try #require(h.sandbox.webhooks().last)
             #expect(hook.eventType == "payment.dispute.state-change.initiated")
             #expect(await ingestor.ingest(hook.delivery, source: "socket").word == "accepted")
-            #expect(try await h.store.disputeHints(limit: 10) == [opened.paymentDisputeId])
+            #expect(try await h.store.disputeHints(account: .default, limit: 10) == [opened.paymentDisputeId])
 
             let report = try await service.sync(list: false)
             #expect(report.hinted == 1 && report.outcomes == 1)
@@ -40,7 +40,7 @@ struct DisputeServiceTests {
             #expect(outcomes.map(\.kind) == [.disputeOpened])
             #expect(outcomes.first?.disputeID == opened.paymentDisputeId && outcomes.first?.orderID == orderID)
             #expect(sameMillisecond(outcomes.first?.deadline, opened.deadline) && outcomes.first?.amount == 4_000)
-            #expect(try await h.store.disputeHints(limit: 10).isEmpty)
+            #expect(try await h.store.disputeHints(account: .default, limit: 10).isEmpty)
             let stored = try #require(try await h.store.dispute(opened.paymentDisputeId))
             #expect(stored.state == .initiated && !stored.orphan && stored.apiVersion == "v4" && stored.reason == "PURCHASE_UNAUTHORIZED")
 
@@ -108,7 +108,7 @@ struct DisputeServiceTests {
             let opened = try h.sandbox.openDispute(order: orderID, reason: "PURCHASE_UNAUTHORIZED")
             let deadline = try #require(opened.deadline)
             try await service.sync()
-            #expect(sameMillisecond(try await h.store.nextDisputeLook(), deadline.addingTimeInterval(-72 * 3_600)))
+            #expect(sameMillisecond(try await h.store.nextDisputeLook(account: .default), deadline.addingTimeInterval(-72 * 3_600)))
 
             h.clock.advance(to: deadline.addingTimeInterval(-72 * 3_600 - 1))
             #expect(try await service.sync(list: false).looked == 0)
@@ -139,7 +139,7 @@ struct DisputeServiceTests {
                 try await h.disputeOutcomes().map(\.kind) == [
                     .disputeOpened, .disputeDeadline, .disputeDeadline, .disputeChanged, .disputeDeadline, .disputeDeadline, .disputeLost,
                 ])
-            #expect(try await h.store.nextDisputeLook() == nil)
+            #expect(try await h.store.nextDisputeLook(account: .default) == nil)
         }
     }
 
@@ -229,7 +229,7 @@ struct DisputeServiceTests {
             #expect(h.acceptLossPosts == 3, "the 409 is the last call")
             #expect(h.sandbox.dispute(third)?.state == "INITIATED")
             #expect(try await h.ask(.acceptLoss, third)?.state == .requested, "asked again, it is a new action")
-            #expect(try await h.store.dueDisputeActions(at: h.clock.now, limit: 10).count == 1)
+            #expect(try await h.store.dueDisputeActions(account: .default, at: h.clock.now, limit: 10).count == 1)
         }
     }
     @Test(
@@ -247,11 +247,11 @@ struct DisputeServiceTests {
             #expect(report.hinted == 2 && report.outcomes == 1)
             #expect(try await h.store.dispute(second) != nil)
             #expect(try await h.store.dispute(first) == nil)
-            #expect(try await h.store.disputeHints(limit: 10) == [first])
+            #expect(try await h.store.disputeHints(account: .default, limit: 10) == [first])
             #expect(try await service.sync(list: false).hinted == 0, "left alone for a while")
             h.clock.advance(by: .seconds(2))
             #expect(try await service.sync(list: false).outcomes == 1)
-            #expect(try await h.store.disputeHints(limit: 10).isEmpty)
+            #expect(try await h.store.disputeHints(account: .default, limit: 10).isEmpty)
 
             let unknown =
                 #"{"metadata":{"event_type":"payment.dispute.state-change.closed","event_id":"x-1"},"payload":{"payment_dispute_id":"krn:none:1"}}"#
@@ -261,7 +261,7 @@ struct DisputeServiceTests {
                 body: Array(unknown.utf8))
             #expect(await ingestor.ingest(delivery, source: "socket").accepted)
             try await service.sync(list: false)
-            #expect(try await h.store.disputeHints(limit: 10).isEmpty, "Klarna does not know it: dropped")
+            #expect(try await h.store.disputeHints(account: .default, limit: 10).isEmpty, "Klarna does not know it: dropped")
 
             h.sandbox.addFault(SandboxFault(route: "disputes.list", kind: .status, status: 403, errorCode: "OPERATION_FORBIDDEN"))
             await #expect(throws: KlarnaAPIError.self) { try await service.sync() }
@@ -405,7 +405,7 @@ struct DisputeServiceTests {
             let won = try h.sandbox.openDispute(order: wonOrder, holdPolicy: "ON_DISPUTE_INITIATED").paymentDisputeId
             try await service.sync()
             let currency = try #require(try await h.store.dispute(won)?.currency)
-            #expect(try await h.store.disputeHealth().heldByCurrency == [currency: 6_000])
+            #expect(try await h.store.disputeHealth(account: .default).heldByCurrency == [currency: 6_000])
             let opened = try h.sandbox.settle().flatMap(\.transactions)
             #expect(opened.filter { $0.detailedType == "DISPUTE_FEE" }.map(\.orderId) == [lostOrder, wonOrder])
             #expect(opened.filter { $0.type == "HOLDBACK" }.map(\.amount) == [6_000])
@@ -419,7 +419,7 @@ struct DisputeServiceTests {
             try await service.sync(list: false)
             try h.sandbox.decideDispute(won, outcome: "WON")
             try await service.sync()
-            #expect(try await h.store.disputeHealth().heldByCurrency.values.allSatisfy { $0 == 0 })
+            #expect(try await h.store.disputeHealth(account: .default).heldByCurrency.values.allSatisfy { $0 == 0 })
             let closed = try h.sandbox.settle().flatMap(\.transactions)
             #expect(closed.filter { $0.type == "REVERSAL" }.map(\.amount) == [4_000])
             #expect(closed.filter { $0.type == "REVERSAL" }.map(\.reversalReference) == [lost])
@@ -448,7 +448,7 @@ extension EngineHarness {
         let keys = SigningKeys(["sandbox-signing-key-1": Array("sandbox-webhook-secret".utf8)])
         return Ingestor(
             reader: WebhookReader(tokens: nil, policy: .require, signingKeys: keys), store: store, defaultCapturePolicy: .immediate,
-            clock: clock, logger: logs.logger(), disputeBell: bell, wake: { _ in })
+            clock: clock, logger: logs.logger(), disputeBells: DisputeBells([.default: bell]), wake: { _ in })
     }
 
     /// An operator's action as the command line records it; the recorded action.

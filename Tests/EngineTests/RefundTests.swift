@@ -54,7 +54,7 @@ struct RefundTests {
             #expect(outcomes.map(\.kind) == [.refunded])
             #expect(outcomes.first?.refundID == refunds.first?.refundId)
             #expect(outcomes.first?.refundReference == "rma-1")
-            let ledger = try #require(try await h.store.ledger(orderIDs: [orderID])[orderID])
+            let ledger = try #require(try await h.store.ledger(orderIDs: [orderID], account: .default)[orderID])
             #expect(ledger.refunds.map(\.refundID) == [refunds.first?.refundId])
             #expect(ledger.refunds.map(\.source) == [.daemon])
             let intent = try #require(try await h.store.intents(subject: orderID).first { $0.kind == .refund })

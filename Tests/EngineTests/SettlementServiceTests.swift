@@ -46,7 +46,7 @@ struct SettlementServiceTests {
             h.clock.advance(by: .seconds(30 * 86_400))
             #expect(try await service.sync().unsettledFlagged == 0)
             #expect(try await h.settlementOutcomes().isEmpty)
-            let health = try await h.store.settlementHealth()
+            let health = try await h.store.settlementHealth(account: .default)
             #expect(health.payouts == 1 && health.unsettledFlagged == 0)
         }
     }
@@ -136,7 +136,7 @@ struct SettlementServiceTests {
             #expect(unsettled.first?.orderID == neverPaid)
             #expect(unsettled.first?.captureID == neverPaidCapture)
             #expect(try await h.settlementOutcomes().count == 7)
-            #expect(try await h.store.settlementHealth().unsettledFlagged == 1)
+            #expect(try await h.store.settlementHealth(account: .default).unsettledFlagged == 1)
         }
     }
 
@@ -189,7 +189,7 @@ struct SettlementServiceTests {
             let limited = try await #require(throws: KlarnaAPIError.self) { _ = try await service.sync() }
             #expect(limited.status == 429)
             #expect(SettlementService.disposition(of: limited) == .retry(notBefore: .seconds(2)))
-            #expect(try await h.store.settlementHealth().payouts == 0)
+            #expect(try await h.store.settlementHealth(account: .default).payouts == 0)
             #expect(try await h.settlementOutcomes().isEmpty)
 
             // The 429 paused the budget until Klarna's reset: the next sync waits for it before any call.
@@ -231,7 +231,7 @@ struct SettlementServiceTests {
             #expect(try await h.settlementOutcomes(in: reopened).map(\.orderID) == [firstOrphan, secondOrphan])
             #expect(try await restarted.sync().reconciled == 0)
             #expect(try await h.settlementOutcomes(in: reopened).count == 2)
-            #expect(try await reopened.settlementHealth().payouts == 2)
+            #expect(try await reopened.settlementHealth(account: .default).payouts == 2)
         }
     }
 
@@ -254,7 +254,7 @@ struct SettlementServiceTests {
             h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .status, status: 503, count: 1))
             let unavailable = try await #require(throws: KlarnaAPIError.self) { _ = try await service.sync() }
             #expect(unavailable.status == 503)
-            #expect(try await h.store.settlementHealth().payouts == 0)
+            #expect(try await h.store.settlementHealth(account: .default).payouts == 0)
             #expect(try await h.settlementOutcomes().isEmpty)
 
             h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .status, status: 403, count: nil))
@@ -284,7 +284,7 @@ struct SettlementServiceTests {
             store.before = {
                 // Another daemon records a payout of its own that settles the same capture, after this one read the
                 // ledger and before it records.
-                let capture = try #require(try await h.store.ledger(orderIDs: [order])[order]?.captures.first)
+                let capture = try #require(try await h.store.ledger(orderIDs: [order], account: .default)[order]?.captures.first)
                 let line = SettledLine(
                     paymentReference: "OTHER", ordinal: 1, kind: .sale, amount: 10_000, orderID: order, captureID: capture.captureID,
                     currency: paid.currencyCode)
@@ -292,7 +292,7 @@ struct SettlementServiceTests {
                     payout: SettledPayout(
                         paymentReference: "OTHER", payoutDate: paid.payoutDate, currency: paid.currencyCode, settlementType: "NET",
                         totals: SettledTotals(saleAmount: 10_000, settlementAmount: 10_000)),
-                    lines: [line], orders: try await h.store.ledger(orderIDs: [order]))
+                    lines: [line], orders: try await h.store.ledger(orderIDs: [order], account: .default))
                 #expect(try await h.store.record(other, outcomes: [], at: h.clock.now))
             }
             let report = try await service.sync()
@@ -301,7 +301,7 @@ struct SettlementServiceTests {
             let outcomes = try await h.settlementOutcomes()
             #expect(outcomes.map(\.finding) == [.duplicateSettlement])
             #expect(outcomes.first?.paymentReference == paid.paymentReference)
-            let settled = try await h.store.ledger(orderIDs: [order])[order]?.captures.first?.settledBy
+            let settled = try await h.store.ledger(orderIDs: [order], account: .default)[order]?.captures.first?.settledBy
             #expect(settled?.paymentReference == "OTHER")
         }
     }
@@ -318,9 +318,9 @@ struct SettlementServiceTests {
 
             let failed = "message_id=\(MessageID.settlementSyncFailed.rawValue)"
             try await waitUntil { h.logs.all.contains { $0.contains(failed) } && h.clock.sleeperCount >= 1 }
-            #expect(try await h.store.settlementHealth().payouts == 0)
+            #expect(try await h.store.settlementHealth(account: .default).payouts == 0)
             h.clock.advance(by: Self.settings.syncInterval)
-            try await waitUntil { try await h.store.settlementHealth().payouts == 1 && h.clock.sleeperCount >= 1 }
+            try await waitUntil { try await h.store.settlementHealth(account: .default).payouts == 1 && h.clock.sleeperCount >= 1 }
 
             await group.triggerGracefulShutdown()
             try await running.value
@@ -400,12 +400,14 @@ final class RecordsAnotherPayoutFirst: SettlementStore, @unchecked Sendable {
     }
 
     func recordedPayouts(among references: [String]) async throws -> Set<String> { try await store.recordedPayouts(among: references) }
-    func ledger(orderIDs: [String]) async throws -> [String: LedgerOrder] { try await store.ledger(orderIDs: orderIDs) }
+    func ledger(orderIDs: [String], account: AccountID) async throws -> [String: LedgerOrder] {
+        try await store.ledger(orderIDs: orderIDs, account: account)
+    }
     func recordDrift(_ entries: [DriftEntry], at: Date) async throws -> Int { try await store.recordDrift(entries, at: at) }
-    func unsettledCaptures(capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
-        try await store.unsettledCaptures(capturedFrom: capturedFrom, capturedBefore: capturedBefore, limit: limit)
+    func unsettledCaptures(account: AccountID, capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
+        try await store.unsettledCaptures(account: account, capturedFrom: capturedFrom, capturedBefore: capturedBefore, limit: limit)
     }
     func flagUnsettled(_ flags: [UnsettledFlag], at: Date) async throws -> Int { try await store.flagUnsettled(flags, at: at) }
-    func settlementHealth() async throws -> SettlementHealth { try await store.settlementHealth() }
+    func settlementHealth(account: AccountID) async throws -> SettlementHealth { try await store.settlementHealth(account: account) }
     func heldOrders(among orderIDs: [String]) async throws -> Set<String> { try await store.heldOrders(among: orderIDs) }
 }

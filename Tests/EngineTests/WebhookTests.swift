@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import Ingest
 @testable import ReconcilerCore
+import ReconcilerStore
 
 @Suite("Webhooks: shapes, tokens, signatures")
 struct WebhookTests {
@@ -191,7 +192,8 @@ struct WebhookTests {
             return Delivery(route: route, headers: headers, body: body)
         }
         let expected = Webhook.klarnaDispute(
-            eventID: "dv-1", eventType: "payment.dispute.state-change.initiated", disputeID: "krn:network:eu1:live:payment:dispute:7", orderID: "o-1")
+            eventID: "dv-1", eventType: "payment.dispute.state-change.initiated", disputeID: "krn:network:eu1:live:payment:dispute:7", orderID: "o-1",
+            merchantID: nil)
         #expect(try reader.read(delivery("payment.dispute.state-change.initiated")).0 == expected)
         #expect(try reader.read(delivery("payment.dispute.state-change.initiated", route: .byShape)).0 == expected)
         #expect(expected.dedupeKey == "kn-event:dv-1" && expected.kind == "klarna_dispute")
@@ -204,8 +206,34 @@ struct WebhookTests {
         let record = try Ingestor.record(
             expected, warning: nil, source: "socket",
             accounts: AccountRouting([.init(id: .default, merchantID: nil, capturePolicy: .immediate)]), now: Date())
-        guard case .hintDispute(let id) = record.action else { Issue.record("\(record.action)"); return }
-        #expect(id == "krn:network:eu1:live:payment:dispute:7" && record.dedupeKey == "kn-event:dv-1")
+        guard case .hintDispute(let hint) = record.action else { Issue.record("\(record.action)"); return }
+        #expect(hint == DisputeHint(disputeID: "krn:network:eu1:live:payment:dispute:7", account: .default) && record.dedupeKey == "kn-event:dv-1")
+    }
+
+    @Test("A dispute webhook goes to the account whose merchant id it carries; one naming no configured merchant is refused")
+    func disputeWebhookRouting() throws {
+        let us = try #require(AccountID(rawValue: "us"))
+        let accounts = AccountRouting([
+            .init(id: .default, merchantID: "K100001", capturePolicy: .immediate), .init(id: us, merchantID: "K200002", capturePolicy: .immediate),
+        ])
+        func webhook(_ merchantID: String?) -> Webhook {
+            .klarnaDispute(
+                eventID: "dv-2", eventType: "payment.dispute.state-change.initiated", disputeID: "d-2", orderID: nil, merchantID: merchantID)
+        }
+        for (merchant, account) in [("K200002", us), ("K100001", AccountID.default)] {
+            let record = try Ingestor.record(webhook(merchant), warning: nil, source: "socket", accounts: accounts, now: Date())
+            guard case .hintDispute(let hint) = record.action else { Issue.record("\(record.action)"); continue }
+            #expect(hint == DisputeHint(disputeID: "d-2", account: account), "\(merchant)")
+            #expect(record.summary.contains("of account \(account)"))
+        }
+        for merchant in ["K999999", nil] {
+            do throws(Rejection) {
+                _ = try Ingestor.record(webhook(merchant), warning: nil, source: "socket", accounts: accounts, now: Date())
+                Issue.record("a dispute webhook of merchant \(merchant ?? "none") was routed")
+            } catch {
+                #expect(error.status == 422 && error.error == "unknown_account")
+            }
+        }
     }
 
     @Test("Klarna Network: unsigned, forged, altered or unknown-key deliveries are 400 before the body is read")

@@ -123,6 +123,122 @@ struct AccountsTests {
     }
 
     @Test(
+        "Settlements and disputes on SQLite: each account's payouts and disputes are read with its credentials, matched against its own orders, and reported by account"
+    )
+    func moneySQLite() async throws {
+        try await Self.moneyByAccount(try await DaemonFixture(extraConfig: Self.moneyConfig, twoAccounts: true))
+    }
+
+    @Test("Settlements and disputes on PostgreSQL: the same")
+    func moneyPostgres() async throws {
+        let server = try await PostgresServer.shared()
+        let database = try await server.createDatabase()
+        let fixture = try await DaemonFixture(
+            extraConfig: Self.moneyConfig, storeConfig: ["url: \(server.url(database))", "password_file: store-password"], twoAccounts: true)
+        try "\(server.password)\n".write(toFile: fixture.directory + "/store-password", atomically: true, encoding: .utf8)
+        try await Self.moneyByAccount(fixture)
+    }
+
+    /// Both accounts follow their payouts and disputes (`settlements.enabled` and `disputes.enabled` for every account).
+    static let moneyConfig = """
+        settlements:
+          enabled: true
+        disputes:
+          enabled: true
+        """
+
+    static func moneyByAccount(_ fixture: DaemonFixture) async throws {
+        try await fixture.start()
+        let completes = [ScheduleStep(afterSeconds: 0.3, status: "COMPLETED")]
+        let eu = try fixture.sandbox.createSession(SessionSpec(orderAmount: 4_100, merchantReference: "eu-money", schedule: completes))
+        let us = try fixture.sandbox.createSession(
+            SessionSpec(orderAmount: 5_200, merchantReference: "us-money", schedule: completes, merchant: TwoAccounts.usMerchant.id))
+        #expect(try await fixture.post("/v1/sessions", trackBody(eu, account: "eu")).status == 202)
+        #expect(try await fixture.post("/v1/sessions", trackBody(us, account: "us")).status == 202)
+        func order(_ payment: CreatedSession) -> String? {
+            fixture.sandbox.effects(kind: .orderPlaced).first { $0.kpSessionId == payment.kpSessionId }?.orderId
+        }
+        try await waitUntil(timeout: .seconds(30)) { captured(fixture, eu) && order(us) != nil }
+        let euOrder = try #require(order(eu)), usOrder = try #require(order(us))
+        #expect(try await fixture.cli(["capture", usOrder]).status == 0)
+        try await waitUntil(timeout: .seconds(30)) { captured(fixture, us) }
+
+        // us's dispute arrives as a signed webhook naming its merchant: routed to us, read with us's credentials.
+        let usDispute = try fixture.sandbox.openDispute(order: usOrder, reason: "PURCHASE_UNAUTHORIZED", respondWithin: .seconds(60 * 3_600))
+        let hook = try DisputeProcessTests.webhook(fixture.sandbox)
+        #expect(hook.body.contains(TwoAccounts.usMerchant.id))
+        #expect(try await fixture.post("/v1/webhooks/klarna", hook.body, headers: hook.headers).status == 202)
+        try await waitUntil(timeout: .seconds(30)) { try await disputes(fixture, "us").count == 1 }
+        // eu's sends no webhook: eu's list finds it (at the next start, below).
+        let euDispute = try fixture.sandbox.openDispute(order: euOrder, reason: "PURCHASE_UNAUTHORIZED", respondWithin: .seconds(60 * 3_600))
+
+        // Klarna pays each merchant out apart; the daemon lists each account's payouts at start.
+        let payouts = try fixture.sandbox.settle()
+        let usPayout = try #require(payouts.first { $0.merchantId == TwoAccounts.usMerchant.id }?.paymentReference)
+        let euPayout = try #require(payouts.first { $0.merchantId == TwoAccounts.euMerchantID }?.paymentReference)
+        _ = try await fixture.stop()
+        try await fixture.start()
+        try await waitUntil(timeout: .seconds(60)) {
+            let payouts = try await reports(fixture, nil).count
+            let euDisputes = try await disputes(fixture, "eu").count
+            return payouts == 2 && euDisputes == 1
+        }
+
+        // Each payout is its account's, every line matched against that account's own order: no orphan, no drift.
+        let usReports = try await reports(fixture, "us"), euReports = try await reports(fixture, "eu")
+        #expect(usReports.map { $0["payment_reference"] as? String } == [usPayout] && usReports.first?["account"] as? String == "us")
+        #expect(euReports.map { $0["payment_reference"] as? String } == [euPayout] && euReports.first?["account"] as? String == "eu")
+        for report in usReports + euReports {
+            let findings = (report["findings"] as? [[String: Any]] ?? []).compactMap { $0["kind"] as? String }
+            #expect(!findings.contains("orphan") && !findings.contains("unknown_capture"), "\(findings)")
+        }
+        // Each dispute is its account's and tied to that account's order.
+        let usShown = try #require(try await disputes(fixture, "us").first), euShown = try #require(try await disputes(fixture, "eu").first)
+        #expect(
+            usShown["id"] as? String == usDispute.paymentDisputeId && usShown["account"] as? String == "us" && usShown["orphan"] as? Bool == false)
+        #expect(
+            euShown["id"] as? String == euDispute.paymentDisputeId && euShown["account"] as? String == "eu" && euShown["orphan"] as? Bool == false)
+
+        // Every settlement and dispute call carried its account's credentials: each payout and dispute was read as its
+        // merchant, and no call was refused.
+        let requests = fixture.sandbox.requests()
+        func merchants(_ id: String) -> Set<String?> { Set(requests.filter { $0.path.contains(id) }.map(\.merchant)) }
+        #expect(merchants(usDispute.paymentDisputeId) == [TwoAccounts.usMerchant.id])
+        #expect(merchants(euDispute.paymentDisputeId).isSubset(of: [TwoAccounts.euMerchantID]))
+        for route in ["settlements.list_payouts", "settlements.list_transactions", "disputes.list"] {
+            let calls = requests.filter { $0.route == route }
+            #expect(Set(calls.map(\.merchant)) == [TwoAccounts.euMerchantID, TwoAccounts.usMerchant.id], "\(route): \(calls.map(\.merchant))")
+        }
+        #expect(requests.allSatisfy { $0.status != 401 && $0.status != 403 }, "\(requests.filter { $0.status == 401 || $0.status == 403 })")
+
+        // Operators see them by account: totals per account and per currency, one account's alone.
+        let settlements = try await fixture.cli(["settlements"])
+        #expect(settlements.output.contains("account us: 1 payout") && settlements.output.contains("account eu: 1 payout"), "\(settlements.output)")
+        let usOnly = try await fixture.cli(["settlements", "--account", "us"])
+        #expect(usOnly.output.contains(usPayout) && !usOnly.output.contains(euPayout), "\(usOnly.output)")
+        let disputesText = try await fixture.cli(["disputes"])
+        #expect(
+            disputesText.output.contains("Total: 2 disputes, 2 open") && disputesText.output.contains("account us: 1 dispute, 1 open"),
+            "\(disputesText.output)")
+        let metrics = try await fixture.post("/metrics", "", method: "GET").body
+        #expect(metrics.contains(#"klarna_reconciler_open_disputes{account="us",state="INITIATED"} 1"#), "\(metrics)")
+        #expect(metrics.contains(#"klarna_reconciler_open_disputes{account="eu",state="INITIATED"} 1"#))
+    }
+
+    /// `settlements --json` (of one account, or all).
+    static func reports(_ fixture: DaemonFixture, _ account: String?) async throws -> [[String: Any]] {
+        let shown = try await fixture.cli(["settlements", "--json"] + (account.map { ["--account", $0] } ?? []))
+        return try JSONSerialization.jsonObject(with: Data(shown.output.utf8)) as? [[String: Any]] ?? []
+    }
+
+    /// The disputes of one account as `disputes --json` shows them.
+    static func disputes(_ fixture: DaemonFixture, _ account: String) async throws -> [[String: Any]] {
+        let shown = try await fixture.cli(["disputes", "--json", "--account", account])
+        let views = try JSONSerialization.jsonObject(with: Data(shown.output.utf8)) as? [[String: Any]] ?? []
+        return views.compactMap { $0["dispute"] as? [String: Any] }
+    }
+
+    @Test(
         "A 429 from Klarna for one account pauses that account alone: the other account's payment goes on at once; the first resumes once Klarna lets it"
     )
     func rateLimitedAccountAlone() async throws {
@@ -163,9 +279,9 @@ struct AccountsTests {
             let store = try SQLiteStore(path: fixture.storePath)
             _ = try await store.track(Self.session(payment), event: DomainEvent(.tracked, "tracked by the previous release"), at: Date())
         }
-        // The previous release's schema: step 11, without what step 12 added.
+        // The previous release's schema: step 11, without what steps 12 and 13 added.
         try SQLiteConnection(path: fixture.storePath, readOnly: false, busyTimeout: .seconds(5))
-            .execute("\(Schema.dropAccountColumns); PRAGMA user_version = \(Migrations.latest - 1)")
+            .execute("\(Schema.beforeAccounts(time: "REAL")); PRAGMA user_version = \(Migrations.accountsStep - 1)")
         try await fixture.start()
         try await waitUntil(timeout: .seconds(30)) { Self.captured(fixture, payment) }
         let store = try fixture.readStore()
@@ -188,7 +304,8 @@ struct AccountsTests {
             store.close()
         }
         _ = try await server.psql(
-            "\(Schema.dropAccountColumns); DELETE FROM schema_migrations WHERE version >= \(PostgresSchema.latest)", database: database)
+            "\(Schema.beforeAccounts(time: "timestamptz")); DELETE FROM schema_migrations WHERE version >= \(PostgresSchema.accountsStep)",
+            database: database)
         try await fixture.start()
         try await waitUntil(timeout: .seconds(30)) { Self.captured(fixture, payment) }
         let store = try await PostgresStore.open(location, password: server.password, migrate: false, logger: Logger(label: "test"))

@@ -180,8 +180,8 @@ struct StoreCopyTests {
         }
         // The settlement ledger goes along: the capture the daemon confirmed on the file.
         let doneOrders = try await sqlite.timeline(for: "copy-done").orders.map(\.orderID)
-        let fromFile = try await sqlite.ledger(orderIDs: doneOrders).values.flatMap(\.captures)
-        let copiedLedger = try await postgres.ledger(orderIDs: doneOrders).values.flatMap(\.captures)
+        let fromFile = try await sqlite.ledger(orderIDs: doneOrders, account: .default).values.flatMap(\.captures)
+        let copiedLedger = try await postgres.ledger(orderIDs: doneOrders, account: .default).values.flatMap(\.captures)
         #expect(fromFile.map(\.amount) == [1_000])
         #expect(copiedLedger.map(\.captureID) == fromFile.map(\.captureID) && copiedLedger.map(\.amount) == fromFile.map(\.amount))
 

@@ -142,9 +142,10 @@ struct SettlementsCommandTests {
         let rows = result.output.components(separatedBy: "\r\n")
         #expect(rows.count == 4 && rows[3].isEmpty, "\(rows)")
         #expect(rows[0] == PayoutReport.columns.joined(separator: ","))
-        #expect(rows[1] == "PAYOUT01,2026-11-02T07:00:00Z,EUR,NET,4,2,0,2,24100,0,0,603,151,754,0,0,0,0,0,0,0,0,23346,23346,1", "\(rows[1])")
+        #expect(rows[1] == "PAYOUT01,2026-11-02T07:00:00Z,EUR,NET,4,2,0,2,24100,0,0,603,151,754,0,0,0,0,0,0,0,0,23346,23346,1,default", "\(rows[1])")
         #expect(
-            rows[2] == #"PAYOUT02,2026-11-09T07:00:00Z,EUR,"GROSS_FEE, ""invoiced""",3,1,1,1,3000,5000,0,0,0,0,0,0,0,0,1000,0,0,0,-3000,-3000,1"#,
+            rows[2]
+                == #"PAYOUT02,2026-11-09T07:00:00Z,EUR,"GROSS_FEE, ""invoiced""",3,1,1,1,3000,5000,0,0,0,0,0,0,0,0,1000,0,0,0,-3000,-3000,1,default"#,
             "\(rows[2])")
     }
 

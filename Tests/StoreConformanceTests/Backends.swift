@@ -44,7 +44,7 @@ struct StoreUnderTest: Sendable {
                     },
                     rewindSettlementMigration: { undo in
                         try SQLiteConnection(path: path, readOnly: false, busyTimeout: .seconds(5))
-                            .execute("\(undo); \(Schema.dropAccountColumns); PRAGMA user_version = \(Migrations.settlementStep - 1)")
+                            .execute("\(Schema.beforeAccounts(time: "REAL")); \(undo); PRAGMA user_version = \(Migrations.settlementStep - 1)")
                     }))
         case .postgres:
             let server = try await PostgresServer.shared()
@@ -68,8 +68,8 @@ struct StoreUnderTest: Sendable {
                         // Step 6 (heartbeat leases) undone too: it runs again after the settlement step.
                         try await server.psql(
                             """
+                            \(Schema.beforeAccounts(time: "timestamptz"));
                             \(undo);
-                            \(Schema.dropAccountColumns);
                             ALTER TABLE daemons DROP COLUMN leased_until, DROP COLUMN holds;
                             DROP INDEX work_leases_free;
                             ALTER TABLE work_leases DROP COLUMN woken, ADD COLUMN locked_until timestamptz NOT NULL DEFAULT '-infinity';

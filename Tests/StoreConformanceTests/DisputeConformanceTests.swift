@@ -32,9 +32,10 @@ struct DisputeConformanceTests {
             outcomes: step.change.map { [Outcome(dispute, change: $0)] } ?? [], events: step.events)
     }
 
-    func hint(_ id: String, event: String) -> IngestRecord {
+    func hint(_ id: String, event: String, account: AccountID = .default) -> IngestRecord {
         IngestRecord(
-            dedupeKey: "kn-event:\(event)", kind: "klarna_dispute", source: "socket", summary: "dispute webhook", action: .hintDispute(disputeID: id))
+            dedupeKey: "kn-event:\(event)", kind: "klarna_dispute", source: "socket", summary: "dispute webhook",
+            action: .hintDispute(DisputeHint(disputeID: id, account: account)))
     }
 
     @Test(
@@ -45,7 +46,7 @@ struct DisputeConformanceTests {
             var change = Change()
             change.newOrders = [Fixtures.order("o-1", session: nil, reference: nil, policy: .immediate, currency: "EUR")]
             try await s.store.commit(change, at: t0)
-            #expect(try await s.store.trackedOrders(among: ["o-1", "o-404"]) == ["o-1"])
+            #expect(try await s.store.trackedOrders(among: ["o-1", "o-404"], account: .default) == ["o-1"])
             #expect(try await !s.store.isHeld(order: "o-1"))
             var hold = Change()
             hold.holds = [(key: .order("o-1"), by: "uid 1000 (alice)")]
@@ -85,39 +86,90 @@ struct DisputeConformanceTests {
             #expect(try await s.store.ingest(hint("d-1", event: "e-1"), at: t0) == .repeated(firstSeen: t0))
             _ = try await s.store.ingest(hint("d-1", event: "e-2"), at: t0.addingTimeInterval(1))
             _ = try await s.store.ingest(hint("d-9", event: "e-3"), at: t0.addingTimeInterval(2))
-            #expect(try await s.store.disputeHints(limit: 10) == ["d-1", "d-9"])
-            #expect(try await s.store.disputeHints(limit: 1) == ["d-1"])
+            #expect(try await s.store.disputeHints(account: .default, limit: 10) == ["d-1", "d-9"])
+            #expect(try await s.store.disputeHints(account: .default, limit: 1) == ["d-1"])
             try await s.store.forgetDisputeHints(["d-9"])
             // A webhook that came while the read was under way is answered by a read of its own.
             _ = try await s.store.ingest(hint("d-1", event: "e-4"), at: t0.addingTimeInterval(5))
             #expect(try await s.store.record(write(read("d-1"), over: nil), at: t0))
-            #expect(try await s.store.disputeHints(limit: 10) == ["d-1"])
+            #expect(try await s.store.disputeHints(account: .default, limit: 10) == ["d-1"])
             let known = try #require(try await s.store.dispute("d-1"))
             var again = write(read("d-1", updated: 1), over: known)
             again.readStartedAt = t0.addingTimeInterval(6)
             #expect(try await s.store.record(again, at: t0))
-            #expect(try await s.store.disputeHints(limit: 10).isEmpty)
+            #expect(try await s.store.disputeHints(account: .default, limit: 10).isEmpty)
 
             #expect(try await s.store.record(write(read("d-2", due: 3 * 86_400), over: nil), at: t0))
             #expect(try await s.store.record(write(read("d-3", .closed), over: nil), at: t0))
             let look = t0.addingTimeInterval(-72 * 3_600 + 3 * 86_400)
-            #expect(try await s.store.nextDisputeLook() == look)
-            #expect(try await s.store.disputesToLook(at: look.addingTimeInterval(-1), limit: 10).isEmpty)
-            #expect(try await s.store.disputesToLook(at: look, limit: 10).map(\.id) == ["d-2"])
-            #expect(try await s.store.disputesToLook(at: t0.addingTimeInterval(8 * 86_400), limit: 10).map(\.id) == ["d-2", "d-1"])
+            #expect(try await s.store.nextDisputeLook(account: .default) == look)
+            #expect(try await s.store.disputesToLook(account: .default, at: look.addingTimeInterval(-1), limit: 10).isEmpty)
+            #expect(try await s.store.disputesToLook(account: .default, at: look, limit: 10).map(\.id) == ["d-2"])
+            #expect(
+                try await s.store.disputesToLook(account: .default, at: t0.addingTimeInterval(8 * 86_400), limit: 10).map(\.id) == ["d-2", "d-1"])
 
-            let health = try await s.store.disputeHealth()
+            let health = try await s.store.disputeHealth(account: .default)
             #expect(health.openByState == ["INITIATED": 2] && health.heldByCurrency == ["EUR": 8_000])
             #expect(health.nextDeadline == t0.addingTimeInterval(3 * 86_400) && health.listedThrough == nil)
-            try await s.store.listed(through: t0.addingTimeInterval(60))
-            try await s.store.listed(through: t0)
-            #expect(try await s.store.disputeHealth().listedThrough == t0.addingTimeInterval(60), "never moves back")
+            try await s.store.listed(through: t0.addingTimeInterval(60), account: .default)
+            try await s.store.listed(through: t0, account: .default)
+            #expect(try await s.store.disputeHealth(account: .default).listedThrough == t0.addingTimeInterval(60), "never moves back")
 
-            #expect(try await s.store.disputes(openOnly: false, dueBefore: nil).map(\.id) == ["d-2", "d-1", "d-3"])
-            #expect(try await s.store.disputes(openOnly: true, dueBefore: t0.addingTimeInterval(4 * 86_400)).map(\.id) == ["d-2"])
+            #expect(try await s.store.disputes(openOnly: false, dueBefore: nil, account: nil).map(\.id) == ["d-2", "d-1", "d-3"])
+            #expect(try await s.store.disputes(openOnly: true, dueBefore: t0.addingTimeInterval(4 * 86_400), account: nil).map(\.id) == ["d-2"])
             #expect(try await s.store.disputes(orderIDs: ["o-1"]).count == 3)
             #expect(try await s.store.disputes(orderIDs: ["o-1"]).map(\.id) == ["d-1", "d-2", "d-3"])
             #expect(try await s.store.disputes(orderIDs: ["o-2"]).isEmpty)
+        }
+    }
+
+    @Test(
+        "Accounts: each account's hints, looks, actions, health and last list are its own; a dispute is tied only to its account's order",
+        arguments: Backend.allCases)
+    func byAccount(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            let us = try #require(AccountID(rawValue: "us"))
+            var change = Change()
+            var usOrder = Fixtures.order("o-us", session: nil, reference: nil, policy: .immediate, currency: "USD")
+            usOrder.account = us
+            change.newOrders = [Fixtures.order("o-1", session: nil, reference: nil, policy: .immediate, currency: "EUR"), usOrder]
+            try await s.store.commit(change, at: t0)
+            #expect(try await s.store.trackedOrders(among: ["o-1", "o-us"], account: us) == ["o-us"])
+            #expect(try await s.store.trackedOrders(among: ["o-1", "o-us"], account: .default) == ["o-1"])
+
+            _ = try await s.store.ingest(hint("d-eu", event: "e-1"), at: t0)
+            _ = try await s.store.ingest(hint("d-us", event: "e-2", account: us), at: t0)
+            #expect(try await s.store.disputeHints(account: us, limit: 10) == ["d-us"])
+            #expect(try await s.store.disputeHints(account: .default, limit: 10) == ["d-eu"])
+
+            var usWrite = write(read("d-us", order: "o-us", due: 2 * 86_400), over: nil)
+            usWrite.dispute.account = us
+            #expect(try await s.store.record(usWrite, at: t0))
+            #expect(try await s.store.record(write(read("d-eu", due: 5 * 86_400), over: nil), at: t0))
+            #expect(try await s.store.dispute("d-us")?.account == us)
+            #expect(try await s.store.disputeHints(account: us, limit: 10).isEmpty)
+            #expect(try await s.store.disputeHints(account: .default, limit: 10).isEmpty)
+
+            #expect(try await s.store.disputes(openOnly: true, dueBefore: nil, account: us).map(\.id) == ["d-us"])
+            #expect(try await s.store.disputes(openOnly: true, dueBefore: nil, account: .default).map(\.id) == ["d-eu"])
+            #expect(try await s.store.disputes(openOnly: true, dueBefore: nil, account: nil).map(\.id) == ["d-us", "d-eu"])
+            let later = t0.addingTimeInterval(10 * 86_400)
+            #expect(try await s.store.disputesToLook(account: us, at: later, limit: 10).map(\.id) == ["d-us"])
+            #expect(try await s.store.disputesToLook(account: .default, at: later, limit: 10).map(\.id) == ["d-eu"])
+            #expect(try await s.store.nextDisputeLook(account: us) == t0.addingTimeInterval(-72 * 3_600 + 2 * 86_400))
+            #expect(try await s.store.nextDisputeLook(account: .default) == t0.addingTimeInterval(-72 * 3_600 + 5 * 86_400))
+            #expect(try await s.store.nextDisputeLook(account: AccountID(rawValue: "oc")!) == nil)
+
+            let health = try await s.store.disputeHealth(account: us)
+            #expect(health.openByState == ["INITIATED": 1] && health.nextDeadline == t0.addingTimeInterval(2 * 86_400))
+            try await s.store.listed(through: t0.addingTimeInterval(60), account: us)
+            #expect(try await s.store.disputeHealth(account: us).listedThrough == t0.addingTimeInterval(60))
+            #expect(try await s.store.disputeHealth(account: .default).listedThrough == nil, "one account's list is not another's")
+
+            let action = DisputeAction(disputeID: "d-us", orderID: nil, kind: .acceptLoss, requestedAt: t0, requestedBy: "test")
+            guard case .recorded(let recorded) = try await s.store.request(action, at: t0) else { Issue.record("not recorded"); return }
+            #expect(try await s.store.dueDisputeActions(account: us, at: later, limit: 10).map(\.id) == [recorded.id])
+            #expect(try await s.store.dueDisputeActions(account: .default, at: later, limit: 10).isEmpty)
         }
     }
 
@@ -142,7 +194,7 @@ struct DisputeConformanceTests {
             #expect(other.evidence?.file.isEmpty == true, "answers never carry the file")
             #expect(try await s.store.disputeAction(other.id)?.evidence?.file == Data("%PDF".utf8), "the service reads it whole")
 
-            let due = try await s.store.dueDisputeActions(at: t0, limit: 10)
+            let due = try await s.store.dueDisputeActions(account: .default, at: t0, limit: 10)
             #expect(due.map(\.id) == [recorded.id, other.id])
             var sent = due[0]
             sent.state = .sent
@@ -150,8 +202,8 @@ struct DisputeConformanceTests {
             sent.nextAt = t0.addingTimeInterval(31)
             #expect(try await s.store.update(DisputeActionWrite(action: sent, expectedRevision: 0), at: t0))
             #expect(try await !s.store.update(DisputeActionWrite(action: sent, expectedRevision: 0), at: t0), "another daemon took it")
-            #expect(try await s.store.dueDisputeActions(at: t0, limit: 10).map(\.id) == [other.id])
-            #expect(try await s.store.nextDisputeLook() == t0)
+            #expect(try await s.store.dueDisputeActions(account: .default, at: t0, limit: 10).map(\.id) == [other.id])
+            #expect(try await s.store.nextDisputeLook(account: .default) == t0)
 
             var refused = sent
             refused.state = .refused

@@ -123,8 +123,8 @@ struct RecordingStore: ReconcilerStore {
         noted("SettlementStore.recordedPayouts")
         return try await base.recordedPayouts(among: references)
     }
-    func ledger(orderIDs: [String]) async throws -> [String: LedgerOrder] {
-        noted("SettlementStore.ledger"); return try await base.ledger(orderIDs: orderIDs)
+    func ledger(orderIDs: [String], account: AccountID) async throws -> [String: LedgerOrder] {
+        noted("SettlementStore.ledger"); return try await base.ledger(orderIDs: orderIDs, account: account)
     }
     func record(_ reconciliation: PayoutReconciliation, outcomes: [Outcome], at: Date) async throws -> Bool {
         noted("SettlementStore.record")
@@ -133,22 +133,24 @@ struct RecordingStore: ReconcilerStore {
     func recordDrift(_ entries: [DriftEntry], at: Date) async throws -> Int {
         noted("SettlementStore.recordDrift"); return try await base.recordDrift(entries, at: at)
     }
-    func unsettledCaptures(capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
+    func unsettledCaptures(account: AccountID, capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
         noted("SettlementStore.unsettledCaptures")
-        return try await base.unsettledCaptures(capturedFrom: capturedFrom, capturedBefore: capturedBefore, limit: limit)
+        return try await base.unsettledCaptures(account: account, capturedFrom: capturedFrom, capturedBefore: capturedBefore, limit: limit)
     }
     func flagUnsettled(_ flags: [UnsettledFlag], at: Date) async throws -> Int {
         noted("SettlementStore.flagUnsettled"); return try await base.flagUnsettled(flags, at: at)
     }
-    func settlementHealth() async throws -> SettlementHealth { noted("SettlementStore.settlementHealth"); return try await base.settlementHealth() }
+    func settlementHealth(account: AccountID) async throws -> SettlementHealth {
+        noted("SettlementStore.settlementHealth"); return try await base.settlementHealth(account: account)
+    }
     func heldOrders(among orderIDs: [String]) async throws -> Set<String> {
         noted("SettlementStore.heldOrders"); return try await base.heldOrders(among: orderIDs)
     }
 
     // SettlementReports
-    func payouts(since: Date?, paymentReference: String?) async throws -> [PayoutReconciliation] {
+    func payouts(since: Date?, paymentReference: String?, account: AccountID?) async throws -> [PayoutReconciliation] {
         noted("SettlementReports.payouts")
-        return try await base.payouts(since: since, paymentReference: paymentReference)
+        return try await base.payouts(since: since, paymentReference: paymentReference, account: account)
     }
     func settlementLines(orderIDs: [String]) async throws -> [LineReconciliation] {
         noted("SettlementReports.settlementLines")
@@ -157,29 +159,37 @@ struct RecordingStore: ReconcilerStore {
 
     // DisputeStore
     func dispute(_ id: String) async throws -> TrackedDispute? { noted("DisputeStore.dispute"); return try await base.dispute(id) }
-    func trackedOrders(among orderIDs: [String]) async throws -> Set<String> {
-        noted("DisputeStore.trackedOrders"); return try await base.trackedOrders(among: orderIDs)
+    func trackedOrders(among orderIDs: [String], account: AccountID) async throws -> Set<String> {
+        noted("DisputeStore.trackedOrders"); return try await base.trackedOrders(among: orderIDs, account: account)
     }
     func record(_ write: DisputeWrite, at: Date) async throws -> Bool { noted("DisputeStore.record"); return try await base.record(write, at: at) }
-    func disputeHints(limit: Int) async throws -> [String] { noted("DisputeStore.disputeHints"); return try await base.disputeHints(limit: limit) }
+    func disputeHints(account: AccountID, limit: Int) async throws -> [String] {
+        noted("DisputeStore.disputeHints"); return try await base.disputeHints(account: account, limit: limit)
+    }
     func forgetDisputeHints(_ ids: [String]) async throws { noted("DisputeStore.forgetDisputeHints"); try await base.forgetDisputeHints(ids) }
-    func disputesToLook(at now: Date, limit: Int) async throws -> [TrackedDispute] {
-        noted("DisputeStore.disputesToLook"); return try await base.disputesToLook(at: now, limit: limit)
+    func disputesToLook(account: AccountID, at now: Date, limit: Int) async throws -> [TrackedDispute] {
+        noted("DisputeStore.disputesToLook"); return try await base.disputesToLook(account: account, at: now, limit: limit)
     }
-    func dueDisputeActions(at now: Date, limit: Int) async throws -> [DisputeAction] {
-        noted("DisputeStore.dueDisputeActions"); return try await base.dueDisputeActions(at: now, limit: limit)
+    func dueDisputeActions(account: AccountID, at now: Date, limit: Int) async throws -> [DisputeAction] {
+        noted("DisputeStore.dueDisputeActions"); return try await base.dueDisputeActions(account: account, at: now, limit: limit)
     }
-    func nextDisputeLook() async throws -> Date? { noted("DisputeStore.nextDisputeLook"); return try await base.nextDisputeLook() }
+    func nextDisputeLook(account: AccountID) async throws -> Date? {
+        noted("DisputeStore.nextDisputeLook"); return try await base.nextDisputeLook(account: account)
+    }
     func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool {
         noted("DisputeStore.update"); return try await base.update(write, at: at)
     }
-    func disputeHealth() async throws -> DisputeHealth { noted("DisputeStore.disputeHealth"); return try await base.disputeHealth() }
-    func listed(through: Date) async throws { noted("DisputeStore.listed"); try await base.listed(through: through) }
+    func disputeHealth(account: AccountID) async throws -> DisputeHealth {
+        noted("DisputeStore.disputeHealth"); return try await base.disputeHealth(account: account)
+    }
+    func listed(through: Date, account: AccountID) async throws {
+        noted("DisputeStore.listed"); try await base.listed(through: through, account: account)
+    }
     func isHeld(order orderID: String) async throws -> Bool { noted("DisputeStore.isHeld"); return try await base.isHeld(order: orderID) }
 
     // DisputeReports
-    func disputes(openOnly: Bool, dueBefore: Date?) async throws -> [TrackedDispute] {
-        noted("DisputeReports.disputes"); return try await base.disputes(openOnly: openOnly, dueBefore: dueBefore)
+    func disputes(openOnly: Bool, dueBefore: Date?, account: AccountID?) async throws -> [TrackedDispute] {
+        noted("DisputeReports.disputes"); return try await base.disputes(openOnly: openOnly, dueBefore: dueBefore, account: account)
     }
     func disputes(orderIDs: [String]) async throws -> [TrackedDispute] {
         noted("DisputeReports.disputes(orderIDs)"); return try await base.disputes(orderIDs: orderIDs)

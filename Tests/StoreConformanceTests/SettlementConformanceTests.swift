@@ -65,13 +65,13 @@ struct SettlementConformanceTests {
             var again = Change()
             again.ledgerCaptures = [first, idless, idless]
             try await s.store.commit(again, at: Fixtures.t0)
-            let ledger = try await s.store.ledger(orderIDs: ["o-1", "o-2", "o-unknown", "o-1"])
+            let ledger = try await s.store.ledger(orderIDs: ["o-1", "o-2", "o-unknown", "o-1"], account: .default)
             #expect(
                 ledger == [
                     "o-1": LedgerOrder(orderID: "o-1", merchantReference: "shop-1", currency: "EUR", captures: [first, idless]),
                     "o-2": LedgerOrder(orderID: "o-2", currency: "SEK"),
                 ])
-            #expect(try await s.store.ledger(orderIDs: []).isEmpty)
+            #expect(try await s.store.ledger(orderIDs: [], account: .default).isEmpty)
         }
     }
 
@@ -102,9 +102,9 @@ struct SettlementConformanceTests {
             #expect(try await s.store.record(first, outcomes: outcomes, at: day(3)))
             #expect(try await s.store.record(first, outcomes: outcomes, at: day(4)) == false)
             #expect(try await undelivered(s.store) == before + outcomes)
-            #expect(try await s.store.payouts(since: nil, paymentReference: nil) == [first])
+            #expect(try await s.store.payouts(since: nil, paymentReference: nil, account: nil) == [first])
             #expect(try await s.store.settlementLines(orderIDs: ["o-9"]).map(\.line) == [orphan])
-            let ledger = try await s.store.ledger(orderIDs: ["o-1", "o-2"])
+            let ledger = try await s.store.ledger(orderIDs: ["o-1", "o-2"], account: .default)
             #expect(ledger["o-1"]?.captures.map(\.settledBy) == [SettledLineKey(paymentReference: "PAY-1", ordinal: 0)])
             #expect(ledger["o-1"]?.refunds.map(\.settledBy) == [SettledLineKey(paymentReference: "PAY-1", ordinal: 1)])
             #expect(ledger["o-2"]?.captures.map(\.settledBy) == [nil])
@@ -120,12 +120,12 @@ struct SettlementConformanceTests {
             await #expect(throws: StaleSettlementMatch.self) { try await s.store.record(stale, outcomes: outcomes, at: day(5)) }
             #expect(try await s.store.recordedPayouts(among: ["PAY-2"]).isEmpty)
             #expect(try await undelivered(s.store) == before + outcomes)
-            #expect(try await s.store.ledger(orderIDs: ["o-2"])["o-2"]?.captures.map(\.settledBy) == [nil])
+            #expect(try await s.store.ledger(orderIDs: ["o-2"], account: .default)["o-2"]?.captures.map(\.settledBy) == [nil])
 
             // Matched again, it knows cap-1 was settled by PAY-1 (a duplicate): it leaves that settlement as it was.
             stale.lines[1].settledElsewhere = SettledLineKey(paymentReference: "PAY-1", ordinal: 0)
             #expect(try await s.store.record(stale, outcomes: [], at: day(5)))
-            let after = try await s.store.ledger(orderIDs: ["o-1", "o-2"])
+            let after = try await s.store.ledger(orderIDs: ["o-1", "o-2"], account: .default)
             #expect(after["o-1"]?.captures.map(\.settledBy) == [SettledLineKey(paymentReference: "PAY-1", ordinal: 0)])
             #expect(after["o-2"]?.captures.map(\.settledBy) == [SettledLineKey(paymentReference: "PAY-2", ordinal: 0)])
         }
@@ -149,9 +149,9 @@ struct SettlementConformanceTests {
                 try await s.store.flagUnsettled([UnsettledFlag(key: own.key, outcome: finding("unsettled"))], at: day(30))
             }
             #expect(try await s.store.recordedPayouts(among: ["PAY-1"]).isEmpty)
-            let ledger = try await s.store.ledger(orderIDs: ["o-1"])
+            let ledger = try await s.store.ledger(orderIDs: ["o-1"], account: .default)
             #expect(ledger["o-1"]?.captures == [own])
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: day(30), limit: 10) == [own])
+            #expect(try await s.store.unsettledCaptures(account: .default, capturedFrom: .distantPast, capturedBefore: day(30), limit: 10) == [own])
         }
     }
 
@@ -172,7 +172,7 @@ struct SettlementConformanceTests {
             #expect(try await s.store.recordDrift(entries, at: Fixtures.t0) == 0)
             #expect(try await undelivered(s.store).map(\.reason) == ["cap-x outside", "refund outside"])
             #expect(
-                try await s.store.ledger(orderIDs: ["o-1"])["o-1"]
+                try await s.store.ledger(orderIDs: ["o-1"], account: .default)["o-1"]
                     == LedgerOrder(orderID: "o-1", currency: "EUR", captures: [own, outside], refunds: [refund]))
             #expect(try await s.store.recordDrift([], at: Fixtures.t0) == 0)
         }
@@ -196,9 +196,9 @@ struct SettlementConformanceTests {
             #expect(try await s.store.flagUnsettled(flags, at: day(10)) == 1)
             #expect(try await s.store.flagUnsettled(flags, at: day(11)) == 0)
             #expect(try await undelivered(s.store).map(\.reason) == ["cap-1 unsettled"])
-            #expect(try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: day(20), limit: 10).isEmpty)
+            #expect(try await s.store.unsettledCaptures(account: .default, capturedFrom: .distantPast, capturedBefore: day(20), limit: 10).isEmpty)
             #expect(
-                try await s.store.settlementHealth()
+                try await s.store.settlementHealth(account: .default)
                     == SettlementHealth(unsettledFlagged: 1, payouts: 1, newestPayoutDate: day(2), oldestPayoutDate: day(2)))
 
             #expect(
@@ -206,10 +206,10 @@ struct SettlementConformanceTests {
                     payout("PAY-2", day: 12, [(sale("PAY-2", 0, order: "o-1", capture: "cap-1", amount: 1_000), settles(late))]), outcomes: [],
                     at: day(12)))
             #expect(
-                try await s.store.settlementHealth()
+                try await s.store.settlementHealth(account: .default)
                     == SettlementHealth(unsettledFlagged: 0, payouts: 2, newestPayoutDate: day(12), oldestPayoutDate: day(2)))
             #expect(
-                try await s.store.ledger(orderIDs: ["o-1"])["o-1"]?.captures.map(\.settledBy) == [
+                try await s.store.ledger(orderIDs: ["o-1"], account: .default)["o-1"]?.captures.map(\.settledBy) == [
                     SettledLineKey(paymentReference: "PAY-2", ordinal: 0), SettledLineKey(paymentReference: "PAY-1", ordinal: 0),
                 ])
         }
@@ -223,29 +223,77 @@ struct SettlementConformanceTests {
             let c = capture("o-3", "cap-c", 300, at: 30), a = capture("o-1", "cap-a", 100, at: 10), b = capture("o-2", "cap-b", 200, at: 20)
             let idless = capture("o-1", nil, 400, at: 40)
             try await place(s.store, [order("o-1"), order("o-2"), order("o-3")], captures: [c, a, b, idless])
-            #expect(try await s.store.settlementHealth() == SettlementHealth(unsettledFlagged: 0, payouts: 0, newestPayoutDate: nil))
-            #expect(
-                try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 10) == [
-                    a, b, c, idless,
-                ])
-            #expect(
-                try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 2) == [
-                    a, b,
-                ])
-            #expect(
-                try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(20), limit: 10) == [
-                    a, b,
-                ])
-            #expect(
-                try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(5), limit: 10).isEmpty)
+            #expect(try await s.store.settlementHealth(account: .default) == SettlementHealth(unsettledFlagged: 0, payouts: 0, newestPayoutDate: nil))
             #expect(
                 try await s.store.unsettledCaptures(
-                    capturedFrom: Fixtures.t0.addingTimeInterval(20), capturedBefore: Fixtures.t0.addingTimeInterval(30), limit: 10) == [b, c])
+                    account: .default, capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 10) == [
+                        a, b, c, idless,
+                    ])
+            #expect(
+                try await s.store.unsettledCaptures(
+                    account: .default, capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 2) == [
+                        a, b,
+                    ])
+            #expect(
+                try await s.store.unsettledCaptures(
+                    account: .default, capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(20), limit: 10) == [
+                        a, b,
+                    ])
+            #expect(
+                try await s.store.unsettledCaptures(
+                    account: .default, capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(5), limit: 10
+                ).isEmpty)
+            #expect(
+                try await s.store.unsettledCaptures(
+                    account: .default, capturedFrom: Fixtures.t0.addingTimeInterval(20), capturedBefore: Fixtures.t0.addingTimeInterval(30), limit: 10
+                ) == [b, c])
             #expect(try await s.store.flagUnsettled([UnsettledFlag(key: idless.key, outcome: finding("unsettled"))], at: day(9)) == 1)
             #expect(
-                try await s.store.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 10) == [
-                    a, b, c,
-                ])
+                try await s.store.unsettledCaptures(
+                    account: .default, capturedFrom: .distantPast, capturedBefore: Fixtures.t0.addingTimeInterval(100), limit: 10) == [
+                        a, b, c,
+                    ])
+        }
+    }
+
+    @Test(
+        "Accounts: each account's payouts, ledger, unsettled captures and health are its own; a pruned order's captures are every account's",
+        arguments: Backend.allCases)
+    func byAccount(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            let us = try #require(AccountID(rawValue: "us"))
+            var usOrder = order("o-us", currency: "USD")
+            usOrder.account = us
+            let eu = capture("o-eu", "cap-eu", 1_000), usCapture = capture("o-us", "cap-us", 2_000, at: 1)
+            // An order retention pruned since: its ledger rows stay, its order row is gone.
+            let pruned = capture("o-gone", "cap-gone", 300, at: 2)
+            try await place(s.store, [order("o-eu"), usOrder], captures: [eu, usCapture, pruned])
+            var usPayout = payout("PAY-US", day: 4, [(sale("PAY-US", 0, order: "o-us", capture: "cap-us", amount: 2_000), settles(usCapture))])
+            usPayout.account = us
+            let euPayout = payout("PAY-EU", day: 2, [(sale("PAY-EU", 0, order: "o-eu", capture: "cap-eu", amount: 1_000), settles(eu))])
+            #expect(try await s.store.record(usPayout, outcomes: [], at: day(4)))
+            #expect(try await s.store.record(euPayout, outcomes: [], at: day(4)))
+
+            #expect(try await s.store.payouts(since: nil, paymentReference: nil, account: us) == [usPayout])
+            #expect(try await s.store.payouts(since: nil, paymentReference: nil, account: .default) == [euPayout])
+            #expect(try await s.store.payouts(since: nil, paymentReference: nil, account: nil).map(\.account) == [.default, us])
+            #expect(
+                try await s.store.settlementHealth(account: us)
+                    == SettlementHealth(unsettledFlagged: 0, payouts: 1, newestPayoutDate: day(4), oldestPayoutDate: day(4)))
+            #expect(try await s.store.settlementHealth(account: .default).newestPayoutDate == day(2))
+            #expect(
+                try await s.store.settlementHealth(account: AccountID(rawValue: "oc")!)
+                    == SettlementHealth(unsettledFlagged: 0, payouts: 0, newestPayoutDate: nil))
+            // Another account's order is an orphan's line here, never matched against its captures.
+            #expect(try await s.store.ledger(orderIDs: ["o-eu", "o-us", "o-gone"], account: us).keys.sorted() == ["o-gone", "o-us"])
+            #expect(try await s.store.ledger(orderIDs: ["o-eu", "o-us", "o-gone"], account: .default).keys.sorted() == ["o-eu", "o-gone"])
+
+            let unsettled = try await s.store.unsettledCaptures(account: us, capturedFrom: .distantPast, capturedBefore: day(30), limit: 10)
+            #expect(unsettled == [pruned], "the US capture is settled; the EU one is not the US account's")
+            #expect(
+                try await s.store.unsettledCaptures(account: .default, capturedFrom: .distantPast, capturedBefore: day(30), limit: 10) == [pruned])
+            #expect(try await s.store.flagUnsettled([UnsettledFlag(key: pruned.key, outcome: finding("gone unsettled"))], at: day(30)) == 1)
+            #expect(try await s.store.settlementHealth(account: us).unsettledFlagged == 1)
         }
     }
 
@@ -271,12 +319,12 @@ struct SettlementConformanceTests {
             // Recorded out of date order.
             for reconciliation in [third, first, second] { #expect(try await s.store.record(reconciliation, outcomes: [], at: day(6))) }
 
-            #expect(try await s.store.payouts(since: nil, paymentReference: nil) == [first, second, third])
-            #expect(try await s.store.payouts(since: day(3), paymentReference: nil) == [second, third])
-            #expect(try await s.store.payouts(since: nil, paymentReference: "PAY-2") == [second])
-            #expect(try await s.store.payouts(since: day(4), paymentReference: "PAY-2").isEmpty)
-            #expect(try await s.store.payouts(since: nil, paymentReference: "PAY-9").isEmpty)
-            #expect(try await s.store.settlementHealth().newestPayoutDate == day(5))
+            #expect(try await s.store.payouts(since: nil, paymentReference: nil, account: nil) == [first, second, third])
+            #expect(try await s.store.payouts(since: day(3), paymentReference: nil, account: nil) == [second, third])
+            #expect(try await s.store.payouts(since: nil, paymentReference: "PAY-2", account: nil) == [second])
+            #expect(try await s.store.payouts(since: day(4), paymentReference: "PAY-2", account: nil).isEmpty)
+            #expect(try await s.store.payouts(since: nil, paymentReference: "PAY-9", account: nil).isEmpty)
+            #expect(try await s.store.settlementHealth(account: .default).newestPayoutDate == day(5))
             #expect(try await s.store.recordedPayouts(among: ["PAY-1", "PAY-3", "PAY-9"]) == ["PAY-1", "PAY-3"])
             #expect(try await s.store.recordedPayouts(among: []).isEmpty)
 
@@ -314,7 +362,7 @@ struct SettlementConformanceTests {
             #expect(results.filter { $0 }.count == 1)
             #expect(try await undelivered(s.store) == outcomes)
             #expect(try await s.store.settlementLines(orderIDs: ["o-1", "o-2"]) == reconciliation.lines)
-            #expect(try await s.store.settlementHealth().payouts == 1)
+            #expect(try await s.store.settlementHealth(account: .default).payouts == 1)
         }
     }
 
@@ -347,7 +395,7 @@ struct SettlementConformanceTests {
             let capture2 = LedgerCapture(
                 orderID: "o-2", captureID: nil, amount: 2_000, currency: "SEK", capturedAt: Fixtures.t0.addingTimeInterval(7.5), source: .daemon)
             #expect(
-                try await migrated.ledger(orderIDs: ["o-1", "o-2"]) == [
+                try await migrated.ledger(orderIDs: ["o-1", "o-2"], account: .default) == [
                     "o-1": LedgerOrder(orderID: "o-1", merchantReference: "shop-1", currency: "EUR", captures: [capture1]),
                     "o-2": LedgerOrder(orderID: "o-2", currency: "SEK", captures: [capture2]),
                 ])
@@ -355,7 +403,10 @@ struct SettlementConformanceTests {
             var again = Change()
             again.ledgerCaptures = [capture1, capture2]
             try await migrated.commit(again, at: Fixtures.t0)
-            #expect(try await migrated.unsettledCaptures(capturedFrom: .distantPast, capturedBefore: day(1), limit: 10) == [capture1, capture2])
+            #expect(
+                try await migrated.unsettledCaptures(account: .default, capturedFrom: .distantPast, capturedBefore: day(1), limit: 10) == [
+                    capture1, capture2,
+                ])
             #expect(capture2.key.captureID == "~2000@1800000007")
         }
     }
@@ -381,7 +432,7 @@ struct SettlementConformanceTests {
                 outboxAcknowledgedBefore: nil)
             #expect(try await s.store.prune(cutoffs, limit: 10, dryRun: false).payments == 1)
             #expect(try await s.store.order("o-p") == nil)
-            #expect(try await s.store.ledger(orderIDs: ["o-p"]) == ["o-p": LedgerOrder(orderID: "o-p", captures: [captured])])
+            #expect(try await s.store.ledger(orderIDs: ["o-p"], account: .default) == ["o-p": LedgerOrder(orderID: "o-p", captures: [captured])])
         }
     }
 }

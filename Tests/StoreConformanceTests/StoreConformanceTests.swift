@@ -337,7 +337,7 @@ struct StoreConformanceTests {
             done.ledgerRefunds = [LedgerRefund(orderID: "o-1", refundID: "refund-1", amount: 500, at: Fixtures.t0, source: .daemon)]
             try await s.store.commit(done, at: Fixtures.t0)
             #expect(try await s.store.openWork().map(\.key) == [.order("o-2")])
-            #expect(try await s.store.ledger(orderIDs: ["o-1"])["o-1"]?.refunds.map(\.refundID) == ["refund-1"])
+            #expect(try await s.store.ledger(orderIDs: ["o-1"], account: .default)["o-1"]?.refunds.map(\.refundID) == ["refund-1"])
         }
     }
 

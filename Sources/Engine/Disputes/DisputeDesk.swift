@@ -18,9 +18,11 @@ public enum DisputeActionAnswer: Sendable, Equatable {
 }
 
 extension OperatorDesk {
-    /// `disputes`: nearest deadline first; `dueWithin` keeps those whose deadline falls before `now` plus it.
-    public func disputes(openOnly: Bool, dueWithin: Duration?, now: Date) async throws -> [DisputeView] {
-        let disputes = try await store.disputes(openOnly: openOnly, dueBefore: dueWithin.map { now.addingTimeInterval($0.timeInterval) })
+    /// `disputes`: nearest deadline first; `dueWithin` keeps those whose deadline falls before `now` plus it, `account`
+    /// those of one account.
+    public func disputes(openOnly: Bool, dueWithin: Duration?, account: AccountID?, now: Date) async throws -> [DisputeView] {
+        let disputes = try await store.disputes(
+            openOnly: openOnly, dueBefore: dueWithin.map { now.addingTimeInterval($0.timeInterval) }, account: account)
         let actions = Dictionary(grouping: try await store.disputeActions(disputeIDs: disputes.map(\.id)), by: \.disputeID)
         return disputes.map { DisputeView(dispute: $0, actions: actions[$0.id] ?? []) }
     }
@@ -38,7 +40,7 @@ extension OperatorDesk {
         } catch let problem as DisputeActionProblem {
             return .refused(problem.reason)
         }
-        disputeBell?.ring()
+        disputeBells.ringAll()
         let deadline = ContinuousClock.now + wait
         var current = recorded
         while !current.isFinished, ContinuousClock.now < deadline {

@@ -36,7 +36,7 @@ extension DisputeService {
     public func sync(list: Bool = true) async throws -> DisputeSyncReport {
         var report = DisputeSyncReport()
         var forget: [String] = []
-        for id in try await store.disputeHints(limit: Self.batch) where backoff.allows(id, at: clock.now) {
+        for id in try await store.disputeHints(account: account, limit: Self.batch) where backoff.allows(id, at: clock.now) {
             report.hinted += 1
             let started = clock.now
             switch try await read(id, .hinted) {
@@ -54,16 +54,16 @@ extension DisputeService {
             }
         }
         if !forget.isEmpty { try await store.forgetDisputeHints(forget) }
-        for action in try await store.dueDisputeActions(at: clock.now, limit: Self.batch) {
+        for action in try await store.dueDisputeActions(account: account, at: clock.now, limit: Self.batch) {
             report.actions += 1
             report.outcomes += try await drive(action)
         }
-        for dispute in try await store.disputesToLook(at: clock.now, limit: Self.batch) {
+        for dispute in try await store.disputesToLook(account: account, at: clock.now, limit: Self.batch) {
             report.looked += 1
             report.outcomes += try await look(at: dispute)
         }
         if list {
-            let health = try await store.disputeHealth()
+            let health = try await store.disputeHealth(account: account)
             let started = clock.now
             let since =
                 health.listedThrough.map { $0.addingTimeInterval(-DisputeSettings.listOverlap) }
@@ -74,7 +74,7 @@ extension DisputeService {
                 // The first list after disputes are switched on finds months of closed ones: recorded, not announced.
                 report.outcomes += try await apply(dispute, readStartedAt: started, announceClosed: health.listedThrough != nil)
             }
-            try await store.listed(through: started)
+            try await store.listed(through: started, account: account)
         }
         await showHealth()
         return report
@@ -134,13 +134,16 @@ extension DisputeService {
     func apply(_ read: PaymentDispute, readStartedAt: Date, announceClosed: Bool = true) async throws -> Int {
         let observation = DisputeObservation(read)
         var orderTracked = false
-        if let orderID = observation.orderID { orderTracked = try await store.trackedOrders(among: [orderID]).contains(orderID) }
+        if let orderID = observation.orderID { orderTracked = try await store.trackedOrders(among: [orderID], account: account).contains(orderID) }
         for attempt in 1...Self.writeAttempts {
             let known = try await store.dispute(observation.id)
             let now = clock.now
             let step = DisputeRules.apply(observation, to: known, orderTracked: orderTracked, now: now, announceClosed: announceClosed)
             let leads = settings.warnBefore
-            let (dispute, lead) = DisputeRules.warning(step.dispute, leads: leads, now: now)
+            let (warned, lead) = DisputeRules.warning(step.dispute, leads: leads, now: now)
+            // The account whose Disputes API showed it.
+            var dispute = warned
+            dispute.account = account
             var outcomes = step.change.map { [Outcome(dispute, change: $0)] } ?? []
             // A stale read's note goes to the log, not the order's timeline.
             var events = step.events.filter { $0.kind != .staleStatus }

@@ -32,7 +32,7 @@ extension SettlementService {
     public func sync() async throws -> SettlementSyncReport {
         let settings = self.settings
         var report = SettlementSyncReport()
-        let newest = try await store.settlementHealth().newestPayoutDate
+        let newest = try await store.settlementHealth(account: account).newestPayoutDate
         let start = SettlementSync.windowStart(newestPayoutDate: newest, now: clock.now, lookback: settings.firstSyncLookback)
         let listed = try await klarna {
             try await client.allPayouts(from: start, pageSize: pageSize, beforeEachPage: { try await admit() })
@@ -58,14 +58,14 @@ extension SettlementService {
         }
         let lines = SettledLine.lines(of: transactions, paymentReference: payout.paymentReference)
         let orderIDs = SettlementMatcher.orderIDs(in: lines).sorted()
-        let ledger = try await store.ledger(orderIDs: orderIDs)
-        var reconciliation = SettlementMatcher.reconcile(payout: payout, lines: lines, orders: ledger)
+        let ledger = try await store.ledger(orderIDs: orderIDs, account: account)
+        var reconciliation = reconcile(payout, lines: lines, orders: ledger)
         let drift = try await recordDrift(of: reconciliation.driftOrderIDs, ledger: ledger, paymentReference: payout.paymentReference)
         report.drift += drift.recorded
         if drift.found {
             // The captures and refunds just recorded are the ledger's now (observed): their lines match them.
-            let observed = try await store.ledger(orderIDs: orderIDs)
-            reconciliation = SettlementMatcher.reconcile(payout: payout, lines: lines, orders: observed)
+            let observed = try await store.ledger(orderIDs: orderIDs, account: account)
+            reconciliation = reconcile(payout, lines: lines, orders: observed)
         }
         for attempt in 1...Self.matchAttempts {
             let outcomes = reconciliation.outcomes
@@ -82,9 +82,16 @@ extension SettlementService {
             } catch let stale as StaleSettlementMatch where attempt < Self.matchAttempts {
                 // Another daemon recorded a payout settling one of these captures since the ledger was read.
                 logger.info("\(stale)", metadata: ["payment_reference": .string(payout.paymentReference)])
-                reconciliation = SettlementMatcher.reconcile(payout: payout, lines: lines, orders: try await store.ledger(orderIDs: orderIDs))
+                reconciliation = reconcile(payout, lines: lines, orders: try await store.ledger(orderIDs: orderIDs, account: account))
             }
         }
+    }
+
+    /// The payout matched against `orders`, as this account's.
+    private func reconcile(_ payout: SettledPayout, lines: [SettledLine], orders: [String: LedgerOrder]) -> PayoutReconciliation {
+        var reconciliation = SettlementMatcher.reconcile(payout: payout, lines: lines, orders: orders)
+        reconciliation.account = account
+        return reconciliation
     }
 
     /// How often a payout is matched before a stale match (``StaleSettlementMatch``) fails the sync.
@@ -147,14 +154,14 @@ extension SettlementService {
     private func flagOverdueCaptures(_ settings: SettlementSettings) async throws -> Int {
         let now = clock.now
         let days = settings.settleWithinDays
-        let health = try await store.settlementHealth()
+        let health = try await store.settlementHealth(account: account)
         let window = UnsettledCaptures.window(
             now: now, settleWithinDays: days, oldestPayoutDate: health.oldestPayoutDate,
             lookback: settings.firstSyncLookback.timeInterval)
         var flagged = 0
         while true {
             let captures = try await store.unsettledCaptures(
-                capturedFrom: window.from, capturedBefore: window.before, limit: Self.unsettledBatch)
+                account: account, capturedFrom: window.from, capturedBefore: window.before, limit: Self.unsettledBatch)
             var flaggedNow = 0
             for overdue in UnsettledCaptures.check(captures, now: now, settleWithinDays: days, flagged: []).overdue {
                 let outcome = Outcome(overdue: overdue)
@@ -170,8 +177,9 @@ extension SettlementService {
 
     /// The settlement gauges of `/metrics`, from the store; a store that does not answer keeps the last values.
     private func showHealth() async {
-        guard let health = try? await store.settlementHealth() else { return }
-        Gauge(label: MetricName.unsettledCaptures.rawValue, dimensions: []).record(health.unsettledFlagged)
-        Gauge(label: MetricName.newestPayout.rawValue, dimensions: []).record(health.newestPayoutDate?.timeIntervalSince1970 ?? 0)
+        guard let health = try? await store.settlementHealth(account: account) else { return }
+        let dimensions = [("account", account.rawValue)]
+        Gauge(label: MetricName.unsettledCaptures.rawValue, dimensions: dimensions).record(health.unsettledFlagged)
+        Gauge(label: MetricName.newestPayout.rawValue, dimensions: dimensions).record(health.newestPayoutDate?.timeIntervalSince1970 ?? 0)
     }
 }

@@ -8,8 +8,10 @@ import Telemetry
 
 /// Reconciles Klarna's payouts with the ledger (`settlements.enabled`): every `settlements.sync_interval_minutes` it
 /// fetches the payouts not recorded yet, matches each against what the shop did and records it with its findings as
-/// outcomes, then flags the captures no payout settled in time (``sync()``). Every Klarna call waits for the shared
-/// rate budget at ``Urgency/background``, so settlements never delay payment work, and a 429 pauses every caller
+/// outcomes, then flags the captures no payout settled in time (``sync()``). One service runs per account with
+/// settlements on: it lists that account's payouts with its credentials, matches them against that account's orders
+/// only, and flags only that account's captures. Every Klarna call waits for the account's rate budget at
+/// ``Urgency/background``, so settlements never delay payment work, and a 429 pauses every caller of the account
 /// until Klarna's reset.
 ///
 /// A failed sync (Klarna unavailable or limiting, a page that cannot be read, the store) is logged with
@@ -18,6 +20,8 @@ import Telemetry
 /// loses nothing and writes no outcome twice. Graceful shutdown cancels a sync under way for the same reason.
 public struct SettlementService: Service {
     let store: any SettlementStore
+    /// The Klarna account whose payouts these are; `client` and `rateLimiter` are its.
+    public let account: AccountID
     let client: KlarnaClient
     let clock: any WallClock
     let rateLimiter: RateLimiter?
@@ -34,13 +38,14 @@ public struct SettlementService: Service {
     public init(
         store: any SettlementStore, client: KlarnaClient, clock: any WallClock, rateLimiter: RateLimiter?,
         settings: SettlementSettings, logger: Logger, outcomeBell: Doorbell? = nil,
-        random: any RandomSource = SystemRandomSource(), pageSize: Int = KlarnaClient.settlementsMaxPageSize
+        random: any RandomSource = SystemRandomSource(), pageSize: Int = KlarnaClient.settlementsMaxPageSize, account: AccountID = .default
     ) {
         self.store = store
+        self.account = account
         self.client = client
         self.clock = clock
         self.rateLimiter = rateLimiter
-        self.logger = logger
+        self.logger = logger.with(account: account)
         self.outcomeBell = outcomeBell
         self.random = random
         self.pageSize = pageSize
@@ -59,6 +64,11 @@ public struct SettlementService: Service {
     /// Syncs at once, then `syncInterval` after the end of each sync; after a failure, sooner
     /// (``SettlementSync/retryDelay(afterFailures:disposition:interval:random:)``).
     public func run() async throws {
+        // The account on the Klarna client's lines too.
+        await LogContext.with(account: account) { await runSyncs() }
+    }
+
+    private func runSyncs() async {
         await cancelWhenGracefulShutdown {
             var lastSync: Date?
             var retry: Duration?

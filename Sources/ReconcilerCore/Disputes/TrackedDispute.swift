@@ -104,6 +104,20 @@ public struct TrackedDispute: Codable, Sendable, Equatable {
     /// The store's count of writes to this dispute: a write expecting another count is refused (another daemon wrote
     /// it meanwhile), so each change's outcome is written once.
     public var revision: Int
+    /// The Klarna account whose dispute this is: the one whose Disputes API showed it.
+    public var account: AccountID {
+        get { storedAccount ?? .default }
+        set { storedAccount = newValue == .default ? nil : newValue }
+    }
+    /// Absent for the default account: disputes recorded before accounts read as its. Fileprivate: the memberwise
+    /// initializer ``DisputeRules`` uses stays visible in this file.
+    fileprivate var storedAccount: AccountID?
+
+    enum CodingKeys: String, CodingKey {
+        case id, orderID, captureID, state, reason, amount, currency, holdPolicy, deadline, outcome, outcomeDetailed, updatedAt
+        case firstSeenAt, lastReadAt, apiVersion, warnedLeads, warnedFor, orphan, revision
+        case storedAccount = "account"
+    }
 
     public var isOpen: Bool { state != .closed }
 

@@ -12,6 +12,18 @@ public struct PayoutReconciliation: Codable, Sendable, Equatable {
     public var fromLines: PayoutFigures
     /// The payout's totals as the formula reads them (``PayoutFigures/init(totals:)``).
     public var totals: PayoutFigures
+    /// The Klarna account whose payout this is: its sync listed it.
+    public var account: AccountID {
+        get { storedAccount ?? .default }
+        set { storedAccount = newValue == .default ? nil : newValue }
+    }
+    /// Absent for the default account: payouts recorded before accounts read as its, and its JSON stays as it was.
+    private var storedAccount: AccountID?
+
+    enum CodingKeys: String, CodingKey {
+        case payout, lines, findings, fromLines, totals
+        case storedAccount = "account"
+    }
 
     public init(
         payout: SettledPayout, lines: [LineReconciliation], findings: [SettlementFinding], fromLines: PayoutFigures,
@@ -74,7 +86,7 @@ public struct PayoutReconciliation: Codable, Sendable, Equatable {
                 reason: reason, explanation: line.note)
         }
         return PayoutReport(
-            paymentReference: payout.paymentReference, payoutDate: payout.payoutDate, currency: payout.currency,
+            account: account, paymentReference: payout.paymentReference, payoutDate: payout.payoutDate, currency: payout.currency,
             settlementType: payout.settlementType, lineCount: lines.count, matchedCount: matchedCount,
             payoutLevelCount: payoutLevelCount, unmatchedCount: unmatchedCount, sales: fromLines.sale,
             returns: fromLines.returns, reversals: fromLines.reversal, feeAmount: fromLines.fee, feeTax: fromLines.tax,
@@ -117,6 +129,8 @@ public struct UnmatchedLine: Codable, Sendable, Equatable {
 /// units; the figures are what the lines sum to (magnitudes, as in Klarna's formula), `net` is Klarna's
 /// `settlement_amount` and `netFromLines` the formula over the lines.
 public struct PayoutReport: Codable, Sendable, Equatable {
+    /// The Klarna account the payout was paid to.
+    public var account: AccountID
     public var paymentReference: String
     public var payoutDate: Date
     public var currency: String
@@ -155,12 +169,13 @@ public struct PayoutReport: Codable, Sendable, Equatable {
     public var findings: [SettlementFinding]
 
     public init(
-        paymentReference: String, payoutDate: Date, currency: String, settlementType: String, lineCount: Int,
+        account: AccountID = .default, paymentReference: String, payoutDate: Date, currency: String, settlementType: String, lineCount: Int,
         matchedCount: Int, payoutLevelCount: Int, unmatchedCount: Int, sales: Int, returns: Int, reversals: Int,
         feeAmount: Int, feeTax: Int, fees: Int, feeRefunds: Int, commission: Int, charges: Int, credits: Int,
         holdback: Int, release: Int, corrections: Int, otherTypes: Int, net: Int, netFromLines: Int, findingCount: Int,
         unmatched: [UnmatchedLine], findings: [SettlementFinding]
     ) {
+        self.account = account
         self.paymentReference = paymentReference
         self.payoutDate = payoutDate
         self.currency = currency
@@ -194,7 +209,7 @@ public struct PayoutReport: Codable, Sendable, Equatable {
     public static let columns: [String] = [
         "payment_reference", "payout_date", "currency", "settlement_type", "lines", "matched", "payout_level",
         "unmatched", "sales", "returns", "reversals", "fee_amount", "fee_tax", "fees", "fee_refunds", "commission",
-        "charges", "credits", "holdback", "release", "corrections", "other_types", "net", "net_from_lines", "findings",
+        "charges", "credits", "holdback", "release", "corrections", "other_types", "net", "net_from_lines", "findings", "account",
     ]
 
     /// The payout as one row of plain strings (minor units, the date in ISO 8601 UTC), in ``columns`` order.
@@ -204,7 +219,7 @@ public struct PayoutReport: Codable, Sendable, Equatable {
             "\(lineCount)", "\(matchedCount)", "\(payoutLevelCount)", "\(unmatchedCount)", "\(sales)",
             "\(returns)", "\(reversals)", "\(feeAmount)", "\(feeTax)", "\(fees)", "\(feeRefunds)",
             "\(commission)", "\(charges)", "\(credits)", "\(holdback)", "\(release)",
-            "\(corrections)", "\(otherTypes)", "\(net)", "\(netFromLines)", "\(findingCount)",
+            "\(corrections)", "\(otherTypes)", "\(net)", "\(netFromLines)", "\(findingCount)", account.rawValue,
         ]
     }
 }
