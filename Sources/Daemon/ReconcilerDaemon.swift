@@ -169,9 +169,9 @@ public final class ReconcilerDaemon: Sendable {
             reconciler: reconciler, queue: store, scheduler: scheduler, logger: logger, heartbeat: workLoop, leases: leases,
             wedgeFile: settings.wedgeWorkLoopFile)
         // Something for a key arrived here (a delivery, an operator request): with leases, its holder acts on it.
-        let wake: @Sendable ([WorkKey]) async -> Void = { keys in
+        let wake: @Sendable ([WorkKey], AccountID?) async -> Void = { keys, account in
             for key in keys {
-                if let leases { await leases.hint(key) } else { await scheduler.wake(key, at: clock.now) }
+                if let leases { await leases.hint(key) } else { await scheduler.wake(key, at: clock.now, account: account) }
             }
         }
         let notify = settings.notifyURL.map {
@@ -242,7 +242,7 @@ public final class ReconcilerDaemon: Sendable {
                 await gauges.update(now: clock.now, backlog: await scheduler.backlog(now: clock.now), ready: readiness.report().ready)
                 return MetricsExposition.text(of: options.metrics)
             })
-        let desk = OperatorDesk(store: store, wake: wake, disputeBells: disputeBells)
+        let desk = OperatorDesk(store: store, wake: { keys in await wake(keys, nil) }, disputeBells: disputeBells)
         let servers: [HTTPServer]
         do {
             servers = try await Self.listen(

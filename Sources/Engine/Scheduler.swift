@@ -7,6 +7,9 @@ import ReconcilerStore
 /// nobody more urgent waits for, chosen by value (``PollValuation``), with every ``fairEvery``-th the one that has
 /// waited longest, so polling fits the budget instead of queueing in front of side effects and nothing starves.
 ///
+/// A due key above routine whose account's budget has a caller at least as urgent waiting already is held back until
+/// the account's next token: in a worker slot it would only wait for that token, and the slots are every account's.
+///
 /// A key is never handed out twice at once, and a wake for a running key runs it again afterwards. Nothing here
 /// ticks; the dispatcher sleeps until ``nextDue(budget:)`` or until the doorbell rings.
 public actor Scheduler {
@@ -48,6 +51,9 @@ public actor Scheduler {
     private var readyCounts: [AccountID: Int] = [:]
     /// The running routine reads and their accounts.
     private var routineRunning: [WorkKey: AccountID] = [:]
+    /// Due keys above routine the last take held back (their account's budget was taken up), with their level: back in
+    /// their queues at the next take.
+    private var heldBack: [(level: Urgency, entry: DueHeap.Entry)] = []
     /// Due routine keys by value, best last.
     private var ranking: [WorkKey] = []
     private var rankedAt: Date?
@@ -87,11 +93,12 @@ public actor Scheduler {
     }
 
     /// Makes `key` due at `time` as a hinted read unless it is due earlier already (a webhook, a CLI request). The
-    /// next run of the key is told it was hinted.
-    public func wake(_ key: WorkKey, at time: Date) {
+    /// next run of the key is told it was hinted. `account`: whose budget it spends, when the waker knows (a key
+    /// planned already keeps the account of its plan).
+    public func wake(_ key: WorkKey, at time: Date, account: AccountID? = nil) {
         forgotten.remove(key)
         hinted.insert(key)
-        let plan = WorkPlan(due: time, urgency: .hinted)
+        let plan = WorkPlan(due: time, urgency: .hinted, account: account)
         if running[key] != nil {
             afterRun[key] = Self.merge(afterRun[key], plan)
         } else if let current = waiting[key]?.plan, current.due <= time, current.urgency >= .hinted {
@@ -112,9 +119,15 @@ public actor Scheduler {
     /// fast as its own budget has spare tokens, so an account polling at its limit leaves the others' alone.
     public func take(now: Date, capacity: Int, budgetOf: (AccountID) -> RateLimiter?) -> [Job] {
         var jobs: [Job] = []
+        for held in heldBack { queues[held.level]!.push(held.entry) }
+        heldBack = []
         for level in Urgency.allCases.reversed() where level > .routine {
             while jobs.count < capacity, let top = validTop(level), top.due <= now {
                 queues[level]!.pop()
+                if let budget = budgetOf(account(of: top.key)), budget.waiting(atLeast: level) > 0 {
+                    heldBack.append((level, top))
+                    continue
+                }
                 jobs.append(hand(top.key, urgency: level, prepaid: false))
             }
         }
@@ -149,6 +162,12 @@ public actor Scheduler {
     /// ``nextDue(budget:)`` with one budget per account.
     public func nextDue(budgetOf: (AccountID) -> RateLimiter?) -> Date? {
         var earliest = Urgency.allCases.compactMap { validTop($0)?.due }.min()
+        // A key held back is due: it waits for its account's next token, and the callers before it take that one.
+        for account in Set(heldBack.map { account(of: $0.entry.key) }) {
+            guard let budget = budgetOf(account) else { continue }
+            let at = budget.nextToken.addingTimeInterval(0.001)
+            earliest = min(earliest ?? at, at)
+        }
         for account in readyCounts.keys {
             // Routine reads in `ready` are due already: they wait for a token. While more urgent callers wait, the
             // token that exists now is theirs: look again just after.
@@ -192,6 +211,9 @@ public actor Scheduler {
     }
 
     // MARK: Internals
+
+    /// The account whose budget `key`'s calls spend (the default one when its plan names none).
+    private func account(of key: WorkKey) -> AccountID { waiting[key]?.plan.account ?? .default }
 
     private func hand(_ key: WorkKey, urgency: Urgency, prepaid: Bool) -> Job {
         let account = urgency == .routine ? ready[key] ?? waiting[key]?.plan.account ?? .default : nil

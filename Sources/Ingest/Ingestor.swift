@@ -38,15 +38,16 @@ public struct Ingestor: Sendable {
     let store: any IngestStore
     let clock: any WallClock
     let logger: Logger
-    /// Hands keys with new work to the running engine at once (the wakeups table is the durable fallback).
-    let wake: @Sendable ([WorkKey]) async -> Void
+    /// Hands keys with new work to the running engine at once, with their account when the delivery names it (the
+    /// wakeups table is the durable fallback).
+    let wake: @Sendable ([WorkKey], AccountID?) async -> Void
     /// Rung after a dispute hint is recorded: the account's dispute service reads its hints at once (the hint rows are
     /// the durable fallback, read at every sync).
     let disputeBells: DisputeBells
 
     public init(
         reader: WebhookReader, store: any IngestStore, defaultCapturePolicy: CapturePolicy, clock: any WallClock,
-        logger: Logger, disputeBells: DisputeBells = DisputeBells(), wake: @escaping @Sendable ([WorkKey]) async -> Void
+        logger: Logger, disputeBells: DisputeBells = DisputeBells(), wake: @escaping @Sendable ([WorkKey], AccountID?) async -> Void
     ) {
         self.init(
             rules: Rules(reader: reader, defaultCapturePolicy: defaultCapturePolicy), store: store, clock: clock, logger: logger,
@@ -55,7 +56,7 @@ public struct Ingestor: Sendable {
 
     public init(
         rules: Rules, store: any IngestStore, clock: any WallClock, logger: Logger, disputeBells: DisputeBells = DisputeBells(),
-        wake: @escaping @Sendable ([WorkKey]) async -> Void
+        wake: @escaping @Sendable ([WorkKey], AccountID?) async -> Void
     ) {
         self.rules = Live(rules)
         self.store = store
@@ -192,7 +193,7 @@ public struct Ingestor: Sendable {
         case .accepted(let keys):
             logger.info("\(record.summary)", metadata: ["source": .string(source), "kind": .string(record.kind)])
             if let warning { logger.warning("\(warning)", metadata: ["source": .string(source)]) }
-            await wake(keys)
+            await wake(keys, record.account)
             if case .hintDispute(let hint) = record.action { disputeBells.ring(hint.account) }
             return Answer(status: 202, word: "accepted", detail: record.summary)
         case .repeated(let firstSeen):

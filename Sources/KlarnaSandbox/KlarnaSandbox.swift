@@ -42,6 +42,9 @@ public final class KlarnaSandbox: Sendable {
             self.webhookSigningKey = webhookSigningKey
         }
 
+        /// The primary merchant's id, which Klarna's webhooks and payouts name for it.
+        public static let primaryMerchantID = SettlementLedger.merchantID
+
         /// Every merchant served, the primary one first.
         public var merchants: [SandboxMerchant] {
             [SandboxMerchant(id: SettlementLedger.merchantID, username: username, password: password)] + otherMerchants

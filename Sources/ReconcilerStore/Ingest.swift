@@ -48,6 +48,17 @@ public struct IngestRecord: Sendable {
     /// cannot, leaves its wakeups for the daemon to find.
     public var callerWakes: Bool
 
+    /// The account whose budget the work this delivery wakes spends, when the delivery names it (a new session or
+    /// payment request): the scheduler weighs the woken key against that account's budget from its first run.
+    public var account: AccountID? {
+        switch action {
+        case .hintSession(_, let session): session?.account
+        case .track(let session): session.account
+        case .hintPaymentRequest(let request): request.account
+        default: nil
+        }
+    }
+
     public init(
         dedupeKey: String?, kind: String, source: String, summary: String, warning: String? = nil, action: Action, callerWakes: Bool = true
     ) {

@@ -306,6 +306,8 @@ final class Demo: @unchecked Sendable {
           - id: default
             base_url: \(baseURL)
             username: sandbox-merchant
+            # Klarna's webhooks (disputes, Klarna Network) name the merchant: routed to the account with its id.
+            merchant_id: \(KlarnaSandbox.Configuration.primaryMerchantID)
             password_file: klarna-password
           - id: us
             base_url: \(baseURL)

@@ -128,7 +128,7 @@ struct RunningEngine {
         let ingestor = Ingestor(
             reader: WebhookReader(tokens: tokens, policy: .require, signingKeys: SigningKeys([:])),
             store: h.store, defaultCapturePolicy: .immediate, clock: h.clock, logger: Logger(label: "test"),
-            wake: { keys in for key in keys { await scheduler.wake(key, at: h.clock.now) } })
+            wake: { keys, account in for key in keys { await scheduler.wake(key, at: h.clock.now, account: account) } })
         let group = ServiceGroup(configuration: .init(services: [.init(service: workers)], logger: Logger(label: "test")))
         return RunningEngine(scheduler: scheduler, ingestor: ingestor, group: group, running: Task { try await group.run() })
     }

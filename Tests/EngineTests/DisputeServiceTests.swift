@@ -448,7 +448,7 @@ extension EngineHarness {
         let keys = SigningKeys(["sandbox-signing-key-1": Array("sandbox-webhook-secret".utf8)])
         return Ingestor(
             reader: WebhookReader(tokens: nil, policy: .require, signingKeys: keys), store: store, defaultCapturePolicy: .immediate,
-            clock: clock, logger: logs.logger(), disputeBells: DisputeBells([.default: bell]), wake: { _ in })
+            clock: clock, logger: logs.logger(), disputeBells: DisputeBells([.default: bell]), wake: { _, _ in })
     }
 
     /// An operator's action as the command line records it; the recorded action.

@@ -184,6 +184,39 @@ struct SchedulerBudgetTests {
         #expect(later.filter { $0.account == b }.count == 1, "B's one token in 200 ms")
     }
 
+    @Test(
+        "A due key whose account already has a caller as urgent waiting for its budget stays queued, not in a worker slot: the slots go to the other account's work, a more urgent key of the same account still goes, and the rest go at the account's next token"
+    )
+    func heldWhileItsBudgetIsTaken() async throws {
+        let clock = ManualClock(now: Fixtures.t0)
+        let (a, b) = (AccountID(rawValue: "a")!, AccountID(rawValue: "b")!)
+        let budgets = [a: RateLimiter(ratePerSecond: 50, burst: 10, clock: clock), b: RateLimiter(ratePerSecond: 5, burst: 1, clock: clock)]
+        // B's one token is spent; a hinted read of B's waits for the next, 200 ms on.
+        _ = try await budgets[b]!.acquire(.hinted)
+        let waiter = Task { try await budgets[b]!.acquire(.hinted) }
+        try await waitUntil { budgets[b]!.waiting == 1 }
+        let scheduler = Scheduler()
+        let bKeys = (0..<3).map { WorkKey.session("b\($0)") }, aKeys = (0..<3).map { WorkKey.session("a\($0)") }
+        for key in bKeys.dropLast() { await scheduler.schedule(key, WorkPlan(due: Fixtures.t0, urgency: .hinted, account: b)) }
+        // A new session a callback woke, with the account the callback named: weighed against B's budget at once.
+        await scheduler.wake(bKeys[2], at: Fixtures.t0, account: b)
+        for key in aKeys { await scheduler.schedule(key, WorkPlan(due: Fixtures.t0, urgency: .hinted, account: a)) }
+        await scheduler.schedule(.order("b-capture"), WorkPlan(due: Fixtures.t0, urgency: .inMotion, account: b))
+
+        let first = await scheduler.take(now: Fixtures.t0, capacity: 100) { budgets[$0] }
+        #expect(Set(first.map(\.key)) == Set(aKeys + [.order("b-capture")]), "\(first.map(\.key))")
+        #expect(await scheduler.backlog(now: Fixtures.t0) == 3, "B's hinted reads wait here, planned")
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 100) { budgets[$0] }.isEmpty)
+        // Not a spin: the dispatcher looks again at B's next token.
+        let next = try #require(await scheduler.nextDue { budgets[$0] })
+        #expect(abs(next.timeIntervalSince(Fixtures.t0) - 0.201) < 1e-6, "\(next.timeIntervalSince(Fixtures.t0))")
+
+        clock.advance(by: .milliseconds(201))
+        _ = try await waiter.value
+        let later = await scheduler.take(now: clock.now, capacity: 100) { budgets[$0] }
+        #expect(Set(later.map(\.key)) == Set(bKeys), "\(later.map(\.key))")
+    }
+
     @Test("A side effect enqueued behind 10,000 due polls starts within one token interval")
     func sideEffectBehindPolls() async throws {
         let clock = ManualClock(now: Fixtures.t0)

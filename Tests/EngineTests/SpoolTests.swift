@@ -148,7 +148,7 @@ struct SpoolServiceTests {
         let woken = LogLines()
         let reader = WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:]))
         let ingestor = Ingestor(reader: reader, store: store, defaultCapturePolicy: .onRequest, clock: SystemClock(), logger: Logger(label: "t")) {
-            keys in
+            keys, _ in
             for key in keys { woken.logger().info("\(key)") }
         }
         let service = SpoolService(spool: spool, ingestor: ingestor, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
@@ -174,7 +174,7 @@ struct SpoolServiceTests {
         // The store cannot commit (a full disk): the file stays claimed in cur/ and is taken on a later rescan.
         let broken = FaultyStore(store, failIngest: true)
         let failing = Ingestor(reader: reader, store: broken, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) {
-            _ in
+            _, _ in
         }
         let failingService = SpoolService(
             spool: spool, ingestor: failing, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
@@ -205,7 +205,7 @@ struct SpoolServiceTests {
         let store = try SQLiteStore(path: directory.path + "/state.sqlite")
         let reader = WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:]))
         let ingestor = Ingestor(reader: reader, store: store, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) {
-            _ in
+            _, _ in
         }
         let service = SpoolService(spool: spool, ingestor: ingestor, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
         for index in 0..<300 {
@@ -242,7 +242,7 @@ struct SpoolServiceTests {
         let reader = WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:]))
         func service(_ store: any IngestStore) -> SpoolService {
             let ingestor = Ingestor(reader: reader, store: store, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t"))
-            { _ in }
+            { _, _ in }
             return SpoolService(spool: spool, ingestor: ingestor, rescanInterval: .seconds(60), clock: SystemClock(), logger: Logger(label: "t"))
         }
         func drop(_ count: Int, from first: Int) throws {
@@ -283,7 +283,7 @@ struct SpoolServiceTests {
         let failing = FailingAfter(store, successes: 2)
         let reader = WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:]))
         let ingestor = Ingestor(reader: reader, store: failing, defaultCapturePolicy: .immediate, clock: SystemClock(), logger: Logger(label: "t")) {
-            _ in
+            _, _ in
         }
         let deliveries = try (1...3).map { index in
             (

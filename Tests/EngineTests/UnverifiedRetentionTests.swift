@@ -21,7 +21,7 @@ struct UnverifiedRetentionTests {
         let ingestor = Ingestor(
             reader: WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:])), store: store, defaultCapturePolicy: .immediate,
             clock: clock, logger: Logger(label: "test")
-        ) { _ in }
+        ) { _, _ in }
         let control = ControlEndpoints(
             health: { HealthReport(heartbeats: [], stallAfter: .seconds(30), phase: .ready, uptime: .zero, open: 0, running: 0, backlog: 0) },
             readiness: Readiness(storeStaleAfter: .seconds(5)))

@@ -2,7 +2,10 @@ import Foundation
 import Testing
 @testable import Ingest
 @testable import ReconcilerCore
+import Logging
 import ReconcilerStore
+import SQLiteBackend
+import TestSupport
 
 @Suite("Webhooks: shapes, tokens, signatures")
 struct WebhookTests {
@@ -210,6 +213,27 @@ struct WebhookTests {
         #expect(hint == DisputeHint(disputeID: "krn:network:eu1:live:payment:dispute:7", account: .default) && record.dedupeKey == "kn-event:dv-1")
     }
 
+    @Test(
+        "With several accounts, a delivery whose payment's account cannot be read is a 503 (the sender tries again), and nothing is recorded"
+    )
+    func accountCheckUnavailable() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteStore(path: directory.path + "/state.sqlite")
+        let us = try #require(AccountID(rawValue: "us"))
+        let accounts = AccountRouting([
+            .init(id: .default, merchantID: "K100001", capturePolicy: .immediate), .init(id: us, merchantID: "K200002", capturePolicy: .immediate),
+        ])
+        let ingestor = Ingestor(
+            rules: Ingestor.Rules(reader: WebhookReader(tokens: nil, policy: .require, signingKeys: SigningKeys([:])), accounts: accounts),
+            store: FaultyStore(store, failAccountReads: true), clock: SystemClock(), logger: Logger(label: "test")
+        ) { _, _ in }
+        let body = #"{"hpp_session_id":"h-1","kp_session_id":"k-1","account":"us"}"#
+        let answer = await ingestor.ingest(Delivery(route: .track, body: Array(body.utf8)), source: "socket")
+        #expect(answer.status == 503 && answer.word == "store_unavailable", "\(answer)")
+        #expect(try await store.session("h-1") == nil)
+    }
+
     @Test("A dispute webhook goes to the account whose merchant id it carries; one naming no configured merchant is refused")
     func disputeWebhookRouting() throws {
         let us = try #require(AccountID(rawValue: "us"))
@@ -226,6 +250,11 @@ struct WebhookTests {
             #expect(hint == DisputeHint(disputeID: "d-2", account: account), "\(merchant)")
             #expect(record.summary.contains("of account \(account)"))
         }
+        // The work a delivery wakes is weighed against the budget of the account it names from its first run.
+        let callback = try Ingestor.record(
+            .hppStatus(eventID: "e-1", hppSessionID: "h-1", kpSessionID: "k-1", status: "COMPLETED", account: us), warning: nil, source: "socket",
+            accounts: accounts, now: Date())
+        #expect(callback.account == us)
         for merchant in ["K999999", nil] {
             do throws(Rejection) {
                 _ = try Ingestor.record(webhook(merchant), warning: nil, source: "socket", accounts: accounts, now: Date())

@@ -5,18 +5,21 @@ import SQLiteBackend
 import Synchronization
 
 /// The real store with faults a test cannot cause on demand: the commit recording a confirmed intent fails the
-/// first `failConfirmedCommits` times (a full disk at the worst moment), and every ingest fails while `failIngest`.
-/// Only the engine's and ingest's roles: what it fakes is what those two see.
+/// first `failConfirmedCommits` times (a full disk at the worst moment), every ingest fails while `failIngest`, and
+/// every read of a session's account with `failAccountReads`. Only the engine's and ingest's roles: what it fakes is
+/// what those two see.
 public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     public let store: SQLiteStore
     private let remaining = Mutex(0)
     private let ingestFails: Bool
+    private let accountReadsFail: Bool
     /// Reads of a session or an order by the engine.
     public let unitReads = Mutex(0)
 
-    public init(_ store: SQLiteStore, failConfirmedCommits: Int = 0, failIngest: Bool = false) {
+    public init(_ store: SQLiteStore, failConfirmedCommits: Int = 0, failIngest: Bool = false, failAccountReads: Bool = false) {
         self.store = store
         ingestFails = failIngest
+        accountReadsFail = failAccountReads
         remaining.withLock { $0 = failConfirmedCommits }
     }
 
@@ -66,7 +69,8 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
         try await store.requestCapture(orderID: orderID, amount: amount, at: at)
     }
     public func sessionAccount(hppSessionID: String?, kpSessionID: String?) async throws -> AccountID? {
-        try await store.sessionAccount(hppSessionID: hppSessionID, kpSessionID: kpSessionID)
+        if accountReadsFail { throw DiskFull() }
+        return try await store.sessionAccount(hppSessionID: hppSessionID, kpSessionID: kpSessionID)
     }
     public func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
         try await store.recordRejection(source: source, status: status, error: error, detail: detail, at: at)

@@ -40,6 +40,9 @@ public struct RateBudget: Sendable, Equatable {
 
     public var waiting: Int { queues.reduce(0) { $0 + $1.count } }
 
+    /// Callers waiting at `urgency` or above: a caller of `urgency` that came now would be served after them.
+    public func waiting(atLeast urgency: Urgency) -> Int { queues[urgency.rawValue...].reduce(0) { $0 + $1.count } }
+
     /// Joins the queue at `urgency`; ``grant(now:)`` says when the ticket is served.
     public mutating func request(_ urgency: Urgency) -> Ticket {
         issued += 1

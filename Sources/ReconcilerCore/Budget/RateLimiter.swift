@@ -44,6 +44,8 @@ public final class RateLimiter: Sendable {
 
     /// Callers waiting for a token now.
     public var waiting: Int { state.withLock { $0.budget.waiting } }
+    /// Callers waiting at `urgency` or above (``RateBudget/waiting(atLeast:)``).
+    public func waiting(atLeast urgency: Urgency) -> Int { state.withLock { $0.budget.waiting(atLeast: urgency) } }
 
     /// When the next token exists.
     public var nextToken: Date { let now = clock.now; return state.withLock { $0.budget.nextToken(now: now) } }
