@@ -152,7 +152,7 @@ public final class ReconcilerDaemon: Sendable {
                 budgets[account.id] = BudgetShare(limiter: limiter, ratePerSecond: account.ratePerSecond, burst: account.rateBurst)
                 return KlarnaAccount(
                     id: account.id, client: KlarnaClient(configuration: account.klarna, transport: transport, logger: logger, account: account.id),
-                    rateLimiter: limiter, followsSettlements: account.settlementsEnabled)
+                    rateLimiter: limiter)
             })
         let shares = budgets
         let scheduler = Scheduler()

@@ -7,15 +7,11 @@ public struct KlarnaAccount: Sendable {
     public let id: AccountID
     public let client: KlarnaClient
     public let rateLimiter: RateLimiter?
-    /// Its payouts are the ones the store records (`settlements.enabled`, one account in this release): only then are
-    /// recorded settlement lines clues to this account's orders.
-    public let followsSettlements: Bool
 
-    public init(id: AccountID, client: KlarnaClient, rateLimiter: RateLimiter?, followsSettlements: Bool = false) {
+    public init(id: AccountID, client: KlarnaClient, rateLimiter: RateLimiter?) {
         self.id = id
         self.client = client
         self.rateLimiter = rateLimiter
-        self.followsSettlements = followsSettlements
     }
 }
 

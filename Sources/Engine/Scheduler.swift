@@ -20,7 +20,8 @@ public actor Scheduler {
         public let urgency: Urgency
         /// A routine read admitted with a token taken from the budget for it: the job's first call spends it.
         public let prepaid: Bool
-        /// A routine read's account, whose budget the token came from.
+        /// The account whose budget the job spends, when its plan names it (a routine read's always: its token came
+        /// from that budget); a plan made again after the job keeps it.
         public var account: AccountID?
 
         public init(key: WorkKey, hinted: Bool, urgency: Urgency = .inMotion, prepaid: Bool = false, account: AccountID? = nil) {
@@ -124,7 +125,7 @@ public actor Scheduler {
         for level in Urgency.allCases.reversed() where level > .routine {
             while jobs.count < capacity, let top = validTop(level), top.due <= now {
                 queues[level]!.pop()
-                if let budget = budgetOf(account(of: top.key)), budget.waiting(atLeast: level) > 0 {
+                if let account = account(of: top.key), let budget = budgetOf(account), budget.waiting(atLeast: level) > 0 {
                     heldBack.append((level, top))
                     continue
                 }
@@ -163,7 +164,7 @@ public actor Scheduler {
     public func nextDue(budgetOf: (AccountID) -> RateLimiter?) -> Date? {
         var earliest = Urgency.allCases.compactMap { validTop($0)?.due }.min()
         // A key held back is due: it waits for its account's next token, and the callers before it take that one.
-        for account in Set(heldBack.map { account(of: $0.entry.key) }) {
+        for account in Set(heldBack.compactMap { account(of: $0.entry.key) }) {
             guard let budget = budgetOf(account) else { continue }
             let at = budget.nextToken.addingTimeInterval(0.001)
             earliest = min(earliest ?? at, at)
@@ -212,12 +213,13 @@ public actor Scheduler {
 
     // MARK: Internals
 
-    /// The account whose budget `key`'s calls spend (the default one when its plan names none).
-    private func account(of key: WorkKey) -> AccountID { waiting[key]?.plan.account ?? .default }
+    /// The account whose budget `key`'s calls spend, when its plan names it (a key woken by a delivery that named
+    /// none is not held back: whose budget it spends is known once it runs).
+    private func account(of key: WorkKey) -> AccountID? { waiting[key]?.plan.account }
 
     private func hand(_ key: WorkKey, urgency: Urgency, prepaid: Bool) -> Job {
-        let account = urgency == .routine ? ready[key] ?? waiting[key]?.plan.account ?? .default : nil
-        if let account { routineRunning[key] = account }
+        let account = urgency == .routine ? ready[key] ?? waiting[key]?.plan.account ?? .default : waiting[key]?.plan.account
+        if urgency == .routine, let account { routineRunning[key] = account }
         waiting.removeValue(forKey: key)
         unready(key)
         running[key] = urgency

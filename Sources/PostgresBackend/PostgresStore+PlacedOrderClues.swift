@@ -12,11 +12,12 @@ extension PostgresStore {
         ).compactMap { RetentionPolicy.notifiedOrderID(dedupeKey: try $0.decode(String.self)) }
     }
 
-    public func settlementLines(merchantReference: String, limit: Int) async throws -> [SettledLine] {
+    public func settlementLines(merchantReference: String, account: AccountID, limit: Int) async throws -> [SettledLine] {
         try await rows(
             """
             SELECT l.data FROM settlement_lines l JOIN payouts p ON p.payment_reference = l.payment_reference
-            WHERE l.data::jsonb -> 'line' ->> 'merchantReference' = \(merchantReference) ORDER BY p.payout_date DESC, l.ordinal LIMIT \(limit)
+            WHERE l.data::jsonb -> 'line' ->> 'merchantReference' = \(merchantReference) AND p.account = \(account.rawValue)
+            ORDER BY p.payout_date DESC, l.ordinal LIMIT \(limit)
             """
         ).map { try decode(LineReconciliation.self, $0).line }
     }

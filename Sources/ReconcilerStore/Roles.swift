@@ -25,8 +25,9 @@ public protocol WorkStore: Sendable {
     /// The order ids of OM notifications received at or after `since` for orders this store does not track, newest
     /// first, at most `limit`.
     func untrackedNotifiedOrders(since: Date, limit: Int) async throws -> [String]
-    /// Recorded settlement lines whose `merchant_reference1` is `merchantReference`, newest payout first, at most `limit`.
-    func settlementLines(merchantReference: String, limit: Int) async throws -> [SettledLine]
+    /// Recorded settlement lines of `account`'s payouts whose `merchant_reference1` is `merchantReference`, newest
+    /// payout first, at most `limit`: another account's SALE with the same reference is no order of this one.
+    func settlementLines(merchantReference: String, account: AccountID, limit: Int) async throws -> [SettledLine]
 }
 
 extension WorkStore {

@@ -14,13 +14,13 @@ extension SQLiteStore {
         }
     }
 
-    public func settlementLines(merchantReference: String, limit: Int) async throws -> [SettledLine] {
+    public func settlementLines(merchantReference: String, account: AccountID, limit: Int) async throws -> [SettledLine] {
         try await read { db in
             try db.query(
                 """
                 SELECT l.data FROM settlement_lines l JOIN payouts p ON p.payment_reference = l.payment_reference
-                WHERE json_extract(l.data, '$.line.merchantReference') = ? ORDER BY p.payout_date DESC, l.ordinal LIMIT ?
-                """, [.text(merchantReference), SQLValue(limit)]
+                WHERE json_extract(l.data, '$.line.merchantReference') = ? AND p.account = ? ORDER BY p.payout_date DESC, l.ordinal LIMIT ?
+                """, [.text(merchantReference), .text(account.rawValue), SQLValue(limit)]
             ).map { try self.decode(LineReconciliation.self, $0.string(0)).line }
         }
     }

@@ -52,7 +52,7 @@ struct PlacedOrderCluesConformanceTests {
             findings: [], fromLines: PayoutFigures(lines: lines, totals: totals), totals: PayoutFigures(totals: totals))
     }
 
-    @Test("Settlement lines by merchant reference, newest payout first, at most the limit", arguments: Backend.allCases)
+    @Test("Settlement lines by merchant reference, of one account's payouts, newest payout first, at most the limit", arguments: Backend.allCases)
     func linesByReference(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
             let older = line("PAY-1", 1, order: "o-1", reference: "shop-7")
@@ -65,9 +65,16 @@ struct PlacedOrderCluesConformanceTests {
             ]
             #expect(recorded == [true, true])
 
-            #expect(try await s.store.settlementLines(merchantReference: "shop-7", limit: 10) == [newer, older])
-            #expect(try await s.store.settlementLines(merchantReference: "shop-7", limit: 1) == [newer])
-            #expect(try await s.store.settlementLines(merchantReference: "shop-9", limit: 10).isEmpty)
+            #expect(try await s.store.settlementLines(merchantReference: "shop-7", account: .default, limit: 10) == [newer, older])
+            #expect(try await s.store.settlementLines(merchantReference: "shop-7", account: .default, limit: 1) == [newer])
+            #expect(try await s.store.settlementLines(merchantReference: "shop-9", account: .default, limit: 10).isEmpty)
+            // Another account's payout with the same reference is no clue to this account's orders, nor the reverse.
+            let us = try #require(AccountID(rawValue: "us"))
+            var usPayout = payout("PAY-3", day: 3, [line("PAY-3", 1, order: "o-9", reference: "shop-7")])
+            usPayout.account = us
+            #expect(try await s.store.record(usPayout, outcomes: [], at: Fixtures.t0))
+            #expect(try await s.store.settlementLines(merchantReference: "shop-7", account: .default, limit: 10) == [newer, older])
+            #expect(try await s.store.settlementLines(merchantReference: "shop-7", account: us, limit: 10).map(\.orderID) == ["o-9"])
         }
     }
 }

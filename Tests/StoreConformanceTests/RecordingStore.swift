@@ -33,9 +33,9 @@ struct RecordingStore: ReconcilerStore {
         noted("WorkStore.untrackedNotifiedOrders")
         return try await base.untrackedNotifiedOrders(since: since, limit: limit)
     }
-    func settlementLines(merchantReference: String, limit: Int) async throws -> [SettledLine] {
+    func settlementLines(merchantReference: String, account: AccountID, limit: Int) async throws -> [SettledLine] {
         noted("WorkStore.settlementLines")
-        return try await base.settlementLines(merchantReference: merchantReference, limit: limit)
+        return try await base.settlementLines(merchantReference: merchantReference, account: account, limit: limit)
     }
 
     // WorkQueue

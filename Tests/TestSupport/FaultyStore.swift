@@ -59,8 +59,8 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     public func untrackedNotifiedOrders(since: Date, limit: Int) async throws -> [String] {
         try await store.untrackedNotifiedOrders(since: since, limit: limit)
     }
-    public func settlementLines(merchantReference: String, limit: Int) async throws -> [SettledLine] {
-        try await store.settlementLines(merchantReference: merchantReference, limit: limit)
+    public func settlementLines(merchantReference: String, account: AccountID, limit: Int) async throws -> [SettledLine] {
+        try await store.settlementLines(merchantReference: merchantReference, account: account, limit: limit)
     }
     public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult {
         try await store.track(session, event: event, at: at)

@@ -40,9 +40,9 @@ extension Reconciler {
                 case .failure(let error): return try await sessionReadFailed(session, error, change: change)
                 }
             }
-            // The recorded payouts are one account's: another account's SALE with the same reference is not this order.
-            let ownPayouts = try accounts.all.count == 1 || account().followsSettlements
-            let recorded = ownPayouts ? try await store.settlementLines(merchantReference: reference, limit: Self.settlementLinesPerSearch) : []
+            // This account's payouts only: another account's SALE with the same reference is not this order.
+            let recorded = try await store.settlementLines(
+                merchantReference: reference, account: session.account, limit: Self.settlementLinesPerSearch)
             for line in recorded where line.kind == .sale {
                 lines += 1
                 guard let orderID = line.orderID, try await store.order(orderID) == nil else { continue }
