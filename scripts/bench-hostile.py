@@ -96,7 +96,9 @@ def main():
     processes = []
     try:
         port = 18400 + os.getpid() % 500
-        sandbox = subprocess.Popen([binary, "sandbox", "--listen", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # The sandbox is its own binary (klarna-sandbox), beside the daemon's.
+        sandbox_binary = os.path.abspath(os.path.join(args.bin_dir, "klarna-sandbox"))
+        sandbox = subprocess.Popen([sandbox_binary, "--listen", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         processes.append(sandbox)
 
         def sandbox_up():

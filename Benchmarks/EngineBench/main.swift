@@ -789,6 +789,9 @@ if phase("7") {
             }
             try await store.commit(change, at: now)
         }
+        // Both runs start from a quiet disk: the writeback of the phases before, and of A's sessions just written
+        // (tens of MiB the reference run does not write), would otherwise stall this run's fsyncs (as in phase 6).
+        sync()
         _ = try bench.start()
         // A polls at its budget before B's first callback.
         if polledSessions > 0 { try await Task.sleep(for: .seconds(3)) }

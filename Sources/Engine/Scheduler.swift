@@ -37,6 +37,10 @@ public actor Scheduler {
     public static let fairEvery = 8
     /// How long a ranking of due routine reads is used before values are computed again.
     static let rankingLifetime: TimeInterval = 1
+    /// Due routine reads valued per take while a new ranking is made: more than this many are valued a slice at a
+    /// time, the ranking made before serving meanwhile, so one take never holds the actor (and the urgent work behind
+    /// it) for the whole set (20,000 reads take tens of milliseconds).
+    static let rankSlice = 2_048
 
     private struct Waiting {
         var plan: WorkPlan
@@ -58,6 +62,11 @@ public actor Scheduler {
     /// Due routine keys by value, best last.
     private var ranking: [WorkKey] = []
     private var rankedAt: Date?
+    /// Each account's due routine reads in the order they became due, with the sequence of the plan that made them
+    /// due: the one due longest is the first still ready under that plan, found without a pass over every due read.
+    private var readyOrder: [AccountID: (entries: [(key: WorkKey, sequence: UInt64)], head: Int)] = [:]
+    /// A ranking being made a slice at a time: the reads to value, how many are valued, and their values.
+    private var rankPass: (keys: [WorkKey], done: Int, scored: [(WorkKey, Double)], at: Date)?
     private var routinePicks = 0
     private var running: [WorkKey: Urgency] = [:]
     /// Keys woken or rescheduled while running: what to do once the worker is done.
@@ -260,11 +269,13 @@ public actor Scheduler {
             routinePicks += 1
             let key: WorkKey
             if routinePicks % Self.fairEvery == 0 {
-                key = ready.lazy.filter { $0.value == account }.map(\.key).min {
-                    (waiting[$0]?.plan.due ?? now) < (waiting[$1]?.plan.due ?? now)
-                }!
+                key =
+                    dueLongest(of: account)
+                    ?? ready.lazy.filter { $0.value == account }.map(\.key).min {
+                        (waiting[$0]?.plan.due ?? now) < (waiting[$1]?.plan.due ?? now)
+                    }!
             } else {
-                if rankedAt.map({ now.timeIntervalSince($0) >= Self.rankingLifetime }) ?? true { rank(now: now) }
+                if rankedAt.map({ now.timeIntervalSince($0) >= Self.rankingLifetime }) ?? true { refreshRanking(now: now) }
                 while let best = ranking.last, ready[best] == nil { ranking.removeLast() }
                 // The ranking holds every account's keys: this account's best is the last of its own.
                 guard let index = ranking.lastIndex(where: { ready[$0] == account }) else { rank(now: now); continue }
@@ -282,6 +293,31 @@ public actor Scheduler {
         let account = waiting[key]?.plan.account ?? .default
         ready[key] = account
         readyCounts[account, default: 0] += 1
+        // In place: a copy of the list taken out of the dictionary would copy every entry at each append.
+        readyOrder[account, default: (entries: [], head: 0)].entries.append((key, waiting[key]?.sequence ?? 0))
+        // Entries of reads taken or planned again pile up behind the head: dropped once they outnumber the live ones.
+        if let order = readyOrder[account], order.entries.count - order.head > 2 * readyCounts[account, default: 0] + 1_024 {
+            let live = order.entries[order.head...].filter { isDueEntry($0, of: account) }
+            readyOrder[account] = (entries: live, head: 0)
+        }
+    }
+
+    private func isDueEntry(_ entry: (key: WorkKey, sequence: UInt64), of account: AccountID) -> Bool {
+        ready[entry.key] == account && waiting[entry.key]?.sequence == entry.sequence
+    }
+
+    /// The due routine read of `account` that became due first (the caller takes it: it leaves `ready`); every ready
+    /// read has its entry, so nil only if that ever failed (the caller then looks through every due read).
+    private func dueLongest(of account: AccountID) -> WorkKey? {
+        while let order = readyOrder[account], order.head < order.entries.count, !isDueEntry(order.entries[order.head], of: account) {
+            readyOrder[account]?.head += 1
+        }
+        if let head = readyOrder[account]?.head, head >= 1_024 {
+            readyOrder[account]?.entries.removeFirst(head)
+            readyOrder[account]?.head = 0
+        }
+        guard let order = readyOrder[account], order.head < order.entries.count else { return nil }
+        return order.entries[order.head].key
     }
 
     /// `key` no longer waits for a budget (handed out, rescheduled or forgotten).
@@ -291,16 +327,35 @@ public actor Scheduler {
         readyCounts[account] = left > 0 ? left : nil
     }
 
-    private func rank(now: Date) {
-        let model = completionModel
-        ranking = ready.keys.map { key -> (WorkKey, Double) in
-            // Order rechecks and payment requests have no profile: worth a read when due.
-            let value = waiting[key]?.plan.poll.map { PollValuation.value($0, now: now, model: model) } ?? 1
-            return (key, value)
+    /// A ranking that is out of date made again: at once when the set is small or none serves meanwhile (the first,
+    /// or one an unread read asked for), else a slice further (``rankSlice``).
+    private func refreshRanking(now: Date) {
+        guard ready.count > Self.rankSlice, rankedAt != nil else { return rank(now: now) }
+        var pass = rankPass ?? (keys: Array(ready.keys), done: 0, scored: [], at: now)
+        let slice = pass.keys[pass.done..<min(pass.done + Self.rankSlice, pass.keys.count)]
+        pass.scored += slice.map { ($0, value(of: $0, now: pass.at)) }
+        pass.done += slice.count
+        guard pass.done == pass.keys.count else {
+            rankPass = pass
+            return
         }
-        .sorted { $0.1 < $1.1 }
-        .map(\.0)
+        rankPass = nil
+        install(pass.scored, at: pass.at)
+    }
+
+    private func rank(now: Date) {
+        rankPass = nil
+        install(ready.keys.map { ($0, value(of: $0, now: now)) }, at: now)
+    }
+
+    private func install(_ scored: [(WorkKey, Double)], at now: Date) {
+        ranking = scored.sorted { $0.1 < $1.1 }.map(\.0)
         rankedAt = now
+    }
+
+    /// What reading `key` now is worth; order rechecks and payment requests have no profile: worth a read when due.
+    private func value(of key: WorkKey, now: Date) -> Double {
+        waiting[key]?.plan.poll.map { PollValuation.value($0, now: now, model: completionModel) } ?? 1
     }
 
     private static func merge(_ first: WorkPlan?, _ second: WorkPlan?) -> WorkPlan? {

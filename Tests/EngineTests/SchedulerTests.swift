@@ -282,6 +282,25 @@ struct SchedulerBudgetTests {
         #expect(picks.contains(.session("abandoned")))
     }
 
+    @Test(
+        "More due reads than one slice: a new ranking is valued a slice per take while the one before serves, then picks by value"
+    )
+    func rankingInSlices() async {
+        let scheduler = Scheduler()
+        for index in 0..<3_000 {
+            await scheduler.schedule(
+                .session("cold\(index)"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 86_000, read: 7_200, now: Fixtures.t0))
+        }
+        _ = await scheduler.take(now: Fixtures.t0, capacity: 1)
+        // A read worth far more becomes due after the first ranking, which does not know it.
+        let later = Fixtures.t0.addingTimeInterval(2)
+        await scheduler.schedule(.session("hot"), at: later, urgency: .routine, poll: poll(tracked: 180, read: 5, now: later))
+        var picks: [WorkKey] = []
+        for _ in 0..<3 { picks += await scheduler.take(now: later, capacity: 1).map(\.key) }
+        #expect(picks.first != .session("hot"), "the first slice is valued; the ranking before serves")
+        #expect(picks.contains(.session("hot")), "\(picks)")
+    }
+
     @Test("When urgent callers use the whole budget, one routine read at a time still joins its queue")
     func routineUnderSaturation() async throws {
         let clock = ManualClock(now: Fixtures.t0)
