@@ -39,23 +39,24 @@ enum SettlementReportRenderer {
                 lines.append("    \(finding.kind.rawValue): \(finding.reason)")
             }
         }
-        lines.append(total(reports))
+        lines.append(total("Total", reports))
         if namesAccounts {
             for (account, reports) in byAccount.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                lines.append("  account \(account): " + total(reports).dropFirst("Total: ".count))
+                lines.append(total("  account \(account)", reports))
             }
         }
         return lines.joined(separator: "\n")
     }
 
-    /// `Total: 2 payouts, net 465000 EUR, 1200 SEK; 9 lines: 7 matched, 1 payout-level, 1 unmatched; 3 findings`.
-    static func total(_ reports: [PayoutReport]) -> String {
+    /// `Total: 2 payouts, net 465000 EUR, 1200 SEK; 9 lines: 7 matched, 1 payout-level, 1 unmatched; 3 findings` (the
+    /// title `Total`; an account's line has its own).
+    static func total(_ title: String, _ reports: [PayoutReport]) -> String {
         // Saturating (Minor): an absurd amount from Klarna is shown as it is reported, it must not stop the command.
         var net: [String: Int] = [:]
         for report in reports { net[report.currency] = Minor.add(net[report.currency] ?? 0, report.net) }
         let nets = net.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
         func sum(_ count: (PayoutReport) -> Int) -> Int { Minor.sum(reports.map(count)) }
-        return "Total: \(counted(reports.count, "payout"))\(nets.isEmpty ? "" : ", net \(nets)"); \(counted(sum(\.lineCount), "line")): "
+        return "\(title): \(counted(reports.count, "payout"))\(nets.isEmpty ? "" : ", net \(nets)"); \(counted(sum(\.lineCount), "line")): "
             + "\(sum(\.matchedCount)) matched, \(sum(\.payoutLevelCount)) payout-level, \(sum(\.unmatchedCount)) unmatched; "
             + counted(sum(\.findingCount), "finding")
     }
