@@ -50,7 +50,7 @@ test:
 	scripts/swift-test.sh --skip-build
 
 ## Every test: unit, engine against the sandbox over real sockets, the daemon as a process (kill -9 included, and
-## behind Debian's nginx; its hostile-input storm alone, after the rest), the shipped units checked by systemd-analyze, the system tests under a real systemd user
+## behind Debian's nginx; its hostile-input storm alone, after the rest), the demo (which checks what it shows), the shipped units checked by systemd-analyze, the system tests under a real systemd user
 ## manager and journald, and the Debian package built, linted, installed, run from its installed units and purged.
 check: deps
 	@scripts/install-deps.sh $(CHECK_PACKAGES)
@@ -58,6 +58,7 @@ check: deps
 	$(SWIFT_FORMAT_LINT)
 	scripts/swift-build-checked.sh --build-tests
 	scripts/swift-test.sh --skip-build
+	.build/debug/klarna-sandbox demo >.build/demo.log 2>&1 || { tail -n 60 .build/demo.log; exit 1; }
 	KLARNA_RECONCILER_STORM=1 scripts/swift-test.sh --skip-build --filter hostileStorm
 	scripts/check-units.sh .build/debug/klarna-reconciler
 	Tests/System/run.sh .build/debug/klarna-reconciler

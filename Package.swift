@@ -242,8 +242,8 @@ let package = Package(
         .testTarget(
             name: "EngineTests",
             dependencies: [
-                "Engine", "Ingest", "ReconcilerStore", "SQLiteBackend", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore",
-                "TestSupport",
+                "Engine", "Ingest", "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "Settings", "KlarnaAPI", "KlarnaSandbox", "HTTPServer",
+                "ReconcilerCore", "TestSupport",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict

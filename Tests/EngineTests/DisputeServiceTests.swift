@@ -10,9 +10,9 @@ import TestSupport
 @testable import Ingest
 @testable import ReconcilerCore
 
-/// The dispute service against the sandbox's Disputes API v4 over real sockets, with a real SQLite file whose orders
-/// the engine captured, on one manual clock: each sync driven directly. Every change is one outcome, every warning
-/// comes once at its lead time, and every operator's action reaches Klarna once.
+/// The dispute service against the sandbox's Disputes API v4 over real sockets, with a real store (each test on
+/// SQLite and on PostgreSQL) whose orders the engine captured, on one manual clock: each sync driven directly. Every
+/// change is one outcome, every warning comes once at its lead time, and every operator's action reaches Klarna once.
 @Suite("Dispute service")
 struct DisputeServiceTests {
     static let settings = DisputeSettings(
@@ -21,10 +21,10 @@ struct DisputeServiceTests {
         longestCall: .seconds(31))
 
     @Test(
-        "A dispute from its signed webhook: the hint is read at once and its opening is one outcome with Klarna's deadline; the webhook again is a repeat, and the list finds nothing new"
-    )
-    func fromWebhook() async throws {
-        try await EngineHarness.with { h in
+        "A dispute from its signed webhook: the hint is read at once and its opening is one outcome with Klarna's deadline; the webhook again is a repeat, and the list finds nothing new",
+        arguments: StoreKind.allCases)
+    func fromWebhook(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let orderID = try await h.capturedOrder(10_000)
             let service = h.disputeService()
             let ingestor = h.disputeIngestor(bell: service.bell)
@@ -55,10 +55,10 @@ struct DisputeServiceTests {
     }
 
     @Test(
-        "From polling alone (no webhook ever arrives): opening, evidence (upload and represent), a preliminary loss, an appeal and the final win are one outcome each, in order"
-    )
-    func pollingAndLifecycle() async throws {
-        try await EngineHarness.with { h in
+        "From polling alone (no webhook ever arrives): opening, evidence (upload and represent), a preliminary loss, an appeal and the final win are one outcome each, in order",
+        arguments: StoreKind.allCases)
+    func pollingAndLifecycle(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let orderID = try await h.capturedOrder(12_000)
             let service = h.disputeService()
             let dispute = try h.sandbox.openDispute(order: orderID).paymentDisputeId
@@ -99,10 +99,10 @@ struct DisputeServiceTests {
     }
 
     @Test(
-        "Deadline warnings at 72 h and 24 h on a manual clock, each once; an extension by Klarna moves them and they come again; the missed deadline is read at once and is one loss"
-    )
-    func warnings() async throws {
-        try await EngineHarness.with { h in
+        "Deadline warnings at 72 h and 24 h on a manual clock, each once; an extension by Klarna moves them and they come again; the missed deadline is read at once and is one loss",
+        arguments: StoreKind.allCases)
+    func warnings(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let orderID = try await h.capturedOrder(8_000)
             let service = h.disputeService()
             let opened = try h.sandbox.openDispute(order: orderID, reason: "PURCHASE_UNAUTHORIZED")
@@ -143,11 +143,13 @@ struct DisputeServiceTests {
         }
     }
 
-    @Test("A dispute of an order this daemon never tracked is recorded as an orphan, with its outcome, and nothing on any timeline")
-    func orphan() async throws {
-        try await EngineHarness.with { h in
+    @Test(
+        "A dispute of an order this daemon never tracked is recorded as an orphan, with its outcome, and nothing on any timeline",
+        arguments: StoreKind.allCases)
+    func orphan(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let orderID = try await h.capturedOrder(5_000)
-            let other = try SQLiteStore(path: h.directory.path + "/other.sqlite")
+            let other = try await h.openEmptyStore()
             let service = h.disputeService(store: other)
             let dispute = try h.sandbox.openDispute(order: orderID).paymentDisputeId
             try await service.sync()
@@ -158,10 +160,10 @@ struct DisputeServiceTests {
     }
 
     @Test(
-        "accept-loss exactly once: a reset after Klarna acted is resolved by a read after the longest call (no second POST); asked again it is done from the read alone"
-    )
-    func acceptLossAfterReset() async throws {
-        try await EngineHarness.with { h in
+        "accept-loss exactly once: a reset after Klarna acted is resolved by a read after the longest call (no second POST); asked again it is done from the read alone",
+        arguments: StoreKind.allCases)
+    func acceptLossAfterReset(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let orderID = try await h.capturedOrder(9_000)
             let service = h.disputeService()
             let dispute = try h.sandbox.openDispute(order: orderID).paymentDisputeId
@@ -187,10 +189,10 @@ struct DisputeServiceTests {
     }
 
     @Test(
-        "accept-loss: a 503 before Klarna acted is sent again after a read; a dispute in a state that does not take it is refused without a call; Klarna's 409 is reported, never retried"
-    )
-    func acceptLossRefusals() async throws {
-        try await EngineHarness.with { h in
+        "accept-loss: a 503 before Klarna acted is sent again after a read; a dispute in a state that does not take it is refused without a call; Klarna's 409 is reported, never retried",
+        arguments: StoreKind.allCases)
+    func acceptLossRefusals(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let service = h.disputeService()
             let first = try h.sandbox.openDispute(order: try await h.capturedOrder(7_000)).paymentDisputeId
             let second = try h.sandbox.openDispute(order: try await h.capturedOrder(6_000)).paymentDisputeId
@@ -233,10 +235,10 @@ struct DisputeServiceTests {
         }
     }
     @Test(
-        "One dispute Klarna cannot serve holds up no other: a 500 on its read leaves it alone for a while and the next hint is read; a 404 drops its hint; a 403 (the account) fails the sync"
-    )
-    func oneDisputeFailing() async throws {
-        try await EngineHarness.with { h in
+        "One dispute Klarna cannot serve holds up no other: a 500 on its read leaves it alone for a while and the next hint is read; a 404 drops its hint; a 403 (the account) fails the sync",
+        arguments: StoreKind.allCases)
+    func oneDisputeFailing(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let service = h.disputeService()
             let ingestor = h.disputeIngestor(bell: service.bell)
             let first = try h.sandbox.openDispute(order: try await h.capturedOrder(4_000)).paymentDisputeId
@@ -269,10 +271,10 @@ struct DisputeServiceTests {
     }
 
     @Test(
-        "accept-loss answered 429 (Klarna did nothing): the dispute is read again after the longest call, and the loss is sent again once"
-    )
-    func acceptLossRateLimited() async throws {
-        try await EngineHarness.with { h in
+        "accept-loss answered 429 (Klarna did nothing): the dispute is read again after the longest call, and the loss is sent again once",
+        arguments: StoreKind.allCases)
+    func acceptLossRateLimited(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let service = h.disputeService()
             let dispute = try h.sandbox.openDispute(order: try await h.capturedOrder(6_500)).paymentDisputeId
             try await service.sync()
@@ -290,10 +292,10 @@ struct DisputeServiceTests {
     }
 
     @Test(
-        "A daemon killed between the evidence's upload and its submission: the next one uploads again (the first file stays unused) and submits once"
-    )
-    func crashBetweenUploadAndSubmission() async throws {
-        try await EngineHarness.with { h in
+        "A daemon killed between the evidence's upload and its submission: the next one uploads again (the first file stays unused) and submits once",
+        arguments: StoreKind.allCases)
+    func crashBetweenUploadAndSubmission(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let service = h.disputeService()
             let dispute = try h.sandbox.openDispute(order: try await h.capturedOrder(8_500)).paymentDisputeId
             try await service.sync()
@@ -320,9 +322,9 @@ struct DisputeServiceTests {
         }
     }
 
-    @Test("A held payment's dispute gets no answer until it is released; then one, after a fresh read")
-    func held() async throws {
-        try await EngineHarness.with { h in
+    @Test("A held payment's dispute gets no answer until it is released; then one, after a fresh read", arguments: StoreKind.allCases)
+    func held(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let orderID = try await h.capturedOrder(5_500)
             let service = h.disputeService()
             let dispute = try h.sandbox.openDispute(order: orderID).paymentDisputeId
@@ -345,10 +347,10 @@ struct DisputeServiceTests {
     }
 
     @Test(
-        "A daemon killed after marking an accept-loss sent, its call landing at Klarna: the next daemon reads only after the longest call, finds the loss, and sends nothing"
-    )
-    func crashAfterTheSentMark() async throws {
-        try await EngineHarness.with { h in
+        "A daemon killed after marking an accept-loss sent, its call landing at Klarna: the next daemon reads only after the longest call, finds the loss, and sends nothing",
+        arguments: StoreKind.allCases)
+    func crashAfterTheSentMark(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let orderID = try await h.capturedOrder(9_500)
             let service = h.disputeService()
             let dispute = try h.sandbox.openDispute(order: orderID).paymentDisputeId
@@ -374,9 +376,11 @@ struct DisputeServiceTests {
         }
     }
 
-    @Test("The first list after disputes are switched on records disputes closed before without an outcome; those still open are announced")
-    func firstList() async throws {
-        try await EngineHarness.with { h in
+    @Test(
+        "The first list after disputes are switched on records disputes closed before without an outcome; those still open are announced",
+        arguments: StoreKind.allCases)
+    func firstList(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let closed = try h.sandbox.openDispute(order: try await h.capturedOrder(4_000)).paymentDisputeId
             try await h.client.acceptDisputeLoss(id: closed)
             let open = try h.sandbox.openDispute(order: try await h.capturedOrder(3_000)).paymentDisputeId
@@ -394,10 +398,10 @@ struct DisputeServiceTests {
     }
 
     @Test(
-        "A dispute's money in Klarna's payouts: its fee, the amount held while open, the hold released and a lost dispute's REVERSAL; the settlement sync matches the REVERSAL of the loss the daemon saw, with no finding, and the payouts add up"
-    )
-    func inThePayouts() async throws {
-        try await EngineHarness.with { h in
+        "A dispute's money in Klarna's payouts: its fee, the amount held while open, the hold released and a lost dispute's REVERSAL; the settlement sync matches the REVERSAL of the loss the daemon saw, with no finding, and the payouts add up",
+        arguments: StoreKind.allCases)
+    func inThePayouts(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let lostOrder = try await h.capturedOrder(10_000)
             let wonOrder = try await h.capturedOrder(6_000)
             let service = h.disputeService()
@@ -437,7 +441,7 @@ struct DisputeServiceTests {
 
 extension EngineHarness {
     /// A dispute service on this harness's sandbox, clock and logs, over `store` (the harness's by default).
-    func disputeService(store: SQLiteStore? = nil) -> DisputeService {
+    func disputeService(store: (any ReconcilerStore)? = nil) -> DisputeService {
         DisputeService(
             store: store ?? self.store, client: client, clock: clock, rateLimiter: nil, settings: DisputeServiceTests.settings,
             logger: logs.logger(), random: SeededRandomSource(seed: 3))

@@ -7,14 +7,25 @@ import Testing
 import TestSupport
 @testable import Engine
 @testable import ReconcilerCore
+import PostgresBackend
 import ReconcilerStore
 @testable import SQLiteBackend
 
-/// The engine against the sandbox over a real loopback socket, with a real SQLite file, on one manual clock shared
-/// by both sides: 61 minutes pass in a call, and nothing sleeps.
+/// The stores the engine's tests run against: a real SQLite file, or a database of its own on the tests' real
+/// PostgreSQL server (``PostgresServer``).
+enum StoreKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case sqlite, postgres
+
+    var testDescription: String { rawValue }
+}
+
+/// The engine against the sandbox over a real loopback socket, with a real store (SQLite by default), on one manual
+/// clock shared by both sides: 61 minutes pass in a call, and nothing sleeps.
 struct EngineHarness {
     let sandbox: KlarnaSandbox
-    let store: SQLiteStore
+    let store: any ReconcilerStore
+    /// Another store of the same kind, empty: another daemon's.
+    let openEmptyStore: @Sendable () async throws -> any ReconcilerStore
     let reconciler: Reconciler
     /// The default account's client: the sandbox merchant's credentials.
     var client: KlarnaClient { reconciler.accounts.all[0].client }
@@ -27,8 +38,8 @@ struct EngineHarness {
     ///   timeout tests pass their own.
     /// - Parameter wrapTransport: puts a fault-injecting double between the client and libcurl.
     static func with<T: Sendable>(
-        settings: EngineSettings = EngineHarness.fastSettings, requestTimeout: Duration = .seconds(10),
-        wrapStore: (SQLiteStore) -> any WorkStore = { $0 },
+        store kind: StoreKind = .sqlite, settings: EngineSettings = EngineHarness.fastSettings, requestTimeout: Duration = .seconds(10),
+        wrapStore: (any ReconcilerStore) -> any WorkStore = { $0 },
         wrapTransport: (CurlTransport) -> any HTTPTransport = { $0 },
         _ body: (EngineHarness) async throws -> T
     ) async throws -> T {
@@ -46,11 +57,16 @@ struct EngineHarness {
             transport: wrapTransport(transport), logger: logs.logger())
         let directory = TemporaryDirectory()
         defer { directory.remove() }
-        let store = try SQLiteStore(path: directory.path + "/state.sqlite")
+        let stores = OpenedStores(kind: kind, directory: directory.path)
+        defer { stores.closeAll() }
+        let store = try await stores.openEmpty()
         let reconciler = Reconciler(
             store: wrapStore(store), accounts: KlarnaAccounts(client: client, rateLimiter: nil), clock: clock, random: SeededRandomSource(seed: 11),
             settings: settings, logger: logs.logger())
-        return try await body(EngineHarness(sandbox: sandbox, store: store, reconciler: reconciler, clock: clock, directory: directory, logs: logs))
+        return try await body(
+            EngineHarness(
+                sandbox: sandbox, store: store, openEmptyStore: { try await stores.openEmpty() }, reconciler: reconciler, clock: clock,
+                directory: directory, logs: logs))
     }
 
     static let fastSettings = EngineSettings(
@@ -135,4 +151,37 @@ struct EngineHarness {
         let tokens = Dictionary(grouping: sandbox.effects(kind: .customerTokenCreated), by: { $0.kpSessionId ?? "" })
         #expect(tokens.values.allSatisfy { $0.count == 1 }, "two customer tokens for one session", sourceLocation: sourceLocation)
     }
+}
+
+/// The stores a harness opened, each new and empty, closed when it ends.
+private final class OpenedStores: @unchecked Sendable {
+    private let kind: StoreKind
+    private let directory: String
+    private let lock = NSLock()
+    private var postgres: [PostgresStore] = []
+    private var files = 0
+
+    init(kind: StoreKind, directory: String) {
+        self.kind = kind
+        self.directory = directory
+    }
+
+    func openEmpty() async throws -> any ReconcilerStore {
+        switch kind {
+        case .sqlite:
+            let name = lock.withLock {
+                files += 1
+                return files == 1 ? "state.sqlite" : "state-\(files).sqlite"
+            }
+            return try SQLiteStore(path: directory + "/" + name)
+        case .postgres:
+            let server = try await PostgresServer.shared()
+            let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+            let store = try await PostgresStore.open(location, password: server.password, logger: Logger(label: "test.postgres"))
+            lock.withLock { postgres.append(store) }
+            return store
+        }
+    }
+
+    func closeAll() { lock.withLock { postgres.forEach { $0.close() } } }
 }

@@ -8,23 +8,25 @@ import TestSupport
 @testable import ReconcilerStore
 @testable import SQLiteBackend
 
-/// Refunds as intents, against the sandbox over real sockets with a real SQLite file: each refund is made once at
-/// Klarna whatever fails, with one idempotency key; what Klarna would refuse is refused before sending. One at a time:
-/// the rest of the suite runs beside it on the same two cores.
+/// Refunds as intents, against the sandbox over real sockets with a real store (each test on SQLite and on
+/// PostgreSQL): each refund is made once at Klarna whatever fails, with one idempotency key; what Klarna would refuse
+/// is refused before sending. One at a time: the rest of the suite runs beside it on the same two cores.
 @Suite("Refunds", .serialized)
 struct RefundTests {
     static let completesSoon = [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]
 
     @Test(
         "A refund is made once under 5xx, a reset or a timeout, before or after Klarna acts: one refund at Klarna, one key, outcome refunded with its id, in the ledger as the daemon's",
-        arguments: [
+        arguments: StoreKind.allCases,
+        [
             ("503 before", SandboxFault.Kind.status, Int?(503), false), ("500 after", .status, 500, true), ("reset after", .reset, nil, true),
             ("timeout after", .delay, nil, true), ("429", .rateLimit, nil, false),
         ])
-    func refundOnceUnderFaults(name: String, kind: SandboxFault.Kind, status: Int?, afterEffect: Bool) async throws {
+    func refundOnceUnderFaults(store: StoreKind, fault: (name: String, kind: SandboxFault.Kind, status: Int?, afterEffect: Bool)) async throws {
+        let (name, kind, status, afterEffect) = fault
         // A 2 s client timeout against the 2.5 s delay; a patient client otherwise, so that a late answer on loaded
         // cores is not taken for a timeout.
-        try await EngineHarness.with(requestTimeout: kind == .delay ? .seconds(2) : .seconds(10)) { h in
+        try await EngineHarness.with(store: store, requestTimeout: kind == .delay ? .seconds(2) : .seconds(10)) { h in
             let orderID = try await h.capturedOrder(10_000)
             h.sandbox.addFault(
                 SandboxFault(
@@ -63,10 +65,10 @@ struct RefundTests {
     }
 
     @Test(
-        "The read before a refund fails (503, then a timeout): it is tried again with a growing wait, the refund then made once; an order Klarna does not know (404) ends the refund as refund_failed, nothing sent"
-    )
-    func readBeforeRefundFails() async throws {
-        try await EngineHarness.with(requestTimeout: .seconds(2)) { h in
+        "The read before a refund fails (503, then a timeout): it is tried again with a growing wait, the refund then made once; an order Klarna does not know (404) ends the refund as refund_failed, nothing sent",
+        arguments: StoreKind.allCases)
+    func readBeforeRefundFails(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store, requestTimeout: .seconds(2)) { h in
             let orderID = try await h.capturedOrder(8_000)
             h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .status, status: 503, count: 1))
             h.sandbox.addFault(SandboxFault(route: "om.read_order", kind: .delay, delayMs: 2_500, count: 1))
@@ -90,9 +92,11 @@ struct RefundTests {
         }
     }
 
-    @Test("A refund of more than captured minus refunded is refused from a read of the order, never sent; one within it is made")
-    func refusedAmounts() async throws {
-        try await EngineHarness.with { h in
+    @Test(
+        "A refund of more than captured minus refunded is refused from a read of the order, never sent; one within it is made",
+        arguments: StoreKind.allCases)
+    func refusedAmounts(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let orderID = try await h.capturedOrder(10_000)
             _ = try await h.askRefund(orderID, 6_000, reference: "r-1")
             _ = try await h.askRefund(orderID, 5_000, reference: "r-2")
@@ -108,10 +112,10 @@ struct RefundTests {
     }
 
     @Test(
-        "The same reference twice is one refund; with another amount it is refused (409); an unknown order is refused (404); nothing recorded for either"
-    )
-    func sameReferenceTwice() async throws {
-        try await EngineHarness.with { h in
+        "The same reference twice is one refund; with another amount it is refused (409); an unknown order is refused (404); nothing recorded for either",
+        arguments: StoreKind.allCases)
+    func sameReferenceTwice(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let orderID = try await h.capturedOrder(8_000)
             #expect(try await h.askRefund(orderID, 1_000, reference: "same") == .accepted(wake: [.order(orderID)]))
             guard case .repeated = try await h.askRefund(orderID, 1_000, reference: "same") else {
@@ -135,9 +139,9 @@ struct RefundTests {
         }
     }
 
-    @Test("Klarna's 403 is not repeated: refund_failed with Klarna's words, one request")
-    func klarnaRefuses() async throws {
-        try await EngineHarness.with { h in
+    @Test("Klarna's 403 is not repeated: refund_failed with Klarna's words, one request", arguments: StoreKind.allCases)
+    func klarnaRefuses(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let orderID = try await h.capturedOrder(5_000)
             h.sandbox.addFault(SandboxFault(route: "om.create_refund", kind: .status, status: 403, count: 1))
             _ = try await h.askRefund(orderID, 1_000, reference: "no")
@@ -151,11 +155,12 @@ struct RefundTests {
     }
 
     @Test(
-        "A refund that never gets a clear answer ends refund_failed after retry.max_attempts, saying it may have been made, the same key every time")
-    func neverAnswers() async throws {
+        "A refund that never gets a clear answer ends refund_failed after retry.max_attempts, saying it may have been made, the same key every time",
+        arguments: StoreKind.allCases)
+    func neverAnswers(store: StoreKind) async throws {
         var settings = EngineHarness.fastSettings
         settings.writeRetry.maxAttempts = 3
-        try await EngineHarness.with(settings: settings) { h in
+        try await EngineHarness.with(store: store, settings: settings) { h in
             let orderID = try await h.capturedOrder(5_000)
             h.sandbox.addFault(SandboxFault(route: "om.create_refund", kind: .status, status: 503, count: nil))
             _ = try await h.askRefund(orderID, 1_000, reference: "lost")
@@ -174,12 +179,12 @@ struct RefundTests {
     }
 
     @Test(
-        "A crash right after the last attempt's sent mark: nothing is concluded until that attempt cannot still arrive (the longest call), then a read that lists no refund ends it as not made, and nothing is sent"
-    )
-    func crashAfterTheLastSentMark() async throws {
+        "A crash right after the last attempt's sent mark: nothing is concluded until that attempt cannot still arrive (the longest call), then a read that lists no refund ends it as not made, and nothing is sent",
+        arguments: StoreKind.allCases)
+    func crashAfterTheLastSentMark(store: StoreKind) async throws {
         var settings = EngineHarness.fastSettings
         settings.writeRetry.maxAttempts = 1
-        try await EngineHarness.with(settings: settings) { h in
+        try await EngineHarness.with(store: store, settings: settings) { h in
             let orderID = try await h.capturedOrder(5_000)
             _ = try await h.askRefund(orderID, 1_000, reference: "crash")
             // As the daemon leaves it when it dies after the sent mark of its only attempt, before the request left.
@@ -201,9 +206,9 @@ struct RefundTests {
         }
     }
 
-    @Test("An order with nothing captured (on_request, no capture asked) is not refunded: refund_failed, nothing sent")
-    func nothingCaptured() async throws {
-        try await EngineHarness.with { h in
+    @Test("An order with nothing captured (on_request, no capture asked) is not refunded: refund_failed, nothing sent", arguments: StoreKind.allCases)
+    func nothingCaptured(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let created = try await h.track(SessionSpec(orderAmount: 3_000, schedule: Self.completesSoon), capture: .onRequest)
             try await h.run()
             let orderID = try await h.order(of: created).orderID
@@ -218,12 +223,12 @@ struct RefundTests {
     }
 
     @Test(
-        "Operators: a hold stops a refund of a captured order until it is released; a failed refund is final, retry leaves it (a new reference asks again)"
-    )
-    func holdAndRetry() async throws {
+        "Operators: a hold stops a refund of a captured order until it is released; a failed refund is final, retry leaves it (a new reference asks again)",
+        arguments: StoreKind.allCases)
+    func holdAndRetry(store: StoreKind) async throws {
         var settings = EngineHarness.fastSettings
         settings.writeRetry.maxAttempts = 2
-        try await EngineHarness.with(settings: settings) { h in
+        try await EngineHarness.with(store: store, settings: settings) { h in
             let orderID = try await h.capturedOrder(9_000)
             func ask(_ action: OperatorAction) async throws {
                 _ = try await h.store.submit(
@@ -260,10 +265,10 @@ struct RefundTests {
     }
 
     @Test(
-        "A refund asked for while the order's own capture waits to retry waits behind it (the step does not come back at once), then is made once the capture is"
-    )
-    func behindTheOrdersCapture() async throws {
-        try await EngineHarness.with { h in
+        "A refund asked for while the order's own capture waits to retry waits behind it (the step does not come back at once), then is made once the capture is",
+        arguments: StoreKind.allCases)
+    func behindTheOrdersCapture(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let created = try await h.track(SessionSpec(orderAmount: 6_000, schedule: Self.completesSoon), capture: .onRequest)
             try await h.run()
             let orderID = try await h.order(of: created).orderID
@@ -289,9 +294,9 @@ struct RefundTests {
         }
     }
 
-    @Test("A refund the daemon made is matched by the payout's RETURN line by its id: no drift, no finding")
-    func matchedInPayout() async throws {
-        try await EngineHarness.with { h in
+    @Test("A refund the daemon made is matched by the payout's RETURN line by its id: no drift, no finding", arguments: StoreKind.allCases)
+    func matchedInPayout(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
             let orderID = try await h.paidOrders([20_000])[0]
             _ = try await h.askRefund(orderID, 5_000, reference: "rma-9")
             try await h.run()

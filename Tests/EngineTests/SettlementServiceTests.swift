@@ -224,7 +224,7 @@ struct SettlementServiceTests {
             #expect(try await h.settlementOutcomes().map(\.orderID) == [firstOrphan])
             h.sandbox.clearFaults()
 
-            let reopened = try SQLiteStore(path: h.store.path)
+            let reopened = try SQLiteStore(path: try #require(h.store as? SQLiteStore).path)
             let restarted = h.settlementService(store: reopened)
             let report = try await restarted.sync()
             #expect(report.listed == 2 && report.reconciled == 1 && report.findingOutcomes == 1)
@@ -355,7 +355,7 @@ extension EngineHarness {
 
     /// A settlement service on this harness's sandbox, clock and logs, over `store` (the harness's by default).
     func settlementService(
-        store: SQLiteStore? = nil, settlementStore: (any SettlementStore)? = nil, rateLimiter: RateLimiter? = nil,
+        store: (any ReconcilerStore)? = nil, settlementStore: (any SettlementStore)? = nil, rateLimiter: RateLimiter? = nil,
         pageSize: Int = KlarnaClient.settlementsMaxPageSize
     ) -> SettlementService {
         SettlementService(
@@ -365,7 +365,7 @@ extension EngineHarness {
     }
 
     /// Every settlement outcome recorded in `store` (the harness's by default), oldest first.
-    func settlementOutcomes(in store: SQLiteStore? = nil) async throws -> [Outcome] {
+    func settlementOutcomes(in store: (any ReconcilerStore)? = nil) async throws -> [Outcome] {
         try await (store ?? self.store).undeliveredOutcomes(now: clock.now, limit: 10_000).map(\.outcome).filter(\.kind.isSettlement)
     }
 }
@@ -380,7 +380,7 @@ final class ServedUrgencies: Sendable {
 /// The harness's store, with `before` run once just before the first `record` (another daemon's write in between
 /// this one's ledger read and its record), counting the records asked for.
 final class RecordsAnotherPayoutFirst: SettlementStore, @unchecked Sendable {
-    let store: SQLiteStore
+    let store: any SettlementStore
     private let state = Mutex<(before: (@Sendable () async throws -> Void)?, records: Int)>((nil, 0))
     var before: (@Sendable () async throws -> Void)? {
         get { state.withLock { $0.before } }
@@ -388,7 +388,7 @@ final class RecordsAnotherPayoutFirst: SettlementStore, @unchecked Sendable {
     }
     var records: Int { state.withLock { $0.records } }
 
-    init(store: SQLiteStore) { self.store = store }
+    init(store: any SettlementStore) { self.store = store }
 
     func record(_ reconciliation: PayoutReconciliation, outcomes: [Outcome], at: Date) async throws -> Bool {
         let first = state.withLock { state in

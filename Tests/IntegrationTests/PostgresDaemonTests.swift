@@ -13,12 +13,15 @@ import TestSupport
 @Suite("The daemon on PostgreSQL", .serialized)
 struct PostgresDaemonTests {
     /// A fixture whose store is a new database on the tests' server.
-    static func fixture(database: String? = nil, password: String? = nil) async throws -> (DaemonFixture, PostgresServer, String) {
+    /// - Parameter store: more `store:` keys (a short `lease_seconds` for a test that kills the daemon).
+    static func fixture(
+        database: String? = nil, password: String? = nil, store: [String] = []
+    ) async throws -> (DaemonFixture, PostgresServer, String) {
         let server = try await PostgresServer.shared()
         var name = database
         if name == nil { name = try await server.createDatabase() }
         let database = name!
-        let fixture = try await DaemonFixture(storeConfig: ["url: \(server.url(database))", "password_file: store-password"])
+        let fixture = try await DaemonFixture(storeConfig: ["url: \(server.url(database))", "password_file: store-password"] + store)
         try "\(password ?? server.password)\n".write(toFile: fixture.directory + "/store-password", atomically: true, encoding: .utf8)
         return (fixture, server, database)
     }

@@ -1,5 +1,6 @@
 import Foundation
 import KlarnaSandbox
+import PostgresBackend
 import ReconcilerCore
 import ReconcilerStore
 import Testing
@@ -63,22 +64,20 @@ struct RefundProcessTests {
         let show = try await fixture.cli(["show", order])
         #expect(show.output.contains("Refunds") && show.output.contains("2000 reference rma-1: confirmed"), "\(show.output)")
         #expect(show.output.contains("4001 reference cli-2: failed"), "\(show.output)")
+        let samples = try await MetricsTests.parse(try await fixture.post("/metrics", "", method: "GET").body, in: fixture.directory)
+        #expect(MetricsTests.value(samples, "klarna_reconciler_outcomes_total", ["kind": "refunded"]) == 2)
+        #expect(MetricsTests.value(samples, "klarna_reconciler_outcomes_total", ["kind": "refund_failed"]) == 1)
+        #expect(MetricsTests.value(samples, "klarna_reconciler_intents_finished_total", ["kind": "refund", "state": "confirmed"]) == 2)
     }
 
-    @Test(
-        "SQLite: refunds over the socket and the command line, each once, refused with the reason where Klarna would refuse; then a kill -9 while Klarna's answer to one is on its way: after the restart the order is read, the refund found by its reference, never sent again"
-    )
-    func sqlite() async throws {
-        let fixture = try await DaemonFixture()
-        try await fixture.start()
-        try await Self.socketAndCommandLine(fixture)
-
-        let order = try await Self.capturedOrder(fixture, amount: 6_000, reference: "refund-kill")
+    /// A `kill -9` while Klarna's answer to a refund is on its way: after the restart the order is read, the refund
+    /// found by its reference and never sent again. `store` reads the daemon's state.
+    static func killedWhileAnswered(_ fixture: DaemonFixture, store: any WorkStore) async throws {
+        let order = try await capturedOrder(fixture, amount: 6_000, reference: "refund-kill")
         _ = fixture.sandbox.addFault(SandboxFault(route: "om.create_refund", kind: .holdAnswer, holdSeconds: 30, count: 1))
         #expect(try await fixture.post("/v1/orders/\(order)/refunds", #"{"amount":1500,"reference":"rma-k"}"#).status == 202)
         try await waitUntil(timeout: .seconds(30)) { fixture.sandbox.effects(kind: .refunded).contains { $0.orderId == order } }
         try await fixture.kill9()
-        let store = try fixture.readStore()
         #expect(try await store.intents(subject: order).first { $0.kind == .refund }?.state == .sent)
         let sentBefore = fixture.sandbox.requests(route: "om.create_refund").count
         try await fixture.start()
@@ -89,14 +88,29 @@ struct RefundProcessTests {
         #expect(fixture.sandbox.requests(route: "om.create_refund").count == sentBefore, "nothing sent after the restart")
         let intent = try #require(try await store.intents(subject: order).first { $0.kind == .refund })
         #expect(intent.result == fixture.sandbox.effects(kind: .refunded).first { $0.orderId == order }?.refundId)
+    }
+
+    @Test(
+        "SQLite: refunds over the socket and the command line, each once, refused with the reason where Klarna would refuse; then a kill -9 while Klarna's answer to one is on its way: after the restart the order is read, the refund found by its reference, never sent again"
+    )
+    func sqlite() async throws {
+        let fixture = try await DaemonFixture()
+        try await fixture.start()
+        try await Self.socketAndCommandLine(fixture)
+        try await Self.killedWhileAnswered(fixture, store: try fixture.readStore())
         #expect(try await fixture.stop() == 0)
     }
 
-    @Test("PostgreSQL: refunds over the socket and the command line, on a real server")
+    @Test(
+        "PostgreSQL: the same on a real server, the restarted daemon taking the killed one's lease after it lapses (3 s)"
+    )
     func postgres() async throws {
-        let (fixture, _, _) = try await PostgresDaemonTests.fixture()
+        let (fixture, server, database) = try await PostgresDaemonTests.fixture(store: ["lease_seconds: 3"])
         try await fixture.start()
         try await Self.socketAndCommandLine(fixture)
+        let store = try await PostgresDaemonTests.open(server, database)
+        defer { store.close() }
+        try await Self.killedWhileAnswered(fixture, store: store)
         #expect(try await fixture.stop() == 0)
     }
 }

@@ -1,7 +1,6 @@
 import Foundation
 import ReconcilerCore
 import ReconcilerStore
-import SQLiteBackend
 import Synchronization
 
 /// The real store with faults a test cannot cause on demand: the commit recording a confirmed intent fails the
@@ -9,14 +8,14 @@ import Synchronization
 /// every read of a session's account with `failAccountReads`. Only the engine's and ingest's roles: what it fakes is
 /// what those two see.
 public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
-    public let store: SQLiteStore
+    public let store: any WorkStore & IngestStore
     private let remaining = Mutex(0)
     private let ingestFails: Bool
     private let accountReadsFail: Bool
     /// Reads of a session or an order by the engine.
     public let unitReads = Mutex(0)
 
-    public init(_ store: SQLiteStore, failConfirmedCommits: Int = 0, failIngest: Bool = false, failAccountReads: Bool = false) {
+    public init(_ store: any WorkStore & IngestStore, failConfirmedCommits: Int = 0, failIngest: Bool = false, failAccountReads: Bool = false) {
         self.store = store
         ingestFails = failIngest
         accountReadsFail = failAccountReads
