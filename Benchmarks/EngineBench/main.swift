@@ -232,7 +232,7 @@ func waitForCaptures(_ count: Int, after before: Int, store: any OperatorStore, 
     func check() throws {
         guard ContinuousClock.now - started < timeout else { throw BenchFailure("\(count) payments were not captured within \(timeout)") }
     }
-    while sandbox.effects(kind: .captured).count - before < count {
+    while sandbox.effectCount(kind: .captured) - before < count {
         try check()
         try await Task.sleep(for: .milliseconds(20))
     }
@@ -286,7 +286,7 @@ if phase("1") {
     let store = try SQLiteStore(path: bench.storePath)
     try await store.commit(change, at: now)
     let baseline = sandbox.requests().count
-    let captured = sandbox.effects(kind: .captured).count
+    let captured = sandbox.effectCount(kind: .captured)
     _ = try bench.start()
     let started = ContinuousClock.now
     try await waitForCaptures(count, after: captured, store: try SQLiteStore(path: bench.storePath, readOnly: true), timeout: .seconds(600))
@@ -511,7 +511,7 @@ if phase("5c"), let urls = stringOption("--postgres-cluster-urls")?.split(separa
         let count = option("--sessions", 2_000)
         let now = Date()
         let change = try completedSessions(count, now: now)
-        let captured = sandbox.effects(kind: .captured).count
+        let captured = sandbox.effectCount(kind: .captured)
         let started = ContinuousClock.now
         try await store.commit(change, at: now)  // every daemon hears of the new work at once
         try await waitForCaptures(count, after: captured, store: store, timeout: .seconds(600))
@@ -599,7 +599,7 @@ if phase("5d"), let urls = stringOption("--postgres-quota-urls")?.split(separato
             let change = try completedSessions(count, now: now)
             let daemonCPU = benches.map { $0.usage().cpuSeconds }
             let serverCPU = postgresCPUSeconds()
-            let captured = sandbox.effects(kind: .captured).count
+            let captured = sandbox.effectCount(kind: .captured)
             let started = ContinuousClock.now
             try await store.commit(change, at: now)
             try await waitForCaptures(count, after: captured, store: store, timeout: .seconds(900))
@@ -642,7 +642,7 @@ if phase("6") {
     let probe = CommitProbe(path: bench.folder + "/probe.sqlite")
     _ = try bench.start()
     let baseline = sandbox.requests().count
-    let effectsBefore = sandbox.effects(kind: .captured).count
+    let effectsBefore = sandbox.effectCount(kind: .captured)
     let transport = CurlTransport(
         configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: bench.folder + "/ingest.sock"))
     func token(_ kp: String) -> String {
@@ -674,7 +674,7 @@ if phase("6") {
         try await group.waitForAll()
     }
     let deadline = ContinuousClock.now + .seconds(120)
-    while sandbox.effects(kind: .captured).count - effectsBefore < count {
+    while sandbox.effectCount(kind: .captured) - effectsBefore < count {
         guard ContinuousClock.now < deadline else { throw BenchFailure("webhook payments not captured in time") }
         try await Task.sleep(for: .milliseconds(10))
     }

@@ -162,35 +162,17 @@ extension PostgresStore: LeaseStore, ClusterView {
 
     public func releaseLease(_ key: WorkKey) async throws -> Bool {
         // Kept while the unit is open (a held payment: its holder keeps it, idle; an order with a refund under way) or a
-        // wakeup waits for it: a
-        // released open unit would have no row to be claimed by. A wakeup committed while this runs is not in its
+        // wakeup waits for it: a released open unit would have no row to be claimed by. A wakeup committed while this runs is not in its
         // snapshot; its trigger locked the row and counted itself in `woken`, so this delete waits for it, and then
         // finds the row changed from the count it read (`woken` is read once, before) and leaves it.
-        let (table, column, id) =
-            switch key {
-            case .session(let id): ("sessions", "hpp_session_id", id)
-            case .order(let id): ("orders", "order_id", id)
-            case .paymentRequest(let id): ("payment_requests", "payment_request_id", id)
-            }
-        // An order's refunds under way are its open work too, whatever the order's phase.
-        let refunds =
-            if case .order = key {
-                "AND NOT EXISTS (SELECT 1 FROM intents WHERE subject = $3 AND kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous'))"
-            } else { "" }
-        var binds = PostgresBindings(capacity: 3)
-        binds.append(key.description)
-        binds.append(daemon.id)
-        binds.append(id)
-        let release = PostgresQuery(
-            unsafeSQL: """
-                DELETE FROM work_leases WHERE work_key = $1 AND holder = $2
-                  AND woken = (SELECT woken FROM work_leases WHERE work_key = $1)
-                  AND NOT EXISTS (SELECT 1 FROM wakeups WHERE work_key = $1)
-                  AND NOT EXISTS (SELECT 1 FROM \(table) WHERE \(column) = $3 AND next_due IS NOT NULL)
-                  \(refunds)
-                RETURNING 1
-                """, binds: binds)
-        return try await !rows(release).isEmpty
+        switch key {
+        case .session(let id):
+            return try await !prepared(Statements.ReleaseSession.self, Statements.values(key.description, daemon.id, id)).isEmpty
+        case .order(let id):
+            return try await !prepared(Statements.ReleaseOrder.self, Statements.values(key.description, daemon.id, id)).isEmpty
+        case .paymentRequest(let id):
+            return try await !prepared(Statements.ReleasePaymentRequest.self, Statements.values(key.description, daemon.id, id)).isEmpty
+        }
     }
 
     public func deregister(at: Date) async throws {

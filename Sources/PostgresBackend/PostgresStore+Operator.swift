@@ -10,13 +10,7 @@ extension PostgresStore {
     public func operatorControls(for key: WorkKey) async throws -> OperatorControls {
         var held = false
         var pending: [OperatorRequest] = []
-        for row in try await rows(
-            """
-            SELECT h.held, r.id, r.work_key, r.action, r.order_id, r.requested_by, r.requested_at, r.state, r.note
-            FROM (SELECT EXISTS (SELECT 1 FROM holds WHERE work_key = \(key.description)) AS held) h
-            LEFT JOIN operator_requests r ON r.work_key = \(key.description) AND r.state = 'pending' ORDER BY r.id
-            """)
-        {
+        for row in try await prepared(Statements.HoldAndRequests.self, Statements.values(key.description)) {
             let (isHeld, id, workKey, action, orderID, by, at, state, note) = try row.decode(
                 (Bool, Int64?, String?, String?, String?, String?, Date?, String?, String?).self)
             held = isHeld

@@ -191,6 +191,12 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         try await withConnection { [logger] connection in try await connection.rows(query, logger: logger) }
     }
 
+    /// A hot statement on a pooled connection (``PostgresConnection/rows(_:_:logger:)``: prepared there once).
+    @discardableResult
+    func prepared<Text: StatementText>(_ text: Text.Type, _ bindings: PostgresBindings) async throws -> [PostgresRow] {
+        try await withConnection { [logger] connection in try await connection.rows(text, bindings, logger: logger) }
+    }
+
     func rows(_ connection: PostgresConnection, _ query: PostgresQuery) async throws -> [PostgresRow] {
         try await connection.rows(query, logger: logger)
     }
@@ -227,7 +233,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     // MARK: Work
 
     public func session(_ hppSessionID: String) async throws -> TrackedSession? {
-        try await rows("SELECT data FROM sessions WHERE hpp_session_id = \(hppSessionID)").first.map { try decode(TrackedSession.self, $0) }
+        try await prepared(Statements.SessionData.self, Statements.values(hppSessionID)).first.map { try decode(TrackedSession.self, $0) }
     }
 
     public func sessionAccount(hppSessionID: String?, kpSessionID: String?) async throws -> AccountID? {
@@ -240,7 +246,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func order(_ orderID: String) async throws -> TrackedOrder? {
-        try await rows("SELECT data FROM orders WHERE order_id = \(orderID)").first.map { try decode(TrackedOrder.self, $0) }
+        try await prepared(Statements.OrderData.self, Statements.values(orderID)).first.map { try decode(TrackedOrder.self, $0) }
     }
 
     public func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? {
@@ -248,11 +254,11 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func intent(_ key: String) async throws -> Intent? {
-        try await rows("SELECT data FROM intents WHERE key = \(key)").first.map { try decode(Intent.self, $0) }
+        try await prepared(Statements.IntentData.self, Statements.values(key)).first.map { try decode(Intent.self, $0) }
     }
 
     public func intents(subject: String) async throws -> [Intent] {
-        try await rows("SELECT data FROM intents WHERE subject = \(subject) ORDER BY created_at").map { try decode(Intent.self, $0) }
+        try await prepared(Statements.SubjectIntents.self, Statements.values(subject)).map { try decode(Intent.self, $0) }
     }
 
     public func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? {
@@ -630,11 +636,11 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func markOutboxWritten(_ id: Int64) async throws {
-        try await rows("UPDATE outcomes SET outbox_written = true WHERE id = \(id)")
+        try await prepared(Statements.MarkOutboxWritten.self, Statements.values(id))
     }
 
     public func markNotified(_ id: Int64) async throws {
-        try await rows("UPDATE outcomes SET notified = true WHERE id = \(id)")
+        try await prepared(Statements.MarkNotified.self, Statements.values(id))
     }
 
     public func notifyFailed(_ id: Int64, nextAt: Date?) async throws {

@@ -96,6 +96,70 @@ enum Statements {
             """
     }
 
+    // What every step reads and marks: prepared, so the server plans each once per connection (as unnamed
+    // statements they were planned at every use, a third of PostgreSQL's statement time per payment; BENCHMARKS.md).
+
+    enum SessionData: StatementText {
+        static let sql = "SELECT data FROM sessions WHERE hpp_session_id = $1"
+    }
+
+    enum OrderData: StatementText {
+        static let sql = "SELECT data FROM orders WHERE order_id = $1"
+    }
+
+    enum IntentData: StatementText {
+        static let sql = "SELECT data FROM intents WHERE key = $1"
+    }
+
+    enum SubjectIntents: StatementText {
+        static let sql = "SELECT data FROM intents WHERE subject = $1 ORDER BY created_at"
+    }
+
+    /// A key's hold, on every row, and its pending operators' requests (none: one row of nulls beside the hold).
+    enum HoldAndRequests: StatementText {
+        static let sql = """
+            SELECT h.held, r.id, r.work_key, r.action, r.order_id, r.requested_by, r.requested_at, r.state, r.note
+            FROM (SELECT EXISTS (SELECT 1 FROM holds WHERE work_key = $1) AS held) h
+            LEFT JOIN operator_requests r ON r.work_key = $1 AND r.state = 'pending' ORDER BY r.id
+            """
+    }
+
+    enum MarkOutboxWritten: StatementText {
+        static let sql = "UPDATE outcomes SET outbox_written = true WHERE id = $1"
+    }
+
+    enum MarkNotified: StatementText {
+        static let sql = "UPDATE outcomes SET notified = true WHERE id = $1"
+    }
+
+    /// A lease given back (`$1` the key, `$2` this daemon, `$3` the unit's id) unless its unit is open in `table` or a
+    /// wakeup waits for it; `more`: another condition that keeps it.
+    private static func release(_ table: String, _ column: String, more: String = "") -> String {
+        """
+        DELETE FROM work_leases WHERE work_key = $1 AND holder = $2
+          AND woken = (SELECT woken FROM work_leases WHERE work_key = $1)
+          AND NOT EXISTS (SELECT 1 FROM wakeups WHERE work_key = $1)
+          AND NOT EXISTS (SELECT 1 FROM \(table) WHERE \(column) = $3 AND next_due IS NOT NULL)
+          \(more)
+        RETURNING 1
+        """
+    }
+
+    enum ReleaseSession: StatementText {
+        static let sql = release("sessions", "hpp_session_id")
+    }
+
+    /// An order's refunds under way are its open work too, whatever the order's phase.
+    enum ReleaseOrder: StatementText {
+        static let sql = release(
+            "orders", "order_id",
+            more: "AND NOT EXISTS (SELECT 1 FROM intents WHERE subject = $3 AND kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous'))")
+    }
+
+    enum ReleasePaymentRequest: StatementText {
+        static let sql = release("payment_requests", "payment_request_id")
+    }
+
     static func values(
         _ first: some PostgresThrowingDynamicTypeEncodable, _ rest: (any PostgresThrowingDynamicTypeEncodable)?...
     ) throws -> PostgresBindings {

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Where PostgreSQL's time goes in chosen phases of the engine bench: a server of its own with pg_stat_statements
+# (planning tracked too), the phases run against it, then the statements of the one-daemon database (klarna_cluster_1,
+# phase 5c's first run) by calls, and each database's totals. Used for issue 23's investigations (BENCHMARKS.md).
+# Usage: scripts/bench-pg-statements.sh [PHASES] (default 5c; after `swift build -c release`)
+#   SESSIONS=N payments per run (2000); PG_OPTIONS="-c name=value ..." more server settings.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PHASES=${1:-5c}
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+PG_DIR=$(mktemp -d /tmp/klarna-pg-statements.XXXXXX)
+as_postgres() { if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=postgres --regid=postgres --init-groups "$@"; else "$@"; fi; }
+[ "$(id -u)" -eq 0 ] && chown postgres "$PG_DIR"
+as_postgres "$PG_BIN/initdb" -D "$PG_DIR/data" -A trust -U postgres >/dev/null
+# shellcheck disable=SC2086 # PG_OPTIONS is a list of options
+as_postgres "$PG_BIN/postgres" -D "$PG_DIR/data" -k "$PG_DIR" -c listen_addresses='' -c shared_preload_libraries=pg_stat_statements \
+    -c pg_stat_statements.track_planning=on -c pg_stat_statements.track=all ${PG_OPTIONS:-} >"$PG_DIR/log" 2>&1 &
+PG=$!
+trap 'kill $PG 2>/dev/null || true; wait $PG 2>/dev/null || true; rm -rf "$PG_DIR"' EXIT
+for _ in $(seq 200); do "$PG_BIN/pg_isready" -q -h "$PG_DIR" && break; sleep 0.05; done
+for db in klarna_bench klarna_cluster_1 klarna_cluster_2 klarna_cluster_3 klarna_cluster_4 klarna_quota_1 klarna_quota_2 klarna_quota_3; do
+    "$PG_BIN/createdb" -h "$PG_DIR" -U postgres "$db"
+done
+psql() { "$PG_BIN/psql" -h "$PG_DIR" -U postgres -d klarna_bench -P pager=off "$@"; }
+psql -qc "CREATE EXTENSION pg_stat_statements"
+SOCKET=$(echo "$PG_DIR" | sed 's|/|%2F|g')
+urls() { for db in "$@"; do printf 'postgres://postgres@%s/%s,' "$SOCKET" "$db"; done; }
+.build/release/klarna-engine-bench .build/release/klarna-reconciler --phases "$PHASES" --sessions "${SESSIONS:-2000}" \
+    --postgres-url "postgres://postgres@$SOCKET/klarna_bench" \
+    --postgres-cluster-urls "$(urls klarna_cluster_1 klarna_cluster_2 klarna_cluster_3 klarna_cluster_4)" \
+    --postgres-quota-urls "$(urls klarna_quota_1 klarna_quota_2 klarna_quota_3)"
+psql -c "SELECT d.datname AS database, sum(calls) AS calls, round(sum(total_plan_time)::numeric) AS plan_ms,
+    round(sum(total_exec_time)::numeric) AS exec_ms FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid GROUP BY 1 ORDER BY 1"
+psql -c "SELECT calls, round(total_plan_time::numeric, 1) AS plan_ms, round(total_exec_time::numeric, 1) AS exec_ms,
+    round((total_exec_time / greatest(calls, 1))::numeric, 3) AS mean_ms, rows, left(regexp_replace(query, '\s+', ' ', 'g'), 100) AS statement
+    FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'klarna_cluster_1') ORDER BY calls DESC LIMIT 25"
