@@ -2,7 +2,7 @@
 # Where PostgreSQL's time goes in chosen phases of the engine bench: a server of its own with pg_stat_statements
 # (planning tracked too), the phases run against it, then the statements of the one-daemon database (klarna_cluster_1,
 # phase 5c's first run) by calls, and each database's totals. Used for issue 23's investigations (BENCHMARKS.md).
-# Usage: scripts/bench-pg-statements.sh [PHASES] (default 5c; after `swift build -c release`)
+# Usage: scripts/bench-pg-statements.sh [PHASES] (default 5c; after `swift build -c release`, or BIN=DIR with both binaries)
 #   SESSIONS=N payments per run (2000); PG_OPTIONS="-c name=value ..." more server settings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +25,7 @@ psql() { "$PG_BIN/psql" -h "$PG_DIR" -U postgres -d klarna_bench -P pager=off "$
 psql -qc "CREATE EXTENSION pg_stat_statements"
 SOCKET=$(echo "$PG_DIR" | sed 's|/|%2F|g')
 urls() { for db in "$@"; do printf 'postgres://postgres@%s/%s,' "$SOCKET" "$db"; done; }
-.build/release/klarna-engine-bench .build/release/klarna-reconciler --phases "$PHASES" --sessions "${SESSIONS:-2000}" \
+"${BIN:-.build/release}"/klarna-engine-bench "${BIN:-.build/release}"/klarna-reconciler --phases "$PHASES" --sessions "${SESSIONS:-2000}" \
     --postgres-url "postgres://postgres@$SOCKET/klarna_bench" \
     --postgres-cluster-urls "$(urls klarna_cluster_1 klarna_cluster_2 klarna_cluster_3 klarna_cluster_4)" \
     --postgres-quota-urls "$(urls klarna_quota_1 klarna_quota_2 klarna_quota_3)"

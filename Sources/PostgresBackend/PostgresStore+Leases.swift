@@ -86,49 +86,8 @@ extension PostgresStore: LeaseStore, ClusterView {
         // lease end comes back relative to the server's clock at the query, so that this host's clock (which may
         // differ from the server's, and jump) never shortens the wait for its calls; the caller counts it from when
         // the answer arrived, after the query ran.
-        let claimed = try await rows(
-            """
-            WITH room AS (
-              SELECT greatest(0, least(\(limit), ceil((total.held + free.n)::numeric / \(live))::bigint - mine.holds)) AS eager
-              FROM (SELECT coalesce(sum(holds), 0) AS held FROM daemons) total,
-                (SELECT coalesce((SELECT holds FROM daemons WHERE id = \(id)), 0) AS holds) mine,
-                LATERAL (SELECT count(*) AS n FROM (
-                  SELECT FROM work_leases WHERE holder IS NULL LIMIT (mine.holds + \(limit)) * \(live)) f) free),
-            lapsed AS (
-              SELECT id, leased_until FROM daemons
-              WHERE id <> \(id) AND leased_until < now() AND (
-                  leased_until > pg_postmaster_start_time() OR pg_postmaster_start_time() < now() - make_interval(secs => \(ttl.timeInterval)))
-              FOR UPDATE SKIP LOCKED),
-            free AS (
-              SELECT work_key, holder, NULL::timestamptz AS ended FROM work_leases
-              WHERE holder IS NULL AND ((SELECT eager FROM room) > 0 OR since < now() - make_interval(secs => \(patience.timeInterval)))
-              ORDER BY since
-              LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE \(limit) END FROM room)
-              FOR UPDATE SKIP LOCKED),
-            taken AS (
-              SELECT l.work_key, l.holder, d.leased_until AS ended FROM work_leases l JOIN lapsed d ON d.id = l.holder
-              WHERE (SELECT eager FROM room) > 0 OR l.since < now() - make_interval(secs => \(patience.timeInterval))
-              ORDER BY d.leased_until, l.since
-              LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE \(limit) END FROM room)
-              FOR UPDATE OF l SKIP LOCKED),
-            picked AS (
-              SELECT * FROM (SELECT * FROM free UNION ALL SELECT * FROM taken) p
-              LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE \(limit) END FROM room)),
-            claimed AS (
-              UPDATE work_leases l SET holder = \(id), since = clock_timestamp()
-              FROM picked WHERE l.work_key = picked.work_key
-              RETURNING l.work_key, picked.holder, picked.ended),
-            counted AS (
-              UPDATE daemons SET holds = greatest(0, holds + c.delta),
-                leased_until = CASE WHEN daemons.id = \(id)
-                  THEN greatest(leased_until, clock_timestamp() + make_interval(secs => \(ttl.timeInterval))) ELSE leased_until END
-              FROM (
-                SELECT \(id)::text AS id, count(*) AS delta FROM claimed
-                UNION ALL SELECT holder, -count(*) FROM claimed WHERE holder IS NOT NULL GROUP BY holder) c
-              WHERE daemons.id = c.id AND c.delta <> 0)
-            SELECT work_key, holder, CASE WHEN ended IS NULL THEN NULL ELSE extract(epoch FROM ended - clock_timestamp())::float8 END
-            FROM claimed
-            """
+        let claimed = try await prepared(
+            Statements.Claim.self, Statements.values(limit, live, id, ttl.timeInterval, patience.timeInterval)
         ).map { try $0.decode((String, String?, Double?).self) }
         guard !claimed.isEmpty else { return [] }
         let keys = claimed.compactMap { WorkKey($0.0) }

@@ -14,15 +14,22 @@ extension PostgresStore {
             let (isHeld, id, workKey, action, orderID, by, at, state, note) = try row.decode(
                 (Bool, Int64?, String?, String?, String?, String?, Date?, String?, String?).self)
             held = isHeld
-            guard let id, let workKey = workKey.flatMap(WorkKey.init), let action = action.flatMap(OperatorAction.init), let by, let at else {
-                continue
-            }
-            pending.append(
-                OperatorRequest(
-                    id: id, key: workKey, action: action, orderID: orderID, requestedBy: by, requestedAt: at,
-                    state: state.flatMap(OperatorRequest.State.init) ?? .pending, note: note))
+            if let request = Self.pendingRequest(id, workKey, action, orderID, by, at, state, note) { pending.append(request) }
         }
         return OperatorControls(held: held, pending: pending)
+    }
+
+    /// A pending request from the columns ``operatorControls(for:)`` and ``stepInputs(for:)`` read beside the hold;
+    /// nil for the row of nulls that stands for none.
+    static func pendingRequest(
+        _ id: Int64?, _ workKey: String?, _ action: String?, _ orderID: String?, _ by: String?, _ at: Date?, _ state: String?, _ note: String?
+    ) -> OperatorRequest? {
+        guard let id, let workKey = workKey.flatMap(WorkKey.init), let action = action.flatMap(OperatorAction.init), let by, let at else {
+            return nil
+        }
+        return OperatorRequest(
+            id: id, key: workKey, action: action, orderID: orderID, requestedBy: by, requestedAt: at,
+            state: state.flatMap(OperatorRequest.State.init) ?? .pending, note: note)
     }
 
     public func submit(_ requests: [OperatorRequest], delivered: Bool, at: Date) async throws -> [Int64] {

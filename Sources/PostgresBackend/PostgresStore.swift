@@ -261,6 +261,32 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         try await prepared(Statements.SubjectIntents.self, Statements.values(subject)).map { try decode(Intent.self, $0) }
     }
 
+    public func stepInputs(for key: WorkKey) async throws -> StepInputs {
+        var unit: (session: String?, order: String?, paymentRequest: String?) = (nil, nil, nil)
+        switch key {
+        case .session(let id): unit.session = id
+        case .order(let id): unit.order = id
+        case .paymentRequest(let id): unit.paymentRequest = id
+        }
+        var inputs = StepInputs(controls: OperatorControls(held: false, pending: []), intents: key.intentSubject.map { _ in [] })
+        let bindings = try Statements.values(key.description, unit.session, unit.order, unit.paymentRequest, key.intentSubject)
+        for row in try await prepared(Statements.StepInputs.self, bindings) {
+            let (part, data, held, id, workKey, action, orderID, by, at, state, note, _) = try row.decode(
+                (Int, String?, Bool?, Int64?, String?, String?, String?, String?, Date?, String?, String?, Date?).self)
+            switch (part, data) {
+            case (0, _):
+                inputs.controls.held = held ?? false
+                if let request = Self.pendingRequest(id, workKey, action, orderID, by, at, state, note) { inputs.controls.pending.append(request) }
+            case (1, let data?): inputs.session = try decode(TrackedSession.self, text: data)
+            case (2, let data?): inputs.order = try decode(TrackedOrder.self, text: data)
+            case (3, let data?): inputs.paymentRequest = try decode(TrackedPaymentRequest.self, text: data)
+            case (4, let data?): inputs.intents?.append(try decode(Intent.self, text: data))
+            default: continue
+            }
+        }
+        return inputs
+    }
+
     public func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? {
         try await rows("SELECT id, amount, requested_at FROM capture_requests WHERE order_id = \(orderID) AND state = 'pending' ORDER BY id LIMIT 1")
             .first.map { row in

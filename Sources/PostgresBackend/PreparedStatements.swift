@@ -124,6 +124,72 @@ enum Statements {
             """
     }
 
+    /// A step's inputs (``ReconcilerStore/StepInputs``) in one statement: `$1` the key; `$2`, `$3`, `$4` the session's,
+    /// order's or payment request's id (the other two null); `$5` the intents' subject (null: none). Rows by part: 0 the
+    /// hold beside each pending request (one row of nulls beside it when none), 1-3 the unit's row, 4 each intent.
+    enum StepInputs: StatementText {
+        private static let none = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+
+        static let sql = """
+            SELECT 0 AS part, NULL::text AS data, h.held, r.id, r.work_key, r.action, r.order_id, r.requested_by, r.requested_at, r.state, r.note,
+              NULL::timestamptz AS created_at
+            FROM (SELECT EXISTS (SELECT 1 FROM holds WHERE work_key = $1) AS held) h
+            LEFT JOIN operator_requests r ON r.work_key = $1 AND r.state = 'pending'
+            UNION ALL SELECT 1, data, \(none), NULL FROM sessions WHERE hpp_session_id = $2
+            UNION ALL SELECT 2, data, \(none), NULL FROM orders WHERE order_id = $3
+            UNION ALL SELECT 3, data, \(none), NULL FROM payment_requests WHERE payment_request_id = $4
+            UNION ALL SELECT 4, data, \(none), created_at FROM intents WHERE subject = $5
+            ORDER BY part, id, created_at
+            """
+    }
+
+    /// A claim (``PostgresStore/claimWork(ttl:limit:liveDaemons:patience:)`` says what it takes): `$1` the most to
+    /// take, `$2` the live daemons, `$3` this daemon, `$4` the lease in seconds, `$5` the patience in seconds.
+    enum Claim: StatementText {
+        static let sql = """
+            WITH room AS (
+              SELECT greatest(0, least($1, ceil((total.held + free.n)::numeric / $2)::bigint - mine.holds)) AS eager
+              FROM (SELECT coalesce(sum(holds), 0) AS held FROM daemons) total,
+                (SELECT coalesce((SELECT holds FROM daemons WHERE id = $3), 0) AS holds) mine,
+                LATERAL (SELECT count(*) AS n FROM (
+                  SELECT FROM work_leases WHERE holder IS NULL LIMIT (mine.holds + $1) * $2) f) free),
+            lapsed AS (
+              SELECT id, leased_until FROM daemons
+              WHERE id <> $3 AND leased_until < now() AND (
+                  leased_until > pg_postmaster_start_time() OR pg_postmaster_start_time() < now() - make_interval(secs => $4))
+              FOR UPDATE SKIP LOCKED),
+            free AS (
+              SELECT work_key, holder, NULL::timestamptz AS ended FROM work_leases
+              WHERE holder IS NULL AND ((SELECT eager FROM room) > 0 OR since < now() - make_interval(secs => $5))
+              ORDER BY since
+              LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE $1 END FROM room)
+              FOR UPDATE SKIP LOCKED),
+            taken AS (
+              SELECT l.work_key, l.holder, d.leased_until AS ended FROM work_leases l JOIN lapsed d ON d.id = l.holder
+              WHERE (SELECT eager FROM room) > 0 OR l.since < now() - make_interval(secs => $5)
+              ORDER BY d.leased_until, l.since
+              LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE $1 END FROM room)
+              FOR UPDATE OF l SKIP LOCKED),
+            picked AS (
+              SELECT * FROM (SELECT * FROM free UNION ALL SELECT * FROM taken) p
+              LIMIT (SELECT CASE WHEN eager > 0 THEN eager ELSE $1 END FROM room)),
+            claimed AS (
+              UPDATE work_leases l SET holder = $3, since = clock_timestamp()
+              FROM picked WHERE l.work_key = picked.work_key
+              RETURNING l.work_key, picked.holder, picked.ended),
+            counted AS (
+              UPDATE daemons SET holds = greatest(0, holds + c.delta),
+                leased_until = CASE WHEN daemons.id = $3
+                  THEN greatest(leased_until, clock_timestamp() + make_interval(secs => $4)) ELSE leased_until END
+              FROM (
+                SELECT $3::text AS id, count(*) AS delta FROM claimed
+                UNION ALL SELECT holder, -count(*) FROM claimed WHERE holder IS NOT NULL GROUP BY holder) c
+              WHERE daemons.id = c.id AND c.delta <> 0)
+            SELECT work_key, holder, CASE WHEN ended IS NULL THEN NULL ELSE extract(epoch FROM ended - clock_timestamp())::float8 END
+            FROM claimed
+            """
+    }
+
     enum MarkOutboxWritten: StatementText {
         static let sql = "UPDATE outcomes SET outbox_written = true WHERE id = $1"
     }

@@ -31,13 +31,7 @@ struct EngineModeTests {
 
     @Test("Each step plans the next run from the state it committed: the plan a read of the store gives, with the unit read once per step")
     func planFromCommitted() async throws {
-        var faulty: FaultyStore?
-        try await EngineHarness.with(wrapStore: { store in
-            let wrapped = FaultyStore(store)
-            faulty = wrapped
-            return wrapped
-        }) { h in
-            let counting = try #require(faulty)
+        try await EngineHarness.withFaultyStore { h, counting in
             let created = try await h.track(SessionSpec(orderAmount: 10_000, schedule: completesSoon), capture: .onRequest)
             // A read that finds the session in progress (a next read planned), then one that places the order.
             var planned = 0

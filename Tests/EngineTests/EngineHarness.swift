@@ -69,6 +69,17 @@ struct EngineHarness {
                 directory: directory, logs: logs))
     }
 
+    /// ``with(store:settings:requestTimeout:wrapStore:wrapTransport:_:)`` with the engine's store behind a
+    /// ``FaultyStore``, which `body` gets too: what the engine read, and the faults to turn on.
+    static func withFaultyStore<T: Sendable>(_ body: (EngineHarness, FaultyStore) async throws -> T) async throws -> T {
+        var faulty: FaultyStore?
+        return try await with(wrapStore: { store in
+            let wrapped = FaultyStore(store)
+            faulty = wrapped
+            return wrapped
+        }) { h in try await body(h, try #require(faulty)) }
+    }
+
     static let fastSettings = EngineSettings(
         polling: PollingSchedule(denseInterval: .seconds(2), denseWindow: .seconds(600), maxInterval: .seconds(300), expiryGrace: .seconds(600)),
         deadlines: Deadlines(

@@ -26,6 +26,9 @@ struct RecordingStore: ReconcilerStore {
     func operatorControls(for key: WorkKey) async throws -> OperatorControls {
         noted("WorkStore.operatorControls"); return try await base.operatorControls(for: key)
     }
+    func stepInputs(for key: WorkKey) async throws -> StepInputs {
+        noted("WorkStore.stepInputs"); return try await base.stepInputs(for: key)
+    }
     func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
         noted("WorkStore.commit"); try await base.commit(change, at: at, fencedBy: key)
     }
@@ -210,7 +213,8 @@ enum RoleCoverage {
     /// the protocols' source by `RoleCoverageTests`. The batch `ingest` is `IngestStore.ingest(batch)`.
     static let declared: [String] = [
         "WorkStore.session", "WorkStore.order", "WorkStore.paymentRequest", "WorkStore.intent", "WorkStore.intents",
-        "WorkStore.oldestCaptureRequest", "WorkStore.operatorControls", "WorkStore.commit", "WorkStore.untrackedNotifiedOrders",
+        "WorkStore.oldestCaptureRequest", "WorkStore.operatorControls", "WorkStore.stepInputs", "WorkStore.commit",
+        "WorkStore.untrackedNotifiedOrders",
         "WorkStore.settlementLines",
         "WorkQueue.openWork", "WorkQueue.wakeups", "WorkQueue.keysWithPendingOperatorRequests",
         "IngestStore.ingest", "IngestStore.ingest(batch)", "IngestStore.recordRejection", "IngestStore.track", "IngestStore.requestCapture",

@@ -529,6 +529,61 @@ struct StoreConformanceTests {
         }
     }
 
+    @Test(
+        "A step's inputs in one read are what the separate reads give: the hold and pending requests in order, the unit, its intents oldest first; nothing of another unit",
+        arguments: Backend.allCases)
+    func stepInputs(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            _ = try await s.store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
+            _ = try await s.store.track(Fixtures.session("b"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
+            var change = Change()
+            change.newOrders = [Fixtures.order("o-a", session: "a")]
+            change.paymentRequests = [TrackedPaymentRequest(paymentRequestID: "pr-1", trackedAt: Fixtures.t0)]
+            change.intents = [
+                Intent(key: "place:a", kind: .placeOrder, subject: "a", now: Fixtures.t0),
+                Intent(key: "capture:o-a:2", kind: .capture, subject: "o-a", now: Fixtures.t0.addingTimeInterval(2)),
+                Intent(key: "capture:o-a:1", kind: .capture, subject: "o-a", now: Fixtures.t0.addingTimeInterval(1)),
+                Intent(key: "place:b", kind: .placeOrder, subject: "b", now: Fixtures.t0),
+            ]
+            change.holds = [(key: .order("o-a"), by: "uid 0 (root)")]
+            try await s.store.commit(change, at: Fixtures.t0)
+            _ = try await s.store.submit(
+                [
+                    OperatorRequest(key: .order("o-a"), action: .release, requestedBy: "uid 0 (root)", requestedAt: Fixtures.t0),
+                    OperatorRequest(key: .order("o-a"), action: .retry, orderID: "o-a", requestedBy: "uid 1000 (alice)", requestedAt: Fixtures.t0),
+                    OperatorRequest(key: .session("b"), action: .hold, requestedBy: "uid 0 (root)", requestedAt: Fixtures.t0),
+                ], delivered: false, at: Fixtures.t0)
+
+            for key in [WorkKey.session("a"), .order("o-a"), .paymentRequest("pr-1"), .session("nobody"), .order("none")] {
+                let inputs = try await s.store.stepInputs(for: key)
+                #expect(inputs.controls == (try await s.store.operatorControls(for: key)), "\(key)")
+                var intents: [Intent] = []
+                if let subject = key.intentSubject { intents = try await s.store.intents(subject: subject) }
+                #expect(inputs.intents == nil || inputs.intents == intents, "\(key): the unit's intents, or none read")
+                #expect(s.backend == .sqlite || key.intentSubject == nil || inputs.intents != nil, "PostgreSQL reads them with the rest")
+                switch key {
+                case .session(let id):
+                    #expect(inputs.session == (try await s.store.session(id)) && inputs.order == nil && inputs.paymentRequest == nil)
+                case .order(let id): #expect(inputs.order == (try await s.store.order(id)) && inputs.session == nil && inputs.paymentRequest == nil)
+                case .paymentRequest(let id):
+                    #expect(inputs.paymentRequest == (try await s.store.paymentRequest(id)) && inputs.session == nil && inputs.order == nil)
+                }
+            }
+            let order = try await s.store.stepInputs(for: .order("o-a"))
+            #expect(order.controls.held && order.controls.pending.map(\.action) == [.release, .retry])
+            #expect(order.controls.pending.last?.orderID == "o-a" && order.controls.pending.last?.requestedBy == "uid 1000 (alice)")
+            #expect(order.order?.orderID == "o-a")
+            if let intents = order.intents { #expect(intents.map(\.key) == ["capture:o-a:1", "capture:o-a:2"], "oldest first") }
+            let session = try await s.store.stepInputs(for: .session("a"))
+            #expect(!session.controls.held && session.controls.pending.isEmpty)
+            #expect(session.session?.hppSessionID == "a")
+            if let intents = session.intents { #expect(intents.map(\.key) == ["place:a"]) }
+            #expect(try await s.store.stepInputs(for: .paymentRequest("pr-1")).paymentRequest?.paymentRequestID == "pr-1")
+            let nobody = try await s.store.stepInputs(for: .session("nobody"))
+            #expect(nobody.controls == OperatorControls(held: false, pending: []) && nobody.session == nil && (nobody.intents ?? []).isEmpty)
+        }
+    }
+
     @Test("Operator requests wait for the engine's answer; holds are placed, listed and lifted", arguments: Backend.allCases)
     func operatorRequests(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in

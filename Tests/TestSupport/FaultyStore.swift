@@ -6,7 +6,8 @@ import Synchronization
 /// The real store with faults a test cannot cause on demand: the commit recording a confirmed intent fails the
 /// first `failConfirmedCommits` times (a full disk at the worst moment), every ingest fails while `failIngest`, and
 /// every read of a session's account with `failAccountReads`. Only the engine's and ingest's roles: what it fakes is
-/// what those two see.
+/// what those two see. A step's inputs are read as the role's default reads them, through its own reads, so each
+/// read is counted (``reads``).
 public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     public let store: any WorkStore & IngestStore
     private let remaining = Mutex(0)
@@ -14,6 +15,9 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     private let accountReadsFail: Bool
     /// Reads of a session or an order by the engine.
     public let unitReads = Mutex(0)
+    /// Every read of the engine's role, by name (`session`, `order`, `paymentRequest`, `intent`, `intents`,
+    /// `operatorControls`), in order.
+    public let reads = Mutex<[String]>([])
 
     public init(_ store: any WorkStore & IngestStore, failConfirmedCommits: Int = 0, failIngest: Bool = false, failAccountReads: Bool = false) {
         self.store = store
@@ -44,17 +48,31 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
 
     public func session(_ id: String) async throws -> TrackedSession? {
         unitReads.withLock { $0 += 1 }
+        reads.withLock { $0.append("session") }
         return try await store.session(id)
     }
     public func order(_ id: String) async throws -> TrackedOrder? {
         unitReads.withLock { $0 += 1 }
+        reads.withLock { $0.append("order") }
         return try await store.order(id)
     }
-    public func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? { try await store.paymentRequest(id) }
-    public func intent(_ key: String) async throws -> Intent? { try await store.intent(key) }
-    public func intents(subject: String) async throws -> [Intent] { try await store.intents(subject: subject) }
+    public func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? {
+        reads.withLock { $0.append("paymentRequest") }
+        return try await store.paymentRequest(id)
+    }
+    public func intent(_ key: String) async throws -> Intent? {
+        reads.withLock { $0.append("intent") }
+        return try await store.intent(key)
+    }
+    public func intents(subject: String) async throws -> [Intent] {
+        reads.withLock { $0.append("intents") }
+        return try await store.intents(subject: subject)
+    }
     public func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
-    public func operatorControls(for key: WorkKey) async throws -> OperatorControls { try await store.operatorControls(for: key) }
+    public func operatorControls(for key: WorkKey) async throws -> OperatorControls {
+        reads.withLock { $0.append("operatorControls") }
+        return try await store.operatorControls(for: key)
+    }
     public func untrackedNotifiedOrders(since: Date, limit: Int) async throws -> [String] {
         try await store.untrackedNotifiedOrders(since: since, limit: limit)
     }

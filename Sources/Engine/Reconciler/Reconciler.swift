@@ -87,7 +87,7 @@ public struct Reconciler: Sendable {
         settings: EngineSettings, logger: Logger, outcomeBell: Doorbell? = nil, ownership: (any WorkOwnership)? = nil
     ) {
         self.ownership = ownership
-        self.store = store
+        self.store = StepReads(base: store)
         self.accounts = accounts
         self.clock = clock
         self.random = random
@@ -135,13 +135,7 @@ public struct Reconciler: Sendable {
     /// flight for a `sent` intent of it (``Takeover``).
     private func takeoverWait(_ key: WorkKey) async throws -> Date? {
         guard let ownership, let takeover = ownership.takeover(of: key) else { return nil }
-        let subject: String? =
-            switch key {
-            case .session(let id): id
-            case .order(let id): id
-            case .paymentRequest: nil
-            }
-        guard let subject else { return nil }
+        guard let subject = key.intentSubject else { return nil }
         let intents = try await store.intents(subject: subject)
         // Decided on the monotonic clock; the wall time only says when to look again.
         guard let until = takeover.resumeAt(intents: intents, longestCall: ownership.longestCall, now: ContinuousClock.now, wallNow: clock.now) else {
@@ -153,12 +147,20 @@ public struct Reconciler: Sendable {
         return until
     }
 
+    /// One step of `key`: what it reads first, in one read (``StepReads``), serves it until it commits.
     private func step(_ key: WorkKey, hinted: Bool, committed: CommittedUnit) async throws -> WorkResult {
+        let inputs = try await store.stepInputs(for: key)
+        return try await StepReads.$snapshot.withValue(StepReads.Snapshot(key: key, inputs: inputs)) {
+            try await step(key, inputs, hinted: hinted, committed: committed)
+        }
+    }
+
+    private func step(_ key: WorkKey, _ inputs: StepInputs, hinted: Bool, committed: CommittedUnit) async throws -> WorkResult {
         var hinted = hinted
         var operatorWake: [WorkKey] = []
         if key.remediationTarget != nil {
             // Operator requests first; a held key makes no Klarna call at all (a release or a webhook wakes it).
-            let controls = try await store.operatorControls(for: key)
+            let controls = inputs.controls
             var held = controls.held
             if !controls.pending.isEmpty {
                 (held, operatorWake) = try await applyOperatorRequests(key, controls)

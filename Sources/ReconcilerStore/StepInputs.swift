@@ -1,0 +1,50 @@
+import ReconcilerCore
+
+/// What a step of one key reads before it acts (``WorkStore/stepInputs(for:)``): whether the key is held and what
+/// operators asked of it, the key's unit, and that unit's intents.
+public struct StepInputs: Sendable, Equatable {
+    public var controls: OperatorControls
+    /// The key's unit, of its kind; nil when the store has none.
+    public var session: TrackedSession?
+    public var order: TrackedOrder?
+    public var paymentRequest: TrackedPaymentRequest?
+    /// The intents whose subject is the unit (``WorkKey/intentSubject``), oldest first. Nil: not read with the rest
+    /// (a store of one process, which answers ``WorkStore/intents(subject:)`` when asked at no round trip).
+    public var intents: [Intent]?
+
+    public init(
+        controls: OperatorControls, session: TrackedSession? = nil, order: TrackedOrder? = nil, paymentRequest: TrackedPaymentRequest? = nil,
+        intents: [Intent]? = nil
+    ) {
+        self.controls = controls
+        self.session = session
+        self.order = order
+        self.paymentRequest = paymentRequest
+        self.intents = intents
+    }
+}
+
+extension WorkKey {
+    /// The subject of the intents of this key's unit: a session's HPP session id, an order's id. A payment request's
+    /// steps record none.
+    public var intentSubject: String? {
+        switch self {
+        case .session(let id), .order(let id): id
+        case .paymentRequest: nil
+        }
+    }
+}
+
+extension WorkStore {
+    /// As a store of one process reads them: one read each, which costs it no round trip; the intents are left to
+    /// the reads that ask for them.
+    public func stepInputs(for key: WorkKey) async throws -> StepInputs {
+        var inputs = StepInputs(controls: try await operatorControls(for: key))
+        switch key {
+        case .session(let id): inputs.session = try await session(id)
+        case .order(let id): inputs.order = try await order(id)
+        case .paymentRequest(let id): inputs.paymentRequest = try await paymentRequest(id)
+        }
+        return inputs
+    }
+}
