@@ -268,8 +268,9 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         case .order(let id): unit.order = id
         case .paymentRequest(let id): unit.paymentRequest = id
         }
-        var inputs = StepInputs(controls: OperatorControls(held: false, pending: []), intents: key.intentSubject.map { _ in [] })
-        let bindings = try Statements.values(key.description, unit.session, unit.order, unit.paymentRequest, key.intentSubject)
+        var inputs = StepInputs(controls: OperatorControls(held: false, pending: []), intents: key.orderID.map { _ in [] })
+        var unreadable = false
+        let bindings = try Statements.values(key.description, unit.session, unit.order, unit.paymentRequest, key.orderID)
         for row in try await prepared(Statements.StepInputs.self, bindings) {
             let (part, data, held, id, workKey, action, orderID, by, at, state, note, _) = try row.decode(
                 (Int, String?, Bool?, Int64?, String?, String?, String?, String?, Date?, String?, String?, Date?).self)
@@ -280,10 +281,13 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             case (1, let data?): inputs.session = try decode(TrackedSession.self, text: data)
             case (2, let data?): inputs.order = try decode(TrackedOrder.self, text: data)
             case (3, let data?): inputs.paymentRequest = try decode(TrackedPaymentRequest.self, text: data)
-            case (4, let data?): inputs.intents?.append(try decode(Intent.self, text: data))
+            case (4, let data?):
+                // One intent this daemon cannot read must not keep the step from its hold and requests.
+                if let intent = try? decode(Intent.self, text: data) { inputs.intents?.append(intent) } else { unreadable = true }
             default: continue
             }
         }
+        if unreadable { inputs.intents = nil }
         return inputs
     }
 

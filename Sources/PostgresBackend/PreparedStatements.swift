@@ -125,7 +125,7 @@ enum Statements {
     }
 
     /// A step's inputs (``ReconcilerStore/StepInputs``) in one statement: `$1` the key; `$2`, `$3`, `$4` the session's,
-    /// order's or payment request's id (the other two null); `$5` the intents' subject (null: none). Rows by part: 0 the
+    /// order's or payment request's id (the other two null); `$5` the order whose intents to read (null: none). Rows by part: 0 the
     /// hold beside each pending request (one row of nulls beside it when none), 1-3 the unit's row, 4 each intent.
     enum StepInputs: StatementText {
         private static let none = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"

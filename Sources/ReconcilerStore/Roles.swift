@@ -16,8 +16,8 @@ public protocol WorkStore: Sendable {
     func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem?
     /// Whether `key` is held, and the operator requests waiting for it.
     func operatorControls(for key: WorkKey) async throws -> OperatorControls
-    /// What a step of `key` reads before it acts: ``operatorControls(for:)``, the key's unit and (or nil)
-    /// ``intents(subject:)`` of it, as each would answer, in one read where the store can (a shared store: one
+    /// What a step of `key` reads before it acts: ``operatorControls(for:)``, the key's unit and, for an order (or
+    /// nil), ``intents(subject:)`` of it, as each would answer, in one read where the store can (a shared store: one
     /// round trip instead of four).
     func stepInputs(for key: WorkKey) async throws -> StepInputs
     /// Everything one step changed, in one transaction. `fencedBy`: the key whose step this is; a store shared by

@@ -8,8 +8,11 @@ public struct StepInputs: Sendable, Equatable {
     public var session: TrackedSession?
     public var order: TrackedOrder?
     public var paymentRequest: TrackedPaymentRequest?
-    /// The intents whose subject is the unit (``WorkKey/intentSubject``), oldest first. Nil: not read with the rest
-    /// (a store of one process, which answers ``WorkStore/intents(subject:)`` when asked at no round trip).
+    /// An order's intents (its captures, extensions, cancellation and refunds), oldest first: only the order's own
+    /// steps change them (a delivery only adds a refund). Nil: not read with the rest, by a store of one process
+    /// (which answers ``WorkStore/intents(subject:)`` at no round trip when asked), for a session (its place-order
+    /// intent is driven by every session of one KP session, each in steps of its own), or when one of them could not
+    /// be read (the step then reads them, and fails, as it would have).
     public var intents: [Intent]?
 
     public init(
@@ -32,6 +35,11 @@ extension WorkKey {
         case .session(let id), .order(let id): id
         case .paymentRequest: nil
         }
+    }
+
+    /// The order whose intents a step of this key reads with the rest (``StepInputs/intents``).
+    public var orderID: String? {
+        if case .order(let id) = self { id } else { nil }
     }
 }
 

@@ -10,7 +10,7 @@ import TestSupport
 @Suite("A step's reads")
 struct StepReadsTests {
     @Test(
-        "What a step read at its start answers its reads of its unit, the unit's intents and the key's controls until it commits; other reads, and every read after the commit, go to the store"
+        "What an order's step read at its start answers its reads of the order, its intents and the key's controls until it commits; other reads, every read after the commit, and a session's intents go to the store"
     )
     func servedUntilTheCommit() async throws {
         let directory = TemporaryDirectory()
@@ -18,45 +18,51 @@ struct StepReadsTests {
         let store = FaultyStore(try SQLiteStore(path: directory.path + "/state.sqlite"))
         _ = try await store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
         var setup = Change()
-        setup.intents = [Intent(key: "place:a", kind: .placeOrder, subject: "a", now: Fixtures.t0)]
+        setup.newOrders = [Fixtures.order("o-a", session: "a")]
+        setup.intents = [
+            Intent(key: "place:a", kind: .placeOrder, subject: "a", now: Fixtures.t0),
+            Intent(key: "capture:o-a", kind: .capture, subject: "o-a", now: Fixtures.t0),
+        ]
         try await store.commit(setup, at: Fixtures.t0)
         let reads = StepReads(base: store)
-        // As a shared store reads them: the intents with the rest (this one leaves them to the reads that ask).
-        var inputs = try await reads.stepInputs(for: .session("a"))
+        // As a shared store reads them: an order's intents with the rest (this one leaves them to the reads that ask).
+        var inputs = try await reads.stepInputs(for: .order("o-a"))
         #expect(inputs.intents == nil)
-        inputs.intents = try await store.intents(subject: "a")
+        inputs.intents = try await store.intents(subject: "o-a")
         store.reads.withLock { $0 = [] }
 
-        try await StepReads.$snapshot.withValue(StepReads.Snapshot(key: .session("a"), inputs: inputs)) {
-            #expect(try await reads.session("a") == inputs.session && inputs.session?.hppSessionID == "a")
-            #expect(try await reads.intents(subject: "a").map(\.key) == ["place:a"])
-            #expect(try await reads.intent("place:a")?.kind == .placeOrder)
-            #expect(try await reads.operatorControls(for: .session("a")) == OperatorControls(held: false, pending: []))
+        try await StepReads.$snapshot.withValue(StepReads.Snapshot(key: .order("o-a"), inputs: inputs)) {
+            #expect(try await reads.order("o-a") == inputs.order && inputs.order?.orderID == "o-a")
+            #expect(try await reads.intents(subject: "o-a").map(\.key) == ["capture:o-a"])
+            #expect(try await reads.intent("capture:o-a")?.kind == .capture)
+            #expect(try await reads.operatorControls(for: .order("o-a")) == OperatorControls(held: false, pending: []))
             #expect(store.reads.withLock { $0 }.isEmpty, "served from the step's inputs")
             // Another unit, an intent of another subject: the store.
-            _ = try await reads.session("b")
-            _ = try await reads.intent("capture:o-b")
-            _ = try await reads.operatorControls(for: .order("o-b"))
-            #expect(store.reads.withLock { $0 } == ["session", "intent", "operatorControls"])
+            _ = try await reads.order("o-b")
+            _ = try await reads.intent("place:a")
+            _ = try await reads.operatorControls(for: .session("a"))
+            #expect(store.reads.withLock { $0 } == ["order", "intent", "operatorControls"])
 
-            var moved = try #require(inputs.session)
+            var moved = try #require(inputs.order)
             moved.nextDueAt = Fixtures.t0.addingTimeInterval(60)
             var change = Change()
-            change.sessions = [moved]
+            change.orders = [moved]
             try await reads.commit(change, at: Fixtures.t0)
             store.reads.withLock { $0 = [] }
-            #expect(try await reads.session("a") == moved, "read from the store once the step committed")
-            #expect(try await reads.intents(subject: "a").map(\.key) == ["place:a"])
-            #expect(store.reads.withLock { $0 } == ["session", "intents"])
+            #expect(try await reads.order("o-a") == moved, "read from the store once the step committed")
+            #expect(try await reads.intents(subject: "o-a").map(\.key) == ["capture:o-a"])
+            #expect(store.reads.withLock { $0 } == ["order", "intents"])
         }
         store.reads.withLock { $0 = [] }
-        _ = try await reads.session("a")
-        #expect(store.reads.withLock { $0 } == ["session"], "outside a step, every read goes to the store")
+        _ = try await reads.order("o-a")
+        #expect(store.reads.withLock { $0 } == ["order"], "outside a step, every read goes to the store")
 
-        // Inputs without the intents: the unit from them, the intents from the store.
-        let unread = try await reads.stepInputs(for: .session("a"))
+        // A session's inputs, even with its intents given: the session from them, its place-order intent from the
+        // store (the sessions of one KP session each drive it).
+        var session = try await reads.stepInputs(for: .session("a"))
+        session.intents = try await store.intents(subject: "a")
         store.reads.withLock { $0 = [] }
-        try await StepReads.$snapshot.withValue(StepReads.Snapshot(key: .session("a"), inputs: unread)) {
+        try await StepReads.$snapshot.withValue(StepReads.Snapshot(key: .session("a"), inputs: session)) {
             _ = try await reads.session("a")
             #expect(try await reads.intent("place:a")?.kind == .placeOrder)
             #expect(try await reads.intents(subject: "a").count == 1)

@@ -485,4 +485,26 @@ struct PostgresStoreTests {
         #expect(try await store.track(session, event: DomainEvent(.tracked, "t"), at: session.trackedAt) == .tracked(session))
         #expect(try await store.session("tcp-1") == session)
     }
+
+    @Test(
+        "A step's inputs with an intent this daemon cannot read (a newer daemon's): the hold, the requests and the order still come; the intents are left to their own read, which fails as before"
+    )
+    func stepInputsWithAnUnreadableIntent() async throws {
+        let server = try await PostgresServer.shared()
+        let database = try await server.createDatabase()
+        let store = try await PostgresStore.open(try PostgresLocation(url: server.url(database)), password: server.password, logger: logger)
+        defer { store.close() }
+        _ = try await store.track(Fixtures.session("a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
+        var change = Change()
+        change.newOrders = [Fixtures.order("o-a", session: "a")]
+        change.intents = [Intent(key: "capture:o-a", kind: .capture, subject: "o-a", now: Fixtures.t0)]
+        change.holds = [(key: .order("o-a"), by: "uid 0 (root)")]
+        try await store.commit(change, at: Fixtures.t0)
+        #expect(try await store.stepInputs(for: .order("o-a")).intents?.map(\.key) == ["capture:o-a"])
+
+        _ = try await server.psql(#"UPDATE intents SET data = replace(data, '"capture"', '"a_newer_kind"')"#, database: database)
+        let inputs = try await store.stepInputs(for: .order("o-a"))
+        #expect(inputs.controls.held && inputs.order?.orderID == "o-a" && inputs.intents == nil)
+        await #expect(throws: (any Error).self) { _ = try await store.intents(subject: "o-a") }
+    }
 }

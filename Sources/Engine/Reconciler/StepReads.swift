@@ -4,14 +4,15 @@ import ReconcilerStore
 import Synchronization
 
 /// The engine's store. What a step read at its start (``StepInputs``, one read) answers that step's reads of its own
-/// unit, the unit's intents (when the store read them with the rest) and the key's operator controls until the step
-/// commits; every other read, and every read
-/// after the step's first commit, goes to the store. A shared store answers the step's four or five reads in one
-/// round trip instead of one each.
+/// unit, an order's intents (when the store read them with the rest) and the key's operator controls until the step
+/// commits; every other read, and every read after the step's first commit, goes to the store. A shared store answers
+/// the step's four or five reads in one round trip instead of one each.
 ///
-/// Only the lease holder writes a key's unit and intents, so what the step read at its start stays what the store
-/// holds until the step itself commits, except what a delivery or an operator adds meanwhile (a wakeup, a request, a
-/// refund asked for), which a step that read a moment later could have missed too and which wakes the key again.
+/// Only the lease holder writes a key's unit and an order's intents, so what the step read at its start stays what
+/// the store holds until the step itself commits, except what a delivery or an operator adds meanwhile (a wakeup, a
+/// request, a refund asked for), which a step that read a moment later could have missed too and which wakes the key
+/// again. A session's place-order intent is not among them: the sessions of one KP session each drive it in steps of
+/// their own, so it is read from the store when the step needs it.
 struct StepReads: WorkStore {
     let base: any WorkStore
 
@@ -51,14 +52,14 @@ struct StepReads: WorkStore {
         return try await base.paymentRequest(id)
     }
 
-    /// From the inputs when it is one of the unit's intents; an intent of another subject, or none, from the store.
+    /// From the inputs when it is one of the order's intents; any other intent, or none, from the store.
     func intent(_ key: String) async throws -> Intent? {
-        if let found = current?.inputs.intents?.first(where: { $0.key == key }) { return found }
+        if let current, current.key.orderID != nil, let found = current.inputs.intents?.first(where: { $0.key == key }) { return found }
         return try await base.intent(key)
     }
 
     func intents(subject: String) async throws -> [Intent] {
-        if let current, current.key.intentSubject == subject, let intents = current.inputs.intents { return intents }
+        if let current, current.key.orderID == subject, let intents = current.inputs.intents { return intents }
         return try await base.intents(subject: subject)
     }
 
