@@ -10,14 +10,16 @@ PHASES=${1:-5c}
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 PG_DIR=$(mktemp -d /tmp/klarna-pg-statements.XXXXXX)
 as_postgres() { if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=postgres --regid=postgres --init-groups "$@"; else "$@"; fi; }
+stop_pg() {
+    if [ -f "$PG_DIR/data/postmaster.pid" ]; then as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w stop >/dev/null 2>&1 || true; fi
+    rm -rf "$PG_DIR"
+}
+trap stop_pg EXIT
 [ "$(id -u)" -eq 0 ] && chown postgres "$PG_DIR"
 as_postgres "$PG_BIN/initdb" -D "$PG_DIR/data" -A trust -U postgres >/dev/null
-# shellcheck disable=SC2086 # PG_OPTIONS is a list of options
-as_postgres "$PG_BIN/postgres" -D "$PG_DIR/data" -k "$PG_DIR" -c listen_addresses='' -c shared_preload_libraries=pg_stat_statements \
-    -c pg_stat_statements.track_planning=on -c pg_stat_statements.track=all ${PG_OPTIONS:-} >"$PG_DIR/log" 2>&1 &
-PG=$!
-trap 'kill $PG 2>/dev/null || true; wait $PG 2>/dev/null || true; rm -rf "$PG_DIR"' EXIT
-for _ in $(seq 200); do "$PG_BIN/pg_isready" -q -h "$PG_DIR" && break; sleep 0.05; done
+as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w start -o "-k $PG_DIR -c listen_addresses='' \
+    -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on -c pg_stat_statements.track=all ${PG_OPTIONS:-}" \
+    >/dev/null
 for db in klarna_bench klarna_cluster_1 klarna_cluster_2 klarna_cluster_3 klarna_cluster_4 klarna_quota_1 klarna_quota_2 klarna_quota_3; do
     "$PG_BIN/createdb" -h "$PG_DIR" -U postgres "$db"
 done

@@ -41,12 +41,16 @@ echo "client peak RSS: $(value peak_rss_kib) KiB"
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 PG_DIR=$(mktemp -d /tmp/klarna-bench-pg.XXXXXX)
 as_postgres() { if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=postgres --regid=postgres --init-groups "$@"; else "$@"; fi; }
+# pg_ctl starts and stops it: a server started in the background through as_postgres would be a child of a subshell,
+# which a kill of `$!` does not reach.
+stop_pg() {
+    if [ -f "$PG_DIR/data/postmaster.pid" ]; then as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w stop >/dev/null 2>&1 || true; fi
+    rm -rf "$PG_DIR"
+}
+trap 'kill $SANDBOX 2>/dev/null || true; stop_pg' EXIT
 [ "$(id -u)" -eq 0 ] && chown postgres "$PG_DIR"
 as_postgres "$PG_BIN/initdb" -D "$PG_DIR/data" -A trust -U postgres >/dev/null
-as_postgres "$PG_BIN/postgres" -D "$PG_DIR/data" -k "$PG_DIR" -c listen_addresses='' >"$PG_DIR/log" 2>&1 &
-PG=$!
-trap 'kill $SANDBOX 2>/dev/null || true; kill $PG 2>/dev/null || true; wait $PG 2>/dev/null || true; rm -rf "$PG_DIR"' EXIT
-for _ in $(seq 200); do "$PG_BIN/pg_isready" -q -h "$PG_DIR" && break; sleep 0.05; done
+as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -o "-k $PG_DIR -c listen_addresses=''" -w start >/dev/null
 "$PG_BIN/createdb" -h "$PG_DIR" -U postgres klarna_bench
 "$PG_BIN/createdb" -h "$PG_DIR" -U postgres pgbench_reference
 for n in 1 2 3 4; do "$PG_BIN/createdb" -h "$PG_DIR" -U postgres "klarna_cluster_$n"; done

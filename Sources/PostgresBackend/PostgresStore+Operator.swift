@@ -6,20 +6,13 @@ import ReconcilerStore
 /// Reading for people, operator requests and holds, retention and the state numbers: the same answers as the SQLite
 /// store gives, from the whole cluster's state.
 extension PostgresStore {
-    /// One query: the hold, on every row, and the pending requests (none: one row of nulls beside it).
+    /// With the step's other inputs: a step asks for them all at once (``stepInputs(for:)``), and nothing else
+    /// asks on the hot path.
     public func operatorControls(for key: WorkKey) async throws -> OperatorControls {
-        var held = false
-        var pending: [OperatorRequest] = []
-        for row in try await prepared(Statements.HoldAndRequests.self, Statements.values(key.description)) {
-            let (isHeld, id, workKey, action, orderID, by, at, state, note) = try row.decode(
-                (Bool, Int64?, String?, String?, String?, String?, Date?, String?, String?).self)
-            held = isHeld
-            if let request = Self.pendingRequest(id, workKey, action, orderID, by, at, state, note) { pending.append(request) }
-        }
-        return OperatorControls(held: held, pending: pending)
+        try await stepInputs(for: key).controls
     }
 
-    /// A pending request from the columns ``operatorControls(for:)`` and ``stepInputs(for:)`` read beside the hold;
+    /// A pending request from the columns ``stepInputs(for:)`` reads beside the hold;
     /// nil for the row of nulls that stands for none.
     static func pendingRequest(
         _ id: Int64?, _ workKey: String?, _ action: String?, _ orderID: String?, _ by: String?, _ at: Date?, _ state: String?, _ note: String?

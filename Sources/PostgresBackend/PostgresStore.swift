@@ -268,8 +268,10 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         case .order(let id): unit.order = id
         case .paymentRequest(let id): unit.paymentRequest = id
         }
-        var inputs = StepInputs(controls: OperatorControls(held: false, pending: []), intents: key.orderID.map { _ in [] })
-        var unreadable = false
+        var inputs = StepInputs(controls: OperatorControls(held: false, pending: []), unitRead: true, intents: key.orderID.map { _ in [] })
+        // A row this daemon cannot read (a newer daemon's) must not keep the step from its hold and requests: it is
+        // left to its own read, which fails where it did.
+        var unreadableIntent = false
         let bindings = try Statements.values(key.description, unit.session, unit.order, unit.paymentRequest, key.orderID)
         for row in try await prepared(Statements.StepInputs.self, bindings) {
             let (part, data, held, id, workKey, action, orderID, by, at, state, note, _) = try row.decode(
@@ -278,16 +280,21 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             case (0, _):
                 inputs.controls.held = held ?? false
                 if let request = Self.pendingRequest(id, workKey, action, orderID, by, at, state, note) { inputs.controls.pending.append(request) }
-            case (1, let data?): inputs.session = try decode(TrackedSession.self, text: data)
-            case (2, let data?): inputs.order = try decode(TrackedOrder.self, text: data)
-            case (3, let data?): inputs.paymentRequest = try decode(TrackedPaymentRequest.self, text: data)
+            case (1, let data?):
+                inputs.session = try? decode(TrackedSession.self, text: data)
+                inputs.unitRead = inputs.session != nil
+            case (2, let data?):
+                inputs.order = try? decode(TrackedOrder.self, text: data)
+                inputs.unitRead = inputs.order != nil
+            case (3, let data?):
+                inputs.paymentRequest = try? decode(TrackedPaymentRequest.self, text: data)
+                inputs.unitRead = inputs.paymentRequest != nil
             case (4, let data?):
-                // One intent this daemon cannot read must not keep the step from its hold and requests.
-                if let intent = try? decode(Intent.self, text: data) { inputs.intents?.append(intent) } else { unreadable = true }
+                if let intent = try? decode(Intent.self, text: data) { inputs.intents?.append(intent) } else { unreadableIntent = true }
             default: continue
             }
         }
-        if unreadable { inputs.intents = nil }
+        if unreadableIntent { inputs.intents = nil }
         return inputs
     }
 

@@ -4,7 +4,7 @@ import PostgresNIO
 import ReconcilerCore
 import ReconcilerStore
 
-/// The text of a statement on a hot path: a step's commit and a delivery's ingest.
+/// The text of a statement on a hot path: a step's reads and commit, a delivery's ingest, claims, releases and marks.
 protocol StatementText: Sendable {
     static var sql: String { get }
 }
@@ -96,7 +96,7 @@ enum Statements {
             """
     }
 
-    // What every step reads and marks: prepared, so the server plans each once per connection (as unnamed
+    // What steps read, claim, release and mark: prepared, so the server plans each once per connection (as unnamed
     // statements they were planned at every use, a third of PostgreSQL's statement time per payment; BENCHMARKS.md).
 
     enum SessionData: StatementText {
@@ -115,18 +115,10 @@ enum Statements {
         static let sql = "SELECT data FROM intents WHERE subject = $1 ORDER BY created_at"
     }
 
-    /// A key's hold, on every row, and its pending operators' requests (none: one row of nulls beside the hold).
-    enum HoldAndRequests: StatementText {
-        static let sql = """
-            SELECT h.held, r.id, r.work_key, r.action, r.order_id, r.requested_by, r.requested_at, r.state, r.note
-            FROM (SELECT EXISTS (SELECT 1 FROM holds WHERE work_key = $1) AS held) h
-            LEFT JOIN operator_requests r ON r.work_key = $1 AND r.state = 'pending' ORDER BY r.id
-            """
-    }
-
-    /// A step's inputs (``ReconcilerStore/StepInputs``) in one statement: `$1` the key; `$2`, `$3`, `$4` the session's,
-    /// order's or payment request's id (the other two null); `$5` the order whose intents to read (null: none). Rows by part: 0 the
-    /// hold beside each pending request (one row of nulls beside it when none), 1-3 the unit's row, 4 each intent.
+    /// A step's inputs (``ReconcilerStore/StepInputs``) in one statement: `$1` the key; `$2`, `$3`, `$4` the
+    /// session's, order's or payment request's id (the other two null); `$5` the order whose intents to read (null:
+    /// none). Rows by part: 0 the hold beside each pending request (one row of nulls beside it when none), 1-3 the
+    /// unit's row, 4 each intent.
     enum StepInputs: StatementText {
         private static let none = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
 

@@ -4,7 +4,12 @@ import ReconcilerCore
 /// operators asked of it, the key's unit, and that unit's intents.
 public struct StepInputs: Sendable, Equatable {
     public var controls: OperatorControls
-    /// The key's unit, of its kind; nil when the store has none.
+    /// Whether the unit was read with the rest: `session`, `order` or `paymentRequest` then holds what the store has
+    /// (nil: none). False: left to its own read, by a store of one process (which has no round trip to save) or when
+    /// its row could not be read (a newer daemon's), so that a held key stays held without reading it and a step
+    /// fails where it did before.
+    public var unitRead: Bool
+    /// The key's unit, of its kind, when ``unitRead``.
     public var session: TrackedSession?
     public var order: TrackedOrder?
     public var paymentRequest: TrackedPaymentRequest?
@@ -16,10 +21,11 @@ public struct StepInputs: Sendable, Equatable {
     public var intents: [Intent]?
 
     public init(
-        controls: OperatorControls, session: TrackedSession? = nil, order: TrackedOrder? = nil, paymentRequest: TrackedPaymentRequest? = nil,
-        intents: [Intent]? = nil
+        controls: OperatorControls, unitRead: Bool = false, session: TrackedSession? = nil, order: TrackedOrder? = nil,
+        paymentRequest: TrackedPaymentRequest? = nil, intents: [Intent]? = nil
     ) {
         self.controls = controls
+        self.unitRead = unitRead
         self.session = session
         self.order = order
         self.paymentRequest = paymentRequest
@@ -44,15 +50,9 @@ extension WorkKey {
 }
 
 extension WorkStore {
-    /// As a store of one process reads them: one read each, which costs it no round trip; the intents are left to
-    /// the reads that ask for them.
+    /// As a store of one process reads them: the hold and requests; the unit and its intents are left to the reads
+    /// that ask for them, which cost it no round trip.
     public func stepInputs(for key: WorkKey) async throws -> StepInputs {
-        var inputs = StepInputs(controls: try await operatorControls(for: key))
-        switch key {
-        case .session(let id): inputs.session = try await session(id)
-        case .order(let id): inputs.order = try await order(id)
-        case .paymentRequest(let id): inputs.paymentRequest = try await paymentRequest(id)
-        }
-        return inputs
+        StepInputs(controls: try await operatorControls(for: key))
     }
 }

@@ -25,9 +25,12 @@ struct StepReadsTests {
         ]
         try await store.commit(setup, at: Fixtures.t0)
         let reads = StepReads(base: store)
-        // As a shared store reads them: an order's intents with the rest (this one leaves them to the reads that ask).
+        // As a shared store reads them: the order and its intents with the rest (this one leaves them to the reads
+        // that ask).
         var inputs = try await reads.stepInputs(for: .order("o-a"))
-        #expect(inputs.intents == nil)
+        #expect(!inputs.unitRead && inputs.intents == nil)
+        inputs.unitRead = true
+        inputs.order = try await store.order("o-a")
         inputs.intents = try await store.intents(subject: "o-a")
         store.reads.withLock { $0 = [] }
 
@@ -60,6 +63,8 @@ struct StepReadsTests {
         // A session's inputs, even with its intents given: the session from them, its place-order intent from the
         // store (the sessions of one KP session each drive it).
         var session = try await reads.stepInputs(for: .session("a"))
+        session.unitRead = true
+        session.session = try await store.session("a")
         session.intents = try await store.intents(subject: "a")
         store.reads.withLock { $0 = [] }
         try await StepReads.$snapshot.withValue(StepReads.Snapshot(key: .session("a"), inputs: session)) {

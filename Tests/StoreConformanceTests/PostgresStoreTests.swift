@@ -487,7 +487,7 @@ struct PostgresStoreTests {
     }
 
     @Test(
-        "A step's inputs with an intent this daemon cannot read (a newer daemon's): the hold, the requests and the order still come; the intents are left to their own read, which fails as before"
+        "A step's inputs with an intent, then an order, this daemon cannot read (a newer daemon's): the hold and the requests still come; what cannot be read is left to its own read, which fails as before"
     )
     func stepInputsWithAnUnreadableIntent() async throws {
         let server = try await PostgresServer.shared()
@@ -504,7 +504,13 @@ struct PostgresStoreTests {
 
         _ = try await server.psql(#"UPDATE intents SET data = replace(data, '"capture"', '"a_newer_kind"')"#, database: database)
         let inputs = try await store.stepInputs(for: .order("o-a"))
-        #expect(inputs.controls.held && inputs.order?.orderID == "o-a" && inputs.intents == nil)
+        #expect(inputs.controls.held && inputs.unitRead && inputs.order?.orderID == "o-a" && inputs.intents == nil)
         await #expect(throws: (any Error).self) { _ = try await store.intents(subject: "o-a") }
+
+        // The order's row too: the hold still comes, the order is left to its own read.
+        _ = try await server.psql(#"UPDATE orders SET data = replace(data, '"phase"', '"a_newer_field"')"#, database: database)
+        let held = try await store.stepInputs(for: .order("o-a"))
+        #expect(held.controls.held && !held.unitRead && held.order == nil)
+        await #expect(throws: (any Error).self) { _ = try await store.order("o-a") }
     }
 }

@@ -3,10 +3,10 @@ import ReconcilerCore
 import ReconcilerStore
 import Synchronization
 
-/// The engine's store. What a step read at its start (``StepInputs``, one read) answers that step's reads of its own
-/// unit, an order's intents (when the store read them with the rest) and the key's operator controls until the step
-/// commits; every other read, and every read after the step's first commit, goes to the store. A shared store answers
-/// the step's four or five reads in one round trip instead of one each.
+/// The engine's store. What a step read at its start (``StepInputs``, one read) answers that step's reads of the key's
+/// operator controls, its unit and an order's intents (those the store read with the rest) until the step commits;
+/// every other read, and every read after the step's first commit, goes to the store. A shared store answers the
+/// step's four or five reads in one round trip instead of one each.
 ///
 /// Only the lease holder writes a key's unit and an order's intents, so what the step read at its start stays what
 /// the store holds until the step itself commits, except what a delivery or an operator adds meanwhile (a wakeup, a
@@ -38,17 +38,17 @@ struct StepReads: WorkStore {
     private var current: Snapshot? { Self.snapshot.flatMap { $0.isCurrent ? $0 : nil } }
 
     func session(_ hppSessionID: String) async throws -> TrackedSession? {
-        if let current, current.key == .session(hppSessionID) { return current.inputs.session }
+        if let current, current.inputs.unitRead, current.key == .session(hppSessionID) { return current.inputs.session }
         return try await base.session(hppSessionID)
     }
 
     func order(_ orderID: String) async throws -> TrackedOrder? {
-        if let current, current.key == .order(orderID) { return current.inputs.order }
+        if let current, current.inputs.unitRead, current.key == .order(orderID) { return current.inputs.order }
         return try await base.order(orderID)
     }
 
     func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? {
-        if let current, current.key == .paymentRequest(id) { return current.inputs.paymentRequest }
+        if let current, current.inputs.unitRead, current.key == .paymentRequest(id) { return current.inputs.paymentRequest }
         return try await base.paymentRequest(id)
     }
 
