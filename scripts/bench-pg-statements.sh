@@ -7,22 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PHASES=${1:-5c}
-PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-PG_DIR=$(mktemp -d /tmp/klarna-pg-statements.XXXXXX)
-as_postgres() { if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=postgres --regid=postgres --init-groups "$@"; else "$@"; fi; }
-stop_pg() {
-    if [ -f "$PG_DIR/data/postmaster.pid" ]; then as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w stop >/dev/null 2>&1 || true; fi
-    rm -rf "$PG_DIR"
-}
-trap stop_pg EXIT
-[ "$(id -u)" -eq 0 ] && chown postgres "$PG_DIR"
-as_postgres "$PG_BIN/initdb" -D "$PG_DIR/data" -A trust -U postgres >/dev/null
-as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w start -o "-k $PG_DIR -c listen_addresses='' \
-    -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on -c pg_stat_statements.track=all ${PG_OPTIONS:-}" \
-    >/dev/null
-for db in klarna_bench klarna_cluster_1 klarna_cluster_2 klarna_cluster_3 klarna_cluster_4 klarna_quota_1 klarna_quota_2 klarna_quota_3; do
-    "$PG_BIN/createdb" -h "$PG_DIR" -U postgres "$db"
-done
+. scripts/bench-postgres.sh
+trap bench_postgres_stop EXIT
+bench_postgres_start /tmp/klarna-pg-statements "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on \
+    -c pg_stat_statements.track=all ${PG_OPTIONS:-}"
 psql() { "$PG_BIN/psql" -h "$PG_DIR" -U postgres -d klarna_bench -P pager=off "$@"; }
 psql -qc "CREATE EXTENSION pg_stat_statements"
 SOCKET=$(echo "$PG_DIR" | sed 's|/|%2F|g')

@@ -36,25 +36,11 @@ printf "%-34s %10s %10s %10s %10s\n" "wrk -t2 -c$CONCURRENCY (C, no JSON decode)
 echo "client / wrk throughput ratio: $(awk -v a="$(value rps)" -v b="$wrk_rps" 'BEGIN { printf "%.2f", a/b }')"
 echo "client peak RSS: $(value peak_rss_kib) KiB"
 
-# PostgreSQL for the shared-store figures: a server of the bench's own (initdb into a temporary directory, fsync on,
-# a unix socket only), as the postgres user when run as root (initdb refuses root).
-PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-PG_DIR=$(mktemp -d /tmp/klarna-bench-pg.XXXXXX)
-as_postgres() { if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=postgres --regid=postgres --init-groups "$@"; else "$@"; fi; }
-# pg_ctl starts and stops it: a server started in the background through as_postgres would be a child of a subshell,
-# which a kill of `$!` does not reach.
-stop_pg() {
-    if [ -f "$PG_DIR/data/postmaster.pid" ]; then as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w stop >/dev/null 2>&1 || true; fi
-    rm -rf "$PG_DIR"
-}
-trap 'kill $SANDBOX 2>/dev/null || true; stop_pg' EXIT
-[ "$(id -u)" -eq 0 ] && chown postgres "$PG_DIR"
-as_postgres "$PG_BIN/initdb" -D "$PG_DIR/data" -A trust -U postgres >/dev/null
-as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -o "-k $PG_DIR -c listen_addresses=''" -w start >/dev/null
-"$PG_BIN/createdb" -h "$PG_DIR" -U postgres klarna_bench
+# PostgreSQL for the shared-store figures: a server of the bench's own (scripts/bench-postgres.sh).
+. scripts/bench-postgres.sh
+trap 'kill $SANDBOX 2>/dev/null || true; bench_postgres_stop' EXIT
+bench_postgres_start /tmp/klarna-bench-pg
 "$PG_BIN/createdb" -h "$PG_DIR" -U postgres pgbench_reference
-for n in 1 2 3 4; do "$PG_BIN/createdb" -h "$PG_DIR" -U postgres "klarna_cluster_$n"; done
-for n in 1 2 3; do "$PG_BIN/createdb" -h "$PG_DIR" -U postgres "klarna_quota_$n"; done
 PG_SOCKET=$(echo "$PG_DIR" | sed 's|/|%2F|g')
 
 # The engine end to end: the real daemon binary against a sandbox on loopback (Benchmarks/EngineBench).
