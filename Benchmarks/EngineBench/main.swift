@@ -210,6 +210,11 @@ extension Duration {
     var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
 
+extension StatusSummary {
+    /// Open work, or outcomes not delivered yet.
+    var pending: Bool { openWork(self) > 0 || undeliveredOutcomes > 0 }
+}
+
 func openWork(_ summary: StatusSummary) -> Int {
     (summary.sessionsByPhase["polling"] ?? 0) + (summary.sessionsByPhase["authorized"] ?? 0)
         + summary.ordersByPhase.filter { $0.key != "closed" }.values.reduce(0, +)
@@ -226,7 +231,8 @@ func waitUntilDone(_ store: SQLiteStore, timeout: Double) async throws {
 
 /// Waits until the sandbox has made `count` captures more than `before`, counted in this process (so no store query
 /// takes CPU from the daemons and their database while they work), then until `store` has no open work (the
-/// captures' own commits): how every end-to-end phase knows its payments are done.
+/// captures' own commits) and every outcome is delivered (written to the outbox): how every end-to-end phase knows
+/// its payments are done. An outbox that lags would otherwise do its work after the measurement.
 func waitForCaptures(_ count: Int, after before: Int, store: any OperatorStore, timeout: Duration) async throws {
     let started = ContinuousClock.now
     func check() throws {
@@ -236,7 +242,7 @@ func waitForCaptures(_ count: Int, after before: Int, store: any OperatorStore, 
         try check()
         try await Task.sleep(for: .milliseconds(20))
     }
-    while openWork(try await store.summary(now: Date())) > 0 {
+    while try await store.summary(now: Date()).pending {
         try check()
         try await Task.sleep(for: .milliseconds(5))
     }

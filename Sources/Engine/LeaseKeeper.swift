@@ -65,6 +65,8 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         /// Claimed and released since the renewal under way started.
         var claimedSince: Set<WorkKey> = []
         var releasedSince: Set<WorkKey> = []
+        /// Finished by a step, to be handed back with the next release (``releaseFinished()``).
+        var finished: Set<WorkKey> = []
     }
 
     public let store: any LeaseStore
@@ -77,6 +79,7 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
     private let state = Mutex(State())
     private let bell = Doorbell()
     private let renewalBell = Doorbell()
+    private let releaseBell = Doorbell()
     /// A call must start this much before the lease is due to run out.
     static let callMargin: Duration = .milliseconds(500)
 
@@ -137,20 +140,36 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         if held { await scheduler.wake(key, at: clock.now) } else { bell.ring() }
     }
 
-    /// A step finished `key` for now: hands its lease back unless the unit is still open or woken again.
-    public func finished(_ key: WorkKey) async {
-        guard await !scheduler.has(key) else { return }
+    /// A step finished `key` for now: its lease goes back with the next release, unless the unit is still open or
+    /// woken again by then. The worker does not wait for it.
+    public func finished(_ key: WorkKey) {
+        state.withLock { _ = $0.finished.insert(key) }
+        releaseBell.ring()
+    }
+
+    /// Hands back, in one statement, the leases of the keys finished since the last release and not woken since;
+    /// those a step finishes meanwhile wait for the next one. Returns how many it handed back.
+    @discardableResult
+    func releaseFinished() async -> Int {
+        let asked = state.withLock { state in
+            defer { state.finished = [] }; return state.finished
+        }
+        let keys = await scheduler.without(asked)
+        guard !keys.isEmpty else { return 0 }
         do {
-            if try await store.releaseLease(key) {
-                state.withLock { state in
+            let released = try await store.releaseLeases(keys)
+            state.withLock { state in
+                for key in released {
                     state.takeovers.removeValue(forKey: key)
                     state.held.remove(key)
                     state.releasedSince.insert(key)
                 }
             }
+            return released.count
         } catch {
             // Kept: renewed as before, and let go of by the next daemon that finds nothing to do.
-            logger.debug("cannot release the lease on \(key): \(error)")
+            logger.debug("cannot release the leases on \(keys.count) finished unit(s): \(error)")
+            return 0
         }
     }
 
@@ -168,12 +187,14 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
             await withDiscardingTaskGroup { group in
                 group.addTask { [self] in await store.listenForWork { [bell] in bell.ring() } }
                 group.addTask { [self] in await renewals() }
+                group.addTask { [self] in await releases() }
                 await loop()
                 group.cancelAll()
             }
-        } onGracefulShutdown: { [bell, renewalBell] in
+        } onGracefulShutdown: { [bell, renewalBell, releaseBell] in
             bell.ring()
             renewalBell.ring()
+            releaseBell.ring()
         }
         // The workers stopped first (services stop in reverse order): no call is in flight, so the leases go back
         // at once instead of making other daemons wait them out.
@@ -190,6 +211,16 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
             await renewalBell.wait(timeout: settings.ttl / 3, clock: clock)
             if Task.isShuttingDownGracefully { return }
             try? await renew()
+        }
+    }
+
+    /// Releases run on their own, one statement at a time: keys finished while one is on its way go out together
+    /// with the next.
+    private func releases() async {
+        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+            await releaseBell.wait(timeout: nil, clock: clock)
+            if Task.isShuttingDownGracefully { return }
+            await releaseFinished()
         }
     }
 

@@ -199,6 +199,9 @@ public actor Scheduler {
     /// Whether `key` is planned or running.
     public func has(_ key: WorkKey) -> Bool { waiting[key] != nil || running[key] != nil }
 
+    /// Those of `keys` the scheduler has neither waiting nor running.
+    public func without(_ keys: some Sequence<WorkKey>) -> [WorkKey] { keys.filter { !has($0) } }
+
     /// A worker is done with `key`; `next` is what it wants next (`nil`: finished).
     public func finished(_ key: WorkKey, next: WorkPlan?) {
         running.removeValue(forKey: key)

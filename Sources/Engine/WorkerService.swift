@@ -118,7 +118,7 @@ public struct WorkerService: Service {
         }
         await scheduler.finished(job.key, next: result.next)
         if let leases {
-            if lost { await leases.lost(job.key) } else if result.next == nil { await leases.finished(job.key) }
+            if lost { await leases.lost(job.key) } else if result.next == nil { leases.finished(job.key) }
         }
     }
 

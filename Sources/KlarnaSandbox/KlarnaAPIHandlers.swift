@@ -13,7 +13,7 @@ struct KlarnaCallContext {
         _ kind: SandboxEffect.Kind, in state: inout SandboxState, order: String? = nil, kp: String? = nil,
         hpp: String? = nil, amount: Int? = nil, capture: String? = nil, refund: String? = nil, token: String? = nil
     ) {
-        state.effects.append(
+        state.record(
             SandboxEffect(
                 seq: state.effects.count + 1, at: now, kind: kind, requestSeq: seq, orderId: order, kpSessionId: kp,
                 hppSessionId: hpp, amount: amount, captureId: capture, refundId: refund, tokenId: token,

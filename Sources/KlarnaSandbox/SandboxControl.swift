@@ -212,7 +212,7 @@ extension KlarnaSandbox {
     /// How many effects of `kind` there are, without copying them: what a bench polls while the daemon it measures
     /// calls this sandbox (a copy of tens of thousands of effects every few milliseconds took a tenth of a core).
     public func effectCount(kind: SandboxEffect.Kind) -> Int {
-        state.withLock { state in state.effects.reduce(0) { $1.kind == kind ? $0 + 1 : $0 } }
+        state.withLock { state in state.effectCounts[kind] ?? 0 }
     }
 
     /// The create-orders each authorization token received, by token; tests fail on any `overlapping`.
@@ -369,7 +369,7 @@ extension SandboxState {
     mutating func recordPortalEffect(
         _ kind: SandboxEffect.Kind, at: Date, order: String, amount: Int, capture: String? = nil, refund: String? = nil
     ) {
-        effects.append(
+        record(
             SandboxEffect(
                 seq: effects.count + 1, at: at, kind: kind, requestSeq: 0, orderId: order, amount: amount, captureId: capture,
                 refundId: refund))

@@ -142,7 +142,14 @@ struct SandboxState {
     var responseShape = SandboxResponseShape.normal
     var nextFaultID = 1
     var requests: [SandboxRequestRecord] = []
-    var effects: [SandboxEffect] = []
+    private(set) var effects: [SandboxEffect] = []
+    /// How many effects of each kind `effects` holds, kept as they are recorded: a bench polls it while it measures.
+    private(set) var effectCounts: [SandboxEffect.Kind: Int] = [:]
+
+    mutating func record(_ effect: SandboxEffect) {
+        effects.append(effect)
+        effectCounts[effect.kind, default: 0] += 1
+    }
     var settlements = SettlementLedger()
 
     // MARK: Create-orders in flight

@@ -152,7 +152,7 @@ enum PostgresSchema {
         // version and index entries; BENCHMARKS.md), and a claim reads the free rows and the rows of daemons that
         // lapsed, never every lease. `holds` is each daemon's count of leases (exact at its renewal, kept up by its
         // claims) for the share a claim may take. A wakeup takes its lease row's lock (`woken`), so that a release
-        // running at the same moment sees it (``PostgresStore/releaseLease(_:)``). An older daemon still running
+        // running at the same moment sees it (``PostgresStore/releaseLeases(_:)``). An older daemon still running
         // on this database fails every lease statement from here on (the column it renews is gone), so it calls
         // Klarna no more, and its work moves to the upgraded daemons once its lease runs out, as after a hang.
         """

@@ -69,6 +69,7 @@ extension PostgresStore: LeaseStore, ClusterView {
                 """)[0]
         }
         let (held, live) = try row.decode(([String], Int).self)
+        announcer.counted(liveDaemons: live)
         return LeaseRenewal(held: Set(held.compactMap(WorkKey.init)), liveDaemons: max(1, live))
     }
 
@@ -119,19 +120,12 @@ extension PostgresStore: LeaseStore, ClusterView {
         }
     }
 
-    public func releaseLease(_ key: WorkKey) async throws -> Bool {
-        // Kept while the unit is open (a held payment: its holder keeps it, idle; an order with a refund under way) or a
-        // wakeup waits for it: a released open unit would have no row to be claimed by. A wakeup committed while this runs is not in its
-        // snapshot; its trigger locked the row and counted itself in `woken`, so this delete waits for it, and then
-        // finds the row changed from the count it read (`woken` is read once, before) and leaves it.
-        switch key {
-        case .session(let id):
-            return try await !prepared(Statements.ReleaseSession.self, Statements.values(key.description, daemon.id, id)).isEmpty
-        case .order(let id):
-            return try await !prepared(Statements.ReleaseOrder.self, Statements.values(key.description, daemon.id, id)).isEmpty
-        case .paymentRequest(let id):
-            return try await !prepared(Statements.ReleasePaymentRequest.self, Statements.values(key.description, daemon.id, id)).isEmpty
-        }
+    public func releaseLeases(_ keys: [WorkKey]) async throws -> Set<WorkKey> {
+        // Kept while the unit is open (a held payment: its holder keeps it, idle; an order with a refund under way) or
+        // a wakeup waits for it: a released open unit would have no row to be claimed by (``Statements/ReleaseLeases``).
+        guard !keys.isEmpty else { return [] }
+        let released = try await prepared(Statements.ReleaseLeases.self, Statements.values(keys.map(\.description), daemon.id))
+        return Set(try released.compactMap { WorkKey(try $0.decode(String.self)) })
     }
 
     public func deregister(at: Date) async throws {

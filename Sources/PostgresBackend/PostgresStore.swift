@@ -20,7 +20,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// `store copy`'s hold on the database, while it fills it.
     let copyLock = Mutex<CopyLock?>(nil)
     /// Announces new work once its commit is done (``announceWork()``).
-    private let announcer = WorkAnnouncer()
+    let announcer = WorkAnnouncer()
     /// Sends the deliveries that arrive together in one statement (``ingest(_:at:)``).
     private let batcher = IngestBatcher()
     /// When this handle last recorded a Klarna success (``freshHealth(_:)``).
@@ -672,8 +672,9 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         ).map(outcome).sorted { $0.id < $1.id }
     }
 
-    public func markOutboxWritten(_ id: Int64) async throws {
-        try await prepared(Statements.MarkOutboxWritten.self, Statements.values(id))
+    public func markOutboxWritten(_ ids: [Int64], notified: Bool) async throws {
+        guard !ids.isEmpty else { return }
+        try await prepared(Statements.MarkOutboxWritten.self, Statements.values(ids, notified))
     }
 
     public func markNotified(_ id: Int64) async throws {

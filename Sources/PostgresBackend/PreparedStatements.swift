@@ -183,39 +183,38 @@ enum Statements {
     }
 
     enum MarkOutboxWritten: StatementText {
-        static let sql = "UPDATE outcomes SET outbox_written = true WHERE id = $1"
+        static let sql = "UPDATE outcomes SET outbox_written = true, notified = notified OR $2 WHERE id = ANY($1::bigint[])"
     }
 
     enum MarkNotified: StatementText {
         static let sql = "UPDATE outcomes SET notified = true WHERE id = $1"
     }
 
-    /// A lease given back (`$1` the key, `$2` this daemon, `$3` the unit's id) unless its unit is open in `table` or a
-    /// wakeup waits for it; `more`: another condition that keeps it.
-    private static func release(_ table: String, _ column: String, more: String = "") -> String {
-        """
-        DELETE FROM work_leases WHERE work_key = $1 AND holder = $2
-          AND woken = (SELECT woken FROM work_leases WHERE work_key = $1)
-          AND NOT EXISTS (SELECT 1 FROM wakeups WHERE work_key = $1)
-          AND NOT EXISTS (SELECT 1 FROM \(table) WHERE \(column) = $3 AND next_due IS NOT NULL)
-          \(more)
-        RETURNING 1
-        """
-    }
-
-    enum ReleaseSession: StatementText {
-        static let sql = release("sessions", "hpp_session_id")
-    }
-
-    /// An order's refunds under way are its open work too, whatever the order's phase.
-    enum ReleaseOrder: StatementText {
-        static let sql = release(
-            "orders", "order_id",
-            more: "AND NOT EXISTS (SELECT 1 FROM intents WHERE subject = $3 AND kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous'))")
-    }
-
-    enum ReleasePaymentRequest: StatementText {
-        static let sql = release("payment_requests", "payment_request_id")
+    /// The leases of `$1` (keys) this daemon (`$2`) holds, given back in one statement, each unless its unit is open
+    /// or a wakeup waits for it; the keys given back return. An order's refunds under way are its open work too,
+    /// whatever the order's phase. A wakeup committed while this runs is not in its snapshot: its trigger locked the
+    /// lease row and counted itself in `woken`, so the delete waits for it and then finds the row changed from the
+    /// count `asked` read (materialized: read once, before) and leaves it. Each condition is a subquery inside an
+    /// `OR`, so that it runs per key on its index instead of as a join over a whole table.
+    enum ReleaseLeases: StatementText {
+        static let sql = """
+            WITH asked AS MATERIALIZED (
+              SELECT work_key, woken, split_part(work_key, ':', 1) AS kind, substr(work_key, strpos(work_key, ':') + 1) AS unit
+              FROM work_leases WHERE work_key = ANY($1::text[]) AND holder = $2
+            )
+            DELETE FROM work_leases l USING asked a
+            WHERE l.work_key = a.work_key AND l.holder = $2 AND l.woken = a.woken
+              AND NOT (
+                EXISTS (SELECT 1 FROM wakeups w WHERE w.work_key = a.work_key)
+                OR CASE a.kind
+                  WHEN 'session' THEN EXISTS (SELECT 1 FROM sessions WHERE hpp_session_id = a.unit AND next_due IS NOT NULL)
+                  WHEN 'order' THEN EXISTS (SELECT 1 FROM orders WHERE order_id = a.unit AND next_due IS NOT NULL)
+                    OR EXISTS (SELECT 1 FROM intents WHERE subject = a.unit AND kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous'))
+                  WHEN 'payment_request' THEN EXISTS (SELECT 1 FROM payment_requests WHERE payment_request_id = a.unit AND next_due IS NOT NULL)
+                  ELSE true
+                END)
+            RETURNING l.work_key
+            """
     }
 
     static func values(

@@ -8,17 +8,29 @@ import Synchronization
 /// share a flush (BENCHMARKS.md: 2,250 one-row transactions/s with a notification, 9,944 without). A notification
 /// alone writes no WAL and waits for no flush. One lost to a crash costs the other daemons a claim poll, never the
 /// work: the lease rows are made in the transaction that made the work.
+///
+/// A daemon whose last lease renewal counted no other live daemon announces nothing: it hears of its own work without
+/// a notification (its ingest and steps hint its lease keeper), and a daemon that starts meanwhile claims the free
+/// work when it starts and then at every poll until this daemon's next renewal counts it. An operator command, which
+/// renews nothing, always announces.
 final class WorkAnnouncer: Sendable {
     private struct State {
         var sending = false
         var askedAgain = false
+        var alone = false
     }
 
     private let state = Mutex(State())
 
-    /// Whether the caller sends now; `false`: a send is on its way and sends once more after it.
+    /// How many daemons a lease renewal found live, this one among them.
+    func counted(liveDaemons: Int) {
+        state.withLock { $0.alone = liveDaemons <= 1 }
+    }
+
+    /// Whether the caller sends now; `false`: nobody else listens, or a send is on its way and sends once more after it.
     func ask() -> Bool {
         state.withLock { state in
+            guard !state.alone else { return false }
             guard !state.sending else {
                 state.askedAgain = true
                 return false

@@ -111,9 +111,10 @@ public protocol LeaseStore: Sendable {
     func openWork(of keys: [WorkKey]) async throws -> [OpenWork]
     /// Takes the wakeups of keys this daemon holds, except those its own ingest acted on already.
     func takeWakeups() async throws -> [WorkKey]
-    /// Lets go of a key whose work is done; `false` when it is kept: the unit is still open (a held payment) or a
-    /// wakeup for it waits.
-    func releaseLease(_ key: WorkKey) async throws -> Bool
+    /// Lets go of keys whose work is done, in one exchange, and returns those let go of. A key is kept while its unit
+    /// is still open (a held payment, an order with a refund under way) or a wakeup for it waits, and when this
+    /// daemon no longer holds it.
+    func releaseLeases(_ keys: [WorkKey]) async throws -> Set<WorkKey>
     /// Hands every lease back at once (a graceful stop: no call is in flight), so others need not wait them out.
     func deregister(at: Date) async throws
     /// Calls `heard` whenever work arrives for anyone (a new unit, a wakeup), until cancelled; reconnects on its own.

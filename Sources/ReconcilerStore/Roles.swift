@@ -92,7 +92,8 @@ extension IngestStore {
 public protocol OutcomeQueue: Sendable {
     /// Outcomes without their outbox file, or whose notification is due at `now`.
     func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome]
-    func markOutboxWritten(_ id: Int64) async throws
+    /// Marks outcomes written to the outbox, in one exchange; `notified`: delivered too (nothing to notify).
+    func markOutboxWritten(_ ids: [Int64], notified: Bool) async throws
     func markNotified(_ id: Int64) async throws
     /// `nextAt` nil: given up; counted as delivered so the queue moves on (the outbox file stays).
     func notifyFailed(_ id: Int64, nextAt: Date?) async throws

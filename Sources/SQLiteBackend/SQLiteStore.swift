@@ -674,8 +674,14 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    public func markOutboxWritten(_ id: Int64) async throws {
-        try await write { db in _ = try db.query("UPDATE outcomes SET outbox_written = 1 WHERE id = ?", [.integer(id)]) }
+    public func markOutboxWritten(_ ids: [Int64], notified: Bool) async throws {
+        guard !ids.isEmpty else { return }
+        try await write { db in
+            for id in ids {
+                _ = try db.query(
+                    "UPDATE outcomes SET outbox_written = 1, notified = notified OR ? WHERE id = ?", [.integer(notified ? 1 : 0), .integer(id)])
+            }
+        }
     }
 
     public func markNotified(_ id: Int64) async throws {

@@ -117,6 +117,31 @@ struct OutboxTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 2)
     }
 
+    @Test("A file that cannot be written ends its batch: the outcomes before it are written and marked, it and those after stay pending")
+    func failureInsideBatch() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try await storeWithOutcomes(directory, count: 3)
+        let writer = try OutboxWriter(directory: directory.path + "/outbox")
+        let pending = try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10)
+        // A directory where the second outcome's temporary file goes: it cannot be created.
+        let blocked = directory.path + "/outbox/tmp/" + OutboxWriter.fileName(OutcomeDocument(pending[1]))
+        try FileManager.default.createDirectory(atPath: blocked, withIntermediateDirectories: false)
+        let delivery = OutcomeDeliveryService(
+            store: store, writer: writer, notifier: nil, clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
+        await delivery.deliverBatch()
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new") == [
+                OutboxWriter.fileName(OutcomeDocument(pending[0]))
+            ])
+        #expect(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).map(\.id) == [pending[1].id, pending[2].id])
+        try FileManager.default.removeItem(atPath: blocked)
+        await delivery.deliverBatch()
+        #expect(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 3)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/tmp").isEmpty)
+    }
+
     @Test("notify.url gets each outcome with a stable Idempotency-Key, retried with backoff until it answers 2xx")
     func notifyRetries() async throws {
         let directory = TemporaryDirectory()

@@ -33,8 +33,7 @@ struct RetentionTests {
         try await store.commit(change, at: at)
         guard delivered else { return }
         for outcome in try await store.undeliveredOutcomes(now: at, limit: 100) where outcome.outcome.hppSessionID == id {
-            try await store.markOutboxWritten(outcome.id)
-            try await store.markNotified(outcome.id)
+            try await store.markOutboxWritten([outcome.id], notified: true)
         }
     }
 

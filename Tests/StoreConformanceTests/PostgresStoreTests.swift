@@ -220,7 +220,7 @@ struct PostgresStoreTests {
         _ = try await a.submit([OperatorRequest(key: key, action: .retry, requestedBy: "test", requestedAt: Date())], delivered: false, at: Date())
         #expect(try await a.takeWakeups().isEmpty)
         #expect(try await b.takeWakeups() == [key])
-        #expect(try await b.releaseLease(key) == false)
+        #expect(try await b.releaseLeases([key]).isEmpty)
         try await b.deregister(at: Date())
         let back = try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero)
         #expect(back.map(\.key) == [key])
@@ -272,15 +272,47 @@ struct PostgresStoreTests {
         let a = try await daemonStore(location, server, "host-a")
         defer { a.close() }
         let key = try await claimAndClose(a, "hpp-done")
-        #expect(try await a.releaseLease(key) == false, "the wakeup track left waits")
+        #expect(try await a.releaseLeases([key]).isEmpty, "the wakeup track left waits")
         #expect(try await a.takeWakeups() == [key])
-        #expect(try await a.releaseLease(key))
+        #expect(try await a.releaseLeases([key]) == [key])
         #expect(try await a.unclaimedWork() == 0)
         _ = try await a.submit([OperatorRequest(key: key, action: .retry, requestedBy: "test", requestedAt: Date())], delivered: false, at: Date())
         #expect(try await a.unclaimedWork() == 1)
         let again = try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero)
         #expect(again.map(\.key) == [key])
         #expect(again.first?.work == nil)
+    }
+
+    @Test("A closed order's lease is kept while a refund of it is under way, and released with others in one statement once the refund ended")
+    func releaseKeepsRefundingOrder() async throws {
+        let server = try await PostgresServer.shared()
+        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let a = try await daemonStore(location, server, "host-a")
+        defer { a.close() }
+        let key = WorkKey.order("o-refunding")
+        var order = Fixtures.order("o-refunding", at: Date())
+        var placed = Change()
+        placed.newOrders = [order]
+        try await a.commit(placed, at: Date())
+        #expect(try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero).map(\.key) == [key])
+        order.phase = .closed
+        order.outcome = .captured
+        order.nextDueAt = nil
+        var refund = Intent(key: "refund-1", kind: .refund, subject: "o-refunding", now: Date())
+        var change = Change()
+        change.orders = [order]
+        change.intents = [refund]
+        try await a.commit(change, at: Date(), fencedBy: key)
+        let closed = try await claimAndClose(a, "hpp-closed")
+        _ = try await a.takeWakeups()
+        #expect(try await a.releaseLeases([key, closed]) == [closed], "the refund under way keeps the order's lease")
+
+        refund.state = .confirmed
+        var ended = Change()
+        ended.intents = [refund]
+        try await a.commit(ended, at: Date(), fencedBy: key)
+        #expect(try await a.releaseLeases([key, .session("hpp-never-held")]) == [key], "a key this daemon never held is not let go of")
+        #expect(try await a.unclaimedWork() == 0)
     }
 
     @Test("A release racing a wakeup that commits meanwhile keeps the lease: the wakeup is claimable, never stranded without a row")
@@ -291,27 +323,28 @@ struct PostgresStoreTests {
         let a = try await daemonStore(location, server, "host-a")
         defer { a.close() }
         let key = try await claimAndClose(a, "hpp-race")
-        #expect(try await a.takeWakeups() == [key])
+        let other = try await claimAndClose(a, "hpp-alongside")
+        #expect(Set(try await a.takeWakeups()) == [key, other])
 
         // Another writer's wakeup, inserted and not yet committed, when the release begins.
         let writer = try await PostgresStore.connect(location, password: server.password, logger: logger)
         defer { Task { try? await writer.close() } }
         try await writer.rows("BEGIN", logger: logger)
         try await writer.rows("INSERT INTO wakeups (work_key, delivered) VALUES (\(key.description), false)", logger: logger)
-        let release = Task { try await a.releaseLease(key) }
+        let release = Task { try await a.releaseLeases([key, other]) }
         // The release waits for the wakeup's lock on the lease row.
         try await waitUntil(timeout: .seconds(10)) {
             let waiting = try await server.psql(
                 """
                 SELECT count(*) FROM pg_stat_activity
-                WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM work_leases%'
+                WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%DELETE FROM work_leases l USING asked%'
                 """, database: database)
             return waiting.trimmingCharacters(in: .whitespacesAndNewlines) == "1"
         }
         try await writer.rows("COMMIT", logger: logger)
-        #expect(try await release.value == false, "the release saw the wakeup and kept the lease")
+        #expect(try await release.value == [other], "the release saw the wakeup and kept that lease, and let go of the other")
         #expect(try await a.takeWakeups() == [key])
-        #expect(try await a.releaseLease(key))
+        #expect(try await a.releaseLeases([key]) == [key])
         #expect(try await a.unclaimedWork() == 0)
     }
 
@@ -380,6 +413,26 @@ struct PostgresStoreTests {
         ]
         try await b.commit(handOff, at: Date())
         try await waitUntil(timeout: .seconds(5)) { heard.value >= 4 }
+    }
+
+    @Test("A daemon alone on the database announces no work (nobody else listens); once its renewal counts another live daemon, it does again")
+    func announcesOnlyToOthers() async throws {
+        let server = try await PostgresServer.shared()
+        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let a = try await daemonStore(location, server, "host-a")
+        defer { a.close() }
+        #expect(a.announcer.ask(), "before its first renewal a daemon announces")
+        #expect(a.announcer.sent() == false)
+        _ = try await a.renewLeases(ttl: .seconds(30))
+        #expect(a.announcer.ask() == false, "alone")
+        let b = try await daemonStore(location, server, "host-b")
+        defer { b.close() }
+        _ = try await b.renewLeases(ttl: .seconds(30))
+        _ = try await a.renewLeases(ttl: .seconds(30))
+        #expect(a.announcer.ask(), "another daemon listens")
+        #expect(a.announcer.ask() == false, "one send at a time: the second ask goes out after the first")
+        #expect(a.announcer.sent())
+        #expect(a.announcer.sent() == false)
     }
 
     @Test("Outcomes go out once: a daemon claims those it delivers, and another takes them only once that claim runs out")

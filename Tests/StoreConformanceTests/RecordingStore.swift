@@ -82,7 +82,9 @@ struct RecordingStore: ReconcilerStore {
         noted("OutcomeQueue.undeliveredOutcomes")
         return try await base.undeliveredOutcomes(now: now, limit: limit)
     }
-    func markOutboxWritten(_ id: Int64) async throws { noted("OutcomeQueue.markOutboxWritten"); try await base.markOutboxWritten(id) }
+    func markOutboxWritten(_ ids: [Int64], notified: Bool) async throws {
+        noted("OutcomeQueue.markOutboxWritten"); try await base.markOutboxWritten(ids, notified: notified)
+    }
     func markNotified(_ id: Int64) async throws { noted("OutcomeQueue.markNotified"); try await base.markNotified(id) }
     func notifyFailed(_ id: Int64, nextAt: Date?) async throws { noted("OutcomeQueue.notifyFailed"); try await base.notifyFailed(id, nextAt: nextAt) }
 

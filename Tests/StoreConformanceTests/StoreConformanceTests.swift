@@ -496,8 +496,10 @@ struct StoreConformanceTests {
             #expect(pending.allSatisfy { !$0.outboxWritten && !$0.notified && $0.at == Fixtures.t0 })
             #expect(try await s.store.undeliveredOutcomes(now: Fixtures.t0, limit: 1).count == 1)
             let (first, second) = (pending[0].id, pending[1].id)
-            try await s.store.markOutboxWritten(first)
-            try await s.store.markOutboxWritten(second)
+            try await s.store.markOutboxWritten([first, second], notified: false)
+            let written = try await s.store.undeliveredOutcomes(now: Fixtures.t0, limit: 10)
+            #expect(written.map(\.id) == [first, second], "written, still to be notified")
+            #expect(written.allSatisfy { $0.outboxWritten && !$0.notified })
             try await s.store.notifyFailed(first, nextAt: Fixtures.t0.addingTimeInterval(60))
             try await s.store.markNotified(second)
             #expect(try await s.store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).isEmpty)
@@ -506,6 +508,14 @@ struct StoreConformanceTests {
             #expect(due.first?.notifyAttempts == 1)
             #expect(due.first?.notifyNextAt == Fixtures.t0.addingTimeInterval(60))
             try await s.store.notifyFailed(first, nextAt: nil)  // given up
+            #expect(try await s.store.undeliveredOutcomes(now: Fixtures.t0.addingTimeInterval(3_600), limit: 10).isEmpty)
+
+            // Without notify.url: written and delivered in one mark.
+            var more = Change()
+            more.outcomes = [Outcome(kind: .expired, reason: "r", hppSessionID: "c")]
+            try await s.store.commit(more, at: Fixtures.t0)
+            let third = try #require(try await s.store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).first).id
+            try await s.store.markOutboxWritten([third], notified: true)
             #expect(try await s.store.undeliveredOutcomes(now: Fixtures.t0.addingTimeInterval(3_600), limit: 10).isEmpty)
         }
     }
@@ -659,8 +669,7 @@ struct StoreConformanceTests {
                 try await s.store.commit(change, at: Fixtures.t0)
                 guard delivered else { return }
                 for outcome in try await s.store.undeliveredOutcomes(now: Fixtures.t0, limit: 100) where outcome.outcome.hppSessionID == id {
-                    try await s.store.markOutboxWritten(outcome.id)
-                    try await s.store.markNotified(outcome.id)
+                    try await s.store.markOutboxWritten([outcome.id], notified: true)
                 }
             }
             try await payment("done-1")
