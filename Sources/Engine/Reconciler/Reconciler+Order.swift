@@ -19,15 +19,17 @@ extension Reconciler {
         let id = order.orderID
         return try await LogContext.about(order) {
             let ownFirst = order.isOpen && (order.activeIntent != nil || hinted)
-            let refund = ownFirst ? nil : try await pendingRefund(of: id)
-            if let refund {
+            // Read before the step commits anything (on PostgreSQL it came with the step's inputs). A refund recorded
+            // while the step runs is not missed: its ingest wakes the key, which then runs again.
+            let refund = try await pendingRefund(of: id)
+            if !ownFirst, let refund {
                 guard order.isOpen, let due = refund.nextAttemptAt, !isDue(due) else { return try await driveRefund(order, refund) }
             }
             guard order.isOpen else { return StepResult(next: nil) }
             var result = try await processOrder(order, hinted: hinted)
             // A refund waiting for its turn or its retry brings the key back when it is due, and when the order ended
             // in this step; while the order's own side effect lasts it waits behind it (the key comes back for that).
-            let waiting = ownFirst ? try await pendingRefund(of: id) : refund
+            let waiting = refund
             let latest: TrackedOrder = if case .order(let committed)? = Self.committed?.value { committed } else { order }
             if let waiting, latest.activeIntent == nil || result.next == nil {
                 let due = max(clock.now, waiting.nextAttemptAt ?? clock.now)
@@ -36,6 +38,12 @@ extension Reconciler {
             }
             return result
         }
+    }
+
+    /// The intent `key` of order `orderID`, read with the order's other intents: before the step's first commit
+    /// they came with its inputs, so that finding none costs no read (a read by key would ask the store).
+    private func orderIntent(_ key: String, of orderID: String) async throws -> Intent? {
+        try await store.intents(subject: orderID).first { $0.key == key }
     }
 
     private func processOrder(_ loaded: TrackedOrder, hinted: Bool) async throws -> StepResult {
@@ -93,7 +101,8 @@ extension Reconciler {
                 requestID.map { id in "\(order.orderID):request-\(id)-\(request.map { Int($0.requestedAt.timeIntervalSince1970 * 1_000) } ?? 0)" }
                 ?? "\(order.orderID):full"
             let key = IdempotencyKey.make(.capture, target)
-            if let existing = try await store.intent(key), existing.isFinished {
+            let existing = try await orderIntent(key, of: order.orderID)
+            if let existing, existing.isFinished {
                 if let requestID {
                     change.finishedCaptureRequests.append((requestID, .refused, "an earlier capture with this key ended \(existing.state.rawValue)"))
                 }
@@ -102,7 +111,7 @@ extension Reconciler {
                 step = step.order.closed(.needsAttention, reason).merging(before: step)
             } else {
                 intent =
-                    try await store.intent(key)
+                    existing
                     ?? Intent(
                         key: key, kind: .capture, subject: order.orderID, amount: amount,
                         expectedCapturedTotal: observation.capturedAmount + amount, captureRequestID: requestID, now: now)
@@ -111,7 +120,7 @@ extension Reconciler {
         case .extendAuthorization:
             let day = read.expiresAt.map { KlarnaJSON.formatDate($0).prefix(10) } ?? "unknown"
             let key = IdempotencyKey.make(.extendAuthorization, "\(order.orderID):\(day)")
-            if try await store.intent(key) == nil {
+            if try await orderIntent(key, of: order.orderID) == nil {
                 intent = Intent(key: key, kind: .extendAuthorization, subject: order.orderID, now: now)
                 step.order = step.order.intentStarted(key: key, now: now)
             }
