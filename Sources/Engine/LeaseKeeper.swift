@@ -167,8 +167,10 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
             }
             return released.count
         } catch {
-            // Kept: renewed as before, and let go of by the next daemon that finds nothing to do.
-            logger.debug("cannot release the leases on \(keys.count) finished unit(s): \(error)")
+            // Kept, and asked again with the next release: the server away, or a deadlock with an ingest's wakeups
+            // (which PostgreSQL ends by failing one of the two statements).
+            state.withLock { $0.finished.formUnion(keys) }
+            logger.debug("cannot release the leases on \(keys.count) finished unit(s), trying again with the next release: \(error)")
             return 0
         }
     }
@@ -197,7 +199,9 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
             releaseBell.ring()
         }
         // The workers stopped first (services stop in reverse order): no call is in flight, so the leases go back
-        // at once instead of making other daemons wait them out.
+        // at once instead of making other daemons wait them out; those of finished work first, as gone (else another
+        // daemon would claim each to find nothing to do).
+        await releaseFinished()
         do {
             try await store.deregister(at: clock.now)
             logger.info("handed back every lease")

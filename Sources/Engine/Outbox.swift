@@ -288,10 +288,11 @@ public struct OutcomeDeliveryService: Service {
             logger.error("cannot record \(written.count) outcome(s) as written to the outbox: \(error)")
             return false
         }
-        guard files.failure == nil else { return false }
         var progressed = !written.isEmpty
-        guard let notifier else { return progressed && pending.count == limit }
-        for stored in pending where !stored.notified {
+        guard let notifier else { return files.failure == nil && progressed && pending.count == limit }
+        // Those with their file, also when a later one could not be written: notify.url may be all a shop reads.
+        let hasFile = Set(written).union(pending.filter(\.outboxWritten).map(\.id))
+        for stored in pending where !stored.notified && hasFile.contains(stored.id) {
             let document = OutcomeDocument(stored)
             let metadata = Self.metadata(document)
             do {
@@ -317,7 +318,7 @@ public struct OutcomeDeliveryService: Service {
                 logger.error("cannot record notification of outcome \(stored.id): \(error)", metadata: metadata)
             }
         }
-        return progressed && pending.count == limit
+        return files.failure == nil && progressed && pending.count == limit
     }
 
     private static func metadata(_ document: OutcomeDocument) -> Logger.Metadata {

@@ -195,12 +195,14 @@ enum Statements {
     /// whatever the order's phase. A wakeup committed while this runs is not in its snapshot: its trigger locked the
     /// lease row and counted itself in `woken`, so the delete waits for it and then finds the row changed from the
     /// count `asked` read (materialized: read once, before) and leaves it. Each condition is a subquery inside an
-    /// `OR`, so that it runs per key on its index instead of as a join over a whole table.
+    /// `OR`, so that it runs per key on its index instead of as a join over a whole table. The keys go in key order,
+    /// as an ingest's wakeups lock their lease rows, so that the two rarely wait for each other in a circle; when they
+    /// do, PostgreSQL fails one of them and the caller asks again.
     enum ReleaseLeases: StatementText {
         static let sql = """
             WITH asked AS MATERIALIZED (
               SELECT work_key, woken, split_part(work_key, ':', 1) AS kind, substr(work_key, strpos(work_key, ':') + 1) AS unit
-              FROM work_leases WHERE work_key = ANY($1::text[]) AND holder = $2
+              FROM work_leases WHERE work_key = ANY($1::text[]) AND holder = $2 ORDER BY work_key
             )
             DELETE FROM work_leases l USING asked a
             WHERE l.work_key = a.work_key AND l.holder = $2 AND l.woken = a.woken

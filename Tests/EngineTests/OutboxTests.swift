@@ -142,6 +142,34 @@ struct OutboxTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/tmp").isEmpty)
     }
 
+    @Test("An outcome whose file cannot be written holds back no notification of the outcomes that have theirs")
+    func notifiesDespiteWriteFailure() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let received = Mutex<[String]>([])
+        let server = try await HTTPServer.bind(.tcp(host: "127.0.0.1", port: 0), logger: Logger(label: "t")) { request in
+            received.withLock { $0.append(request.header("Idempotency-Key") ?? "") }
+            return .response(ServerResponse(status: 204))
+        }
+        let serving = Task { try await server.run() }
+        defer { serving.cancel() }
+        let store = try await storeWithOutcomes(directory, count: 3)
+        let pending = try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10)
+        let blocked = directory.path + "/outbox/tmp/" + OutboxWriter.fileName(OutcomeDocument(pending[1]))
+        let transport = CurlTransport(configuration: .init())
+        defer { transport.shutdown() }
+        let delivery = try notifyingDelivery(
+            store, directory, port: server.port!, transport: transport, clock: ManualClock(now: Fixtures.t0),
+            retry: RetryPolicy(initialDelay: .seconds(10), maxDelay: .seconds(60), maxAttempts: 5))
+        try FileManager.default.createDirectory(atPath: blocked, withIntermediateDirectories: false)
+        await delivery.deliverBatch()
+        #expect(received.withLock { $0 } == [OutcomeDocument(pending[0]).idempotencyKey], "the first has its file; the others wait")
+        try FileManager.default.removeItem(atPath: blocked)
+        await delivery.deliverBatch()
+        #expect(received.withLock { $0 }.count == 3)
+        #expect(try await store.undeliveredOutcomes(now: Fixtures.t0.addingTimeInterval(3_600), limit: 10).isEmpty)
+    }
+
     @Test("notify.url gets each outcome with a stable Idempotency-Key, retried with backoff until it answers 2xx")
     func notifyRetries() async throws {
         let directory = TemporaryDirectory()
