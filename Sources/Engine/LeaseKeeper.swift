@@ -148,14 +148,13 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
     }
 
     /// Hands back, in one statement, the leases of the keys finished since the last release and not woken since;
-    /// those a step finishes meanwhile wait for the next one. Returns how many it handed back.
-    @discardableResult
-    func releaseFinished() async -> Int {
+    /// those a step finishes meanwhile wait for the next one.
+    func releaseFinished() async {
         let asked = state.withLock { state in
             defer { state.finished = [] }; return state.finished
         }
         let keys = await scheduler.without(asked)
-        guard !keys.isEmpty else { return 0 }
+        guard !keys.isEmpty else { return }
         do {
             let released = try await store.releaseLeases(keys)
             state.withLock { state in
@@ -165,13 +164,11 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
                     state.releasedSince.insert(key)
                 }
             }
-            return released.count
         } catch {
             // Kept, and asked again with the next release: the server away, or a deadlock with an ingest's wakeups
             // (which PostgreSQL ends by failing one of the two statements).
             state.withLock { $0.finished.formUnion(keys) }
             logger.debug("cannot release the leases on \(keys.count) finished unit(s), trying again with the next release: \(error)")
-            return 0
         }
     }
 

@@ -104,14 +104,6 @@ public struct OutboxWriter: Sendable {
         public var failure: (any Error)?
     }
 
-    /// Writes `document` on the writer's own queue; returns the file's path.
-    @discardableResult
-    public func write(_ document: OutcomeDocument) async throws -> String {
-        let written = await write([document])
-        if let failure = written.failure { throw failure }
-        return written.paths[0]
-    }
-
     /// Writes `documents` in order on the writer's own queue and then syncs `new/` once for all of them. A failure ends
     /// the batch: the files before it count as written (synced), and the failure comes back with them. If `new/`
     /// cannot be synced, none counts.
@@ -285,7 +277,7 @@ public struct OutcomeDeliveryService: Service {
         do {
             try await store.markOutboxWritten(written + settled, notified: notifier == nil)
         } catch {
-            logger.error("cannot record \(written.count) outcome(s) as written to the outbox: \(error)")
+            logger.error("cannot record \(written.count + settled.count) outcome(s) as written to the outbox: \(error)")
             return false
         }
         var progressed = !written.isEmpty

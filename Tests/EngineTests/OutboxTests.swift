@@ -91,9 +91,25 @@ struct OutboxTests {
         let store = try await storeWithOutcomes(directory, count: 1)
         let writer = try OutboxWriter(directory: directory.path + "/outbox")
         let stored = try #require(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 1).first)
-        try await writer.write(OutcomeDocument(stored))
-        try await writer.write(OutcomeDocument(stored))
+        #expect(await writer.write([OutcomeDocument(stored)]).failure == nil)
+        #expect(await writer.write([OutcomeDocument(stored)]).failure == nil)
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 1)
+    }
+
+    @Test("A mark that fails after the files are written (the database full) leaves the outcomes pending; the next batch writes the same files again")
+    func markFailsAfterWrite() async throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try await storeWithOutcomes(directory, count: 2)
+        let delivery = OutcomeDeliveryService(
+            store: FaultyStore(store, failOutboxMarks: 1), writer: try OutboxWriter(directory: directory.path + "/outbox"), notifier: nil,
+            clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
+        await delivery.deliverBatch()
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 2)
+        #expect(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).count == 2)
+        await delivery.deliverBatch()
+        #expect(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 2, "the same names: one file an outcome")
     }
 
     @Test("An unwritable outbox keeps the outcome pending; it is written once the directory is usable again")

@@ -5,7 +5,8 @@ import Synchronization
 
 /// The real store with faults a test cannot cause on demand: the commit recording a confirmed intent fails the
 /// first `failConfirmedCommits` times (a full disk at the worst moment), every ingest fails while `failIngest`, and
-/// every read of a session's account with `failAccountReads`. Only the engine's and ingest's roles: what it fakes is
+/// every read of a session's account with `failAccountReads`; as an outcome queue (when the real store is one), its
+/// marks of outbox files written fail the first `failOutboxMarks` times. Only the engine's and ingest's roles: what it fakes is
 /// what those two see. A step's inputs are read as the role's default reads them, through its own reads, so each
 /// read is counted (``reads``).
 public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
@@ -13,17 +14,22 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     private let remaining = Mutex(0)
     private let ingestFails: Bool
     private let accountReadsFail: Bool
+    private let outboxMarksLeft = Mutex(0)
     /// Reads of a session or an order by the engine.
     public let unitReads = Mutex(0)
     /// Every read of the engine's role, by name (`session`, `order`, `paymentRequest`, `intent`, `intents`,
     /// `operatorControls`), in order.
     public let reads = Mutex<[String]>([])
 
-    public init(_ store: any WorkStore & IngestStore, failConfirmedCommits: Int = 0, failIngest: Bool = false, failAccountReads: Bool = false) {
+    public init(
+        _ store: any WorkStore & IngestStore, failConfirmedCommits: Int = 0, failIngest: Bool = false, failAccountReads: Bool = false,
+        failOutboxMarks: Int = 0
+    ) {
         self.store = store
         ingestFails = failIngest
         accountReadsFail = failAccountReads
         remaining.withLock { $0 = failConfirmedCommits }
+        outboxMarksLeft.withLock { $0 = failOutboxMarks }
     }
 
     public struct DiskFull: Error {
@@ -92,4 +98,25 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     public func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
         try await store.recordRejection(source: source, status: status, error: error, detail: detail, at: at)
     }
+}
+
+extension FaultyStore: OutcomeQueue {
+    private var queue: any OutcomeQueue {
+        guard let queue = store as? any OutcomeQueue else { preconditionFailure("a FaultyStore used as an outcome queue wraps one") }
+        return queue
+    }
+
+    public func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] {
+        try await queue.undeliveredOutcomes(now: now, limit: limit)
+    }
+    public func markOutboxWritten(_ ids: [Int64], notified: Bool) async throws {
+        let fail = outboxMarksLeft.withLock { left -> Bool in
+            defer { left = max(0, left - 1) }
+            return left > 0
+        }
+        if fail { throw DiskFull() }
+        try await queue.markOutboxWritten(ids, notified: notified)
+    }
+    public func markNotified(_ id: Int64) async throws { try await queue.markNotified(id) }
+    public func notifyFailed(_ id: Int64, nextAt: Date?) async throws { try await queue.notifyFailed(id, nextAt: nextAt) }
 }
