@@ -7,8 +7,9 @@ import ReconcilerStore
 /// nobody more urgent waits for, chosen by value (``PollValuation``), with every ``fairEvery``-th the one that has
 /// waited longest, so polling fits the budget instead of queueing in front of side effects and nothing starves.
 ///
-/// A due key above routine whose account's budget has a caller at least as urgent waiting already is held back until
-/// the account's next token: in a worker slot it would only wait for that token, and the slots are every account's.
+/// A due key above routine whose account's budget has a caller at least as urgent waiting already is held back until a
+/// take finds no such caller (the dispatcher looks again at each of the account's tokens): in a worker slot it would
+/// only wait for a token, and the slots are every account's.
 ///
 /// A key is never handed out twice at once, and a wake for a running key runs it again afterwards. Nothing here
 /// ticks; the dispatcher sleeps until ``nextDue(budget:)`` or until the doorbell rings.
@@ -56,9 +57,10 @@ public actor Scheduler {
     private var readyCounts: [AccountID: Int] = [:]
     /// The running routine reads and their accounts.
     private var routineRunning: [WorkKey: AccountID] = [:]
-    /// Due keys above routine the last take held back (their account's budget was taken up), with their level: back in
-    /// their queues at the next take.
-    private var heldBack: [(level: Urgency, entry: DueHeap.Entry)] = []
+    /// Due keys above routine held back because their account's budget had a caller as urgent waiting, by account and
+    /// level: back in their queues at the first take that finds no such caller. Kept aside, not looked at again each
+    /// take: a burst of deliveries beyond the budget holds back thousands, and every delivery rings for a take.
+    private var heldBack: [AccountID: [Urgency: [DueHeap.Entry]]] = [:]
     /// Due routine keys by value, best last.
     private var ranking: [WorkKey] = []
     private var rankedAt: Date?
@@ -129,13 +131,12 @@ public actor Scheduler {
     /// fast as its own budget has spare tokens, so an account polling at its limit leaves the others' alone.
     public func take(now: Date, capacity: Int, budgetOf: (AccountID) -> RateLimiter?) -> [Job] {
         var jobs: [Job] = []
-        for held in heldBack { queues[held.level]!.push(held.entry) }
-        heldBack = []
+        release(heldBack: budgetOf)
         for level in Urgency.allCases.reversed() where level > .routine {
             while jobs.count < capacity, let top = validTop(level), top.due <= now {
                 queues[level]!.pop()
                 if let account = account(of: top.key), let budget = budgetOf(account), budget.waiting(atLeast: level) > 0 {
-                    heldBack.append((level, top))
+                    hold(top, level: level, of: account)
                     continue
                 }
                 jobs.append(hand(top.key, urgency: level, prepaid: false))
@@ -173,7 +174,7 @@ public actor Scheduler {
     public func nextDue(budgetOf: (AccountID) -> RateLimiter?) -> Date? {
         var earliest = Urgency.allCases.compactMap { validTop($0)?.due }.min()
         // A key held back is due: it waits for its account's next token, and the callers before it take that one.
-        for account in Set(heldBack.compactMap { account(of: $0.entry.key) }) {
+        for account in heldBack.keys {
             guard let budget = budgetOf(account) else { continue }
             let at = budget.nextToken.addingTimeInterval(0.001)
             earliest = min(earliest ?? at, at)
@@ -243,6 +244,29 @@ public actor Scheduler {
         unready(key)
         waiting[key] = Waiting(plan: plan, sequence: sequence)
         queues[plan.urgency]!.push(DueHeap.Entry(due: plan.due, sequence: sequence, key: key))
+    }
+
+    /// Back in their queues: the keys held back whose account's budget has no caller as urgent waiting now.
+    private func release(heldBack budgetOf: (AccountID) -> RateLimiter?) {
+        for (account, levels) in heldBack {
+            let budget = budgetOf(account)
+            for (level, entries) in levels where (budget?.waiting(atLeast: level) ?? 0) == 0 {
+                for entry in entries { queues[level]!.push(entry) }
+                heldBack[account]![level] = nil
+            }
+            if heldBack[account]!.isEmpty { heldBack[account] = nil }
+        }
+    }
+
+    /// Keeps `entry` aside until its account's budget has no caller as urgent waiting.
+    private func hold(_ entry: DueHeap.Entry, level: Urgency, of account: AccountID) {
+        heldBack[account, default: [:]][level, default: []].append(entry)
+        // Entries of keys planned again or forgotten meanwhile stay here while the budget stays taken (and the
+        // dispatcher keeps looking at its tokens for them): dropped once a list is over twice the number of plans
+        // there are, so the pass that drops them is paid for by as many holds.
+        if let held = heldBack[account]?[level], held.count > 2 * waiting.count + 1_024 {
+            heldBack[account]![level] = held.filter { waiting[$0.key]?.sequence == $0.sequence }
+        }
     }
 
     /// The earliest entry of `level` after dropping stale ones (rescheduled, handed out, or moved to `ready`).

@@ -107,9 +107,13 @@ extension PostgresStore: LeaseStore, ClusterView {
 
     public func takeWakeups() async throws -> [WorkKey] {
         let id = daemon.id
+        // Looked up wakeup by wakeup (a subquery on the lease's primary key), not joined: a join the planner chose from
+        // statistics that lag a burst hashed every lease this daemon holds (thousands) for a few dozen wakeups. The
+        // cost is one probe per wakeup waiting in the cluster; a wakeup waits only until its key is held and taken, and
+        // in a burst of 30,000 new sessions on one daemon about 35 waited at a time (BENCHMARKS.md).
         let taken = try await rows(
             """
-            DELETE FROM wakeups w USING work_leases l WHERE l.work_key = w.work_key AND l.holder = \(id)
+            DELETE FROM wakeups w WHERE (SELECT l.holder FROM work_leases l WHERE l.work_key = w.work_key) = \(id)
             RETURNING w.id, w.work_key, w.woken_by IS NOT DISTINCT FROM \(id)
             """
         ).map { try $0.decode((Int64, String, Bool).self) }

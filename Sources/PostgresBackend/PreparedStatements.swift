@@ -136,7 +136,9 @@ enum Statements {
     }
 
     /// A claim (``PostgresStore/claimWork(ttl:limit:liveDaemons:patience:)`` says what it takes): `$1` the most to
-    /// take, `$2` the live daemons, `$3` this daemon, `$4` the lease in seconds, `$5` the patience in seconds.
+    /// take, `$2` the live daemons, `$3` this daemon, `$4` the lease in seconds, `$5` the patience in seconds. The free
+    /// leases are counted `ORDER BY since` so that the partial index of free leases serves the count too: without it, a
+    /// planner whose statistics lag a burst of new work scans every lease row, dead versions included.
     enum Claim: StatementText {
         static let sql = """
             WITH room AS (
@@ -144,7 +146,7 @@ enum Statements {
               FROM (SELECT coalesce(sum(holds), 0) AS held FROM daemons) total,
                 (SELECT coalesce((SELECT holds FROM daemons WHERE id = $3), 0) AS holds) mine,
                 LATERAL (SELECT count(*) AS n FROM (
-                  SELECT FROM work_leases WHERE holder IS NULL LIMIT (mine.holds + $1) * $2) f) free),
+                  SELECT FROM work_leases WHERE holder IS NULL ORDER BY since LIMIT (mine.holds + $1) * $2) f) free),
             lapsed AS (
               SELECT id, leased_until FROM daemons
               WHERE id <> $3 AND leased_until < now() AND (

@@ -217,6 +217,46 @@ struct SchedulerBudgetTests {
         #expect(Set(later.map(\.key)) == Set(bKeys), "\(later.map(\.key))")
     }
 
+    @Test(
+        "Keys held back for their budget and planned again or forgotten meanwhile go out by their new plan, each once; one planned again more urgent than the callers waiting goes at once"
+    )
+    func heldBackThenPlannedAgain() async throws {
+        let clock = ManualClock(now: Fixtures.t0)
+        let account = AccountID(rawValue: "a")!
+        let budget = RateLimiter(ratePerSecond: 5, burst: 1, clock: clock)
+        _ = try await budget.acquire(.hinted)
+        let waiter = Task { try await budget.acquire(.hinted) }
+        try await waitUntil { budget.waiting == 1 }
+        let scheduler = Scheduler()
+        let keys = (0..<2_000).map { WorkKey.session("s\($0)") }
+        for key in keys { await scheduler.schedule(key, WorkPlan(due: Fixtures.t0, urgency: .hinted, account: account)) }
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 100) { _ in budget }.isEmpty)
+        // While they are held: one is planned for later, one is forgotten, one is planned again for now, twice.
+        await scheduler.schedule(keys[0], WorkPlan(due: Fixtures.t0.addingTimeInterval(60), urgency: .hinted, account: account))
+        await scheduler.forget(keys[1])
+        // Planned again often enough, each time held again, that the stale entries of it are dropped on the way.
+        for _ in 0..<5_200 {
+            await scheduler.schedule(keys[2], WorkPlan(due: Fixtures.t0, urgency: .hinted, account: account))
+            #expect(await scheduler.take(now: Fixtures.t0, capacity: 100) { _ in budget }.isEmpty)
+        }
+        // Only hinted callers wait: a key planned again in motion goes at once.
+        await scheduler.schedule(keys[3], WorkPlan(due: Fixtures.t0, urgency: .inMotion, account: account))
+        #expect(await scheduler.take(now: Fixtures.t0, capacity: 100) { _ in budget }.map(\.key) == [keys[3]])
+        await scheduler.finished(keys[3], next: nil)
+
+        clock.advance(by: .milliseconds(201))
+        _ = try await waiter.value
+        var handed: [WorkKey] = []
+        while true {
+            let jobs = await scheduler.take(now: clock.now, capacity: 500) { _ in budget }
+            if jobs.isEmpty { break }
+            handed += jobs.map(\.key)
+        }
+        #expect(handed.count == keys.count - 3, "each once")
+        #expect(Set(handed) == Set(keys.dropFirst(2)).subtracting([keys[3]]))
+        #expect(await scheduler.nextDue { _ in budget } == Fixtures.t0.addingTimeInterval(60), "the one planned for later waits for its time")
+    }
+
     @Test("A side effect enqueued behind 10,000 due polls starts within one token interval")
     func sideEffectBehindPolls() async throws {
         let clock = ManualClock(now: Fixtures.t0)
