@@ -62,6 +62,7 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         var liveDaemons = 1
         var renewalFailing = false
         var claimFailing = false
+        var releaseFailing = false
         /// Claimed and released since the renewal under way started.
         var claimedSince: Set<WorkKey> = []
         var releasedSince: Set<WorkKey> = []
@@ -148,13 +149,15 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
     }
 
     /// Hands back, in one statement, the leases of the keys finished since the last release and not woken since;
-    /// those a step finishes meanwhile wait for the next one.
-    func releaseFinished() async {
+    /// those a step finishes meanwhile wait for the next one. False when the statement failed: its keys wait to be
+    /// asked again.
+    @discardableResult
+    func releaseFinished() async -> Bool {
         let asked = state.withLock { state in
             defer { state.finished = [] }; return state.finished
         }
         let keys = await scheduler.without(asked)
-        guard !keys.isEmpty else { return }
+        guard !keys.isEmpty else { return true }
         do {
             let released = try await store.releaseLeases(keys)
             state.withLock { state in
@@ -163,12 +166,21 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
                     state.held.remove(key)
                     state.releasedSince.insert(key)
                 }
+                if state.releaseFailing { logger.notice("handing back the leases of finished work again") }
+                state.releaseFailing = false
             }
+            return true
         } catch {
-            // Kept, and asked again with the next release: the server away, or a deadlock with an ingest's wakeups
-            // (which PostgreSQL ends by failing one of the two statements).
-            state.withLock { $0.finished.formUnion(keys) }
-            logger.debug("cannot release the leases on \(keys.count) finished unit(s), trying again with the next release: \(error)")
+            // Kept, and asked again with the next release or after a poll: the server away, or a deadlock with an
+            // ingest's wakeups (which PostgreSQL ends by failing one of the two statements).
+            // Once per streak, not once per poll.
+            if state.withLock({ state in
+                state.finished.formUnion(keys)
+                defer { state.releaseFailing = true }; return !state.releaseFailing
+            }) {
+                logger.notice("cannot hand back the leases of \(keys.count) finished unit(s), trying again each poll: \(error)")
+            }
+            return false
         }
     }
 
@@ -216,12 +228,14 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
     }
 
     /// Releases run on their own, one statement at a time: keys finished while one is on its way go out together
-    /// with the next.
+    /// with the next. After a failure they are asked again one poll later if no step finishes before: a quiet
+    /// daemon would otherwise hold them, idle, counted in its share of the work.
     private func releases() async {
+        var retry: Duration?
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
-            await releaseBell.wait(timeout: nil, clock: clock)
+            await releaseBell.wait(timeout: retry, clock: clock)
             if Task.isShuttingDownGracefully { return }
-            await releaseFinished()
+            retry = await releaseFinished() ? nil : settings.poll
         }
     }
 

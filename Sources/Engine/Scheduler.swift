@@ -131,7 +131,7 @@ public actor Scheduler {
     /// fast as its own budget has spare tokens, so an account polling at its limit leaves the others' alone.
     public func take(now: Date, capacity: Int, budgetOf: (AccountID) -> RateLimiter?) -> [Job] {
         var jobs: [Job] = []
-        release(heldBack: budgetOf)
+        releaseHeldBack(budgetOf: budgetOf)
         for level in Urgency.allCases.reversed() where level > .routine {
             while jobs.count < capacity, let top = validTop(level), top.due <= now {
                 queues[level]!.pop()
@@ -247,7 +247,7 @@ public actor Scheduler {
     }
 
     /// Back in their queues: the keys held back whose account's budget has no caller as urgent waiting now.
-    private func release(heldBack budgetOf: (AccountID) -> RateLimiter?) {
+    private func releaseHeldBack(budgetOf: (AccountID) -> RateLimiter?) {
         for (account, levels) in heldBack {
             let budget = budgetOf(account)
             for (level, entries) in levels where (budget?.waiting(atLeast: level) ?? 0) == 0 {

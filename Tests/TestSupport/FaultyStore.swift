@@ -6,15 +6,20 @@ import Synchronization
 /// The real store with faults a test cannot cause on demand: the commit recording a confirmed intent fails the
 /// first `failConfirmedCommits` times (a full disk at the worst moment), every ingest fails while `failIngest`, and
 /// every read of a session's account with `failAccountReads`; as an outcome queue (when the real store is one), its
-/// marks of outbox files written fail the first `failOutboxMarks` times. Only the engine's and ingest's roles: what it fakes is
-/// what those two see. A step's inputs are read as the role's default reads them, through its own reads, so each
-/// read is counted (``reads``).
+/// marks of outbox files written fail the first `failOutboxMarks` times; as a lease store (when the real store is
+/// one), its releases of finished work fail the first `failReleases` times, each attempt counted
+/// (``releaseAttempts``). Only the roles of the engine, ingest, the outbox and the lease keeper: what it fakes is what
+/// those see. A step's inputs are read as the role's default reads them, through its own reads, so each read is
+/// counted (``reads``).
 public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     public let store: any WorkStore & IngestStore
     private let remaining = Mutex(0)
     private let ingestFails: Bool
     private let accountReadsFail: Bool
     private let outboxMarksLeft = Mutex(0)
+    private let releasesFailingLeft = Mutex(0)
+    /// Every release of finished work asked of it, failed or not, with its keys.
+    public let releaseAttempts = Mutex<[[WorkKey]]>([])
     /// Reads of a session or an order by the engine.
     public let unitReads = Mutex(0)
     /// Every read of the engine's role, by name (`session`, `order`, `paymentRequest`, `intent`, `intents`,
@@ -23,13 +28,14 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
 
     public init(
         _ store: any WorkStore & IngestStore, failConfirmedCommits: Int = 0, failIngest: Bool = false, failAccountReads: Bool = false,
-        failOutboxMarks: Int = 0
+        failOutboxMarks: Int = 0, failReleases: Int = 0
     ) {
         self.store = store
         ingestFails = failIngest
         accountReadsFail = failAccountReads
         remaining.withLock { $0 = failConfirmedCommits }
         outboxMarksLeft.withLock { $0 = failOutboxMarks }
+        releasesFailingLeft.withLock { $0 = failReleases }
     }
 
     public struct DiskFull: Error {
@@ -119,4 +125,35 @@ extension FaultyStore: OutcomeQueue {
     }
     public func markNotified(_ id: Int64) async throws { try await queue.markNotified(id) }
     public func notifyFailed(_ id: Int64, nextAt: Date?) async throws { try await queue.notifyFailed(id, nextAt: nextAt) }
+}
+
+extension FaultyStore: LeaseStore {
+    private var leases: any LeaseStore {
+        guard let leases = store as? any LeaseStore else { preconditionFailure("a FaultyStore used as a lease store wraps one") }
+        return leases
+    }
+
+    /// The server refusing a release: what a deadlock with an ingest's wakeups looks like to the daemon.
+    public struct ReleaseRefused: Error {
+        public init() {}
+    }
+
+    public var daemon: DaemonIdentity { leases.daemon }
+    public func register(at: Date) async throws { try await leases.register(at: at) }
+    public func renewLeases(ttl: Duration) async throws -> LeaseRenewal { try await leases.renewLeases(ttl: ttl) }
+    public func claimWork(ttl: Duration, limit: Int, liveDaemons: Int, patience: Duration) async throws -> [Claim] {
+        try await leases.claimWork(ttl: ttl, limit: limit, liveDaemons: liveDaemons, patience: patience)
+    }
+    public func openWork(of keys: [WorkKey]) async throws -> [OpenWork] { try await leases.openWork(of: keys) }
+    public func takeWakeups() async throws -> [WorkKey] { try await leases.takeWakeups() }
+    public func releaseLeases(_ keys: [WorkKey]) async throws -> Set<WorkKey> {
+        releaseAttempts.withLock { $0.append(keys) }
+        let fails = releasesFailingLeft.withLock { left in
+            defer { left = max(0, left - 1) }; return left > 0
+        }
+        if fails { throw ReleaseRefused() }
+        return try await leases.releaseLeases(keys)
+    }
+    public func deregister(at: Date) async throws { try await leases.deregister(at: at) }
+    public func listenForWork(_ heard: @escaping @Sendable () -> Void) async { await leases.listenForWork(heard) }
 }
