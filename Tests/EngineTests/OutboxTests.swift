@@ -24,6 +24,12 @@ struct OutboxTests {
         return store
     }
 
+    /// Outcome delivery without notify.url, at `Fixtures.t0`.
+    func plainDelivery(_ store: any OutcomeQueue, _ writer: OutboxWriter) -> OutcomeDeliveryService {
+        OutcomeDeliveryService(
+            store: store, writer: writer, notifier: nil, clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
+    }
+
     /// Outcome delivery with notifications to `http://127.0.0.1:PORT/outcomes`.
     func notifyingDelivery(
         _ store: SQLiteStore, _ directory: TemporaryDirectory, port: Int, transport: CurlTransport, clock: ManualClock, retry: RetryPolicy
@@ -40,8 +46,7 @@ struct OutboxTests {
         defer { directory.remove() }
         let store = try await storeWithOutcomes(directory, count: 5)
         let writer = try OutboxWriter(directory: directory.path + "/outbox")
-        let delivery = OutcomeDeliveryService(
-            store: store, writer: writer, notifier: nil, clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
+        let delivery = plainDelivery(store, writer)
         await delivery.deliverBatch()
         let names = try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").sorted()
         #expect(names.count == 5)
@@ -101,9 +106,7 @@ struct OutboxTests {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let store = try await storeWithOutcomes(directory, count: 2)
-        let delivery = OutcomeDeliveryService(
-            store: FaultyStore(store, failOutboxMarks: 1), writer: try OutboxWriter(directory: directory.path + "/outbox"), notifier: nil,
-            clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
+        let delivery = plainDelivery(FaultyStore(store, failOutboxMarks: 1), try OutboxWriter(directory: directory.path + "/outbox"))
         await delivery.deliverBatch()
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new").count == 2)
         #expect(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).count == 2)
@@ -122,8 +125,7 @@ struct OutboxTests {
         let tmp = directory.path + "/outbox/tmp"
         try FileManager.default.removeItem(atPath: tmp)
         _ = FileManager.default.createFile(atPath: tmp, contents: Data())
-        let delivery = OutcomeDeliveryService(
-            store: store, writer: writer, notifier: nil, clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
+        let delivery = plainDelivery(store, writer)
         await delivery.deliverBatch()
         #expect(try await store.undeliveredOutcomes(now: Fixtures.t0, limit: 10).count == 2)
         try FileManager.default.removeItem(atPath: tmp)
@@ -143,8 +145,7 @@ struct OutboxTests {
         // A directory where the second outcome's temporary file goes: it cannot be created.
         let blocked = directory.path + "/outbox/tmp/" + OutboxWriter.fileName(OutcomeDocument(pending[1]))
         try FileManager.default.createDirectory(atPath: blocked, withIntermediateDirectories: false)
-        let delivery = OutcomeDeliveryService(
-            store: store, writer: writer, notifier: nil, clock: ManualClock(now: Fixtures.t0), bell: Doorbell(), logger: Logger(label: "t"))
+        let delivery = plainDelivery(store, writer)
         await delivery.deliverBatch()
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: directory.path + "/outbox/new") == [

@@ -77,8 +77,7 @@ struct PostgresStoreTests {
 
     @Test("An operator's command does not migrate: an empty database is refused until the daemon has started once")
     func commandsDoNotMigrate() async throws {
-        let server = try await PostgresServer.shared()
-        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let (server, location) = try await freshDatabase()
         await #expect {
             try await PostgresStore.open(location, password: server.password, migrate: false, logger: logger)
         } throws: { error in
@@ -108,6 +107,12 @@ struct PostgresStoreTests {
         }
     }
 
+    /// The shared test server and a new empty database on it.
+    func freshDatabase() async throws -> (PostgresServer, PostgresLocation) {
+        let server = try await PostgresServer.shared()
+        return (server, try PostgresLocation(url: server.url(try await server.createDatabase())))
+    }
+
     func daemonStore(_ location: PostgresLocation, _ server: PostgresServer, _ host: String) async throws -> PostgresStore {
         let store = try await PostgresStore.open(
             location, password: server.password, daemon: DaemonIdentity(host: host, pid: 1, started: Date()), logger: logger)
@@ -117,8 +122,7 @@ struct PostgresStoreTests {
 
     @Test("The hot statements are prepared on a connection at their first use and afterwards only executed")
     func preparedStatements() async throws {
-        let server = try await PostgresServer.shared()
-        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let (server, location) = try await freshDatabase()
         // One connection: the statements and the look at them share it (a session's prepared statements are its own).
         let store = try await PostgresStore.open(location, password: server.password, connections: 1, logger: logger)
         defer { store.close() }
@@ -233,8 +237,7 @@ struct PostgresStoreTests {
 
     @Test("Claims spread: a daemon takes eagerly only up to its share of the work; beyond it, only what nobody took within the patience")
     func claimsSpread() async throws {
-        let server = try await PostgresServer.shared()
-        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let (server, location) = try await freshDatabase()
         let a = try await daemonStore(location, server, "host-a")
         let b = try await daemonStore(location, server, "host-b")
         defer { a.close(); b.close() }
@@ -267,8 +270,7 @@ struct PostgresStoreTests {
 
     @Test("Work ends: a finished unit's lease is released, and a wakeup for it makes a new one any daemon can claim")
     func leasesRelease() async throws {
-        let server = try await PostgresServer.shared()
-        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let (server, location) = try await freshDatabase()
         let a = try await daemonStore(location, server, "host-a")
         defer { a.close() }
         let key = try await claimAndClose(a, "hpp-done")
@@ -285,8 +287,7 @@ struct PostgresStoreTests {
 
     @Test("A closed order's lease is kept while a refund of it is under way, and released with others in one statement once the refund ended")
     func releaseKeepsRefundingOrder() async throws {
-        let server = try await PostgresServer.shared()
-        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let (server, location) = try await freshDatabase()
         let a = try await daemonStore(location, server, "host-a")
         defer { a.close() }
         let key = WorkKey.order("o-refunding")
@@ -385,8 +386,7 @@ struct PostgresStoreTests {
 
     @Test("New work is announced after its commit: a tracked session, another daemon's delivery, an order handed off")
     func workNotifications() async throws {
-        let server = try await PostgresServer.shared()
-        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let (server, location) = try await freshDatabase()
         let a = try await daemonStore(location, server, "host-a")
         let b = try await daemonStore(location, server, "host-b")
         let writer = try await PostgresStore.open(location, password: server.password, logger: logger)
@@ -417,8 +417,7 @@ struct PostgresStoreTests {
 
     @Test("A daemon alone on the database announces no work (nobody else listens); once its renewal counts another live daemon, it does again")
     func announcesOnlyToOthers() async throws {
-        let server = try await PostgresServer.shared()
-        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let (server, location) = try await freshDatabase()
         let a = try await daemonStore(location, server, "host-a")
         defer { a.close() }
         #expect(a.announcer.ask(), "before its first renewal a daemon announces")
@@ -437,8 +436,7 @@ struct PostgresStoreTests {
 
     @Test("Outcomes go out once: a daemon claims those it delivers, and another takes them only once that claim runs out")
     func outcomeClaims() async throws {
-        let server = try await PostgresServer.shared()
-        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let (server, location) = try await freshDatabase()
         let a = try await daemonStore(location, server, "host-a")
         let b = try await daemonStore(location, server, "host-b")
         defer { a.close(); b.close() }
@@ -454,8 +452,7 @@ struct PostgresStoreTests {
 
     @Test("store copy and daemons exclude each other: a copy is refused while a daemon runs, a daemon while a copy fills the database")
     func copyExcludesDaemons() async throws {
-        let server = try await PostgresServer.shared()
-        let location = try PostgresLocation(url: server.url(try await server.createDatabase()))
+        let (server, location) = try await freshDatabase()
         let a = try await daemonStore(location, server, "host-a")
         let copy = try await PostgresStore.open(location, password: server.password, logger: logger)
         defer { a.close(); copy.close() }
