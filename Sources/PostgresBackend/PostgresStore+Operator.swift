@@ -136,11 +136,11 @@ extension PostgresStore {
             SELECT data FROM orders WHERE (\(phase)::text IS NULL OR phase = \(phase) OR outcome = \(phase))
               AND (\(named)::text IS NULL OR account = \(named)) ORDER BY updated_at DESC LIMIT \(limit)
             """)
+        // `named` is the query's fourth binding ($4), which the shared condition takes again.
         let intents = try await rows(
             """
             SELECT data FROM intents WHERE (\(phase)::text IS NULL OR state = \(phase) OR kind = \(phase))
-              AND (\(named)::text IS NULL OR (subject IN (SELECT kp_session_id FROM sessions WHERE account = \(named))
-                OR subject IN (SELECT order_id FROM orders WHERE account = \(named))))
+              AND (\(named)::text IS NULL OR \(unescaped: SharedSQL.intentOfAccount("$4")))
             ORDER BY updated_at DESC LIMIT \(limit)
             """)
         return StoreListing(

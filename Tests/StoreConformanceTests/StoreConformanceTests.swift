@@ -429,9 +429,10 @@ struct StoreConformanceTests {
             #expect(try await s.store.list(phase: "polling", account: nil, limit: 10).sessions.map(\.hppSessionID) == ["b", "a"])
             #expect(try await s.store.list(phase: "capture", account: nil, limit: 10).intents.map(\.key) == ["cap"])
             #expect(try await s.store.list(phase: "intended", account: nil, limit: 10).intents.map(\.key) == ["cap"])
-            // By account: the session tracked as us's, and the intents of its units only.
+            // By account: the session tracked as us's, and the intents of its units only (a session's intents name
+            // its HPP session, as the engine writes them).
             var placing = Change()
-            placing.intents = [Intent(key: "place-b", kind: .placeOrder, subject: other.kpSessionID, now: Fixtures.t0)]
+            placing.intents = [Intent(key: "place-b", kind: .placeOrder, subject: other.hppSessionID, now: Fixtures.t0)]
             try await s.store.commit(placing, at: Fixtures.t0.addingTimeInterval(3))
             let ours = try await s.store.list(phase: nil, account: us, limit: 10)
             #expect(ours.sessions.map(\.hppSessionID) == ["b"] && ours.sessions.first?.account == us)
