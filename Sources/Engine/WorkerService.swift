@@ -131,6 +131,16 @@ public struct WorkerService: Service {
         } catch let error as LeaseLost {
             logger.notice("\(error)", metadata: ["work_key": .string(key.description)])
             return (Reconciler.WorkResult(next: nil), true)
+        } catch let moved as IntentMoved {
+            // Another session of the same KP session wrote the intent they share since this step read it. The step
+            // starts again after the first read backoff: at once would spin on a store edited by hand.
+            let delay = reconciler.settings.readRetry.initialDelay
+            logger.notice("\(moved)", metadata: ["work_key": .string(key.description)])
+            return (
+                Reconciler.WorkResult(
+                    next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency, account: job.account)),
+                false
+            )
         } catch is CancellationError {
             return (Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now, urgency: job.urgency, account: job.account)), false)
         } catch {

@@ -15,6 +15,12 @@ import ReconcilerStore
 ///
 /// The sub-statements of one statement see the same snapshot and may not write one row twice, so the rows are made
 /// disjoint first (``ChangeRows``): the last version of a row wins, as it did when each was its own statement.
+///
+/// The intent read (``Change/intentRead``, `intent_read` in the rows) is written first and alone (`g`): its update
+/// takes the row's lock and is made only if the stored row is still the version read, which `ON CONFLICT`'s condition
+/// tests against the newest committed row, not the statement's snapshot; an absent read never updates. Every other
+/// write joins `written`, which has its row only when that intent was written (or the change does not write it), so a
+/// step that lost the race writes nothing, and the answer's third column says so.
 enum CommitChange: StatementText {
     /// `$1` the fencing key (null: unfenced), `$2` this daemon, `$3` the commit's time, `$4` the rows.
     static let sql = """
@@ -23,60 +29,77 @@ enum CommitChange: StatementText {
             coalesce((SELECT leased_until > clock_timestamp() FROM daemons WHERE id = l.holder), false) AS current
           FROM work_leases l WHERE l.work_key = $1::text FOR SHARE OF l),
         fenced AS (SELECT $4::text::jsonb AS j WHERE $1::text IS NULL OR EXISTS (SELECT FROM fence WHERE mine AND current)),
+        g AS (
+          \(insertIntents("x.key = fenced.j->'intent_read'->>'key'", from: "fenced"))
+          WHERE intents.state = (SELECT j->'intent_read'->>'state' FROM fenced)
+            AND intents.attempts = (SELECT (j->'intent_read'->>'attempts')::integer FROM fenced)
+          RETURNING 1),
+        written AS (
+          SELECT j FROM fenced
+          WHERE NOT EXISTS (SELECT FROM jsonb_to_recordset(j->'intents') AS x(key text) WHERE x.key = j->'intent_read'->>'key') OR EXISTS (SELECT FROM g)),
         s AS (
-          \(JSONRows.insertSessions(from: "fenced", "fenced.j->'sessions'", at: "$3::timestamptz"))
+          \(JSONRows.insertSessions(from: "written", "written.j->'sessions'", at: "$3::timestamptz"))
           ON CONFLICT (hpp_session_id) DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome,
             next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data),
         o AS (
-          \(JSONRows.insertOrders(from: "fenced", "fenced.j->'orders'", at: "$3::timestamptz"))
+          \(JSONRows.insertOrders(from: "written", "written.j->'orders'", at: "$3::timestamptz"))
           ON CONFLICT (order_id) DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due,
             deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data),
-        n AS (\(JSONRows.insertOrders(from: "fenced", "fenced.j->'new_orders'", at: "$3::timestamptz")) ON CONFLICT (order_id) DO NOTHING),
+        n AS (\(JSONRows.insertOrders(from: "written", "written.j->'new_orders'", at: "$3::timestamptz")) ON CONFLICT (order_id) DO NOTHING),
         r AS (
           INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data, account)
           SELECT x.id, x.state, x.outcome, \(JSONRows.time("x.next_due")), \(JSONRows.time("x.tracked_at")), $3::timestamptz, x.data, x.account
-          FROM fenced, jsonb_to_recordset(fenced.j->'payment_requests') AS x(
+          FROM written, jsonb_to_recordset(written.j->'payment_requests') AS x(
             id text, state text, outcome text, next_due bigint, tracked_at bigint, data text, account text)
           ON CONFLICT (payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
             updated_at = excluded.updated_at, data = excluded.data),
-        i AS (
-          INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
-          SELECT x.key, x.kind, x.subject, x.state, x.attempts, \(JSONRows.time("x.next_attempt")), \(JSONRows.time("x.created_at")), $3::timestamptz, x.data
-          FROM fenced, jsonb_to_recordset(fenced.j->'intents') AS x(
-            key text, kind text, subject text, state text, attempts integer, next_attempt bigint, created_at bigint, data text)
-          ON CONFLICT (key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, next_attempt = excluded.next_attempt,
-            updated_at = excluded.updated_at, data = excluded.data),
-        e AS (\(JSONRows.insertEvents(from: "fenced", "fenced.j->'events'", at: "$3::timestamptz"))),
+        i AS (\(insertIntents("x.key IS DISTINCT FROM written.j->'intent_read'->>'key'", from: "written"))),
+        e AS (\(JSONRows.insertEvents(from: "written", "written.j->'events'", at: "$3::timestamptz"))),
         c AS (
           INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data)
           SELECT $3::timestamptz, x.kind, x.session, x.order_id, x.data
-          FROM fenced, ROWS FROM (jsonb_to_recordset(fenced.j->'outcomes') AS (kind text, session text, order_id text, data text))
+          FROM written, ROWS FROM (jsonb_to_recordset(written.j->'outcomes') AS (kind text, session text, order_id text, data text))
             WITH ORDINALITY AS x(kind, session, order_id, data, n)
           ORDER BY x.n),
         l AS (
           INSERT INTO ledger (order_id, entry, entry_key, klarna_id, amount, currency, at, source)
           SELECT x.order_id, x.entry, x.entry_key, x.klarna_id, x.amount, x.currency, \(JSONRows.time("x.at")), x.source
-          FROM fenced, jsonb_to_recordset(fenced.j->'ledger') AS x(
+          FROM written, jsonb_to_recordset(written.j->'ledger') AS x(
             order_id text, entry text, entry_key text, klarna_id text, amount bigint, currency text, at bigint, source text)
           ON CONFLICT (order_id, entry, entry_key) DO NOTHING),
         q AS (
           UPDATE capture_requests SET state = x.state, note = x.note
-          FROM fenced, jsonb_to_recordset(fenced.j->'capture_requests') AS x(id bigint, state text, note text) WHERE capture_requests.id = x.id),
+          FROM written, jsonb_to_recordset(written.j->'capture_requests') AS x(id bigint, state text, note text) WHERE capture_requests.id = x.id),
         h AS (
           INSERT INTO holds (work_key, held_at, held_by)
-          SELECT x.key, $3::timestamptz, x.by FROM fenced, jsonb_to_recordset(fenced.j->'holds') AS x(key text, by text)
+          SELECT x.key, $3::timestamptz, x.by FROM written, jsonb_to_recordset(written.j->'holds') AS x(key text, by text)
           ON CONFLICT (work_key) DO NOTHING),
         u AS (
-          DELETE FROM holds USING fenced, jsonb_array_elements_text(fenced.j->'releases') AS x(key) WHERE holds.work_key = x.key),
+          DELETE FROM holds USING written, jsonb_array_elements_text(written.j->'releases') AS x(key) WHERE holds.work_key = x.key),
         a AS (
           UPDATE operator_requests SET state = x.state, note = x.note, answered_at = $3::timestamptz
-          FROM fenced, jsonb_to_recordset(fenced.j->'answers') AS x(id bigint, state text, note text) WHERE operator_requests.id = x.id),
+          FROM written, jsonb_to_recordset(written.j->'answers') AS x(id bigint, state text, note text) WHERE operator_requests.id = x.id),
         k AS (
           INSERT INTO health (name, at, detail)
-          SELECT x.name, $3::timestamptz, x.detail FROM fenced, jsonb_to_recordset(fenced.j->'health') AS x(name text, detail text)
+          SELECT x.name, $3::timestamptz, x.detail FROM written, jsonb_to_recordset(written.j->'health') AS x(name text, detail text)
           ON CONFLICT (name) DO UPDATE SET at = excluded.at, detail = excluded.detail)
-        SELECT (SELECT mine FROM fence), (SELECT current FROM fence)
+        SELECT (SELECT mine FROM fence), (SELECT current FROM fence), EXISTS (SELECT FROM written)
         """
+
+    /// Inserts the change's intents for which `condition` holds (over `x`, read from `source`'s list), each over the
+    /// stored one of its key. The guarded intent's statement (`g`) adds a condition to that update.
+    private static func insertIntents(_ condition: String, from source: String) -> String {
+        """
+        INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
+          SELECT x.key, x.kind, x.subject, x.state, x.attempts, \(JSONRows.time("x.next_attempt")), \(JSONRows.time("x.created_at")), $3::timestamptz,
+            x.data
+          FROM \(source), jsonb_to_recordset(\(source).j->'intents') AS x(
+            key text, kind text, subject text, state text, attempts integer, next_attempt bigint, created_at bigint, data text)
+          WHERE \(condition)
+          ON CONFLICT (key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, next_attempt = excluded.next_attempt,
+            updated_at = excluded.updated_at, data = excluded.data
+        """
+    }
 
     static func bindings(key: String?, holder: String?, at: Date, rows: String) -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 4)
@@ -247,6 +270,13 @@ struct ChangeRows: Encodable {
     var releases: [String] = []
     var answers: [Answer] = []
     var health: [Health] = []
+    var intent_read: IntentRead?
+
+    struct IntentRead: Encodable {
+        var key: String
+        var state: String?
+        var attempts: Int
+    }
 
     /// `json` encodes a stored row's `data` (and an event's detail) as the store's other writes do.
     init(_ change: Change, health entries: [(key: HealthKey, detail: String)], json: (any Encodable) throws -> String) throws {
@@ -288,6 +318,9 @@ struct ChangeRows: Encodable {
             change.holds.filter { !released.contains($0.key.description) }.map { Hold(key: $0.key.description, by: $0.by) }, by: \.key)
         answers = Self.lastOfEach(change.answeredRequests.map { Answer(id: $0.id, state: $0.state.rawValue, note: $0.note) }, by: \.id)
         health = Self.lastOfEach(entries.map { Health(name: $0.key.rawValue, detail: $0.detail) }, by: \.name)
+        if let read = change.intentRead, read.isWritten(by: change) {
+            intent_read = IntentRead(key: read.key, state: read.state?.rawValue, attempts: read.attempts)
+        }
     }
 
     /// The last of each key, in the order their keys first appear.

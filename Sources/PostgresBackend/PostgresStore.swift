@@ -268,10 +268,13 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         case .order(let id): unit.order = id
         case .paymentRequest(let id): unit.paymentRequest = id
         }
-        var inputs = StepInputs(controls: OperatorControls(held: false, pending: []), unitRead: true, intents: key.orderID.map { _ in [] })
+        var inputs = StepInputs(
+            controls: OperatorControls(held: false, pending: []), unitRead: true, intents: key.orderID.map { _ in [] },
+            sessionIntents: unit.session.map { _ in [] })
         // A row this daemon cannot read (a newer daemon's) must not keep the step from its hold and requests: it is
         // left to its own read, which fails where it did.
         var unreadableIntent = false
+        var unreadableSessionIntent = false
         let bindings = try Statements.values(key.description, unit.session, unit.order, unit.paymentRequest, key.orderID)
         for row in try await prepared(Statements.StepInputs.self, bindings) {
             let (part, data, held, id, workKey, action, orderID, by, at, state, note, _) = try row.decode(
@@ -291,10 +294,17 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 inputs.unitRead = inputs.paymentRequest != nil
             case (4, let data?):
                 if let intent = try? decode(Intent.self, text: data) { inputs.intents?.append(intent) } else { unreadableIntent = true }
+            case (5, let data?):
+                if let intent = try? decode(Intent.self, text: data) {
+                    inputs.sessionIntents?.append(intent)
+                } else {
+                    unreadableSessionIntent = true
+                }
             default: continue
             }
         }
         if unreadableIntent { inputs.intents = nil }
+        if unreadableSessionIntent { inputs.sessionIntents = nil }
         return inputs
     }
 
@@ -317,6 +327,14 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             try await db.rows(
                 CommitChange.self, CommitChange.bindings(key: fence?.key.description, holder: fence?.holder, at: at, rows: rows), logger: logger)
         }
+        // The lease is share-locked for the statement, so a daemon claiming the work after the lease ran out waits for
+        // this commit (its claim skips the row) and then sees what it wrote.
+        let (mine, current, written) = try answer.first?.decode((Bool?, Bool?, Bool).self) ?? (nil, nil, false)
+        if let fence {
+            guard mine == true else { throw LeaseLost(key: fence.key) }
+            guard current == true else { throw LeaseLapsed(key: fence.key) }
+        }
+        if let read = change.intentRead, !written { throw IntentMoved(key: read.key) }
         // New work for whoever claims it: an order handed off, or a unit other than the step's own.
         if !change.newOrders.isEmpty || change.sessions.contains(where: { key != .session($0.hppSessionID) })
             || change.orders.contains(where: { key != .order($0.orderID) })
@@ -324,12 +342,6 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         {
             await announceWork()
         }
-        guard let fence else { return }
-        // The lease is share-locked for the statement, so a daemon claiming the work after the lease ran out waits for
-        // this commit (its claim skips the row) and then sees what it wrote.
-        let (mine, current) = try answer.first?.decode((Bool?, Bool?).self) ?? (nil, nil)
-        guard mine == true else { throw LeaseLost(key: fence.key) }
-        guard current == true else { throw LeaseLapsed(key: fence.key) }
     }
 
     /// The `health` entries worth writing: a success at most once a second per handle (every daemon's steps

@@ -118,7 +118,8 @@ enum Statements {
     /// A step's inputs (``ReconcilerStore/StepInputs``) in one statement: `$1` the key; `$2`, `$3`, `$4` the
     /// session's, order's or payment request's id (the other two null); `$5` the order whose intents to read (null:
     /// none). Rows by part: 0 the hold beside each pending request (one row of nulls beside it when none), 1-3 the
-    /// unit's row, 4 each intent.
+    /// unit's row, 4 each intent of the order, 5 each place-order or customer-token intent of the session's KP session
+    /// (made by any of its sessions, whose ids they name).
     enum StepInputs: StatementText {
         private static let none = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
 
@@ -131,6 +132,10 @@ enum Statements {
             UNION ALL SELECT 2, data, \(none), NULL FROM orders WHERE order_id = $3
             UNION ALL SELECT 3, data, \(none), NULL FROM payment_requests WHERE payment_request_id = $4
             UNION ALL SELECT 4, data, \(none), created_at FROM intents WHERE subject = $5
+            UNION ALL SELECT 5, i.data, \(none), i.created_at
+              FROM sessions s JOIN sessions sibling ON sibling.kp_session_id = s.kp_session_id
+              JOIN intents i ON i.subject = sibling.hpp_session_id AND i.kind IN ('\(Intent.Kind.placeOrder.rawValue)', '\(Intent.Kind.customerToken.rawValue)')
+              WHERE s.hpp_session_id = $2
             ORDER BY part, id, created_at
             """
     }

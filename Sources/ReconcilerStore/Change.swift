@@ -81,6 +81,12 @@ public struct Change: Sendable {
     public var ledgerCaptures: [LedgerCapture] = []
     /// Refunds the daemon made, likewise (kept once per ``RefundKey``).
     public var ledgerRefunds: [LedgerRefund] = []
+    /// The version of a shared intent that the step read. A session's place-order or customer-token intent is shared by
+    /// every session of its KP session, each driving it in steps of its own (and on any daemon). When this change
+    /// writes that intent and the store no longer holds the version read, nothing of the change is written and the
+    /// commit throws ``IntentMoved``: two steps that read one version cannot both mark it sent. Nil: intents are
+    /// written whatever is stored (an order's, which only the order's lease holder writes).
+    public var intentRead: IntentVersion?
 
     public init() {}
 
@@ -88,6 +94,39 @@ public struct Change: Sendable {
         sessions.isEmpty && orders.isEmpty && newOrders.isEmpty && paymentRequests.isEmpty && intents.isEmpty && events.isEmpty && outcomes.isEmpty
             && finishedCaptureRequests.isEmpty && health.isEmpty && holds.isEmpty && releases.isEmpty && answeredRequests.isEmpty
             && ledgerCaptures.isEmpty && ledgerRefunds.isEmpty
+    }
+}
+
+/// What a step read of one intent (``Change/intentRead``): its state and attempts, or that none was stored. Every
+/// send counts an attempt, so a version read again after another step's send always differs.
+public struct IntentVersion: Sendable, Equatable {
+    public var key: String
+    /// Nil: no intent of this key was stored.
+    public var state: Intent.State?
+    public var attempts: Int
+
+    public init(key: String, read intent: Intent?) {
+        self.key = key
+        state = intent?.state
+        attempts = intent?.attempts ?? 0
+    }
+
+    /// Whether the stored row (its `state` and `attempts` columns; nil: no row) is still this version.
+    public func isStored(state stored: String?, attempts storedAttempts: Int?) -> Bool {
+        stored == state?.rawValue && (state == nil || storedAttempts == attempts)
+    }
+
+    /// Whether `change` writes this intent (only then does the version matter).
+    public func isWritten(by change: Change) -> Bool { change.intents.contains { $0.key == key } }
+}
+
+/// Another step wrote the intent this change was read from (``Change/intentRead``) since it was read. Nothing was
+/// written; the step starts again from what is stored now.
+public struct IntentMoved: Error, CustomStringConvertible {
+    public let key: String
+    public init(key: String) { self.key = key }
+    public var description: String {
+        "intent \(key) was changed by another step since this one read it (a session of the same KP session): nothing was committed; the step starts again from what is stored"
     }
 }
 

@@ -15,14 +15,19 @@ public struct StepInputs: Sendable, Equatable {
     public var paymentRequest: TrackedPaymentRequest?
     /// An order's intents (its captures, extensions, cancellation and refunds), oldest first: only the order's own
     /// steps change them (a delivery only adds a refund). Nil: not read with the rest, by a store of one process
-    /// (which answers ``WorkStore/intents(subject:)`` at no round trip when asked), for a session (its place-order
-    /// intent is driven by every session of one KP session, each in steps of its own), or when one of them could not
-    /// be read (the step then reads them, and fails, as it would have).
+    /// (which answers ``WorkStore/intents(subject:)`` at no round trip when asked), for a session, or when one of them
+    /// could not be read (the step then reads them, and fails, as it would have).
     public var intents: [Intent]?
+    /// A session's place-order and customer-token intents: those of every session of its KP session, which share
+    /// them (each names the session that made it). Another session's step may write one after this read, so a step
+    /// that writes one says which version it read (``Change/intentRead``) and its commit fails if it moved. Nil: not
+    /// read with the rest (a store of one process, an order's or payment request's step, or one of them could not be
+    /// read), left to ``WorkStore/intent(_:)``.
+    public var sessionIntents: [Intent]?
 
     public init(
         controls: OperatorControls, unitRead: Bool = false, session: TrackedSession? = nil, order: TrackedOrder? = nil,
-        paymentRequest: TrackedPaymentRequest? = nil, intents: [Intent]? = nil
+        paymentRequest: TrackedPaymentRequest? = nil, intents: [Intent]? = nil, sessionIntents: [Intent]? = nil
     ) {
         self.controls = controls
         self.unitRead = unitRead
@@ -30,6 +35,7 @@ public struct StepInputs: Sendable, Equatable {
         self.order = order
         self.paymentRequest = paymentRequest
         self.intents = intents
+        self.sessionIntents = sessionIntents
     }
 }
 

@@ -134,7 +134,12 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         let paymentRequests = try change.paymentRequests.map { ($0, try json($0)) }
         let intents = try change.intents.map { ($0, try json($0)) }
         let outcomes = try change.outcomes.map { ($0, try json($0)) }
+        let read = change.intentRead.flatMap { $0.isWritten(by: change) ? $0 : nil }
         try await write { db in
+            if let read {
+                let stored = try db.query("SELECT state, attempts FROM intents WHERE key = ?", [.text(read.key)]).first
+                guard read.isStored(state: stored?.string(0), attempts: stored?.int(1)) else { throw IntentMoved(key: read.key) }
+            }
             for (session, data) in sessions { try self.writeSession(db, session, data: data, at: at) }
             for (order, data) in newOrders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: true) }
             for (order, data) in orders { try self.writeOrder(db, order, data: data, at: at, onlyIfNew: false) }

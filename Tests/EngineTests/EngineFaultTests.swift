@@ -21,6 +21,68 @@ struct EngineFaultTests {
 
     static var cases: [(String, String)] { routes.flatMap { route in faults.map { (route, $0.0) } } }
 
+    @Test(
+        "A session whose place-order intent another session of its KP session marks sent between this step's read and its own mark sends no create-order: its commit writes nothing, and its next step finds the intent sent and waits for it to settle",
+        arguments: StoreKind.allCases)
+    func siblingMarksTheSharedIntentFirst(store: StoreKind) async throws {
+        try await EngineHarness.withFaultyStore(store: store) { h, faulty in
+            let created = try await h.track(SessionSpec(orderAmount: 10_000, schedule: [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]))
+            h.clock.advance(by: .seconds(6))
+            Self.siblingMarksFirst(h, faulty)
+            await #expect(throws: IntentMoved.self) { _ = try await h.reconciler.process(.session(created.hppSessionId)) }
+            #expect(h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty, "no create-order sent")
+            let key = IdempotencyKey.make(.placeOrder, created.kpSessionId)
+            let marked = try #require(try await faulty.store.intent(key))
+            #expect(marked.subject == "sibling" && marked.state == .sent && marked.attempts == 1, "the other step's mark stands")
+            #expect(try await h.session(created).phase == .polling, "nothing of the step was written, the read that authorized it neither")
+
+            // The step again, from what is stored: the intent is sent and may be on its way, so it settles.
+            _ = try await h.reconciler.process(.session(created.hppSessionId))
+            #expect(h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty)
+            let settling = try #require(try await faulty.store.intent(key))
+            #expect(settling.attempts == 1 && settling.settleUntil != nil, "\(settling)")
+        }
+    }
+
+    /// Once, right after this step reads the shared intent: another session of the KP session (its own step, on
+    /// another daemon, say) marks it sent, having read it as none sent too.
+    static func siblingMarksFirst(_ h: EngineHarness, _ faulty: FaultyStore) {
+        let interleaved = Mutex(false)
+        faulty.afterIntentRead.withLock {
+            $0 = { [clock = h.clock, store = faulty.store] key in
+                guard
+                    interleaved.withLock({ done in
+                        defer { done = true }; return !done
+                    })
+                else { return }
+                var change = Change()
+                change.intents = [Intent(key: key, kind: .placeOrder, subject: "sibling", now: clock.now).sending(now: clock.now)]
+                try await store.commit(change, at: clock.now)
+            }
+        }
+    }
+
+    @Test("A worker whose step lost a shared intent to another session's step says so at notice and runs the key again after the first read backoff")
+    func workerRunsAMovedIntentAgain() async throws {
+        try await EngineHarness.withFaultyStore { h, faulty in
+            let created = try await h.track(SessionSpec(orderAmount: 10_000, schedule: [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]))
+            h.clock.advance(by: .seconds(6))
+            Self.siblingMarksFirst(h, faulty)
+            let scheduler = Scheduler()
+            let logs = LogLines()
+            let workers = WorkerService(reconciler: h.reconciler, queue: h.store, scheduler: scheduler, logger: logs.logger())
+            let key = WorkKey.session(created.hppSessionId)
+            await scheduler.schedule(key, at: h.clock.now)
+            let job = try #require(await scheduler.take(now: h.clock.now, capacity: 1).first)
+            await workers.perform(job)
+            #expect(h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty)
+            #expect(await scheduler.nextDue() == h.clock.now.addingTimeInterval(EngineHarness.fastSettings.readRetry.initialDelay.timeInterval))
+            let said = logs.all.filter { $0.contains("was changed by another step since this one read it") }
+            #expect(said.count == 1 && said.first?.contains("notice") == true, "\(logs.all)")
+            #expect(!logs.all.contains { $0.contains("error") }, "a lost race is not a failure: \(logs.all)")
+        }
+    }
+
     @Test("Faults on every route, before Klarna acts: the payment still ends captured, one order, one capture", arguments: cases)
     func faultBeforeEffect(route: String, name: String) async throws {
         let (_, kind, status) = Self.faults.first { $0.0 == name }!

@@ -71,13 +71,18 @@ struct EngineHarness {
 
     /// ``with(store:settings:requestTimeout:wrapStore:wrapTransport:_:)`` with the engine's store behind a
     /// ``FaultyStore``, which `body` gets too: what the engine read, and the faults to turn on.
-    static func withFaultyStore<T: Sendable>(_ body: (EngineHarness, FaultyStore) async throws -> T) async throws -> T {
+    static func withFaultyStore<T: Sendable>(
+        store kind: StoreKind = .sqlite, _ body: (EngineHarness, FaultyStore) async throws -> T
+    ) async throws -> T {
         var faulty: FaultyStore?
-        return try await with(wrapStore: { store in
-            let wrapped = FaultyStore(store)
-            faulty = wrapped
-            return wrapped
-        }) { h in try await body(h, try #require(faulty)) }
+        return try await with(
+            store: kind,
+            wrapStore: { store in
+                let wrapped = FaultyStore(store)
+                faulty = wrapped
+                return wrapped
+            }
+        ) { h in try await body(h, try #require(faulty)) }
     }
 
     static let fastSettings = EngineSettings(

@@ -10,7 +10,7 @@ import TestSupport
 @Suite("A step's reads")
 struct StepReadsTests {
     @Test(
-        "What an order's step read at its start answers its reads of the order, its intents and the key's controls until it commits; other reads, every read after the commit, and a session's intents go to the store"
+        "What a step read at its start answers its reads of the unit, an order's intents, a session's shared intents and the key's controls until it commits; other reads and every read after the commit go to the store"
     )
     func servedUntilTheCommit() async throws {
         let directory = TemporaryDirectory()
@@ -60,15 +60,21 @@ struct StepReadsTests {
         _ = try await reads.order("o-a")
         #expect(store.reads.withLock { $0 } == ["order"], "outside a step, every read goes to the store")
 
-        // A session's inputs, even with its intents given: the session from them, its place-order intent from the
-        // store (the sessions of one KP session each drive it).
+        // A session's inputs, with its KP session's shared intents given (as a shared store reads them): the
+        // place-order or customer-token intent of that KP session from them, found or not (the inputs hold every one
+        // of them); any other intent, and the session's intents by subject, from the store.
         var session = try await reads.stepInputs(for: .session("a"))
         session.unitRead = true
         session.session = try await store.session("a")
-        session.intents = try await store.intents(subject: "a")
+        let kp = try #require(session.session?.kpSessionID)
+        let placeKey = IdempotencyKey.make(.placeOrder, kp)
+        session.sessionIntents = [Intent(key: placeKey, kind: .placeOrder, subject: "a-sibling", now: Fixtures.t0)]
         store.reads.withLock { $0 = [] }
         try await StepReads.$snapshot.withValue(StepReads.Snapshot(key: .session("a"), inputs: session)) {
             _ = try await reads.session("a")
+            #expect(try await reads.intent(placeKey)?.subject == "a-sibling", "as read, though the store has none of that key")
+            #expect(try await reads.intent(IdempotencyKey.make(.customerToken, kp)) == nil)
+            #expect(store.reads.withLock { $0 }.isEmpty, "served from the step's inputs")
             #expect(try await reads.intent("place:a")?.kind == .placeOrder)
             #expect(try await reads.intents(subject: "a").count == 1)
             #expect(store.reads.withLock { $0 } == ["intent", "intents"])

@@ -537,7 +537,7 @@ struct PostgresStoreTests {
     }
 
     @Test(
-        "A step's inputs with an intent, then an order, this daemon cannot read (a newer daemon's): the hold and the requests still come; what cannot be read is left to its own read, which fails as before"
+        "A step's inputs with an intent, a session's shared intent, then an order, this daemon cannot read (a newer daemon's): the hold and the requests still come; what cannot be read is left to its own read, which fails as before"
     )
     func stepInputsWithAnUnreadableIntent() async throws {
         let server = try await PostgresServer.shared()
@@ -556,6 +556,16 @@ struct PostgresStoreTests {
         let inputs = try await store.stepInputs(for: .order("o-a"))
         #expect(inputs.controls.held && inputs.unitRead && inputs.order?.orderID == "o-a" && inputs.intents == nil)
         await #expect(throws: (any Error).self) { _ = try await store.intents(subject: "o-a") }
+
+        // A session's shared intent likewise: left to the read by key, which fails as before.
+        var placing = Change()
+        placing.intents = [Intent(key: "place:kp-a", kind: .placeOrder, subject: "a", now: Fixtures.t0)]
+        try await store.commit(placing, at: Fixtures.t0)
+        #expect(try await store.stepInputs(for: .session("a")).sessionIntents?.map(\.key) == ["place:kp-a"])
+        _ = try await server.psql(#"UPDATE intents SET data = replace(data, '"place_order"', '"a_newer_kind"')"#, database: database)
+        let session = try await store.stepInputs(for: .session("a"))
+        #expect(session.unitRead && session.session?.hppSessionID == "a" && session.sessionIntents == nil)
+        await #expect(throws: (any Error).self) { _ = try await store.intent("place:kp-a") }
 
         // The order's row too: the hold still comes, the order is left to its own read.
         _ = try await server.psql(#"UPDATE orders SET data = replace(data, '"phase"', '"a_newer_field"')"#, database: database)

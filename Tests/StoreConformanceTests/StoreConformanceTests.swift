@@ -53,6 +53,94 @@ struct StoreConformanceTests {
         }
     }
 
+    @Test(
+        "A commit that writes a shared intent lands only while the store holds the version its step read; otherwise nothing of it is written",
+        arguments: Backend.allCases)
+    func intentReadGuard(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            // Two sessions of one KP session, a and b, share its place-order intent.
+            let fresh = Intent(key: "place:kp-a", kind: .placeOrder, subject: "a", now: Fixtures.t0)
+            for id in ["a", "b"] { _ = try await s.store.track(Fixtures.session(id, kp: "kp-a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0) }
+            /// What a session's step commits when it marks the intent sent from the version it read.
+            func sending(_ session: String, read: Intent?, reference: String) -> Change {
+                var change = Change()
+                var moved = Fixtures.session(session, kp: "kp-a")
+                moved.merchantReference = reference
+                change.sessions = [moved]
+                change.intents = [(read ?? Intent(key: fresh.key, kind: .placeOrder, subject: session, now: Fixtures.t0)).sending(now: Fixtures.t0)]
+                change.events = [NewEvent(hppSessionID: session, orderID: nil, DomainEvent(.attempt, "placing the order"))]
+                change.intentRead = IntentVersion(key: fresh.key, read: read)
+                return change
+            }
+            // Both sessions read no intent; a's step commits first.
+            try await s.store.commit(sending("a", read: nil, reference: "a sent"), at: Fixtures.t0)
+            #expect(try await s.store.intent(fresh.key).map { ($0.state, $0.attempts, $0.subject) } ?? (.intended, 0, "") == (.sent, 1, "a"))
+            await #expect(throws: IntentMoved.self) { try await s.store.commit(sending("b", read: nil, reference: "b sent"), at: Fixtures.t0) }
+            #expect(try await s.store.session("b")?.merchantReference == "ref-1", "nothing of b's commit was written")
+            #expect(try await s.store.timeline(for: "b").events.map(\.message) == ["t"])
+            #expect(try await s.store.intent(fresh.key)?.subject == "a")
+
+            // b reads it again (sent, attempt 1) and records it as unclear; a's stale version no longer fits.
+            let sent = try #require(try await s.store.intent(fresh.key))
+            var unclear = Change()
+            unclear.intents = [sent.ambiguous("timeout", now: Fixtures.t0)]
+            unclear.intentRead = IntentVersion(key: fresh.key, read: sent)
+            try await s.store.commit(unclear, at: Fixtures.t0)
+            await #expect(throws: IntentMoved.self) { try await s.store.commit(sending("a", read: sent, reference: "a again"), at: Fixtures.t0) }
+            #expect(try await s.store.intent(fresh.key)?.state == .ambiguous)
+
+            // The version matters only to a change that writes the intent.
+            var readOnly = Change()
+            var polled = Fixtures.session("a", kp: "kp-a")
+            polled.merchantReference = "read only"
+            readOnly.sessions = [polled]
+            readOnly.intentRead = IntentVersion(key: fresh.key, read: nil)
+            try await s.store.commit(readOnly, at: Fixtures.t0)
+            #expect(try await s.store.session("a")?.merchantReference == "read only")
+        }
+    }
+
+    @Test("Two handles that read the same version of a shared intent and mark it sent at once: exactly one commit lands", arguments: Backend.allCases)
+    func intentReadGuardUnderConcurrency(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            let other = try await s.openAnother()
+            for round in 0..<20 {
+                let key = "place:kp-\(round)"
+                for name in ["a", "b"] {
+                    _ = try await s.store.track(
+                        Fixtures.session("\(name)-\(round)", kp: "kp-\(round)"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
+                }
+                let outcomes = try await withThrowingTaskGroup(of: (String, Bool).self) { group in
+                    for (name, store) in [("a", s.store), ("b", other)] {
+                        var change = Change()
+                        change.intents = [
+                            Intent(key: key, kind: .placeOrder, subject: "\(name)-\(round)", now: Fixtures.t0).sending(now: Fixtures.t0)
+                        ]
+                        change.events = [NewEvent(hppSessionID: "\(name)-\(round)", orderID: nil, DomainEvent(.attempt, "placing the order"))]
+                        change.intentRead = IntentVersion(key: key, read: nil)
+                        group.addTask {
+                            do {
+                                try await store.commit(change, at: Fixtures.t0)
+                                return (name, true)
+                            } catch is IntentMoved {
+                                return (name, false)
+                            }
+                        }
+                    }
+                    return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+                }
+                let winners = outcomes.filter(\.value).map(\.key)
+                #expect(winners.count == 1, "round \(round): \(outcomes)")
+                let stored = try await s.store.intent(key)
+                #expect(stored?.attempts == 1 && stored?.subject == winners.first.map { "\($0)-\(round)" }, "round \(round)")
+                for name in ["a", "b"] {
+                    let events = try await s.store.timeline(for: "\(name)-\(round)").events.count
+                    #expect(events == (winners.first == name ? 2 : 1), "round \(round): \(name)'s event only if its commit landed")
+                }
+            }
+        }
+    }
+
     @Test("Every value comes back as it was committed: sessions, orders, payment requests, intents", arguments: Backend.allCases)
     func roundTrip(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
@@ -550,8 +638,11 @@ struct StoreConformanceTests {
             var change = Change()
             change.newOrders = [Fixtures.order("o-a", session: "a")]
             change.paymentRequests = [TrackedPaymentRequest(paymentRequestID: "pr-1", trackedAt: Fixtures.t0)]
+            // a2 is a second session of a's KP session: the intents they share come with either's inputs.
+            _ = try await s.store.track(Fixtures.session("a2", kp: "kp-a"), event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
             change.intents = [
                 Intent(key: "place:a", kind: .placeOrder, subject: "a", now: Fixtures.t0),
+                Intent(key: "token:a2", kind: .customerToken, subject: "a2", now: Fixtures.t0),
                 Intent(key: "capture:o-a:2", kind: .capture, subject: "o-a", now: Fixtures.t0.addingTimeInterval(2)),
                 Intent(key: "capture:o-a:1", kind: .capture, subject: "o-a", now: Fixtures.t0.addingTimeInterval(1)),
                 Intent(key: "place:b", kind: .placeOrder, subject: "b", now: Fixtures.t0),
@@ -596,6 +687,14 @@ struct StoreConformanceTests {
             let session = try await s.store.stepInputs(for: .session("a"))
             #expect(!session.controls.held && session.controls.pending.isEmpty)
             if session.unitRead { #expect(session.session?.hppSessionID == "a") }
+            #expect(s.backend == .sqlite || session.sessionIntents != nil, "PostgreSQL reads a session's shared intents with the rest")
+            for id in ["a", "a2"] {
+                let shared = try await s.store.stepInputs(for: .session(id)).sessionIntents
+                #expect(shared == nil || Set(shared?.map(\.key) ?? []) == ["place:a", "token:a2"], "\(id): those of its KP session only")
+            }
+            #expect(try await s.store.stepInputs(for: .order("o-a")).sessionIntents == nil, "only a session's step reads them")
+            let b = try await s.store.stepInputs(for: .session("b")).sessionIntents
+            #expect(s.backend == .sqlite || b?.map(\.key) == ["place:b"])
             let request = try await s.store.stepInputs(for: .paymentRequest("pr-1"))
             if request.unitRead { #expect(request.paymentRequest?.paymentRequestID == "pr-1") }
             let none = try await s.store.stepInputs(for: .order("none"))

@@ -8,8 +8,9 @@ import Synchronization
 /// every read of a session's account with `failAccountReads`; as an outcome queue (when the real store is one), its
 /// marks of outbox files written fail the first `failOutboxMarks` times; as a lease store (when the real store is
 /// one), its releases of finished work fail the first `failReleases` times, each attempt counted
-/// (``releaseAttempts``). Only the roles of the engine, ingest, the outbox and the lease keeper: what it fakes is what
-/// those see. A step's inputs are read as the role's default reads them, through its own reads, so each read is
+/// (``releaseAttempts``); after a read of an intent by key it runs ``afterIntentRead`` (another step that writes the
+/// intent between this step's read and its commit: a race a test cannot time otherwise). Only the roles of the
+/// engine, ingest, the outbox and the lease keeper: what it fakes is what those see. A step's inputs are read as the role's default reads them, through its own reads, so each read is
 /// counted (``reads``).
 public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     public let store: any WorkStore & IngestStore
@@ -25,6 +26,8 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     /// Every read of the engine's role, by name (`session`, `order`, `paymentRequest`, `intent`, `intents`,
     /// `operatorControls`), in order.
     public let reads = Mutex<[String]>([])
+    /// Run after each read of an intent by key, with that key, before the read returns.
+    public let afterIntentRead = Mutex<(@Sendable (String) async throws -> Void)?>(nil)
 
     public init(
         _ store: any WorkStore & IngestStore, failConfirmedCommits: Int = 0, failIngest: Bool = false, failAccountReads: Bool = false,
@@ -74,7 +77,9 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     }
     public func intent(_ key: String) async throws -> Intent? {
         reads.withLock { $0.append("intent") }
-        return try await store.intent(key)
+        let intent = try await store.intent(key)
+        if let hook = afterIntentRead.withLock({ $0 }) { try await hook(key) }
+        return intent
     }
     public func intents(subject: String) async throws -> [Intent] {
         reads.withLock { $0.append("intents") }

@@ -14,8 +14,12 @@ extension Reconciler {
     func driveSessionIntent(_ kind: SessionIntentKind, _ session: TrackedSession, carrying carried: Change) async throws -> StepResult {
         var now = clock.now
         let key = IdempotencyKey.make(kind.intentKind, session.kpSessionID)
-        var intent = try await store.intent(key) ?? Intent(key: key, kind: kind.intentKind, subject: session.hppSessionID, now: now)
+        let stored = try await store.intent(key)
+        var intent = stored ?? Intent(key: key, kind: kind.intentKind, subject: session.hppSessionID, now: now)
         var change = carried
+        // Until the request leaves, every commit that writes the intent requires it still as read: the sessions of one
+        // KP session share it, so two of them cannot both mark it sent.
+        change.intentRead = IntentVersion(key: key, read: stored)
         var paymentSession: PaymentSession?
         let urgency = Urgency.inMotion(now: now, deadline: session.tokenExpiresAt, margin: Urgency.tokenDeadlineMargin)
 

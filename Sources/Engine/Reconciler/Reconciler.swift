@@ -276,6 +276,9 @@ public struct Reconciler: Sendable {
                 break
             } catch let lost as LeaseLost {
                 throw lost
+            } catch let moved as IntentMoved {
+                // The same change can never go through: the step starts again from what is stored.
+                throw moved
             } catch {
                 guard ContinuousClock.now - started < Self.commitPatience else { throw error }
                 logger.error("cannot record a step in the store (\(error)); trying again in \(delay)")

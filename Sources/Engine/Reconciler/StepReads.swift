@@ -11,8 +11,9 @@ import Synchronization
 /// Only the lease holder writes a key's unit and an order's intents, so what the step read at its start stays what
 /// the store holds until the step itself commits, except what a delivery or an operator adds meanwhile (a wakeup, a
 /// request, a refund asked for), which a step that read a moment later could have missed too and which wakes the key
-/// again. A session's place-order intent is not among them: the sessions of one KP session each drive it in steps of
-/// their own, so it is read from the store when the step needs it.
+/// again. A session's place-order or customer-token intent is the exception: the sessions of one KP session share it,
+/// each driving it in steps of its own. It is answered from the inputs too, and the step's commits that write it name
+/// the version read (``Change/intentRead``), so a step that read it before another's commit writes nothing.
 struct StepReads: WorkStore {
     let base: any WorkStore
 
@@ -52,9 +53,15 @@ struct StepReads: WorkStore {
         return try await base.paymentRequest(id)
     }
 
-    /// From the inputs when it is one of the order's intents; any other intent, or none, from the store.
+    /// From the inputs when it is one of the order's intents, or the place-order or customer-token intent of the
+    /// session's KP session (found or not: the inputs hold all of them); any other intent, or none, from the store.
     func intent(_ key: String) async throws -> Intent? {
         if let current, current.key.orderID != nil, let found = current.inputs.intents?.first(where: { $0.key == key }) { return found }
+        if let current, let intents = current.inputs.sessionIntents, let kp = current.inputs.session?.kpSessionID,
+            SessionIntentKind.allCases.contains(where: { IdempotencyKey.make($0.intentKind, kp) == key })
+        {
+            return intents.first { $0.key == key }
+        }
         return try await base.intent(key)
     }
 
