@@ -16,19 +16,77 @@ import ReconcilerStore
 /// The sub-statements of one statement see the same snapshot and may not write one row twice, so the rows are made
 /// disjoint first (``ChangeRows``): the last version of a row wins, as it did when each was its own statement.
 ///
-/// The intent read (``Change/intentRead``, `intent_read` in the rows) is written first and alone (`g`): its update
-/// takes the row's lock and is made only if the stored row is still the version read, which `ON CONFLICT`'s condition
-/// tests against the newest committed row, not the statement's snapshot; an absent read never updates. Every other
-/// write joins `written`, which has its row only when that intent was written (or the change does not write it), so a
-/// step that lost the race writes nothing, and the answer's third column says so.
+/// A change that names the version of a shared intent its step read (``Change/intentRead``) and writes that intent
+/// goes as ``CommitReadIntent``: the intent is written first and alone (`g`), its update taking the row's lock and
+/// made only if the stored row is still the version read, which `ON CONFLICT`'s condition tests against the newest
+/// committed row, not the statement's snapshot; an absent read never updates. Every other write joins `written`,
+/// which has its row only when that intent was written, so a step that lost the race writes nothing, and the answer's
+/// third column says so. Every other change goes as this one, which spares the intent's test.
 enum CommitChange: StatementText {
     /// `$1` the fencing key (null: unfenced), `$2` this daemon, `$3` the commit's time, `$4` the rows.
-    static let sql = """
-        WITH fence AS (
-          SELECT l.holder IS NOT DISTINCT FROM $2::text AS mine,
-            coalesce((SELECT leased_until > clock_timestamp() FROM daemons WHERE id = l.holder), false) AS current
-          FROM work_leases l WHERE l.work_key = $1::text FOR SHARE OF l),
-        fenced AS (SELECT $4::text::jsonb AS j WHERE $1::text IS NULL OR EXISTS (SELECT FROM fence WHERE mine AND current)),
+    static let sql = text(guarded: false)
+
+    /// The statement, with the intent read's test when `guarded`.
+    static func text(guarded: Bool) -> String {
+        let source = guarded ? "written" : "fenced"
+        return """
+            WITH fence AS (
+              SELECT l.holder IS NOT DISTINCT FROM $2::text AS mine,
+                coalesce((SELECT leased_until > clock_timestamp() FROM daemons WHERE id = l.holder), false) AS current
+              FROM work_leases l WHERE l.work_key = $1::text FOR SHARE OF l),
+            fenced AS (SELECT $4::text::jsonb AS j WHERE $1::text IS NULL OR EXISTS (SELECT FROM fence WHERE mine AND current)),
+            \(guarded ? guardedWrite : "")s AS (
+              \(JSONRows.insertSessions(from: source, "\(source).j->'sessions'", at: "$3::timestamptz"))
+              ON CONFLICT (hpp_session_id) DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome,
+                next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data),
+            o AS (
+              \(JSONRows.insertOrders(from: source, "\(source).j->'orders'", at: "$3::timestamptz"))
+              ON CONFLICT (order_id) DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due,
+                deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data),
+            n AS (\(JSONRows.insertOrders(from: source, "\(source).j->'new_orders'", at: "$3::timestamptz")) ON CONFLICT (order_id) DO NOTHING),
+            r AS (
+              INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data, account)
+              SELECT x.id, x.state, x.outcome, \(JSONRows.time("x.next_due")), \(JSONRows.time("x.tracked_at")), $3::timestamptz, x.data, x.account
+              FROM \(source), jsonb_to_recordset(\(source).j->'payment_requests') AS x(
+                id text, state text, outcome text, next_due bigint, tracked_at bigint, data text, account text)
+              ON CONFLICT (payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
+                updated_at = excluded.updated_at, data = excluded.data),
+            i AS (\(insertIntents(guarded ? "x.key IS DISTINCT FROM \(source).j->'intent_read'->>'key'" : "true", from: source))),
+            e AS (\(JSONRows.insertEvents(from: source, "\(source).j->'events'", at: "$3::timestamptz"))),
+            c AS (
+              INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data)
+              SELECT $3::timestamptz, x.kind, x.session, x.order_id, x.data
+              FROM \(source), ROWS FROM (jsonb_to_recordset(\(source).j->'outcomes') AS (kind text, session text, order_id text, data text))
+                WITH ORDINALITY AS x(kind, session, order_id, data, n)
+              ORDER BY x.n),
+            l AS (
+              INSERT INTO ledger (order_id, entry, entry_key, klarna_id, amount, currency, at, source)
+              SELECT x.order_id, x.entry, x.entry_key, x.klarna_id, x.amount, x.currency, \(JSONRows.time("x.at")), x.source
+              FROM \(source), jsonb_to_recordset(\(source).j->'ledger') AS x(
+                order_id text, entry text, entry_key text, klarna_id text, amount bigint, currency text, at bigint, source text)
+              ON CONFLICT (order_id, entry, entry_key) DO NOTHING),
+            q AS (
+              UPDATE capture_requests SET state = x.state, note = x.note
+              FROM \(source), jsonb_to_recordset(\(source).j->'capture_requests') AS x(id bigint, state text, note text) WHERE capture_requests.id = x.id),
+            h AS (
+              INSERT INTO holds (work_key, held_at, held_by)
+              SELECT x.key, $3::timestamptz, x.by FROM \(source), jsonb_to_recordset(\(source).j->'holds') AS x(key text, by text)
+              ON CONFLICT (work_key) DO NOTHING),
+            u AS (
+              DELETE FROM holds USING \(source), jsonb_array_elements_text(\(source).j->'releases') AS x(key) WHERE holds.work_key = x.key),
+            a AS (
+              UPDATE operator_requests SET state = x.state, note = x.note, answered_at = $3::timestamptz
+              FROM \(source), jsonb_to_recordset(\(source).j->'answers') AS x(id bigint, state text, note text) WHERE operator_requests.id = x.id),
+            k AS (
+              INSERT INTO health (name, at, detail)
+              SELECT x.name, $3::timestamptz, x.detail FROM \(source), jsonb_to_recordset(\(source).j->'health') AS x(name text, detail text)
+              ON CONFLICT (name) DO UPDATE SET at = excluded.at, detail = excluded.detail)
+            SELECT (SELECT mine FROM fence), (SELECT current FROM fence), \(guarded ? "EXISTS (SELECT FROM written)" : "true")
+            """
+    }
+
+    /// The intent read, written first, and the row every other write joins.
+    private static let guardedWrite = """
         g AS (
           \(insertIntents("x.key = fenced.j->'intent_read'->>'key'", from: "fenced"))
           WHERE intents.state = (SELECT j->'intent_read'->>'state' FROM fenced)
@@ -37,57 +95,11 @@ enum CommitChange: StatementText {
         written AS (
           SELECT j FROM fenced
           WHERE NOT EXISTS (SELECT FROM jsonb_to_recordset(j->'intents') AS x(key text) WHERE x.key = j->'intent_read'->>'key') OR EXISTS (SELECT FROM g)),
-        s AS (
-          \(JSONRows.insertSessions(from: "written", "written.j->'sessions'", at: "$3::timestamptz"))
-          ON CONFLICT (hpp_session_id) DO UPDATE SET order_id = excluded.order_id, phase = excluded.phase, outcome = excluded.outcome,
-            next_due = excluded.next_due, deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data),
-        o AS (
-          \(JSONRows.insertOrders(from: "written", "written.j->'orders'", at: "$3::timestamptz"))
-          ON CONFLICT (order_id) DO UPDATE SET phase = excluded.phase, outcome = excluded.outcome, next_due = excluded.next_due,
-            deadline = excluded.deadline, updated_at = excluded.updated_at, data = excluded.data),
-        n AS (\(JSONRows.insertOrders(from: "written", "written.j->'new_orders'", at: "$3::timestamptz")) ON CONFLICT (order_id) DO NOTHING),
-        r AS (
-          INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data, account)
-          SELECT x.id, x.state, x.outcome, \(JSONRows.time("x.next_due")), \(JSONRows.time("x.tracked_at")), $3::timestamptz, x.data, x.account
-          FROM written, jsonb_to_recordset(written.j->'payment_requests') AS x(
-            id text, state text, outcome text, next_due bigint, tracked_at bigint, data text, account text)
-          ON CONFLICT (payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
-            updated_at = excluded.updated_at, data = excluded.data),
-        i AS (\(insertIntents("x.key IS DISTINCT FROM written.j->'intent_read'->>'key'", from: "written"))),
-        e AS (\(JSONRows.insertEvents(from: "written", "written.j->'events'", at: "$3::timestamptz"))),
-        c AS (
-          INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data)
-          SELECT $3::timestamptz, x.kind, x.session, x.order_id, x.data
-          FROM written, ROWS FROM (jsonb_to_recordset(written.j->'outcomes') AS (kind text, session text, order_id text, data text))
-            WITH ORDINALITY AS x(kind, session, order_id, data, n)
-          ORDER BY x.n),
-        l AS (
-          INSERT INTO ledger (order_id, entry, entry_key, klarna_id, amount, currency, at, source)
-          SELECT x.order_id, x.entry, x.entry_key, x.klarna_id, x.amount, x.currency, \(JSONRows.time("x.at")), x.source
-          FROM written, jsonb_to_recordset(written.j->'ledger') AS x(
-            order_id text, entry text, entry_key text, klarna_id text, amount bigint, currency text, at bigint, source text)
-          ON CONFLICT (order_id, entry, entry_key) DO NOTHING),
-        q AS (
-          UPDATE capture_requests SET state = x.state, note = x.note
-          FROM written, jsonb_to_recordset(written.j->'capture_requests') AS x(id bigint, state text, note text) WHERE capture_requests.id = x.id),
-        h AS (
-          INSERT INTO holds (work_key, held_at, held_by)
-          SELECT x.key, $3::timestamptz, x.by FROM written, jsonb_to_recordset(written.j->'holds') AS x(key text, by text)
-          ON CONFLICT (work_key) DO NOTHING),
-        u AS (
-          DELETE FROM holds USING written, jsonb_array_elements_text(written.j->'releases') AS x(key) WHERE holds.work_key = x.key),
-        a AS (
-          UPDATE operator_requests SET state = x.state, note = x.note, answered_at = $3::timestamptz
-          FROM written, jsonb_to_recordset(written.j->'answers') AS x(id bigint, state text, note text) WHERE operator_requests.id = x.id),
-        k AS (
-          INSERT INTO health (name, at, detail)
-          SELECT x.name, $3::timestamptz, x.detail FROM written, jsonb_to_recordset(written.j->'health') AS x(name text, detail text)
-          ON CONFLICT (name) DO UPDATE SET at = excluded.at, detail = excluded.detail)
-        SELECT (SELECT mine FROM fence), (SELECT current FROM fence), EXISTS (SELECT FROM written)
+
         """
 
     /// Inserts the change's intents for which `condition` holds (over `x`, read from `source`'s list), each over the
-    /// stored one of its key. The guarded intent's statement (`g`) adds a condition to that update.
+    /// stored one of its key. The intent read's statement (`g`) adds a condition to that update.
     private static func insertIntents(_ condition: String, from source: String) -> String {
         """
         INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
@@ -109,6 +121,11 @@ enum CommitChange: StatementText {
         bindings.append(rows)
         return bindings
     }
+}
+
+/// ``CommitChange`` for a change that writes the shared intent whose version its step read.
+enum CommitReadIntent: StatementText {
+    static let sql = CommitChange.text(guarded: true)
 }
 
 /// The SQL that reads rows from a JSON list (``ChangeRows``' forms), for the statements that write them.

@@ -262,21 +262,23 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     }
 
     public func stepInputs(for key: WorkKey) async throws -> StepInputs {
-        var unit: (session: String?, order: String?, paymentRequest: String?) = (nil, nil, nil)
+        var inputs = StepInputs(controls: OperatorControls(held: false, pending: []), unitRead: true)
+        let rows: [PostgresRow]
         switch key {
-        case .session(let id): unit.session = id
-        case .order(let id): unit.order = id
-        case .paymentRequest(let id): unit.paymentRequest = id
+        case .session(let id):
+            inputs.sessionIntents = []
+            rows = try await prepared(Statements.StepInputs.Session.self, Statements.values(key.description, id))
+        case .order(let id):
+            inputs.intents = []
+            rows = try await prepared(Statements.StepInputs.Order.self, Statements.values(key.description, id))
+        case .paymentRequest(let id):
+            rows = try await prepared(Statements.StepInputs.PaymentRequest.self, Statements.values(key.description, id))
         }
-        var inputs = StepInputs(
-            controls: OperatorControls(held: false, pending: []), unitRead: true, intents: key.orderID.map { _ in [] },
-            sessionIntents: unit.session.map { _ in [] })
         // A row this daemon cannot read (a newer daemon's) must not keep the step from its hold and requests: it is
         // left to its own read, which fails where it did.
         var unreadableIntent = false
         var unreadableSessionIntent = false
-        let bindings = try Statements.values(key.description, unit.session, unit.order, unit.paymentRequest, key.orderID)
-        for row in try await prepared(Statements.StepInputs.self, bindings) {
+        for row in rows {
             let (part, data, held, id, workKey, action, orderID, by, at, state, note, _) = try row.decode(
                 (Int, String?, Bool?, Int64?, String?, String?, String?, String?, Date?, String?, String?, Date?).self)
             switch (part, data) {
@@ -323,9 +325,11 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         let fence = owner.flatMap { owner in key.map { (key: $0, holder: owner.id) } }
         let started = ContinuousClock.now
         defer { Telemetry.time(.storeCommitDuration, .now - started) }
+        let bindings = CommitChange.bindings(key: fence?.key.description, holder: fence?.holder, at: at, rows: rows)
+        let guarded = change.intentRead?.isWritten(by: change) ?? false
         let answer = try await withConnection { [logger] db in
-            try await db.rows(
-                CommitChange.self, CommitChange.bindings(key: fence?.key.description, holder: fence?.holder, at: at, rows: rows), logger: logger)
+            guarded
+                ? try await db.rows(CommitReadIntent.self, bindings, logger: logger) : try await db.rows(CommitChange.self, bindings, logger: logger)
         }
         // The lease is share-locked for the statement, so a daemon claiming the work after the lease ran out waits for
         // this commit (its claim skips the row) and then sees what it wrote.
@@ -334,7 +338,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             guard mine == true else { throw LeaseLost(key: fence.key) }
             guard current == true else { throw LeaseLapsed(key: fence.key) }
         }
-        if let read = change.intentRead, !written { throw IntentMoved(key: read.key) }
+        if guarded, let read = change.intentRead, !written { throw IntentMoved(key: read.key) }
         // New work for whoever claims it: an order handed off, or a unit other than the step's own.
         if !change.newOrders.isEmpty || change.sessions.contains(where: { key != .session($0.hppSessionID) })
             || change.orders.contains(where: { key != .order($0.orderID) })

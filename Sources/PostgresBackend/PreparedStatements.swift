@@ -115,29 +115,53 @@ enum Statements {
         static let sql = "SELECT data FROM intents WHERE subject = $1 ORDER BY created_at"
     }
 
-    /// A step's inputs (``ReconcilerStore/StepInputs``) in one statement: `$1` the key; `$2`, `$3`, `$4` the
-    /// session's, order's or payment request's id (the other two null); `$5` the order whose intents to read (null:
-    /// none). Rows by part: 0 the hold beside each pending request (one row of nulls beside it when none), 1-3 the
-    /// unit's row, 4 each intent of the order, 5 each place-order or customer-token intent of the session's KP session
-    /// (made by any of its sessions, whose ids they name).
-    enum StepInputs: StatementText {
+    /// A step's inputs (``ReconcilerStore/StepInputs``) in one statement, one statement per kind of key: `$1` the
+    /// key, `$2` its unit's id. Rows by part: 0 the hold beside each pending request (one row of nulls beside it when
+    /// none), 1-3 the session's, order's or payment request's row, 4 each intent of the order, 5 each place-order or
+    /// customer-token intent of the session's KP session (made by any of its sessions, whose ids they name).
+    ///
+    /// One statement for every kind, with the other kinds' ids bound as null, was planned again at nearly every
+    /// execution: a custom plan drops the branches a null cannot match, the generic plan cannot, so PostgreSQL kept
+    /// choosing custom plans (0.25-0.4 ms of the server's CPU a step, measured in BENCHMARKS.md). With every
+    /// parameter bound, the generic plan is as cheap and is kept.
+    enum StepInputs {
         private static let none = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
 
-        static let sql = """
+        /// The hold and the pending requests, then `unit`'s parts.
+        private static func text(_ unit: String) -> String {
+            """
             SELECT 0 AS part, NULL::text AS data, h.held, r.id, r.work_key, r.action, r.order_id, r.requested_by, r.requested_at, r.state, r.note,
               NULL::timestamptz AS created_at
             FROM (SELECT EXISTS (SELECT 1 FROM holds WHERE work_key = $1) AS held) h
             LEFT JOIN operator_requests r ON r.work_key = $1 AND r.state = 'pending'
-            UNION ALL SELECT 1, data, \(none), NULL FROM sessions WHERE hpp_session_id = $2
-            UNION ALL SELECT 2, data, \(none), NULL FROM orders WHERE order_id = $3
-            UNION ALL SELECT 3, data, \(none), NULL FROM payment_requests WHERE payment_request_id = $4
-            UNION ALL SELECT 4, data, \(none), created_at FROM intents WHERE subject = $5
-            UNION ALL SELECT 5, i.data, \(none), i.created_at
-              FROM sessions s JOIN sessions sibling ON sibling.kp_session_id = s.kp_session_id
-              JOIN intents i ON i.subject = sibling.hpp_session_id AND i.kind IN ('\(Intent.Kind.placeOrder.rawValue)', '\(Intent.Kind.customerToken.rawValue)')
-              WHERE s.hpp_session_id = $2
+            \(unit)
             ORDER BY part, id, created_at
             """
+        }
+
+        enum Session: StatementText {
+            static let sql = text(
+                """
+                UNION ALL SELECT 1, data, \(none), NULL FROM sessions WHERE hpp_session_id = $2
+                UNION ALL SELECT 5, i.data, \(none), i.created_at
+                  FROM sessions s JOIN sessions sibling ON sibling.kp_session_id = s.kp_session_id
+                  JOIN intents i ON i.subject = sibling.hpp_session_id
+                    AND i.kind IN ('\(Intent.Kind.placeOrder.rawValue)', '\(Intent.Kind.customerToken.rawValue)')
+                  WHERE s.hpp_session_id = $2
+                """)
+        }
+
+        enum Order: StatementText {
+            static let sql = text(
+                """
+                UNION ALL SELECT 2, data, \(none), NULL FROM orders WHERE order_id = $2
+                UNION ALL SELECT 4, data, \(none), created_at FROM intents WHERE subject = $2
+                """)
+        }
+
+        enum PaymentRequest: StatementText {
+            static let sql = text("UNION ALL SELECT 3, data, \(none), NULL FROM payment_requests WHERE payment_request_id = $2")
+        }
     }
 
     /// A claim (``PostgresStore/claimWork(ttl:limit:liveDaemons:patience:)`` says what it takes): `$1` the most to
