@@ -401,36 +401,25 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     public func openWork(of keys: [WorkKey]) async throws -> [OpenWork] { try await openWorkRows(of: keys) }
 
     private func openWorkRows(of keys: [WorkKey]?) async throws -> [OpenWork] {
-        var (sessions, orders, requests): ([String]?, [String]?, [String]?) = keys == nil ? (nil, nil, nil) : ([], [], [])
-        for key in keys ?? [] {
-            switch key {
-            case .session(let id): sessions?.append(id)
-            case .order(let id): orders?.append(id)
-            case .paymentRequest(let id): requests?.append(id)
-            }
-        }
         // Dates inside `data` are Foundation's default encoding: seconds since 2001-01-01.
         func encoded(_ seconds: Double?) -> Date? { seconds.map { Date(timeIntervalSinceReferenceDate: $0) } }
-        // One query for the three kinds (a claim plans its keys from it): the columns a kind lacks are null.
         var work: [OpenWork] = []
         var refunds: [OpenWork] = []
-        for row in try await rows(
-            """
-            SELECT 's', hpp_session_id, next_due, phase, deadline, tracked_at, (data::jsonb->>'lastReadAt')::float8,
-              (data::jsonb->>'lastHintAt')::float8, (data::jsonb->>'expiresAt')::float8, account
-            FROM sessions WHERE next_due IS NOT NULL AND (\(sessions)::text[] IS NULL OR hpp_session_id = ANY(\(sessions)))
-            UNION ALL
-            SELECT 'o', order_id, next_due, phase, deadline, NULL, NULL, NULL, NULL, account
-            FROM orders WHERE next_due IS NOT NULL AND (\(orders)::text[] IS NULL OR order_id = ANY(\(orders)))
-            UNION ALL
-            SELECT 'p', payment_request_id, next_due, NULL, NULL, NULL, NULL, NULL, NULL, account
-            FROM payment_requests WHERE next_due IS NOT NULL AND (\(requests)::text[] IS NULL OR payment_request_id = ANY(\(requests)))
-            UNION ALL
-            SELECT 'r', subject, min(coalesce(next_attempt, created_at)), NULL, NULL, NULL, NULL, NULL, NULL, NULL
-            FROM intents WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous')
-              AND (\(orders)::text[] IS NULL OR subject = ANY(\(orders))) GROUP BY subject
-            """)
-        {
+        let rows: [PostgresRow]
+        if let keys {
+            var (sessions, orders, requests): ([String], [String], [String]) = ([], [], [])
+            for key in keys {
+                switch key {
+                case .session(let id): sessions.append(id)
+                case .order(let id): orders.append(id)
+                case .paymentRequest(let id): requests.append(id)
+                }
+            }
+            rows = try await prepared(Statements.OpenWorkOf.self, Statements.values(sessions, orders, requests))
+        } else {
+            rows = try await prepared(Statements.OpenWork.self, PostgresBindings())
+        }
+        for row in rows {
             let (kind, id, due, phase, deadline, trackedAt, lastRead, lastHint, expires, accountText) = try row.decode(
                 (String, String, Date, String?, Date?, Date?, Double?, Double?, Double?, String?).self)
             let account = accountText.flatMap(AccountID.init(rawValue:)) ?? .default

@@ -115,6 +115,38 @@ enum Statements {
         static let sql = "SELECT data FROM intents WHERE subject = $1 ORDER BY created_at"
     }
 
+    /// The open work (``ReconcilerStore/OpenWork``) of the three kinds and the refunds under way, in one statement: the
+    /// columns a kind lacks are null. ``OpenWorkOf`` takes the keys a claim plans from (`$1` sessions, `$2` orders,
+    /// `$3` payment requests; empty arrays for none), ``OpenWork`` all of it. Two statements, not one with null for
+    /// all: that one would be planned again at every execution (as ``StepInputs`` explains).
+    private static func openWork(sessions: String = "", orders: String = "", requests: String = "", refunds: String = "") -> String {
+        """
+        SELECT 's', hpp_session_id, next_due, phase, deadline, tracked_at, (data::jsonb->>'lastReadAt')::float8,
+          (data::jsonb->>'lastHintAt')::float8, (data::jsonb->>'expiresAt')::float8, account
+        FROM sessions WHERE next_due IS NOT NULL\(sessions)
+        UNION ALL
+        SELECT 'o', order_id, next_due, phase, deadline, NULL, NULL, NULL, NULL, account
+        FROM orders WHERE next_due IS NOT NULL\(orders)
+        UNION ALL
+        SELECT 'p', payment_request_id, next_due, NULL, NULL, NULL, NULL, NULL, NULL, account
+        FROM payment_requests WHERE next_due IS NOT NULL\(requests)
+        UNION ALL
+        SELECT 'r', subject, min(coalesce(next_attempt, created_at)), NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM intents WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous')\(refunds)
+        GROUP BY subject
+        """
+    }
+
+    enum OpenWork: StatementText {
+        static let sql = Statements.openWork()
+    }
+
+    enum OpenWorkOf: StatementText {
+        static let sql = Statements.openWork(
+            sessions: " AND hpp_session_id = ANY($1::text[])", orders: " AND order_id = ANY($2::text[])",
+            requests: " AND payment_request_id = ANY($3::text[])", refunds: " AND subject = ANY($2::text[])")
+    }
+
     /// A step's inputs (``ReconcilerStore/StepInputs``) in one statement, one statement per kind of key: `$1` the
     /// key, `$2` its unit's id. Rows by part: 0 the hold beside each pending request (one row of nulls beside it when
     /// none), 1-3 the session's, order's or payment request's row, 4 each intent of the order, 5 each place-order or
