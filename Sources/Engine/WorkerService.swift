@@ -126,31 +126,29 @@ public struct WorkerService: Service {
     /// dropped. `lost`: another daemon holds the key now.
     private func work(_ job: Scheduler.Job) async -> (Reconciler.WorkResult, lost: Bool) {
         let key = job.key
+        let metadata: Logger.Metadata = ["work_key": .string(key.description)]
+        // After a failure the key runs again this long after it ended, at the urgency it had.
+        let delay = reconciler.settings.readRetry.maxDelay / 10
+        func again() -> Reconciler.WorkResult {
+            Reconciler.WorkResult(
+                next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency, account: job.account))
+        }
         do {
             return (try await reconciler.process(key, hinted: job.hinted), false)
         } catch let error as LeaseLost {
-            logger.notice("\(error)", metadata: ["work_key": .string(key.description)])
+            logger.notice("\(error)", metadata: metadata)
             return (Reconciler.WorkResult(next: nil), true)
         } catch let moved as IntentMoved {
-            // Another session of the same KP session wrote the intent they share since this step read it. The step
-            // starts again after the first read backoff: at once would spin on a store edited by hand.
-            let delay = reconciler.settings.readRetry.initialDelay
-            logger.notice("\(moved)", metadata: ["work_key": .string(key.description)])
-            return (
-                Reconciler.WorkResult(
-                    next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency, account: job.account)),
-                false
-            )
+            // Another session of the same KP session wrote the intent they share since this step read it: no
+            // failure, but the key waits as after one (that session's send settles first anyway, and at once would
+            // spin on a store edited by hand).
+            logger.notice("\(moved); trying again in \(delay)", metadata: metadata)
+            return (again(), false)
         } catch is CancellationError {
             return (Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now, urgency: job.urgency, account: job.account)), false)
         } catch {
-            let delay = reconciler.settings.readRetry.maxDelay / 10
-            logger.error("work on \(key) failed: \(error); trying again in \(delay)", metadata: ["work_key": .string(key.description)])
-            return (
-                Reconciler.WorkResult(
-                    next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency, account: job.account)),
-                false
-            )
+            logger.error("work on \(key) failed: \(error); trying again in \(delay)", metadata: metadata)
+            return (again(), false)
         }
     }
 

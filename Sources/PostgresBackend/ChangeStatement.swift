@@ -51,7 +51,7 @@ enum CommitChange: StatementText {
                 id text, state text, outcome text, next_due bigint, tracked_at bigint, data text, account text)
               ON CONFLICT (payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
                 updated_at = excluded.updated_at, data = excluded.data),
-            i AS (\(insertIntents(guarded ? "x.key IS DISTINCT FROM \(source).j->'intent_read'->>'key'" : "true", from: source))),
+            i AS (\(insertIntents(guarded ? "x.key IS DISTINCT FROM \(source).j->'intent_read'->>'key'" : "true", from: source, updating: "intents.attempts <= excluded.attempts"))),
             e AS (\(JSONRows.insertEvents(from: source, "\(source).j->'events'", at: "$3::timestamptz"))),
             c AS (
               INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data)
@@ -88,9 +88,9 @@ enum CommitChange: StatementText {
     /// The intent read, written first, and the row every other write joins.
     private static let guardedWrite = """
         g AS (
-          \(insertIntents("x.key = fenced.j->'intent_read'->>'key'", from: "fenced"))
-          WHERE intents.state = (SELECT j->'intent_read'->>'state' FROM fenced)
-            AND intents.attempts = (SELECT (j->'intent_read'->>'attempts')::integer FROM fenced)
+          \(insertIntents(
+            "x.key = fenced.j->'intent_read'->>'key'", from: "fenced",
+            updating: "intents.state = (SELECT j->'intent_read'->>'state' FROM fenced) AND intents.attempts = (SELECT (j->'intent_read'->>'attempts')::integer FROM fenced)"))
           RETURNING 1),
         written AS (
           SELECT j FROM fenced
@@ -99,8 +99,10 @@ enum CommitChange: StatementText {
         """
 
     /// Inserts the change's intents for which `condition` holds (over `x`, read from `source`'s list), each over the
-    /// stored one of its key. The intent read's statement (`g`) adds a condition to that update.
-    private static func insertIntents(_ condition: String, from source: String) -> String {
+    /// stored one of its key where `updating` holds: for the intent read (`g`), that the stored row is the version
+    /// read; for every other, that it counts no more attempts (``Intent/attempts`` never goes back, so a commit delayed
+    /// past another session's send of their shared intent does not undo it).
+    private static func insertIntents(_ condition: String, from source: String, updating: String) -> String {
         """
         INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
           SELECT x.key, x.kind, x.subject, x.state, x.attempts, \(JSONRows.time("x.next_attempt")), \(JSONRows.time("x.created_at")), $3::timestamptz,
@@ -110,6 +112,7 @@ enum CommitChange: StatementText {
           WHERE \(condition)
           ON CONFLICT (key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, next_attempt = excluded.next_attempt,
             updated_at = excluded.updated_at, data = excluded.data
+          WHERE \(updating)
         """
     }
 

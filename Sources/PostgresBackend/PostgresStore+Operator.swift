@@ -136,11 +136,12 @@ extension PostgresStore {
             SELECT data FROM orders WHERE (\(phase)::text IS NULL OR phase = \(phase) OR outcome = \(phase))
               AND (\(named)::text IS NULL OR account = \(named)) ORDER BY updated_at DESC LIMIT \(limit)
             """)
-        // `named` is the query's fourth binding ($4), which the shared condition takes again.
+        // The filters as columns of `p`, which the shared condition names.
         let intents = try await rows(
             """
-            SELECT data FROM intents WHERE (\(phase)::text IS NULL OR state = \(phase) OR kind = \(phase))
-              AND (\(named)::text IS NULL OR \(unescaped: SharedSQL.intentOfAccount("$4")))
+            WITH p AS (SELECT \(phase)::text AS phase, \(named)::text AS named)
+            SELECT data FROM intents, p WHERE (p.phase IS NULL OR state = p.phase OR kind = p.phase)
+              AND (p.named IS NULL OR \(unescaped: SharedSQL.intentOfAccount("p.named")))
             ORDER BY updated_at DESC LIMIT \(limit)
             """)
         return StoreListing(

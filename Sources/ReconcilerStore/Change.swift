@@ -85,7 +85,9 @@ public struct Change: Sendable {
     /// every session of its KP session, each driving it in steps of its own (and on any daemon). When this change
     /// writes that intent and the store no longer holds the version read, nothing of the change is written and the
     /// commit throws ``IntentMoved``: two steps that read one version cannot both mark it sent. Nil: intents are
-    /// written whatever is stored (an order's, which only the order's lease holder writes).
+    /// written over what is stored (an order's, which only the order's lease holder writes, and a session's after its
+    /// call, whose answer must be kept), unless the stored one counts more attempts: attempts never go back, so a
+    /// commit delayed past another session's send does not undo it.
     public var intentRead: IntentVersion?
 
     public init() {}

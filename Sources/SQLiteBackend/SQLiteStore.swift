@@ -312,6 +312,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
+    /// Over the stored version unless that one counts more attempts (``Intent/attempts`` never goes back).
     private func writeIntent(_ db: SQLiteConnection, _ intent: Intent, data: String, at: Date) throws {
         try db.query(
             """
@@ -319,6 +320,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(key) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
               next_attempt = excluded.next_attempt, updated_at = excluded.updated_at, data = excluded.data
+            WHERE intents.attempts <= excluded.attempts
             """,
             [
                 .text(intent.key), .text(intent.kind.rawValue), .text(intent.subject), .text(intent.state.rawValue),

@@ -44,25 +44,77 @@ struct EngineFaultTests {
         }
     }
 
-    /// Once, right after this step reads the shared intent: another session of the KP session (its own step, on
-    /// another daemon, say) marks it sent, having read it as none sent too.
-    static func siblingMarksFirst(_ h: EngineHarness, _ faulty: FaultyStore) {
-        let interleaved = Mutex(false)
-        faulty.afterIntentRead.withLock {
-            $0 = { [clock = h.clock, store = faulty.store] key in
-                guard
-                    interleaved.withLock({ done in
-                        defer { done = true }; return !done
-                    })
-                else { return }
-                var change = Change()
-                change.intents = [Intent(key: key, kind: .placeOrder, subject: "sibling", now: clock.now).sending(now: clock.now)]
-                try await store.commit(change, at: clock.now)
-            }
+    @Test(
+        "A session whose KP session's order another of its HPP sessions placed sends nothing and ends needs_attention naming that session and the order"
+    )
+    func siblingPlacedTheOrder() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(orderAmount: 10_000, schedule: [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]))
+            h.clock.advance(by: .seconds(6))
+            var placed = Change()
+            placed.intents = [
+                Intent(key: IdempotencyKey.make(.placeOrder, created.kpSessionId), kind: .placeOrder, subject: "sibling", now: h.clock.now)
+                    .sending(now: h.clock.now).confirmed(result: "order-9", now: h.clock.now)
+            ]
+            try await h.store.commit(placed, at: h.clock.now)
+            _ = try await h.reconciler.process(.session(created.hppSessionId))
+            #expect(h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty)
+            #expect(try await h.session(created).outcome == .needsAttention)
+            let said = try await h.store.timeline(for: created.hppSessionId).events.map(\.message)
+            #expect(said.contains { $0.contains("by its other HPP session sibling (order-9)") }, "\(said)")
         }
     }
 
-    @Test("A worker whose step lost a shared intent to another session's step says so at notice and runs the key again after the first read backoff")
+    /// Once, right after this step reads the shared intent: another session of the KP session (its own step, on
+    /// another daemon, say) marks it sent, having read it as none sent too.
+    static func siblingMarksFirst(_ h: EngineHarness, _ faulty: FaultyStore) {
+        let mark = siblingMark(h, faulty.store)
+        faulty.afterIntentRead.withLock { $0 = mark }
+    }
+
+    /// Marks the place-order intent of the key it is given sent, as another session of its KP session ("sibling")
+    /// would: the first time it is called, and never again.
+    static func siblingMark(_ h: EngineHarness, _ store: any WorkStore) -> @Sendable (String) async throws -> Void {
+        let done = Mutex(false)
+        return { [clock = h.clock] key in
+            guard !done.withLock({ $0 }) else { return }
+            done.withLock { $0 = true }
+            var change = Change()
+            change.intents = [Intent(key: key, kind: .placeOrder, subject: "sibling", now: clock.now).sending(now: clock.now)]
+            try await store.commit(change, at: clock.now)
+        }
+    }
+
+    @Test(
+        "On PostgreSQL a session's step reads its KP session's shared intents with its inputs; another session's mark between that read and this step's own sends no create-order either"
+    )
+    func siblingMarksAfterTheSharedRead() async throws {
+        try await EngineHarness.withFaultyStore(store: .postgres, stepInputsFromStore: true) { h, faulty in
+            let created = try await h.track(SessionSpec(orderAmount: 10_000, schedule: [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]))
+            // The shop tracked a second HPP session of the same KP session.
+            _ = try await faulty.store.track(
+                Fixtures.session("sibling", kp: created.kpSessionId, at: h.clock.now), event: DomainEvent(.tracked, "t"), at: h.clock.now)
+            h.clock.advance(by: .seconds(6))
+            let key = IdempotencyKey.make(.placeOrder, created.kpSessionId)
+            let mark = Self.siblingMark(h, faulty.store)
+            faulty.afterStepInputs.withLock {
+                $0 = { read in if read == .session(created.hppSessionId) { try await mark(key) } }
+            }
+            faulty.reads.withLock { $0 = [] }
+            await #expect(throws: IntentMoved.self) { _ = try await h.reconciler.process(.session(created.hppSessionId)) }
+            #expect(!faulty.reads.withLock { $0 }.contains("intent"), "the intent came with the step's inputs, as none")
+            #expect(h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty, "no create-order sent")
+            #expect(try await faulty.store.intent(key).map { ($0.subject, $0.attempts) } ?? ("", 0) == ("sibling", 1))
+
+            // The step again: its inputs now hold the other session's mark, so it settles.
+            _ = try await h.reconciler.process(.session(created.hppSessionId))
+            #expect(h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty)
+            let settling = try #require(try await faulty.store.intent(key))
+            #expect(settling.attempts == 1 && settling.settleUntil != nil, "\(settling)")
+        }
+    }
+
+    @Test("A worker whose step lost a shared intent to another session's step says so at notice and runs the key again as after a failure")
     func workerRunsAMovedIntentAgain() async throws {
         try await EngineHarness.withFaultyStore { h, faulty in
             let created = try await h.track(SessionSpec(orderAmount: 10_000, schedule: [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]))
@@ -76,7 +128,7 @@ struct EngineFaultTests {
             let job = try #require(await scheduler.take(now: h.clock.now, capacity: 1).first)
             await workers.perform(job)
             #expect(h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty)
-            #expect(await scheduler.nextDue() == h.clock.now.addingTimeInterval(EngineHarness.fastSettings.readRetry.initialDelay.timeInterval))
+            #expect(await scheduler.nextDue() == h.clock.now.addingTimeInterval((EngineHarness.fastSettings.readRetry.maxDelay / 10).timeInterval))
             let said = logs.all.filter { $0.contains("was changed by another step since this one read it") }
             #expect(said.count == 1 && said.first?.contains("notice") == true, "\(logs.all)")
             #expect(!logs.all.contains { $0.contains("error") }, "a lost race is not a failure: \(logs.all)")

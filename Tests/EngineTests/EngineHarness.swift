@@ -70,15 +70,16 @@ struct EngineHarness {
     }
 
     /// ``with(store:settings:requestTimeout:wrapStore:wrapTransport:_:)`` with the engine's store behind a
-    /// ``FaultyStore``, which `body` gets too: what the engine read, and the faults to turn on.
+    /// ``FaultyStore``, which `body` gets too: what the engine read, and the faults to turn on. `stepInputsFromStore`:
+    /// a step's inputs as the real store reads them.
     static func withFaultyStore<T: Sendable>(
-        store kind: StoreKind = .sqlite, _ body: (EngineHarness, FaultyStore) async throws -> T
+        store kind: StoreKind = .sqlite, stepInputsFromStore: Bool = false, _ body: (EngineHarness, FaultyStore) async throws -> T
     ) async throws -> T {
         var faulty: FaultyStore?
         return try await with(
             store: kind,
             wrapStore: { store in
-                let wrapped = FaultyStore(store)
+                let wrapped = FaultyStore(store, stepInputsFromStore: stepInputsFromStore)
                 faulty = wrapped
                 return wrapped
             }

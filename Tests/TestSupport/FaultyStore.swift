@@ -8,10 +8,12 @@ import Synchronization
 /// every read of a session's account with `failAccountReads`; as an outcome queue (when the real store is one), its
 /// marks of outbox files written fail the first `failOutboxMarks` times; as a lease store (when the real store is
 /// one), its releases of finished work fail the first `failReleases` times, each attempt counted
-/// (``releaseAttempts``); after a read of an intent by key it runs ``afterIntentRead`` (another step that writes the
-/// intent between this step's read and its commit: a race a test cannot time otherwise). Only the roles of the
-/// engine, ingest, the outbox and the lease keeper: what it fakes is what those see. A step's inputs are read as the role's default reads them, through its own reads, so each read is
-/// counted (``reads``).
+/// (``releaseAttempts``). After a read of an intent by key, or of a step's inputs, it runs ``afterIntentRead`` or
+/// ``afterStepInputs``: another step that writes between this step's read and its commit, a race a test cannot time
+/// otherwise. Only the roles of the engine, ingest, the outbox and the lease keeper: what it fakes is what those see.
+/// A step's inputs are read as the role's default reads them, through its own reads, so each read is counted
+/// (``reads``); with `stepInputsFromStore`, as the real store reads them (a shared store, its unit and intents with
+/// them).
 public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     public let store: any WorkStore & IngestStore
     private let remaining = Mutex(0)
@@ -28,12 +30,16 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     public let reads = Mutex<[String]>([])
     /// Run after each read of an intent by key, with that key, before the read returns.
     public let afterIntentRead = Mutex<(@Sendable (String) async throws -> Void)?>(nil)
+    /// Run after each read of a step's inputs, with its key, before the read returns.
+    public let afterStepInputs = Mutex<(@Sendable (WorkKey) async throws -> Void)?>(nil)
+    private let stepInputsFromStore: Bool
 
     public init(
         _ store: any WorkStore & IngestStore, failConfirmedCommits: Int = 0, failIngest: Bool = false, failAccountReads: Bool = false,
-        failOutboxMarks: Int = 0, failReleases: Int = 0
+        failOutboxMarks: Int = 0, failReleases: Int = 0, stepInputsFromStore: Bool = false
     ) {
         self.store = store
+        self.stepInputsFromStore = stepInputsFromStore
         ingestFails = failIngest
         accountReadsFail = failAccountReads
         remaining.withLock { $0 = failConfirmedCommits }
@@ -86,6 +92,11 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
         return try await store.intents(subject: subject)
     }
     public func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? { try await store.oldestCaptureRequest(orderID: orderID) }
+    public func stepInputs(for key: WorkKey) async throws -> StepInputs {
+        let inputs = stepInputsFromStore ? try await store.stepInputs(for: key) : StepInputs(controls: try await operatorControls(for: key))
+        if let hook = afterStepInputs.withLock({ $0 }) { try await hook(key) }
+        return inputs
+    }
     public func operatorControls(for key: WorkKey) async throws -> OperatorControls {
         reads.withLock { $0.append("operatorControls") }
         return try await store.operatorControls(for: key)

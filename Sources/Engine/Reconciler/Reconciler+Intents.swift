@@ -23,6 +23,13 @@ extension Reconciler {
         var paymentSession: PaymentSession?
         let urgency = Urgency.inMotion(now: now, deadline: session.tokenExpiresAt, margin: Urgency.tokenDeadlineMargin)
 
+        if intent.isFinished, intent.subject != session.hppSessionID {
+            // Another session of the same KP session drove the intent they share to its end: nothing is left to send.
+            return try await closeSession(
+                session, .needsAttention,
+                "\(kind.intentKind.rawValue) for KP session \(session.kpSessionID) was \(intent.state.rawValue) by its other HPP session \(intent.subject)\(intent.result.map { " (\($0))" } ?? "") (intent \(key)): nothing is sent for this one; the shop tracked the KP session more than once",
+                change: change)
+        }
         if intent.isFinished {
             // A finished intent always moves its session on in the same commit; reaching here means the store was
             // edited by hand. Stop rather than guess.
