@@ -86,7 +86,7 @@ echo
 echo "== klarna-reconciler cluster: daemons sharing that PostgreSQL (leases), phase 1's workload ($(engine e2e_sessions) COMPLETED sessions)"
 printf "%-58s %s\n" "payments end to end, 1 daemon on SQLite (phase 1, above)" "$(engine e2e_sessions_per_second)/s"
 for n in 1 2 3; do
-    printf "%-58s %s\n" "payments end to end, $n daemon(s) on PostgreSQL" "$(engine cluster_${n}_payments_per_second)/s (ratio to SQLite $(awk -v a="$(engine cluster_${n}_payments_per_second)" -v b="$(engine e2e_sessions_per_second)" 'BEGIN { printf "%.2f", a/b }'), daemons' CPU $(engine cluster_${n}_cpu_seconds) s)"
+    printf "%-58s %s\n" "payments end to end, $n daemon(s) on PostgreSQL" "$(engine cluster_${n}_payments_per_second)/s (ratio to SQLite $(awk -v a="$(engine cluster_${n}_payments_per_second)" -v b="$(engine e2e_sessions_per_second)" 'BEGIN { printf "%.2f", a/b }'), daemons' CPU $(engine cluster_${n}_cpu_seconds) s, PostgreSQL's $(engine cluster_${n}_postgres_cpu_ms_per_payment) ms a payment)"
 done
 printf "%-58s %s\n" "daemon CPU per payment, 1 daemon: PostgreSQL vs SQLite" "$(awk -v a="$(engine cluster_1_cpu_seconds)" -v n="$(engine e2e_sessions)" 'BEGIN { printf "%.2f", a*1000/n }') ms vs $(awk -v a="$(engine e2e_daemon_cpu_seconds)" -v n="$(engine e2e_sessions)" 'BEGIN { printf "%.2f", a*1000/n }') ms (ratio $(ratio "$(engine cluster_1_cpu_seconds)" "$(engine e2e_daemon_cpu_seconds)"))"
 printf "%-58s %s\n" "3 daemons polling, one budget of $(engine cluster_budget_rate)/s configured" "$(engine cluster_budget_calls_per_second) Klarna calls/s together (ratio $(awk -v a="$(engine cluster_budget_calls_per_second)" -v b="$(engine cluster_budget_rate)" 'BEGIN { printf "%.2f", a/b }'); leases $(engine cluster_leases_per_daemon))"

@@ -518,12 +518,16 @@ if phase("5c"), let urls = stringOption("--postgres-cluster-urls")?.split(separa
         let now = Date()
         let change = try completedSessions(count, now: now)
         let captured = sandbox.effectCount(kind: .captured)
+        let serverCPU = postgresCPUSeconds()
         let started = ContinuousClock.now
         try await store.commit(change, at: now)  // every daemon hears of the new work at once
         try await waitForCaptures(count, after: captured, store: store, timeout: .seconds(600))
         let elapsed = (ContinuousClock.now - started).seconds
         report("cluster_\(daemons)_payments_per_second", String(format: "%.0f", Double(count) / elapsed))
         report("cluster_\(daemons)_cpu_seconds", String(format: "%.2f", benches.map { $0.usage().cpuSeconds }.reduce(0, +)))
+        // The server's CPU (every postgres process), with the bench's own reads of the summary at the end, every 5 ms
+        // until no outcome is pending.
+        report("cluster_\(daemons)_postgres_cpu_ms_per_payment", String(format: "%.2f", (postgresCPUSeconds() - serverCPU) * 1_000 / Double(count)))
         for bench in benches { bench.stop() }
         store.close()
     }
