@@ -525,8 +525,8 @@ if phase("5c"), let urls = stringOption("--postgres-cluster-urls")?.split(separa
         let elapsed = (ContinuousClock.now - started).seconds
         report("cluster_\(daemons)_payments_per_second", String(format: "%.0f", Double(count) / elapsed))
         report("cluster_\(daemons)_cpu_seconds", String(format: "%.2f", benches.map { $0.usage().cpuSeconds }.reduce(0, +)))
-        // The server's CPU (every postgres process), with the bench's own reads of the summary at the end, every 5 ms
-        // until no outcome is pending.
+        // The server's CPU (every postgres process), with the bench's own commit of the sessions at the start and its
+        // reads of the summary at the end, every 5 ms until no outcome is pending.
         report("cluster_\(daemons)_postgres_cpu_ms_per_payment", String(format: "%.2f", (postgresCPUSeconds() - serverCPU) * 1_000 / Double(count)))
         for bench in benches { bench.stop() }
         store.close()

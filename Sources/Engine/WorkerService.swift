@@ -127,9 +127,8 @@ public struct WorkerService: Service {
     private func work(_ job: Scheduler.Job) async -> (Reconciler.WorkResult, lost: Bool) {
         let key = job.key
         let metadata: Logger.Metadata = ["work_key": .string(key.description)]
-        // After a failure the key runs again this long after it ended, at the urgency it had.
-        let delay = reconciler.settings.readRetry.maxDelay / 10
-        func again() -> Reconciler.WorkResult {
+        // The key runs again `delay` after its step ended, at the urgency it had.
+        func again(after delay: Duration) -> Reconciler.WorkResult {
             Reconciler.WorkResult(
                 next: WorkPlan(due: reconciler.clock.now.addingTimeInterval(delay.timeInterval), urgency: job.urgency, account: job.account))
         }
@@ -142,15 +141,20 @@ public struct WorkerService: Service {
             // Another session of the same KP session wrote the intent they share since this step read it: no
             // failure, but the key waits as after one (that session's send settles first anyway, and at once would
             // spin on a store edited by hand).
+            let delay = failedStepDelay
             logger.notice("\(moved); trying again in \(delay)", metadata: metadata)
-            return (again(), false)
+            return (again(after: delay), false)
         } catch is CancellationError {
             return (Reconciler.WorkResult(next: WorkPlan(due: reconciler.clock.now, urgency: job.urgency, account: job.account)), false)
         } catch {
+            let delay = failedStepDelay
             logger.error("work on \(key) failed: \(error); trying again in \(delay)", metadata: metadata)
-            return (again(), false)
+            return (again(after: delay), false)
         }
     }
+
+    /// How long a key waits after its step failed: a tenth of the read backoff's cap, as the settings are then.
+    private var failedStepDelay: Duration { reconciler.settings.readRetry.maxDelay / 10 }
 
     /// Picks up what `track` and `capture` (other processes) left in the store.
     private func pollWakeups(until stopping: Live<Bool>, bell: Doorbell) async {

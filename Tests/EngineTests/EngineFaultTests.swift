@@ -61,7 +61,8 @@ struct EngineFaultTests {
             #expect(h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty)
             #expect(try await h.session(created).outcome == .needsAttention)
             let said = try await h.store.timeline(for: created.hppSessionId).events.map(\.message)
-            #expect(said.contains { $0.contains("by its other HPP session sibling (order-9)") }, "\(said)")
+            #expect(said.contains { $0.contains("place_order for KP session \(created.kpSessionId) is confirmed (order-9)") }, "\(said)")
+            #expect(said.contains { $0.contains("made by its other HPP session sibling") }, "\(said)")
         }
     }
 
@@ -77,8 +78,11 @@ struct EngineFaultTests {
     static func siblingMark(_ h: EngineHarness, _ store: any WorkStore) -> @Sendable (String) async throws -> Void {
         let done = Mutex(false)
         return { [clock = h.clock] key in
-            guard !done.withLock({ $0 }) else { return }
-            done.withLock { $0 = true }
+            let first = done.withLock { done in
+                defer { done = true }
+                return !done
+            }
+            guard first else { return }
             var change = Change()
             change.intents = [Intent(key: key, kind: .placeOrder, subject: "sibling", now: clock.now).sending(now: clock.now)]
             try await store.commit(change, at: clock.now)

@@ -23,18 +23,15 @@ extension Reconciler {
         var paymentSession: PaymentSession?
         let urgency = Urgency.inMotion(now: now, deadline: session.tokenExpiresAt, margin: Urgency.tokenDeadlineMargin)
 
-        if intent.isFinished, intent.subject != session.hppSessionID {
-            // Another session of the same KP session drove the intent they share to its end: nothing is left to send.
+        if intent.isFinished {
+            // A finished intent moves the session that finished it on in the same commit. This one is still
+            // authorized: another session of the KP session drove the intent they share (the shop tracked the KP
+            // session more than once), or the store was edited by hand. Nothing is sent; stop rather than guess.
+            let maker = intent.subject == session.hppSessionID ? "" : ", made by its other HPP session \(intent.subject)"
             return try await closeSession(
                 session, .needsAttention,
-                "\(kind.intentKind.rawValue) for KP session \(session.kpSessionID) was \(intent.state.rawValue) by its other HPP session \(intent.subject)\(intent.result.map { " (\($0))" } ?? "") (intent \(key)): nothing is sent for this one; the shop tracked the KP session more than once",
+                "\(kind.intentKind.rawValue) for KP session \(session.kpSessionID) is \(intent.state.rawValue)\(intent.result.map { " (\($0))" } ?? "") (intent \(key)\(maker)) while this session is still authorized: another HPP session of the same KP session drove it, or the store was edited by hand; nothing is sent for this one",
                 change: change)
-        }
-        if intent.isFinished {
-            // A finished intent always moves its session on in the same commit; reaching here means the store was
-            // edited by hand. Stop rather than guess.
-            return try await closeSession(
-                session, .needsAttention, "intent \(key) is \(intent.state.rawValue) but the session is still authorized", change: change)
         }
         if intent.needsResolution, kind == .customerToken {
             // Klarna has no read that shows whether a customer token was created.
