@@ -122,13 +122,14 @@ public struct IntentVersion: Sendable, Equatable {
     public func isWritten(by change: Change) -> Bool { change.intents.contains { $0.key == key } }
 }
 
-/// Another step wrote the intent this change was read from (``Change/intentRead``) since it was read. Nothing was
-/// written; the step starts again from what is stored now.
+/// The intent this change was read from (``Change/intentRead``) was written since it was read: by another session's
+/// step, or by this change itself when a commit that landed lost its answer and was tried again. Nothing was written
+/// by this attempt; the step starts again from what is stored now.
 public struct IntentMoved: Error, CustomStringConvertible {
     public let key: String
     public init(key: String) { self.key = key }
     public var description: String {
-        "intent \(key) was changed by another step since this one read it (a session of the same KP session): nothing was committed; the step starts again from what is stored"
+        "intent \(key) was changed since this step read it (by another session of the same KP session, or by this step's own commit whose answer was lost): nothing more was committed; the step starts again from what is stored"
     }
 }
 

@@ -51,19 +51,37 @@ struct EngineFaultTests {
         try await EngineHarness.with { h in
             let created = try await h.track(SessionSpec(orderAmount: 10_000, schedule: [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]))
             h.clock.advance(by: .seconds(6))
-            var placed = Change()
-            placed.intents = [
-                Intent(key: IdempotencyKey.make(.placeOrder, created.kpSessionId), kind: .placeOrder, subject: "sibling", now: h.clock.now)
-                    .sending(now: h.clock.now).confirmed(result: "order-9", now: h.clock.now)
-            ]
-            try await h.store.commit(placed, at: h.clock.now)
-            _ = try await h.reconciler.process(.session(created.hppSessionId))
+            let said = try await Self.finishedBySibling(h, created, .placeOrder, result: "order-9")
             #expect(h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty)
-            #expect(try await h.session(created).outcome == .needsAttention)
-            let said = try await h.store.timeline(for: created.hppSessionId).events.map(\.message)
             #expect(said.contains { $0.contains("place_order for KP session \(created.kpSessionId) is confirmed (order-9)") }, "\(said)")
             #expect(said.contains { $0.contains("made by its other HPP session sibling") }, "\(said)")
         }
+    }
+
+    @Test("A session whose KP session's customer token another of its HPP sessions made ends needs_attention naming the token by its tail only")
+    func siblingMadeTheToken() async throws {
+        try await EngineHarness.with { h in
+            let created = try await h.track(SessionSpec(schedule: Self.completesSoon), purpose: .tokenize)
+            h.clock.advance(by: .seconds(31))
+            let said = try await Self.finishedBySibling(h, created, .customerToken, result: "ctok-0123456789-abcdef")
+            #expect(h.effects(.customerTokenCreated, kp: created.kpSessionId).isEmpty)
+            #expect(said.contains { $0.contains("customer_token for KP session \(created.kpSessionId) is confirmed (…abcdef)") }, "\(said)")
+            #expect(!said.contains { $0.contains("ctok-0123456789") }, "a customer token never shows whole: \(said)")
+        }
+    }
+
+    /// Another session of `created`'s KP session ("sibling") has confirmed their shared intent of `kind` with
+    /// `result`; `created`'s step runs once and must end its session needs_attention. Returns its timeline's messages.
+    static func finishedBySibling(_ h: EngineHarness, _ created: CreatedSession, _ kind: Intent.Kind, result: String) async throws -> [String] {
+        var finished = Change()
+        finished.intents = [
+            Intent(key: IdempotencyKey.make(kind, created.kpSessionId), kind: kind, subject: "sibling", now: h.clock.now)
+                .sending(now: h.clock.now).confirmed(result: result, now: h.clock.now)
+        ]
+        try await h.store.commit(finished, at: h.clock.now)
+        _ = try await h.reconciler.process(.session(created.hppSessionId))
+        #expect(try await h.session(created).outcome == .needsAttention)
+        return try await h.store.timeline(for: created.hppSessionId).events.map(\.message)
     }
 
     /// Once, right after this step reads the shared intent: another session of the KP session (its own step, on
@@ -118,6 +136,30 @@ struct EngineFaultTests {
         }
     }
 
+    @Test(
+        "The commit that marks a create-order sent lands but its answer is lost: its repeat finds its own mark and sends nothing then; the order is placed once, after the settle period"
+    )
+    func sentMarkAnswerLost() async throws {
+        try await EngineHarness.withFaultyStore { h, faulty in
+            let created = try await h.track(SessionSpec(orderAmount: 10_000, schedule: [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]))
+            h.clock.advance(by: .seconds(6))
+            faulty.sentAnswersToLose.withLock { $0 = 1 }
+            await #expect(throws: IntentMoved.self) { _ = try await h.reconciler.process(.session(created.hppSessionId)) }
+            #expect(h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty, "nothing sent after an answer that did not come")
+            let key = IdempotencyKey.make(.placeOrder, created.kpSessionId)
+            #expect(try await faulty.store.intent(key).map { ($0.state, $0.attempts) } ?? (.intended, 0) == (.sent, 1))
+
+            // As after a crash past the mark: the intent settles, the KP session is read, and the order is placed once.
+            for _ in 0..<4 where h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty {
+                _ = try await h.reconciler.process(.session(created.hppSessionId))
+                h.clock.advance(by: .seconds(300))
+            }
+            #expect(h.effects(.orderPlaced, kp: created.kpSessionId).count == 1)
+            #expect(try await faulty.store.intent(key)?.attempts == 2)
+            h.expectNoDoubleEffects()
+        }
+    }
+
     @Test("A worker whose step lost a shared intent to another session's step says so at notice and runs the key again as after a failure")
     func workerRunsAMovedIntentAgain() async throws {
         try await EngineHarness.withFaultyStore { h, faulty in
@@ -133,7 +175,7 @@ struct EngineFaultTests {
             await workers.perform(job)
             #expect(h.effects(.orderPlaced, kp: created.kpSessionId).isEmpty)
             #expect(await scheduler.nextDue() == h.clock.now.addingTimeInterval((EngineHarness.fastSettings.readRetry.maxDelay / 10).timeInterval))
-            let said = logs.all.filter { $0.contains("was changed by another step since this one read it") }
+            let said = logs.all.filter { $0.contains("was changed since this step read it") }
             #expect(said.count == 1 && said.first?.contains("notice") == true, "\(logs.all)")
             #expect(!logs.all.contains { $0.contains("error") }, "a lost race is not a failure: \(logs.all)")
         }

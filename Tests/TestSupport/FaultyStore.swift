@@ -8,7 +8,7 @@ import Synchronization
 /// every read of a session's account with `failAccountReads`; as an outcome queue (when the real store is one), its
 /// marks of outbox files written fail the first `failOutboxMarks` times; as a lease store (when the real store is
 /// one), its releases of finished work fail the first `failReleases` times, each attempt counted
-/// (``releaseAttempts``). After a read of an intent by key, or of a step's inputs, it runs ``afterIntentRead`` or
+/// (``releaseAttempts``). A commit that marks an intent sent lands but loses its answer while ``sentAnswersToLose``. After a read of an intent by key, or of a step's inputs, it runs ``afterIntentRead`` or
 /// ``afterStepInputs``: another step that writes between this step's read and its commit, a race a test cannot time
 /// otherwise. Only the roles of the engine, ingest, the outbox and the lease keeper: what it fakes is what those see.
 /// A step's inputs are read as the role's default reads them, through its own reads, so each read is counted
@@ -28,6 +28,8 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     /// Every read of the engine's role, by name (`session`, `order`, `paymentRequest`, `intent`, `intents`,
     /// `operatorControls`), in order.
     public let reads = Mutex<[String]>([])
+    /// How many more commits that mark an intent sent land but lose their answer (``AnswerLost``).
+    public let sentAnswersToLose = Mutex(0)
     /// Run after each read of an intent by key, with that key, before the read returns.
     public let afterIntentRead = Mutex<(@Sendable (String) async throws -> Void)?>(nil)
     /// Run after each read of a step's inputs, with its key, before the read returns.
@@ -52,14 +54,22 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     }
 
     public func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
-        if change.intents.contains(where: { $0.state == .confirmed }) {
-            let fail = remaining.withLock { left -> Bool in
-                defer { left = max(0, left - 1) }
-                return left > 0
-            }
-            if fail { throw DiskFull() }
-        }
+        if change.intents.contains(where: { $0.state == .confirmed }), Self.takeOne(remaining) { throw DiskFull() }
         try await store.commit(change, at: at, fencedBy: key)
+        if change.intents.contains(where: { $0.state == .sent }), Self.takeOne(sentAnswersToLose) { throw AnswerLost() }
+    }
+
+    /// Whether `counter` had one left, taking it.
+    static func takeOne(_ counter: borrowing Mutex<Int>) -> Bool {
+        counter.withLock { left in
+            defer { left = max(0, left - 1) }
+            return left > 0
+        }
+    }
+
+    /// The store committed, but its answer never reached the daemon (the connection dropped after the commit).
+    public struct AnswerLost: Error {
+        public init() {}
     }
 
     public func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
@@ -132,11 +142,7 @@ extension FaultyStore: OutcomeQueue {
         try await queue.undeliveredOutcomes(now: now, limit: limit)
     }
     public func markOutboxWritten(_ ids: [Int64], notified: Bool) async throws {
-        let fail = outboxMarksLeft.withLock { left -> Bool in
-            defer { left = max(0, left - 1) }
-            return left > 0
-        }
-        if fail { throw DiskFull() }
+        if Self.takeOne(outboxMarksLeft) { throw DiskFull() }
         try await queue.markOutboxWritten(ids, notified: notified)
     }
     public func markNotified(_ id: Int64) async throws { try await queue.markNotified(id) }
@@ -164,10 +170,7 @@ extension FaultyStore: LeaseStore {
     public func takeWakeups() async throws -> [WorkKey] { try await leases.takeWakeups() }
     public func releaseLeases(_ keys: [WorkKey]) async throws -> Set<WorkKey> {
         releaseAttempts.withLock { $0.append(keys) }
-        let fails = releasesFailingLeft.withLock { left in
-            defer { left = max(0, left - 1) }; return left > 0
-        }
-        if fails { throw ReleaseRefused() }
+        if Self.takeOne(releasesFailingLeft) { throw ReleaseRefused() }
         return try await leases.releaseLeases(keys)
     }
     public func deregister(at: Date) async throws { try await leases.deregister(at: at) }

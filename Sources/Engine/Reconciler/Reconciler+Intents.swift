@@ -30,7 +30,7 @@ extension Reconciler {
             let maker = intent.subject == session.hppSessionID ? "" : ", made by its other HPP session \(intent.subject)"
             return try await closeSession(
                 session, .needsAttention,
-                "\(kind.intentKind.rawValue) for KP session \(session.kpSessionID) is \(intent.state.rawValue)\(intent.result.map { " (\($0))" } ?? "") (intent \(key)\(maker)) while this session is still authorized: another HPP session of the same KP session drove it, or the store was edited by hand; nothing is sent for this one",
+                "\(kind.intentKind.rawValue) for KP session \(session.kpSessionID) is \(intent.state.rawValue)\(intent.redacted.result.map { " (\($0))" } ?? "") (intent \(key)\(maker)) while this session is still authorized: another HPP session of the same KP session drove it, or the store was edited by hand; nothing is sent for this one",
                 change: change)
         }
         if intent.needsResolution, kind == .customerToken {
