@@ -92,6 +92,8 @@ final class ConnectionWatch: Sendable {
         var inFlight: [UInt64: EventLoopPromise<[PostgresRow]>] = [:]
         /// Hot statements (by their text's type) answered on this connection at least once.
         var answered: Set<ObjectIdentifier> = []
+        /// Since when the connection's cached plans were made (``PostgresStore/replanningInterval``).
+        var planned = ContinuousClock.now
     }
 
     private let key: ObjectIdentifier
@@ -148,6 +150,17 @@ final class ConnectionWatch: Sendable {
     }
 
     var isClosed: Bool { state.withLock { $0.closed } }
+
+    /// Whether `every` has passed since the connection's plans were made; if so, they count as made now (the caller
+    /// discards them).
+    func plansDue(every: Duration) -> Bool {
+        let now = ContinuousClock.now
+        return state.withLock { state in
+            guard now - state.planned >= every else { return false }
+            state.planned = now
+            return true
+        }
+    }
 
     func answered(_ text: any StatementText.Type) {
         let text = ObjectIdentifier(text)

@@ -27,6 +27,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     private let lastSuccessWritten = Mutex<ContinuousClock.Instant?>(nil)
     private let encoder: JSONEncoder
     private let decoder = JSONDecoder()
+    /// How often a pooled connection's plans are made afresh (``replanningInterval``), if at all.
+    private let replanning: Duration?
 
     /// Connects, applies migrations under the migration lock (several daemons starting together migrate once), and
     /// checks the schema is one this binary knows. `migrate: false` (operator commands) only checks.
@@ -35,9 +37,11 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// - Parameter transactionIdleLimit: the server ends a session whose transaction waits this long for its next
     ///   statement. A daemon cut off from the server mid-transaction would otherwise hold its row locks (a lease
     ///   row's share lock among them, which keeps the work from being claimed) until TCP notices, hours later.
+    /// - Parameter replanning: how often each connection's plans are made afresh (``replanningInterval``); `nil`
+    ///   never, but when PostgreSQL's own statistics change.
     public static func open(
         _ location: PostgresLocation, password: String?, migrate: Bool = true, connections: Int = 10, daemon: DaemonIdentity? = nil,
-        transactionIdleLimit: Duration? = nil, logger: Logger
+        transactionIdleLimit: Duration? = nil, replanning: Duration? = replanningInterval, logger: Logger
     ) async throws -> PostgresStore {
         let found = try await check(location, password: password, migrate: migrate, logger: logger)
         if !migrate, found < PostgresSchema.latest {
@@ -50,7 +54,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         let client = PostgresClient(
             configuration: location.clientConfiguration(password: password, maximumConnections: connections, idleInTransaction: transactionIdleLimit),
             backgroundLogger: logger)
-        return PostgresStore(location: location, password: password, client: client, owner: daemon, logger: logger)
+        return PostgresStore(location: location, password: password, client: client, owner: daemon, replanning: replanning, logger: logger)
     }
 
     /// Connects once (no pool: its failure names the cause at once, where a pool would retry it for a minute),
@@ -89,11 +93,14 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// For the connections that live outside the pool (the work listener, the copy lock).
     let password: String?
 
-    private init(location: PostgresLocation, password: String?, client: PostgresClient, owner: DaemonIdentity?, logger: Logger) {
+    private init(
+        location: PostgresLocation, password: String?, client: PostgresClient, owner: DaemonIdentity?, replanning: Duration?, logger: Logger
+    ) {
         self.location = location
         self.password = password
         self.client = client
         self.owner = owner
+        self.replanning = replanning
         self.logger = logger
         running = Task { await client.run() }
         encoder = JSONEncoder()
@@ -113,6 +120,17 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// How long a caller waits for a pooled connection. While the server is unreachable the pool keeps trying to
     /// connect for a minute; a delivery waiting for its answer must hear "unavailable" (503, send again) instead.
     static let connectionPatience: Duration = .seconds(5)
+
+    /// How often a pooled connection's cached plans are made afresh (`DISCARD PLANS` before its next statement).
+    ///
+    /// Why: a connection keeps the plan it made for a prepared statement until PostgreSQL's statistics of a table it
+    /// reads change, and autovacuum analyzes a table only after a tenth of it changed, at most once a minute. A plan
+    /// made while a table was small (a new database, a burst of work) can walk the wrong way once the table has grown:
+    /// a session step's inputs, planned while the intents were few, read every place-order intent for the one session,
+    /// 1.2-1.5 ms a step after 2,000 payments and growing with each (BENCHMARKS.md, the eighth look). A plan made
+    /// again sees the table's size as it is now, analyzed or not. Each connection plans its statements again once
+    /// every interval: a few milliseconds of the server's time.
+    public static let replanningInterval: Duration = .seconds(5)
 
     /// No pooled connection within ``connectionPatience``: nothing of the caller's work was sent to the server.
     public struct Unavailable: Error, CustomStringConvertible {
@@ -142,6 +160,9 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             group.addTask {
                 try await self.client.withConnection { connection in
                     guard race.lease() else { throw CancellationError() }
+                    if let replanning = self.replanning, ConnectionWatch.of(connection).plansDue(every: replanning) {
+                        try await connection.rows("DISCARD PLANS", logger: self.logger)
+                    }
                     return try await body(connection)
                 }
             }
@@ -320,17 +341,16 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     public func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
         guard !change.isEmpty else { return }
-        let rows = try json(ChangeRows(change, health: freshHealth(change.health)) { try self.json($0) })
+        let changeRows = try ChangeRows(change, health: freshHealth(change.health)) { try self.json($0) }
+        let rows = try json(changeRows)
         // The fence only for a daemon's own step: an operator command or a test writes as nobody.
         let fence = owner.flatMap { owner in key.map { (key: $0, holder: owner.id) } }
         let started = ContinuousClock.now
         defer { Telemetry.time(.storeCommitDuration, .now - started) }
         let bindings = CommitChange.bindings(key: fence?.key.description, holder: fence?.holder, at: at, rows: rows)
-        let guarded = change.intentRead?.isWritten(by: change) ?? false
-        let answer = try await withConnection { [logger] db in
-            guarded
-                ? try await db.rows(CommitReadIntent.self, bindings, logger: logger) : try await db.rows(CommitChange.self, bindings, logger: logger)
-        }
+        let guarded = changeRows.intent_read != nil
+        let statement = CommitChange.statement(for: changeRows)
+        let answer = try await withConnection { [logger] db in try await db.rows(statement, bindings, logger: logger) }
         // The lease is share-locked for the statement, so a daemon claiming the work after the lease ran out waits for
         // this commit (its claim skips the row) and then sees what it wrote.
         let (mine, current, written) = try answer.first?.decode((Bool?, Bool?, Bool).self) ?? (nil, nil, false)

@@ -7,13 +7,19 @@ import ReconcilerStore
 /// The text of a statement on a hot path: a step's reads and commit, a delivery's ingest, claims, releases and marks.
 protocol StatementText: Sendable {
     static var sql: String { get }
+    /// The name it is prepared under on a connection.
+    static var name: String { get }
+}
+
+extension StatementText {
+    static var name: String { "klarna_reconciler.\(Self.self)" }
 }
 
 /// A hot statement as postgres-nio prepares it: parsed and planned once per pooled connection (named by its
 /// text's type), afterwards only bound and executed. A preparation that fails is remembered by postgres-nio for the
 /// connection's life; `PostgresConnection.rows(_:_:logger:)` closes such a connection.
 struct Prepared<Text: StatementText>: PostgresPreparedStatement {
-    static var name: String { "klarna_reconciler.\(Text.self)" }
+    static var name: String { Text.name }
     static var sql: String { Text.sql }
     let bindings: PostgresBindings
 
@@ -115,36 +121,63 @@ enum Statements {
         static let sql = "SELECT data FROM intents WHERE subject = $1 ORDER BY created_at"
     }
 
+    /// A `FROM` item that runs `lookup` once for each key of the array `keys`, `$KEY` in it standing for the key: how
+    /// ``OpenWorkOf`` looks up the keys a claim took, each on its index (a unit's primary key, an order's open refunds),
+    /// instead of `column = ANY(keys)`.
+    ///
+    /// Why: the plan a connection keeps for a prepared statement is made at its sixth execution, from the statistics of
+    /// then. On a database not analyzed yet (a new one, during a burst of work into it), the plan for `= ANY` scanned
+    /// every session for the ten keys it assumes an array holds, and kept scanning as the table grew: 5-10 ms a claim
+    /// at 5,000 sessions, half of PostgreSQL's statement time during a burst of tracked sessions (BENCHMARKS.md, the
+    /// eighth look). Looking up one key by its primary key is the cheaper plan under those statistics too. The keys
+    /// are counted by `generate_subscripts`, which the planner assumes yields 1,000 rows whether it knows the array or
+    /// not: with `unnest`, whose length a plan for the array in hand knows, that plan always looked cheaper than the
+    /// kept one, and each execution was planned again (0.4 ms). `OFFSET 0` keeps the lookup from being merged into a
+    /// join, which the planner could make a scan of the whole table again. The assumed 1,000 rows is also why this
+    /// serves only a statement that does nothing more with the rows: a ``ReleaseLeases`` written so (tried, not kept)
+    /// was planned to hash whole tables for its conditions and to scan every lease for its join.
+    private static func byKey(_ keys: String, in lookup: String) -> String {
+        """
+        generate_subscripts(\(keys), 1) AS key_number(n)
+          CROSS JOIN LATERAL (\(lookup.replacingOccurrences(of: "$KEY", with: "(\(keys))[key_number.n]")) OFFSET 0)
+        """
+    }
+
     /// The open work (``ReconcilerStore/OpenWork``) of the three kinds and the refunds under way, in one statement: the
     /// columns a kind lacks are null. ``OpenWorkOf`` takes the keys a claim plans from (`$1` sessions, `$2` orders,
     /// `$3` payment requests; empty arrays for none), ``OpenWork`` all of it. Two statements, not one with null for
     /// all: that one would be planned again at every execution (as ``StepInputs`` explains).
-    private static func openWork(sessions: String = "", orders: String = "", requests: String = "", refunds: String = "") -> String {
-        """
-        SELECT 's', hpp_session_id, next_due, phase, deadline, tracked_at, (data::jsonb->>'lastReadAt')::float8,
-          (data::jsonb->>'lastHintAt')::float8, (data::jsonb->>'expiresAt')::float8, account
-        FROM sessions WHERE next_due IS NOT NULL\(sessions)
-        UNION ALL
-        SELECT 'o', order_id, next_due, phase, deadline, NULL, NULL, NULL, NULL, account
-        FROM orders WHERE next_due IS NOT NULL\(orders)
-        UNION ALL
-        SELECT 'p', payment_request_id, next_due, NULL, NULL, NULL, NULL, NULL, NULL, account
-        FROM payment_requests WHERE next_due IS NOT NULL\(requests)
-        UNION ALL
-        SELECT 'r', subject, min(coalesce(next_attempt, created_at)), NULL, NULL, NULL, NULL, NULL, NULL, NULL
-        FROM intents WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous')\(refunds)
-        GROUP BY subject
-        """
+    ///
+    /// ``OpenWorkOf`` looks its keys up one by one (``byKey(_:in:)``); a key named twice comes back twice (its callers
+    /// keep one per key).
+    private static func openWork(keyed: Bool) -> String {
+        /// `table`'s rows that are `condition`, every one, or those whose `column` is one of `keys`.
+        func rows(_ table: String, _ column: String, _ keys: String, _ condition: String) -> String {
+            keyed ? byKey(keys, in: "SELECT * FROM \(table) WHERE \(column) = $KEY AND \(condition)") + " \(table)" : "\(table) WHERE \(condition)"
+        }
+        return """
+            SELECT 's', hpp_session_id, next_due, phase, deadline, tracked_at, (data::jsonb->>'lastReadAt')::float8,
+              (data::jsonb->>'lastHintAt')::float8, (data::jsonb->>'expiresAt')::float8, account
+            FROM \(rows("sessions", "hpp_session_id", "$1::text[]", "next_due IS NOT NULL"))
+            UNION ALL
+            SELECT 'o', order_id, next_due, phase, deadline, NULL, NULL, NULL, NULL, account
+            FROM \(rows("orders", "order_id", "$2::text[]", "next_due IS NOT NULL"))
+            UNION ALL
+            SELECT 'p', payment_request_id, next_due, NULL, NULL, NULL, NULL, NULL, NULL, account
+            FROM \(rows("payment_requests", "payment_request_id", "$3::text[]", "next_due IS NOT NULL"))
+            UNION ALL
+            SELECT 'r', subject, min(coalesce(next_attempt, created_at)), NULL, NULL, NULL, NULL, NULL, NULL, NULL
+            FROM \(rows("intents", "subject", "$2::text[]", "kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous')"))
+            GROUP BY subject
+            """
     }
 
     enum OpenWork: StatementText {
-        static let sql = Statements.openWork()
+        static let sql = Statements.openWork(keyed: false)
     }
 
     enum OpenWorkOf: StatementText {
-        static let sql = Statements.openWork(
-            sessions: " AND hpp_session_id = ANY($1::text[])", orders: " AND order_id = ANY($2::text[])",
-            requests: " AND payment_request_id = ANY($3::text[])", refunds: " AND subject = ANY($2::text[])")
+        static let sql = Statements.openWork(keyed: true)
     }
 
     /// A step's inputs (``ReconcilerStore/StepInputs``) in one statement, one statement per kind of key: `$1` the
