@@ -127,7 +127,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// reads change, and autovacuum analyzes a table only after a tenth of it changed, at most once a minute. A plan
     /// made while a table was small (a new database, a burst of work) can walk the wrong way once the table has grown:
     /// a session step's inputs, planned while the intents were few, read every place-order intent for the one session,
-    /// 1.2-1.5 ms a step after 2,000 payments and growing with each (BENCHMARKS.md, the eighth look). A plan made
+    /// up to 1.5 ms a step on average over 2,000 payments, growing with each (BENCHMARKS.md, the eighth look). A plan made
     /// again sees the table's size as it is now, analyzed or not. Each connection plans its statements again once
     /// every interval: a few milliseconds of the server's time.
     public static let replanningInterval: Duration = .seconds(5)
