@@ -128,8 +128,8 @@ enum Statements {
     /// Why: the plan a connection keeps for a prepared statement is made at its sixth execution, from the statistics of
     /// then. On a database not analyzed yet (a new one, during a burst of work into it), the plan for `= ANY` scanned
     /// every session for the ten keys it assumes an array holds, and kept scanning as the table grew: 8 ms a claim
-    /// during a burst of 30,000 tracked sessions, 40-50 % of PostgreSQL's statement time (BENCHMARKS.md, the
-    /// eighth look). Looking up one key by its primary key is the cheaper plan under those statistics too. The keys
+    /// during a burst of 30,000 tracked sessions, about 40 % of PostgreSQL's statement time (BENCHMARKS.md, the
+    /// eighth look). Looking up one key on its index is the cheaper plan under those statistics too. The keys
     /// are counted by `generate_subscripts`, which the planner assumes yields 1,000 rows whether it knows the array or
     /// not: with `unnest`, whose length a plan for the array in hand knows, that plan always looked cheaper than the
     /// kept one, and each execution was planned again (0.4 ms). `OFFSET 0` keeps the lookup from being merged into a
