@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 BIN=.build/release
 CAPTURES=${BENCH_LEDGER_CAPTURES:-1000000}
 SETTLE=$($BIN/klarna-settlement-bench --captures "$CAPTURES" --payout-orders "${BENCH_PAYOUT_ORDERS:-5000}" \
-    --payouts "${BENCH_PAYOUTS:-20}" --folder "$(mktemp -d /tmp/klarna-settlement-bench.XXXXXX)")
+    --payouts "${BENCH_PAYOUTS:-20}" --folder "$(mktemp -d "${TMPDIR:-/tmp}/klarna-settlement-bench.XXXXXX")")
 settle() { echo "$SETTLE" | awk -v k="$1" '$1 == k { print $2 }'; }
 echo
 echo "== klarna-reconciler settlements: $(settle settlement_lines) transactions in ${BENCH_PAYOUTS:-20} payouts (a SALE per capture, a FEE per order)"

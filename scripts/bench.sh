@@ -10,9 +10,14 @@ CONCURRENCY=${BENCH_CONCURRENCY:-32}
 PORT=${BENCH_PORT:-18189}
 URL=http://127.0.0.1:$PORT
 
+# Every file the benches write goes on a disk of their own (scripts/bench-disk.sh says why).
+. scripts/bench-disk.sh
+trap bench_disk_unmount EXIT
+bench_disk_mount
+
 $BIN/klarna-sandbox --listen 127.0.0.1:$PORT 2>/dev/null &
 SANDBOX=$!
-trap 'kill $SANDBOX 2>/dev/null || true' EXIT
+trap 'kill $SANDBOX 2>/dev/null || true; bench_disk_unmount' EXIT
 for _ in $(seq 100); do curl -sf -o /dev/null $URL/_sandbox/clock && break; sleep 0.05; done
 
 HPP=$(curl -sf -X POST $URL/_sandbox/sessions -d '{"order_amount":20000}' | sed -E 's/.*"hpp_session_id":"([^"]+)".*/\1/')
@@ -38,8 +43,8 @@ echo "client peak RSS: $(value peak_rss_kib) KiB"
 
 # PostgreSQL for the shared-store figures: a server of the bench's own (scripts/bench-postgres.sh).
 . scripts/bench-postgres.sh
-trap 'kill $SANDBOX 2>/dev/null || true; bench_postgres_stop' EXIT
-bench_postgres_start /tmp/klarna-bench-pg
+trap 'kill $SANDBOX 2>/dev/null || true; bench_postgres_stop; bench_disk_unmount' EXIT
+bench_postgres_start "$BENCH_DISK/klarna-bench-pg"
 "$PG_BIN/createdb" -h "$PG_DIR" -U postgres pgbench_reference
 PG_SOCKET=$(echo "$PG_DIR" | sed 's|/|%2F|g')
 
@@ -49,7 +54,7 @@ LATENCY_SESSIONS=${BENCH_LATENCY_SESSIONS:-300}
 IDLE_SESSIONS=${BENCH_IDLE_SESSIONS:-100000}
 HISTORY_ROWS=${BENCH_HISTORY_ROWS:-1000000}
 echo
-echo "== klarna-reconciler engine bench: daemon process + in-process sandbox on loopback, SQLite on $(df --output=source "$PWD" | tail -1)"
+echo "== klarna-reconciler engine bench: daemon process + in-process sandbox on loopback, files on $BENCH_DISK_KIND"
 ENGINE=$($BIN/klarna-engine-bench $BIN/klarna-reconciler --sessions "$SESSIONS" --latency-sessions "$LATENCY_SESSIONS" \
     --ingest-requests "${BENCH_INGEST_REQUESTS:-4000}" --spool-files "${BENCH_SPOOL_FILES:-2000}" \
     --idle-sessions "$IDLE_SESSIONS" --history-rows "$HISTORY_ROWS" \

@@ -48,9 +48,16 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
     return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))]
 }
 
-/// A temporary folder with a config pointing at `sandboxURL`, and the daemon process started on it.
+/// Where every daemon's folder goes; removed when the bench exits, not phase by phase. On ext4 without a journal (this
+/// machine's root file system, the bench's disk where no loop mount is allowed: scripts/bench-disk.sh) a file created
+/// within minutes of many deletions near it pays for each: one phase's removal of its folder (4,000 outbox files)
+/// took 29 % of the next phase's daemon CPU (BENCHMARKS.md, the ninth look).
+let benchRoot = NSTemporaryDirectory() + "klarna-engine-bench-" + UUID().uuidString.prefix(8)
+atexit { try? FileManager.default.removeItem(atPath: benchRoot) }
+
+/// A folder under ``benchRoot`` with a config pointing at `sandboxURL`, and the daemon process started on it.
 final class Bench: @unchecked Sendable {
-    let folder = NSTemporaryDirectory() + "klarna-engine-bench-" + UUID().uuidString.prefix(8)
+    let folder = benchRoot + "/" + UUID().uuidString.prefix(8)
     var storePath: String { folder + "/state.sqlite" }
     var process: ChildProcess?
 
@@ -129,10 +136,7 @@ final class Bench: @unchecked Sendable {
         return (rss, ticks / Double(sysconf(Int32(_SC_CLK_TCK))))
     }
 
-    deinit {
-        stop()
-        try? FileManager.default.removeItem(atPath: folder)
-    }
+    deinit { stop() }
 }
 
 /// A cgroup that holds its processes to `share` of one core: cgroup v1's `cpu` controller where it is mounted (these
