@@ -29,6 +29,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     private let decoder = JSONDecoder()
     /// How often a pooled connection's plans are made afresh (``replanningInterval``), if at all.
     private let replanning: Duration?
+    /// Gives up on a lease that waits longer than ``connectionPatience`` (or what `open` was given).
+    private let patience: LeasePatience
 
     /// Connects, applies migrations under the migration lock (several daemons starting together migrate once), and
     /// checks the schema is one this binary knows. `migrate: false` (operator commands) only checks.
@@ -39,9 +41,11 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     ///   row's share lock among them, which keeps the work from being claimed) until TCP notices, hours later.
     /// - Parameter replanning: how often each connection's plans are made afresh (``replanningInterval``); `nil`
     ///   never, but when PostgreSQL's own statistics change.
+    /// - Parameter patience: how long a caller waits for a pooled connection (``connectionPatience``).
     public static func open(
         _ location: PostgresLocation, password: String?, migrate: Bool = true, connections: Int = 10, daemon: DaemonIdentity? = nil,
-        transactionIdleLimit: Duration? = nil, replanning: Duration? = replanningInterval, logger: Logger
+        transactionIdleLimit: Duration? = nil, replanning: Duration? = replanningInterval, patience: Duration = connectionPatience,
+        logger: Logger
     ) async throws -> PostgresStore {
         let found = try await check(location, password: password, migrate: migrate, logger: logger)
         if !migrate, found < PostgresSchema.latest {
@@ -54,7 +58,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         let client = PostgresClient(
             configuration: location.clientConfiguration(password: password, maximumConnections: connections, idleInTransaction: transactionIdleLimit),
             backgroundLogger: logger)
-        return PostgresStore(location: location, password: password, client: client, owner: daemon, replanning: replanning, logger: logger)
+        return PostgresStore(
+            location: location, password: password, client: client, owner: daemon, replanning: replanning, patience: patience, logger: logger)
     }
 
     /// Connects once (no pool: its failure names the cause at once, where a pool would retry it for a minute),
@@ -94,13 +99,15 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     let password: String?
 
     private init(
-        location: PostgresLocation, password: String?, client: PostgresClient, owner: DaemonIdentity?, replanning: Duration?, logger: Logger
+        location: PostgresLocation, password: String?, client: PostgresClient, owner: DaemonIdentity?, replanning: Duration?,
+        patience: Duration, logger: Logger
     ) {
         self.location = location
         self.password = password
         self.client = client
         self.owner = owner
         self.replanning = replanning
+        self.patience = LeasePatience(patience: patience, tick: patience / 5)
         self.logger = logger
         running = Task { await client.run() }
         encoder = JSONEncoder()
@@ -110,6 +117,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// Closes every connection; the store is unusable afterwards.
     public func close() {
         copyLock.withLock { $0?.release() }
+        patience.stop()
         running.cancel()
     }
 
@@ -119,7 +127,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     /// How long a caller waits for a pooled connection. While the server is unreachable the pool keeps trying to
     /// connect for a minute; a delivery waiting for its answer must hear "unavailable" (503, send again) instead.
-    static let connectionPatience: Duration = .seconds(5)
+    public static let connectionPatience: Duration = .seconds(5)
 
     /// How often a pooled connection's cached plans are made afresh (`DISCARD PLANS` before its next statement).
     ///
@@ -137,53 +145,32 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         public let description: String
     }
 
-    /// Whether a waiting caller got its connection or gave up first: exactly one of the two wins, so a body that
-    /// ran is never reported as not run.
-    private final class LeaseRace: Sendable {
-        private let state = Mutex<Bool?>(nil)  // true: leased, false: gave up
-        func lease() -> Bool {
-            state.withLock { state in
-                if state == nil { state = true }; return state == true
-            }
-        }
-        func giveUp() -> Bool {
-            state.withLock { state in
-                if state == nil { state = false }; return state == false
-            }
-        }
-    }
-
-    /// Runs `body` on a pooled connection, or throws ``Unavailable`` when none comes within ``connectionPatience``.
+    /// Runs `body` on a pooled connection, or throws ``Unavailable`` when none comes within the patience
+    /// (``connectionPatience``, checked every fifth of it: ``LeasePatience``).
     func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        let race = LeaseRace()
-        return try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask {
-                try await self.client.withConnection { connection in
-                    guard race.lease() else { throw CancellationError() }
-                    if let replanning = self.replanning, ConnectionWatch.of(connection).plansDue(every: replanning) {
-                        try await connection.rows("DISCARD PLANS", logger: self.logger)
-                    }
-                    return try await body(connection)
+        let race = LeasePatience.Race()
+        let leasing = Task { [self] in
+            try await client.withConnection { connection in
+                guard race.lease() else { throw CancellationError() }
+                if let replanning, ConnectionWatch.of(connection).plansDue(every: replanning) {
+                    try await connection.rows("DISCARD PLANS", logger: logger)
                 }
+                return try await body(connection)
             }
-            group.addTask {
-                try await Task.sleep(for: Self.connectionPatience)
-                return nil
+        }
+        let ticket = patience.enter(race) { leasing.cancel() }
+        defer { patience.leave(ticket) }
+        do {
+            return try await withTaskCancellationHandler {
+                try await leasing.value
+            } onCancel: {
+                leasing.cancel()
             }
-            while let next = try await group.next() {
-                if let value = next {
-                    group.cancelAll()
-                    return value
-                }
-                if race.giveUp() {
-                    group.cancelAll()
-                    throw Unavailable(
-                        description:
-                            "\(location): no connection to PostgreSQL within \(Self.connectionPatience) (the server is unreachable or every connection is busy)"
-                    )
-                }
-            }
-            throw CancellationError()
+        } catch  where race.gaveUp {
+            throw Unavailable(
+                description:
+                    "\(location): no connection to PostgreSQL within \(patience.patience) (the server is unreachable or every connection is busy)"
+            )
         }
     }
 

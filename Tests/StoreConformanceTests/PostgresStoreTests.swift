@@ -4,6 +4,7 @@ import Logging
 import ReconcilerCore
 import ReconcilerStore
 @testable import SQLiteBackend
+import Synchronization
 import Testing
 import TestSupport
 
@@ -118,6 +119,33 @@ struct PostgresStoreTests {
             location, password: server.password, daemon: DaemonIdentity(host: host, pid: 1, started: Date()), logger: logger)
         try await store.register(at: Date())
         return store
+    }
+
+    @Test(
+        "A caller that gets no pooled connection within the patience hears the store is unavailable; the caller holding the connection finishes unharmed, and the next one is served"
+    )
+    func patienceGivesUp() async throws {
+        let (server, location) = try await freshDatabase()
+        let store = try await PostgresStore.open(location, password: server.password, connections: 1, patience: .milliseconds(500), logger: logger)
+        defer { store.close() }
+        let (release, releaser) = AsyncStream<Void>.makeStream()
+        let holding = Mutex(false)
+        let held = Task { [logger] in
+            try await store.withConnection { connection in
+                holding.withLock { $0 = true }
+                for await _ in release { break }
+                return try await connection.rows("SELECT 1", logger: logger).count
+            }
+        }
+        try await waitUntil(timeout: .seconds(10)) { holding.withLock { $0 } }
+        let asked = ContinuousClock.now
+        await #expect(throws: PostgresStore.Unavailable.self) { try await store.rows("SELECT 1") }
+        let waited = ContinuousClock.now - asked
+        // The patience, and at most a check (a fifth of it) later; the pool alone would wait for the held connection.
+        #expect(waited >= .milliseconds(500) && waited < .seconds(3), "gave up after \(waited)")
+        releaser.yield()
+        #expect(try await held.value == 1)
+        #expect(try await store.rows("SELECT 1").count == 1)
     }
 
     @Test("The hot statements are prepared on a connection at their first use and afterwards only executed")
