@@ -12,9 +12,10 @@ cd "$(dirname "$0")/.."
 PHASES=${1:-5c}
 . scripts/bench-disk.sh
 . scripts/bench-postgres.sh
-trap 'bench_postgres_stop; bench_disk_unmount' EXIT
+trap 'bench_postgres_stop || true; bench_disk_unmount' EXIT
 bench_disk_mount
-bench_postgres_start "$BENCH_DISK/klarna-pg-statements" "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on \
+echo "files on $BENCH_DISK_KIND"
+bench_postgres_start "$BENCH_DISK/pg" "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on \
     -c pg_stat_statements.track=all ${PG_OPTIONS:-}"
 psql() { "$PG_BIN/psql" -h "$PG_DIR" -U postgres -d klarna_bench -P pager=off "$@"; }
 psql -qc "CREATE EXTENSION pg_stat_statements"

@@ -43,8 +43,8 @@ echo "client peak RSS: $(value peak_rss_kib) KiB"
 
 # PostgreSQL for the shared-store figures: a server of the bench's own (scripts/bench-postgres.sh).
 . scripts/bench-postgres.sh
-trap 'kill $SANDBOX 2>/dev/null || true; bench_postgres_stop; bench_disk_unmount' EXIT
-bench_postgres_start "$BENCH_DISK/klarna-bench-pg"
+trap 'kill $SANDBOX 2>/dev/null || true; bench_postgres_stop || true; bench_disk_unmount' EXIT
+bench_postgres_start "$BENCH_DISK/pg"
 "$PG_BIN/createdb" -h "$PG_DIR" -U postgres pgbench_reference
 PG_SOCKET=$(echo "$PG_DIR" | sed 's|/|%2F|g')
 

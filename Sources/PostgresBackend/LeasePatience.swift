@@ -43,9 +43,11 @@ final class LeasePatience: Sendable {
     let patience: Duration
     let tick: Duration
     private let state = Mutex(State())
+    /// The checking task; set once, at the end of `init` (a `let` could not be: the task's closure captures `self`).
     private let checking = Mutex<Task<Void, Never>?>(nil)
 
     init(patience: Duration, tick: Duration) {
+        precondition(patience > .zero && tick > .zero, "a lease's patience and its checks take time")
         self.patience = patience
         self.tick = tick
         // The task holds the list weakly: a store dropped without `stop()` takes its patience with it.
@@ -60,7 +62,8 @@ final class LeasePatience: Sendable {
     }
 
     /// Enters a lease that started waiting now; `cancel` ends its wait when it is given up. Returns the ticket that
-    /// ``leave(_:)`` takes once the lease is granted or has failed.
+    /// ``leave(_:)`` takes once the caller is done with the lease, granted or not. A lease granted and still in use
+    /// stays listed till then; a check that finds it past its deadline drops it and leaves it alone (its race is won).
     func enter(_ race: Race, cancel: @escaping @Sendable () -> Void) -> UInt64 {
         let deadline = ContinuousClock.now + patience
         return state.withLock { state in

@@ -30,7 +30,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// How often a pooled connection's plans are made afresh (``replanningInterval``), if at all.
     private let replanning: Duration?
     /// Gives up on a lease that waits longer than ``connectionPatience`` (or what `open` was given).
-    private let patience: LeasePatience
+    private let leasePatience: LeasePatience
 
     /// Connects, applies migrations under the migration lock (several daemons starting together migrate once), and
     /// checks the schema is one this binary knows. `migrate: false` (operator commands) only checks.
@@ -107,7 +107,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         self.client = client
         self.owner = owner
         self.replanning = replanning
-        self.patience = LeasePatience(patience: patience, tick: patience / 5)
+        leasePatience = LeasePatience(patience: patience, tick: patience / 5)
         self.logger = logger
         running = Task { await client.run() }
         encoder = JSONEncoder()
@@ -117,7 +117,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// Closes every connection; the store is unusable afterwards.
     public func close() {
         copyLock.withLock { $0?.release() }
-        patience.stop()
+        leasePatience.stop()
         running.cancel()
     }
 
@@ -140,7 +140,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// burst of 30,000 track requests.
     public static let replanningInterval: Duration = .seconds(5)
 
-    /// No pooled connection within ``connectionPatience``: nothing of the caller's work was sent to the server.
+    /// No pooled connection within the store's patience (``connectionPatience`` unless `open` was given another):
+    /// nothing of the caller's work was sent to the server.
     public struct Unavailable: Error, CustomStringConvertible {
         public let description: String
     }
@@ -158,8 +159,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 return try await body(connection)
             }
         }
-        let ticket = patience.enter(race) { leasing.cancel() }
-        defer { patience.leave(ticket) }
+        let ticket = leasePatience.enter(race) { leasing.cancel() }
+        defer { leasePatience.leave(ticket) }
         do {
             return try await withTaskCancellationHandler {
                 try await leasing.value
@@ -169,7 +170,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         } catch  where race.gaveUp {
             throw Unavailable(
                 description:
-                    "\(location): no connection to PostgreSQL within \(patience.patience) (the server is unreachable or every connection is busy)"
+                    "\(location): no connection to PostgreSQL within \(leasePatience.patience) (the server is unreachable or every connection is busy)"
             )
         }
     }

@@ -129,6 +129,7 @@ struct PostgresStoreTests {
         let store = try await PostgresStore.open(location, password: server.password, connections: 1, patience: .milliseconds(500), logger: logger)
         defer { store.close() }
         let (release, releaser) = AsyncStream<Void>.makeStream()
+        defer { releaser.finish() }  // the holder is let go whatever fails first
         let holding = Mutex(false)
         let held = Task { [logger] in
             try await store.withConnection { connection in
