@@ -149,6 +149,36 @@ struct PostgresStoreTests {
         #expect(try await store.rows("SELECT 1").count == 1)
     }
 
+    @Test("A caller cancelled while it waits for a pooled connection stops waiting at once, not told the store is unavailable")
+    func cancelledWhileWaiting() async throws {
+        let (server, location) = try await freshDatabase()
+        // A patience far longer than the test: only the caller's cancellation can end its wait.
+        let store = try await PostgresStore.open(location, password: server.password, connections: 1, patience: .seconds(60), logger: logger)
+        defer { store.close() }
+        let (release, releaser) = AsyncStream<Void>.makeStream()
+        defer { releaser.finish() }
+        let holding = Mutex(false)
+        let held = Task {
+            try await store.withConnection { _ in
+                holding.withLock { $0 = true }
+                for await _ in release { break }
+            }
+        }
+        try await waitUntil(timeout: .seconds(10)) { holding.withLock { $0 } }
+        let asked = ContinuousClock.now
+        let waiting = Task { try await store.rows("SELECT 1") }
+        waiting.cancel()
+        let outcome = await waiting.result
+        #expect(ContinuousClock.now - asked < .seconds(10))
+        switch outcome {
+        case .success: Issue.record("served while the only connection was held")
+        case .failure(let error): #expect(!(error is PostgresStore.Unavailable), "\(error)")
+        }
+        releaser.yield()
+        try await held.value
+        #expect(try await store.rows("SELECT 1").count == 1)
+    }
+
     @Test("The hot statements are prepared on a connection at their first use and afterwards only executed")
     func preparedStatements() async throws {
         let (server, location) = try await freshDatabase()
