@@ -25,8 +25,9 @@ import Synchronization
 ///
 /// A commit has only the writes of the lists its change fills (``statement(for:)``): every write in a statement is
 /// set up at each execution, its table and indexes opened and locked, whether it has rows or not. A step fills two to
-/// five of the thirteen lists in phase 5c; with only those, a commit took 0.06-0.14 ms (12-30 %) less (BENCHMARKS.md, the eighth
-/// look). Each combination is a statement of its own, prepared on a connection at its first use (``CommitShape``).
+/// five of the thirteen lists in phase 5c; with only those, a commit took 0.06-0.14 ms (12-30 %) less (BENCHMARKS.md,
+/// the eighth look). Each combination is a statement of its own, prepared on a connection at its first use
+/// (``CommitShape``).
 enum CommitChange {
     /// The lists of a change, in the order the statement writes them.
     enum List: CaseIterable {

@@ -1,7 +1,7 @@
 import Synchronization
 
 /// Gives up on the leases of pooled connections that wait longer than a store's patience
-/// (``PostgresStore/connectionPatience``): one task per store looks at the waiting leases every ``tick`` and cancels
+/// (``PostgresStore/connectionPatience``): one task per store looks at the waiting leases every tick and cancels
 /// those past their deadline, so a caller gives up between its patience and a tick later.
 ///
 /// Why not a timer per lease: a statement's lease waited in a task group beside a sleeping task, and that sleep armed
@@ -14,19 +14,18 @@ final class LeasePatience: Sendable {
     /// ran is never reported as not run.
     final class Race: Sendable {
         private let state = Mutex<Bool?>(nil)  // true: leased, false: given up
-        func lease() -> Bool {
-            state.withLock { state in
-                if state == nil { state = true }
-                return state == true
-            }
-        }
-        func giveUp() -> Bool {
-            state.withLock { state in
-                if state == nil { state = false }
-                return state == false
-            }
-        }
+        /// The lease got its connection; `false` when it was given up first.
+        func lease() -> Bool { settle(true) }
+        /// The lease is given up; `false` when it got its connection first.
+        func giveUp() -> Bool { settle(false) }
         var gaveUp: Bool { state.withLock { $0 == false } }
+
+        private func settle(_ leased: Bool) -> Bool {
+            state.withLock { state in
+                if state == nil { state = leased }
+                return state == leased
+            }
+        }
     }
 
     private struct Waiting {
@@ -41,7 +40,6 @@ final class LeasePatience: Sendable {
     }
 
     let patience: Duration
-    let tick: Duration
     private let state = Mutex(State())
     /// The checking task; set once, at the end of `init` (a `let` could not be: the task's closure captures `self`).
     private let checking = Mutex<Task<Void, Never>?>(nil)
@@ -49,7 +47,6 @@ final class LeasePatience: Sendable {
     init(patience: Duration, tick: Duration) {
         precondition(patience > .zero && tick > .zero, "a lease's patience and its checks take time")
         self.patience = patience
-        self.tick = tick
         // The task holds the list weakly: a store dropped without `stop()` takes its patience with it.
         let task = Task { [weak self] in
             while !Task.isCancelled {

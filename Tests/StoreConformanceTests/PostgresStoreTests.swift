@@ -125,46 +125,25 @@ struct PostgresStoreTests {
         "A caller that gets no pooled connection within the patience hears the store is unavailable; the caller holding the connection finishes unharmed, and the next one is served"
     )
     func patienceGivesUp() async throws {
-        let (server, location) = try await freshDatabase()
-        let store = try await PostgresStore.open(location, password: server.password, connections: 1, patience: .milliseconds(500), logger: logger)
+        let (store, holder) = try await storeWithItsOnlyConnectionHeld(patience: .milliseconds(500))
         defer { store.close() }
-        let (release, releaser) = AsyncStream<Void>.makeStream()
-        defer { releaser.finish() }  // the holder is let go whatever fails first
-        let holding = Mutex(false)
-        let held = Task { [logger] in
-            try await store.withConnection { connection in
-                holding.withLock { $0 = true }
-                for await _ in release { break }
-                return try await connection.rows("SELECT 1", logger: logger).count
-            }
-        }
-        try await waitUntil(timeout: .seconds(10)) { holding.withLock { $0 } }
+        defer { holder.release() }  // whatever fails first
         let asked = ContinuousClock.now
         await #expect(throws: PostgresStore.Unavailable.self) { try await store.rows("SELECT 1") }
         let waited = ContinuousClock.now - asked
         // The patience, and at most a check (a fifth of it) later; the pool alone would wait for the held connection.
         #expect(waited >= .milliseconds(500) && waited < .seconds(3), "gave up after \(waited)")
-        releaser.yield()
-        #expect(try await held.value == 1)
+        holder.release()
+        #expect(try await holder.held.value == 1)
         #expect(try await store.rows("SELECT 1").count == 1)
     }
 
     @Test("A caller cancelled while it waits for a pooled connection stops waiting at once, not told the store is unavailable")
     func cancelledWhileWaiting() async throws {
-        let (server, location) = try await freshDatabase()
         // A patience far longer than the test: only the caller's cancellation can end its wait.
-        let store = try await PostgresStore.open(location, password: server.password, connections: 1, patience: .seconds(60), logger: logger)
+        let (store, holder) = try await storeWithItsOnlyConnectionHeld(patience: .seconds(60))
         defer { store.close() }
-        let (release, releaser) = AsyncStream<Void>.makeStream()
-        defer { releaser.finish() }
-        let holding = Mutex(false)
-        let held = Task {
-            try await store.withConnection { _ in
-                holding.withLock { $0 = true }
-                for await _ in release { break }
-            }
-        }
-        try await waitUntil(timeout: .seconds(10)) { holding.withLock { $0 } }
+        defer { holder.release() }
         let asked = ContinuousClock.now
         let waiting = Task { try await store.rows("SELECT 1") }
         waiting.cancel()
@@ -174,9 +153,38 @@ struct PostgresStoreTests {
         case .success: Issue.record("served while the only connection was held")
         case .failure(let error): #expect(!(error is PostgresStore.Unavailable), "\(error)")
         }
-        releaser.yield()
-        try await held.value
+        holder.release()
+        #expect(try await holder.held.value == 1)
         #expect(try await store.rows("SELECT 1").count == 1)
+    }
+
+    /// The one connection of a fresh store's pool, held by a statement until `release()`; `held` answers its rows.
+    struct ConnectionHolder {
+        let held: Task<Int, any Error>
+        let release: @Sendable () -> Void
+    }
+
+    /// A store on a fresh database with one pooled connection, returned once a caller holds it.
+    func storeWithItsOnlyConnectionHeld(patience: Duration) async throws -> (PostgresStore, ConnectionHolder) {
+        let (server, location) = try await freshDatabase()
+        let store = try await PostgresStore.open(location, password: server.password, connections: 1, patience: patience, logger: logger)
+        let (release, releaser) = AsyncStream<Void>.makeStream()
+        let holding = Mutex(false)
+        let held = Task { [logger] in
+            try await store.withConnection { connection in
+                holding.withLock { $0 = true }
+                for await _ in release { break }
+                return try await connection.rows("SELECT 1", logger: logger).count
+            }
+        }
+        do {
+            try await waitUntil(timeout: .seconds(10)) { holding.withLock { $0 } }
+        } catch {
+            releaser.finish()
+            store.close()
+            throw error
+        }
+        return (store, ConnectionHolder(held: held, release: { releaser.finish() }))
     }
 
     @Test("The hot statements are prepared on a connection at their first use and afterwards only executed")
