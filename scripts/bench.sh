@@ -85,8 +85,11 @@ printf "%-58s %s\n" "spool: files taken from new/ and committed" "$(engine spool
 echo "INSERT INTO deliveries (at, summary) VALUES (now(), 'one durable row');" >"$PG_DIR/insert.sql"
 PGBENCH=$("$PG_BIN/pgbench" -h "$PG_DIR" -U postgres -n -c 16 -j 2 -T "$SECONDS_PER_RUN" -f "$PG_DIR/insert.sql" pgbench_reference 2>&1)
 pgbench_tps=$(echo "$PGBENCH" | awk '/^tps/ { printf "%.0f", $3 }')
+pgbench_latency=$(echo "$PGBENCH" | awk '/^latency average/ { print $4 }')
 printf "%-58s %s\n" "socket on PostgreSQL $("$PG_BIN/postgres" --version | awk '{ print $3 }') (same machine, fsync on), 16 senders" "$(engine pg_ingest_acks_per_second)/s (p50 $(engine pg_ingest_p50_ms) ms, p99 $(engine pg_ingest_p99_ms) ms)"
-printf "%-58s %s\n" "  reference: pgbench, one-row INSERT transactions, 16 clients" "$pgbench_tps/s (ratio $(ratio "$(engine pg_ingest_acks_per_second)" "$pgbench_tps"))"
+printf "%-58s %s\n" "  reference: pgbench, one-row INSERT transactions, 16 clients" "$pgbench_tps/s (ratio $(ratio "$(engine pg_ingest_acks_per_second)" "$pgbench_tps"), latency average $pgbench_latency ms)"
+# The floor under every ack: the same 16 senders on the same socket, GET /v1/ready, answered from memory (no store).
+printf "%-58s %s\n" "  the socket's HTTP floor: GET /v1/ready, same 16 senders" "$(engine pg_ingest_http_floor_per_second)/s (p50 $(engine pg_ingest_http_floor_p50_ms) ms; acks' ratio to it $(ratio "$(engine pg_ingest_acks_per_second)" "$(engine pg_ingest_http_floor_per_second)"))"
 echo
 echo "== klarna-reconciler cluster: daemons sharing that PostgreSQL (leases), phase 1's workload ($(engine e2e_sessions) COMPLETED sessions)"
 printf "%-58s %s\n" "payments end to end, 1 daemon on SQLite (phase 1, above)" "$(engine e2e_sessions_per_second)/s"

@@ -504,6 +504,9 @@ if phase("5b"), let url = stringOption("--postgres-url") {
     report("pg_ingest_acks_per_second", String(format: "%.0f", acksPerSecond))
     report("pg_ingest_p50_ms", String(format: "%.2f", percentile(latencies, 0.50)))
     report("pg_ingest_p99_ms", String(format: "%.2f", percentile(latencies, 0.99)))
+    let (probesPerSecond, probeLatencies) = try await acknowledge(requests, folder: bench.folder, probe: true)
+    report("pg_ingest_http_floor_per_second", String(format: "%.0f", probesPerSecond))
+    report("pg_ingest_http_floor_p50_ms", String(format: "%.2f", percentile(probeLatencies, 0.50)))
     bench.stop()
 }
 // 5c. Several daemons on one PostgreSQL (`--postgres-cluster-urls`: four empty databases on that server). Payments
@@ -913,10 +916,11 @@ final class SentTimes: Sendable {
     func times(_ kp: String) -> Times? { entries.withLock { $0[kp] } }
 }
 
-/// OM notifications from 16 concurrent senders for `duration`, each acknowledged after its commit: acks per second.
-/// `requests` track requests from 16 concurrent senders into the daemon's socket in `folder`, each answered 202 only
-/// after its durable commit: acks per second, and each request's latency in ms, sorted.
-func acknowledge(_ requests: Int, folder: String) async throws -> (perSecond: Double, latencies: [Double]) {
+/// `requests` requests from 16 concurrent senders (libcurl, keep-alive) into the daemon's socket in `folder`: track
+/// requests, each answered 202 only after its durable commit, or (`probe`) `GET /v1/ready`, answered from memory
+/// without the store: the most the daemon's HTTP path serves these senders on this machine, the floor under every
+/// ack. Requests per second, and each request's latency in ms, sorted.
+func acknowledge(_ requests: Int, folder: String, probe: Bool = false) async throws -> (perSecond: Double, latencies: [Double]) {
     let transport = CurlTransport(
         configuration: .init(requestTimeout: .seconds(30), maxConnectionsPerHost: 16, unixSocketPath: folder + "/ingest.sock"))
     defer { transport.shutdown() }
@@ -929,13 +933,15 @@ func acknowledge(_ requests: Int, folder: String) async throws -> (perSecond: Do
                 while true {
                     let index = counter.next()
                     guard index < requests else { return mine }
-                    let body = Array(#"{"hpp_session_id":"ingest-\#(worker)-\#(index)","kp_session_id":"kp-\#(index)"}"#.utf8)
-                    let sent = ContinuousClock.now
-                    let response = try await transport.execute(
-                        HTTPRequest(
+                    let request =
+                        probe
+                        ? HTTPRequest(method: "GET", url: "http://localhost/v1/ready")
+                        : HTTPRequest(
                             method: "POST", url: "http://localhost/v1/sessions", headers: HTTPHeaders([("Content-Type", "application/json")]),
-                            body: body))
-                    guard response.status == 202 else { throw BenchFailure("ingest answered \(response.status)") }
+                            body: Array(#"{"hpp_session_id":"ingest-\#(worker)-\#(index)","kp_session_id":"kp-\#(index)"}"#.utf8))
+                    let sent = ContinuousClock.now
+                    let response = try await transport.execute(request)
+                    guard response.status == (probe ? 200 : 202) else { throw BenchFailure("\(request.url) answered \(response.status)") }
                     mine.append((ContinuousClock.now - sent).seconds * 1_000)
                 }
             }
@@ -947,6 +953,7 @@ func acknowledge(_ requests: Int, folder: String) async throws -> (perSecond: Do
     return (Double(requests) / (ContinuousClock.now - started).seconds, latencies)
 }
 
+/// OM notifications from 16 concurrent senders for `duration`, each acknowledged after its commit: acks per second.
 func ingest(_ transport: CurlTransport, for duration: Duration, prefix: String) async throws -> Double {
     let counter = Counter()
     let started = ContinuousClock.now

@@ -314,11 +314,13 @@ public struct HTTPServer: Sendable {
         var headers = HTTPHeaders(response.headers.map { ($0.name, $0.value) })
         headers.replaceOrAdd(name: "Content-Length", value: String(response.body.count))
         headers.replaceOrAdd(name: "Connection", value: keepAlive ? "keep-alive" : "close")
-        try await outbound.write(.head(HTTPResponseHead(version: version, status: .init(statusCode: response.status), headers: headers)))
-        if !response.body.isEmpty {
-            try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: response.body))))
-        }
-        try await outbound.write(.end(nil))
+        // All parts in one write: one flush, so an answer leaves in one system call (it took two, head and body).
+        var parts: [HTTPServerResponsePart] = [
+            .head(HTTPResponseHead(version: version, status: .init(statusCode: response.status), headers: headers))
+        ]
+        if !response.body.isEmpty { parts.append(.body(.byteBuffer(ByteBuffer(bytes: response.body)))) }
+        parts.append(.end(nil))
+        try await outbound.write(contentsOf: parts)
     }
 }
 
