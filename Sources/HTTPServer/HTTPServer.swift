@@ -314,7 +314,7 @@ public struct HTTPServer: Sendable {
         var headers = HTTPHeaders(response.headers.map { ($0.name, $0.value) })
         headers.replaceOrAdd(name: "Content-Length", value: String(response.body.count))
         headers.replaceOrAdd(name: "Connection", value: keepAlive ? "keep-alive" : "close")
-        // All parts in one write: one flush, so an answer leaves in one system call (it took two, head and body).
+        // All parts in one write: one flush, so an answer leaves in one writev (it took a write for the head and one for the body).
         var parts: [HTTPServerResponsePart] = [
             .head(HTTPResponseHead(version: version, status: .init(statusCode: response.status), headers: headers))
         ]
