@@ -24,7 +24,8 @@ urls() { for db in "$@"; do printf 'postgres://postgres@%s/%s,' "$SOCKET" "$db";
 "${BIN:-.build/release}"/klarna-engine-bench "${BIN:-.build/release}"/klarna-reconciler --phases "$PHASES" --sessions "${SESSIONS:-2000}" ${EXTRA:-} \
     --postgres-url "postgres://postgres@$SOCKET/klarna_bench" \
     --postgres-cluster-urls "$(urls klarna_cluster_1 klarna_cluster_2 klarna_cluster_3 klarna_cluster_4)" \
-    --postgres-quota-urls "$(urls klarna_quota_1 klarna_quota_2 klarna_quota_3)"
+    --postgres-quota-urls "$(urls klarna_quota_1 klarna_quota_2 klarna_quota_3)" \
+    --postgres-pair-urls "$(urls klarna_pair_1 klarna_pair_2 klarna_pair_3)"
 psql -c "SELECT d.datname AS database, sum(calls) AS calls, round(sum(total_plan_time)::numeric) AS plan_ms,
     round(sum(total_exec_time)::numeric) AS exec_ms FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid GROUP BY 1 ORDER BY 1"
 psql -c "SELECT calls, round(total_plan_time::numeric, 1) AS plan_ms, round(total_exec_time::numeric, 1) AS exec_ms,

@@ -22,7 +22,8 @@ bench_postgres_start() {
     [ "$(id -u)" -eq 0 ] && chown postgres "$PG_DIR"
     as_postgres "$PG_BIN/initdb" -D "$PG_DIR/data" -A trust -U postgres >/dev/null
     as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w start -o "-k $PG_DIR -c listen_addresses='' ${2:-}" >/dev/null
-    for db in klarna_bench klarna_cluster_1 klarna_cluster_2 klarna_cluster_3 klarna_cluster_4 klarna_quota_1 klarna_quota_2 klarna_quota_3; do
+    for db in klarna_bench klarna_cluster_1 klarna_cluster_2 klarna_cluster_3 klarna_cluster_4 klarna_quota_1 klarna_quota_2 klarna_quota_3 \
+        klarna_pair_1 klarna_pair_2 klarna_pair_3; do
         "$PG_BIN/createdb" -h "$PG_DIR" -U postgres "$db"
     done
 }

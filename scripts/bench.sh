@@ -61,7 +61,8 @@ ENGINE=$($BIN/klarna-engine-bench $BIN/klarna-reconciler --sessions "$SESSIONS" 
     --webhooks "${BENCH_WEBHOOKS:-2000}" --webhook-rate "${BENCH_WEBHOOK_RATE:-100}" \
     --postgres-url "postgres://postgres@$PG_SOCKET/klarna_bench" \
     --postgres-cluster-urls "$(for n in 1 2 3 4; do printf 'postgres://postgres@%s/klarna_cluster_%s,' "$PG_SOCKET" "$n"; done)" \
-    --postgres-quota-urls "$(for n in 1 2 3; do printf 'postgres://postgres@%s/klarna_quota_%s,' "$PG_SOCKET" "$n"; done)")
+    --postgres-quota-urls "$(for n in 1 2 3; do printf 'postgres://postgres@%s/klarna_quota_%s,' "$PG_SOCKET" "$n"; done)" \
+    --postgres-pair-urls "$(for n in 1 2 3; do printf 'postgres://postgres@%s/klarna_pair_%s,' "$PG_SOCKET" "$n"; done)")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a/b; else printf "n/a" }'; }
 engine() { echo "$ENGINE" | awk -v k="$1" '$1 == k { print $2 }'; }
 printf "%-58s %s\n" "sessions completed end to end (COMPLETED → captured)" "$(engine e2e_sessions_per_second)/s ($(engine e2e_sessions) in $(engine e2e_seconds) s, daemon CPU $(engine e2e_daemon_cpu_seconds) s)"
@@ -97,6 +98,9 @@ for n in 1 2 3; do
     printf "%-58s %s\n" "payments end to end, $n daemon(s) on PostgreSQL" "$(engine cluster_${n}_payments_per_second)/s (ratio to SQLite $(awk -v a="$(engine cluster_${n}_payments_per_second)" -v b="$(engine e2e_sessions_per_second)" 'BEGIN { printf "%.2f", a/b }'), daemons' CPU $(engine cluster_${n}_cpu_seconds) s, PostgreSQL's $(engine cluster_${n}_postgres_cpu_ms_per_payment) ms a payment)"
 done
 printf "%-58s %s\n" "daemon CPU per payment, 1 daemon: PostgreSQL vs SQLite" "$(awk -v a="$(engine cluster_1_cpu_seconds)" -v n="$(engine e2e_sessions)" 'BEGIN { printf "%.2f", a*1000/n }') ms vs $(awk -v a="$(engine e2e_daemon_cpu_seconds)" -v n="$(engine e2e_sessions)" 'BEGIN { printf "%.2f", a*1000/n }') ms (ratio $(ratio "$(engine cluster_1_cpu_seconds)" "$(engine e2e_daemon_cpu_seconds)"))"
+# One run of each moves 15 % and more between runs on a shared machine: three pairs run in turn, and their median.
+printf "%-58s %s\n" "  the same, three pairs run in turn: payments/s ratios" "$(engine pairs_payments_ratios) (median $(engine pairs_payments_ratio_median))"
+printf "%-58s %s\n" "    daemon CPU per payment ratios, the same pairs" "$(engine pairs_cpu_ratios) (median $(engine pairs_cpu_ratio_median))"
 printf "%-58s %s\n" "3 daemons polling, one budget of $(engine cluster_budget_rate)/s configured" "$(engine cluster_budget_calls_per_second) Klarna calls/s together (ratio $(awk -v a="$(engine cluster_budget_calls_per_second)" -v b="$(engine cluster_budget_rate)" 'BEGIN { printf "%.2f", a/b }'); leases $(engine cluster_leases_per_daemon))"
 printf "%-58s %s\n" "takeover after kill -9 (lease 3 s, poll 1 s)" "$(engine cluster_takeover_seconds) s until the other two held its $(engine cluster_takeover_leases) leases"
 echo
