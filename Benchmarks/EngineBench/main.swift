@@ -296,13 +296,11 @@ func paymentsOnSQLite(_ count: Int) async throws -> (seconds: Double, usage: (rs
     let store = try SQLiteStore(path: bench.storePath)
     try await store.commit(change, at: now)
     let captured = sandbox.effectCount(kind: .captured)
+    defer { bench.stop() }  // also when the wait fails: no daemon outlives its run
     _ = try bench.start()
     let started = ContinuousClock.now
     try await waitForCaptures(count, after: captured, store: try SQLiteStore(path: bench.storePath, readOnly: true), timeout: .seconds(600))
-    let seconds = (ContinuousClock.now - started).seconds
-    let usage = bench.usage()
-    bench.stop()
-    return (seconds, usage)
+    return ((ContinuousClock.now - started).seconds, bench.usage())
 }
 
 /// Phase 5c's run: `daemons` daemons on the empty database at `url`, started, then `count` COMPLETED sessions
