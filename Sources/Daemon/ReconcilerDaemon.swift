@@ -112,10 +112,14 @@ public final class ReconcilerDaemon: Sendable {
         let store: any ReconcilerStore
         var shared: (any LeaseStore)?
         let writer: OutboxWriter
+        let reserve = DiskSetup.reserve(settings)
+        let waiting = StartWait(notifier: notifier, logger: logger, reserve: reserve, readiness: nil)
         do {
             try FileManager.default.createDirectory(
                 atPath: (settings.storePath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
             lock = try StoreLock(storePath: settings.storePath)
+            // Made now while there is room (a start on a full disk goes without until the disk watch can make it).
+            try? reserve?.make()
             if let location = settings.storeURL {
                 let daemon = DaemonIdentity(host: ProcessInfo.processInfo.hostName, pid: Int(getpid()), started: Date())
                 let postgres = try await PostgresStore.open(
@@ -124,7 +128,9 @@ public final class ReconcilerDaemon: Sendable {
                 store = postgres
                 shared = postgres
             } else {
-                store = try SQLiteStore(path: settings.storePath, busyTimeout: settings.storeBusyTimeout)
+                store = try await waiting.retrying("open \(settings.storePath)") {
+                    try SQLiteStore(path: settings.storePath, busyTimeout: settings.storeBusyTimeout, reserve: reserve)
+                }
             }
             writer = try OutboxWriter(directory: settings.outboxDirectory)
         } catch let error as StoreLock.Held {
@@ -162,8 +168,10 @@ public final class ReconcilerDaemon: Sendable {
                 settings: .init(ttl: settings.leaseTime, longestCall: settings.engine.longestCall, poll: settings.engine.wakeupInterval),
                 scheduler: scheduler, clock: clock, logger: logger, onLiveDaemons: { count in shares.values.forEach { $0.daemons(count) } })
         }
+        let disk = DiskGuard(watermark: DiskWatermark(minFreeBytes: settings.diskMinFreeBytes))
         let reconciler = Reconciler(
-            store: store, accounts: accounts, clock: clock, settings: settings.engine, logger: logger, outcomeBell: outcomeBell, ownership: leases)
+            store: store, accounts: accounts, clock: clock, settings: settings.engine, logger: logger, outcomeBell: outcomeBell, ownership: leases,
+            disk: disk)
         let workLoop = Heartbeat(name: "work loop", interval: beat)
         let workers = WorkerService(
             reconciler: reconciler, queue: store, scheduler: scheduler, logger: logger, heartbeat: workLoop, leases: leases,
@@ -197,16 +205,29 @@ public final class ReconcilerDaemon: Sendable {
         }
         let disputeBells = DisputeBells(Dictionary(uniqueKeysWithValues: disputes.map { ($0.account, $0.bell) }))
 
-        let open: Int
+        // Not ready until the group runs, nor once it drains, nor while the disk is full or the store probe fails or
+        // has not answered for longer than a busy store may take.
+        let readiness = Readiness(storeStaleAfter: settings.storeBusyTimeout + .seconds(3))
+        state.withLock { $0.readiness = readiness }
+        let diskWatch = DiskWatch(guarding: disk, directories: DiskSetup.directories(settings), reserve: reserve, logger: logger) { pressure in
+            readiness.disk(pressure)
+            // The work loop waits for space on the scheduler's doorbell.
+            scheduler.doorbell.ring()
+            _ = notifier.status(pressure?.summary ?? "disk space is back")
+        }
+        // A first look before anything is taken: a start on a full disk refuses deliveries from the first one.
+        diskWatch.check()
         do {
-            open = try await workers.loadOpenWork()
+            _ = try await StartWait(notifier: notifier, logger: logger, reserve: reserve, readiness: readiness).retrying(
+                "read open work from \(settings.storeDescription)"
+            ) { try await workers.loadOpenWork() }
         } catch let problem as PostgresProblem {
             throw StartFailure("cannot start: \(problem)", errno: problem.kind == .inUse ? EBUSY : EIO, exitCode: problem.kind.exitCode)
         } catch {
             throw StartFailure("cannot read open work from \(settings.storeDescription): \(error)", errno: EIO)
         }
         let ingestor = Ingestor(
-            rules: Self.ingestRules(settings), store: store, clock: clock, logger: logger, disputeBells: disputeBells, wake: wake)
+            rules: Self.ingestRules(settings), store: store, clock: clock, logger: logger, disputeBells: disputeBells, disk: disk, wake: wake)
         var heartbeats = [workLoop]
         var spoolService: SpoolService?
         if let directory = settings.spoolDirectory {
@@ -221,10 +242,6 @@ public final class ReconcilerDaemon: Sendable {
             spoolService = SpoolService(
                 spool: spool, ingestor: ingestor, rescanInterval: settings.spoolRescanInterval, clock: clock, logger: logger, heartbeat: spoolLoop)
         }
-        // Not ready until the group runs, nor once it drains, nor while the store probe fails or has not answered
-        // for longer than a busy store may take.
-        let readiness = Readiness(storeStaleAfter: settings.storeBusyTimeout + .seconds(3))
-        state.withLock { $0.readiness = readiness }
         readiness.storeAnswered()  // it just loaded the open work
         let started = ContinuousClock.now
         // Filled once the probes exist: the listeners are bound first, and /v1/health reports on every loop.
@@ -241,7 +258,7 @@ public final class ReconcilerDaemon: Sendable {
             metrics: {
                 await gauges.update(now: clock.now, backlog: await scheduler.backlog(now: clock.now), ready: readiness.report().ready)
                 return MetricsExposition.text(of: options.metrics)
-            })
+            }, disk: disk)
         let desk = OperatorDesk(store: store, wake: { keys in await wake(keys, nil) }, disputeBells: disputeBells)
         let servers: [HTTPServer]
         do {
@@ -283,13 +300,13 @@ public final class ReconcilerDaemon: Sendable {
         let supervisor = Supervisor(
             notifier: notifier, watchdog: watchdog, heartbeats: heartbeats, probes: probes, statusInterval: settings.statusInterval,
             drainLimit: settings.drainTimeout, logger: logger
-        ) { await Self.status(store: store, scheduler: scheduler, clock: clock) }
+        ) { await Self.status(store: store, scheduler: scheduler, clock: clock, disk: disk) }
         // Registered before READY: systemd may send SIGHUP (a reload) the moment the unit is active.
         let hangups = options.handlesSignals ? await UnixSignalsSequence(trapping: .sighup) : nil
         let reload = ReloadService(
             requests: reloads, hangups: hangups, configPath: options.configPath, environment: options.environment, running: settings,
             store: store, notifier: notifier, logger: logger,
-            status: { await Self.status(store: store, scheduler: scheduler, clock: clock) }
+            status: { await Self.status(store: store, scheduler: scheduler, clock: clock, disk: disk) }
         ) { new in
             reconciler.update(settings: new.engine)
             for account in new.accounts { shares[account.id]?.configure(ratePerSecond: account.ratePerSecond, burst: account.rateBurst) }
@@ -302,14 +319,16 @@ public final class ReconcilerDaemon: Sendable {
         }
 
         let listening = servers.map { "\($0.localAddress)" }.joined(separator: ", ")
-        let status = "ready: \(open) open; store \(settings.storeDescription)" + (listening.isEmpty ? "" : "; listening on \(listening)")
+        let status = "ready: \(await scheduler.scheduledCount) open; store \(settings.storeDescription)" + (listening.isEmpty ? "" : "; listening on \(listening)")
         var readyLogger = logger
         readyLogger[metadataKey: "klarna_base_url"] = .string(settings.accounts.map(\.klarna.baseURL).joined(separator: " "))
         // Started in this order, told to stop in reverse: announce the stop (not ready), stop reading the spool, let
         // the workers finish their step, close the listeners, flush outcomes; the supervisor keeps systemd informed
         // to the end. The listeners stop after the workers: while the workers drain, /v1/ready answers 503 and a
         // delivery is still committed before its 202 (the next start acts on it).
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: supervisor), .init(service: delivery)]
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: supervisor), .init(service: diskWatch), .init(service: delivery),
+        ]
         for server in servers + (monitoringServer.map { [$0] } ?? []) { services.append(.init(service: ServerService(server: server))) }
         // The lease keeper stops after the workers (reverse order): it renews while they finish their steps, then
         // hands the leases back.
@@ -422,9 +441,10 @@ public final class ReconcilerDaemon: Sendable {
     }
 
     /// `STATUS=`: one short line of live state.
-    static func status(store: any StoreHealth, scheduler: Scheduler, clock: any WallClock) async -> String {
+    static func status(store: any StoreHealth, scheduler: Scheduler, clock: any WallClock, disk: DiskGuard) async -> String {
         let open = await scheduler.scheduledCount + scheduler.runningCount
         let backlog = await scheduler.backlog(now: clock.now)
+        if let pressure = disk.pressure { return "\(pressure.summary); \(open) open, backlog \(backlog)" }
         guard let live = try? await store.liveStatus() else { return "\(open) open, backlog \(backlog); store not answering" }
         var klarna = "Klarna ok"
         if let failed = live.lastKlarnaError, live.lastKlarnaSuccess.map({ $0 < failed }) ?? true {

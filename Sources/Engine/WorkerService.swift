@@ -77,6 +77,12 @@ public struct WorkerService: Service {
                 await withCheckedContinuation { (_: CheckedContinuation<Void, Never>) in }
             }
             await adoptClaims()
+            if reconciler.disk?.pressure != nil {
+                // A full disk: no step starts (it could record nothing); the steps under way finish and record their
+                // answers. The disk watch rings the doorbell when space returns.
+                await scheduler.doorbell.wait(timeout: heartbeat?.interval ?? .seconds(1), clock: clock)
+                continue
+            }
             let limit = reconciler.settings.maxConcurrency
             let capacity = limit - (await scheduler.runningCount)
             let jobs = capacity > 0 ? await scheduler.take(now: clock.now, capacity: capacity, budgetOf: reconciler.accounts.budget(of:)) : []

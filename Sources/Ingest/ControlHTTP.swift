@@ -48,6 +48,10 @@ public enum ControlHTTP {
                     404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200)); the routes are under /v2"])
             }
             let route = Array(parts.dropFirst())
+            if request.method == "POST", let refusal = control.disk?.refusal {
+                // Every operator request is written to the store before the engine acts on it.
+                return IngestHTTP.json(503, ["error": refusal.error, "detail": refusal.detail])
+            }
             func reply<T: Encodable>(_ value: T, status: Int = 200) -> ServerReply { Self.reply(value, status: status, version: version) }
             do {
                 switch (request.method, route) {

@@ -12,11 +12,17 @@ public struct ControlEndpoints: Sendable {
     public var readiness: Readiness
     /// The Prometheus text exposition, when metrics are served.
     public var metrics: (@Sendable () async -> String)?
+    /// Under disk pressure the operators' requests that write are refused (`503 disk_full`); `nil`: not watched.
+    public var disk: DiskGuard?
 
-    public init(health: @escaping @Sendable () async -> HealthReport, readiness: Readiness, metrics: (@Sendable () async -> String)? = nil) {
+    public init(
+        health: @escaping @Sendable () async -> HealthReport, readiness: Readiness, metrics: (@Sendable () async -> String)? = nil,
+        disk: DiskGuard? = nil
+    ) {
         self.health = health
         self.readiness = readiness
         self.metrics = metrics
+        self.disk = disk
     }
 }
 

@@ -44,20 +44,24 @@ public struct Ingestor: Sendable {
     /// Rung after a dispute hint is recorded: the account's dispute service reads its hints at once (the hint rows are
     /// the durable fallback, read at every sync).
     let disputeBells: DisputeBells
+    /// Under disk pressure every delivery is refused (`503 disk_full`) before it is read; `nil`: not watched.
+    let disk: DiskGuard?
 
     public init(
         reader: WebhookReader, store: any IngestStore, defaultCapturePolicy: CapturePolicy, clock: any WallClock,
-        logger: Logger, disputeBells: DisputeBells = DisputeBells(), wake: @escaping @Sendable ([WorkKey], AccountID?) async -> Void
+        logger: Logger, disputeBells: DisputeBells = DisputeBells(), disk: DiskGuard? = nil,
+        wake: @escaping @Sendable ([WorkKey], AccountID?) async -> Void
     ) {
         self.init(
             rules: Rules(reader: reader, defaultCapturePolicy: defaultCapturePolicy), store: store, clock: clock, logger: logger,
-            disputeBells: disputeBells, wake: wake)
+            disputeBells: disputeBells, disk: disk, wake: wake)
     }
 
     public init(
         rules: Rules, store: any IngestStore, clock: any WallClock, logger: Logger, disputeBells: DisputeBells = DisputeBells(),
-        wake: @escaping @Sendable ([WorkKey], AccountID?) async -> Void
+        disk: DiskGuard? = nil, wake: @escaping @Sendable ([WorkKey], AccountID?) async -> Void
     ) {
+        self.disk = disk
         self.rules = Live(rules)
         self.store = store
         self.clock = clock
@@ -70,7 +74,8 @@ public struct Ingestor: Sendable {
     public func update(_ rules: Rules) { self.rules.replace(with: rules) }
 
     public func ingest(_ delivery: Delivery, source: String) async -> Answer {
-        let answer = await take(delivery, source: source)
+        var answer: Answer
+        if let full = diskFull() { answer = full } else { answer = await take(delivery, source: source) }
         Self.count(source: source, answer.accepted ? answer.word : nil, refusedFor: answer.word)
         return answer
     }
@@ -78,6 +83,10 @@ public struct Ingestor: Sendable {
     /// Deliveries found together (the spool's files), committed together in the order given: one answer each, in
     /// order. A delivery the store did not record (it failed, all at once or part way) is a 503.
     public func ingest(_ deliveries: [(delivery: Delivery, source: String)]) async -> [Answer] {
+        if let full = diskFull() {
+            for (_, source) in deliveries { Self.count(source: source, nil, refusedFor: full.word) }
+            return deliveries.map { _ in full }
+        }
         let now = clock.now
         let rules = self.rules.value
         var answers = [Answer?](repeating: nil, count: deliveries.count)
@@ -179,6 +188,12 @@ public struct Ingestor: Sendable {
         } catch {
             return Rejection(503, "store_unavailable", "the delivery's account could not be checked; send it again")
         }
+    }
+
+    /// The refusal of everything while the disk is full: `503 disk_full`, naming the directory and its free space. Not
+    /// recorded in the store (the disk could not take it) nor logged one by one (the disk watch said it once); counted.
+    private func diskFull() -> Answer? {
+        disk?.refusal.map { Answer(status: 503, word: $0.error, detail: $0.detail) }
     }
 
     /// The store could not take it: 503, so the sender (or the spool's rescan) tries again. `error`: what failed.

@@ -54,6 +54,8 @@ public struct SpoolService: Service {
     /// `cur/` (the store could not take them) hold back `new/`, so a later delivery for a payment never commits
     /// before an earlier one; they are taken again on the rescan. `proceed` is asked between batches (a stop).
     public func scan(includingClaimed: Bool = false, proceed: () -> Bool = { true }) async {
+        // A full disk: files stay where they are (claiming one writes the spool's directory) until space returns.
+        if ingestor.disk?.pressure != nil { return }
         if includingClaimed {
             guard await process(spool.names(in: "cur"), claimed: true, proceed: proceed) else { return }
         } else if !spool.names(in: "cur").isEmpty {

@@ -34,11 +34,14 @@ final class GroupCommit: Sendable {
     private let connection: SQLiteConnection
     private let queue: DispatchQueue
     private let state = Mutex(Queue())
+    /// Given back when a transaction finds the disk full.
+    private let reserve: ReserveFile?
 
     /// `queue` is the serial queue that owns `connection`; drains run on it, between reads.
-    init(connection: SQLiteConnection, queue: DispatchQueue) {
+    init(connection: SQLiteConnection, queue: DispatchQueue, reserve: ReserveFile? = nil) {
         self.connection = connection
         self.queue = queue
+        self.reserve = reserve
     }
 
     /// Runs `body` in a write transaction, possibly shared with other writes, and returns once it is durable.
@@ -68,12 +71,20 @@ final class GroupCommit: Sendable {
 
     var statistics: Statistics { state.withLock { $0.statistics } }
 
-    /// Commits every write queued so far in one transaction. Runs on `queue`.
+    /// Commits every write queued so far in one transaction. Runs on `queue`. A transaction that fails for want of
+    /// space runs once more after the reserve gave its space back: the answers in flight are recorded first.
     private func drain() {
         let batch = state.withLock { state in
             defer { state.pending = []; state.drainScheduled = false }
             return state.pending
         }
+        var failure = commit(batch)
+        if let error = failure as? SQLiteError, error.isDiskFull, reserve?.release() == true { failure = commit(batch) }
+        for write in batch { write.finish(failure) }
+    }
+
+    /// One transaction of `batch`; the error that undid it, or `nil` once it is durable.
+    private func commit(_ batch: [Pending]) -> (any Error)? {
         let db = connection
         let started = ContinuousClock.now
         defer { Telemetry.time(.storeCommitDuration, .now - started) }
@@ -82,18 +93,20 @@ final class GroupCommit: Sendable {
             for write in batch {
                 // A full disk or an I/O error can end the whole transaction inside one write: what the writes before
                 // it did is gone too, so every write in the batch fails with that error. So does a failed write whose
-                // own rows could not be undone: committing the rest would commit those too.
-                if let error = write.apply(db), !db.inTransaction || error is SavepointUndoFailed { throw error }
+                // own rows could not be undone (committing the rest would commit those too), and one that found the
+                // disk full (the batch is tried again once the reserve is given back).
+                if let error = write.apply(db), !db.inTransaction || error is SavepointUndoFailed || (error as? SQLiteError)?.isDiskFull == true {
+                    throw error
+                }
             }
             try db.execute("COMMIT")
             state.withLock {
                 $0.statistics.transactions += 1; $0.statistics.committedWrites += batch.count
             }
+            return nil
         } catch {
             if db.inTransaction { try? db.execute("ROLLBACK") }
-            for write in batch { write.finish(error) }
-            return
+            return error
         }
-        for write in batch { write.finish(nil) }
     }
 }

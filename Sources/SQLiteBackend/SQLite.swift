@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import ReconcilerStore
 
 /// A value bound to or read from SQLite.
 public enum SQLValue: Sendable, Equatable {
@@ -53,18 +54,33 @@ public struct SQLRow: Sendable {
     }
 }
 
-/// An SQLite failure with SQLite's own message and the statement it came from.
+/// An SQLite failure with SQLite's own message, the statement it came from, the file, and, when the disk may be the
+/// cause (full, or an I/O error), how much space its directory has left.
 public struct SQLiteError: Error, CustomStringConvertible {
     public let code: Int32
     public let message: String
     public let sql: String?
+    public var file: String? = nil
+    public var space: String? = nil
 
     /// `SQLITE_FULL`: the disk (or quota) is full.
     public var isDiskFull: Bool { code & 0xFF == SQLITE_FULL }
+    /// The disk is full or failing: what a start waits out rather than exits on.
+    public var isStorageFault: Bool { isDiskFull || code & 0xFF == SQLITE_IOERR }
     public var isBusy: Bool { code & 0xFF == SQLITE_BUSY || code & 0xFF == SQLITE_LOCKED }
 
     public var description: String {
-        "SQLite error \(code): \(message)" + (sql.map { " (in: \($0.prefix(80)))" } ?? "")
+        "SQLite error \(code): \(message)" + (sql.map { " (in: \($0.prefix(80)))" } ?? "") + (file.map { " on \($0)" } ?? "")
+            + (space.map { "; \($0)" } ?? "")
+    }
+
+    /// The error with the file it happened on, and the free space beside it when the disk may be the cause.
+    func on(_ path: String) -> SQLiteError {
+        var error = self
+        error.file = path
+        let primary = code & 0xFF
+        if primary == SQLITE_FULL || primary == SQLITE_IOERR || primary == SQLITE_CANTOPEN { error.space = freeSpaceNote(at: path) }
+        return error
     }
 }
 
@@ -75,18 +91,20 @@ struct SavepointUndoFailed: Error, CustomStringConvertible {
 
 /// One SQLite connection. Not thread-safe by itself: ``SQLiteStore`` confines it to one serial queue.
 final class SQLiteConnection: @unchecked Sendable {
+    let path: String
     private var handle: OpaquePointer?
     private var statements: [String: OpaquePointer] = [:]
 
     /// Opens (creating if asked) the database at `path` in WAL mode with full-sync commits.
     init(path: String, readOnly: Bool, busyTimeout: Duration) throws {
+        self.path = path
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         var db: OpaquePointer?
         let code = sqlite3_open_v2(path, &db, flags, nil)
         guard code == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close_v2(db)
-            throw SQLiteError(code: code, message: "\(message): \(path)", sql: nil)
+            throw SQLiteError(code: code, message: message, sql: nil).on(path)
         }
         handle = db
         sqlite3_busy_timeout(db, Int32(busyTimeout.timeInterval * 1_000))
@@ -111,7 +129,7 @@ final class SQLiteConnection: @unchecked Sendable {
         if code != SQLITE_OK {
             let message = error.map { String(cString: $0) } ?? "error"
             sqlite3_free(error)
-            throw SQLiteError(code: code, message: message, sql: sql)
+            throw SQLiteError(code: code, message: message, sql: sql).on(path)
         }
     }
 
@@ -203,6 +221,6 @@ final class SQLiteConnection: @unchecked Sendable {
     }
 
     private func error(_ code: Int32, _ sql: String) -> SQLiteError {
-        SQLiteError(code: sqlite3_extended_errcode(handle), message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+        SQLiteError(code: sqlite3_extended_errcode(handle), message: String(cString: sqlite3_errmsg(handle)), sql: sql).on(path)
     }
 }

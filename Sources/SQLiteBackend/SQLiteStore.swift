@@ -16,17 +16,18 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
 
     /// Opens the store at `path`, creating it and applying migrations unless `readOnly`.
     /// - Parameter busyTimeout: how long to wait for another process's write before failing (CLI vs daemon).
-    public init(path: String, readOnly: Bool = false, busyTimeout: Duration = .seconds(5)) throws {
+    /// - Parameter reserve: space on the store's filesystem given back when a write finds the disk full.
+    public init(path: String, readOnly: Bool = false, busyTimeout: Duration = .seconds(5), reserve: ReserveFile? = nil) throws {
         self.path = path
-        let writer = try SQLiteConnection(path: path, readOnly: readOnly, busyTimeout: busyTimeout)
+        let writer = try Self.relieved(by: reserve) { try SQLiteConnection(path: path, readOnly: readOnly, busyTimeout: busyTimeout) }
         let writeQueue = DispatchQueue(label: "klarna-reconciler.store.write")
-        self.writes = GroupCommit(connection: writer, queue: writeQueue)
+        self.writes = GroupCommit(connection: writer, queue: writeQueue, reserve: reserve)
         encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         if !readOnly {
             // The store holds authorization tokens: not for every local user (SQLite gives -wal and -shm the same mode).
             chmod(path, 0o640)
-            try Migrations.apply(to: writer)
+            try Self.relieved(by: reserve) { try Migrations.apply(to: writer) }
             reader = try SQLiteConnection(path: path, readOnly: true, busyTimeout: busyTimeout)
             readQueue = DispatchQueue(label: "klarna-reconciler.store.read")
         } else {
@@ -40,6 +41,15 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
                 message:
                     "store schema is version \(try Migrations.version(of: reader)), this binary expects \(Migrations.latest); run the daemon once to migrate",
                 sql: nil)
+        }
+    }
+
+    /// Runs `body`, and once more after `reserve` gave its space back if it found the disk full.
+    private static func relieved<T>(by reserve: ReserveFile?, _ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as SQLiteError where error.isDiskFull && reserve?.release() == true {
+            return try body()
         }
     }
 

@@ -24,6 +24,10 @@ public struct Settings: Sendable {
     public var storePasswordSource = "none"
     /// `store.lease_seconds`: with a PostgreSQL store, how long a daemon's lease on a unit of work lasts unrenewed.
     public var leaseTime: Duration = .seconds(15)
+    /// `disk.min_free_mb`: the free-space watermark of every directory the daemon writes, in bytes.
+    public var diskMinFreeBytes: Int64 = 64 << 20
+    /// `disk.reserve_mb`: the reserve file beside a SQLite store, in bytes; `nil`: 1 % of its filesystem, at most 1 GiB.
+    public var diskReserveBytes: Int64? = nil
     public var outboxDirectory: String
     public var notifyURL: String?
     public var notifyTimeout: Duration
@@ -98,6 +102,7 @@ public enum SettingsKeys {
         "klarna.password_file", "klarna.connect_timeout_seconds", "klarna.request_timeout_seconds",
         "store.path", "store.busy_timeout_ms", "store.url", "store.password_file", "store.lease_seconds",
         "outbox.dir",
+        "disk.min_free_mb", "disk.reserve_mb",
         "notify.url", "notify.timeout_seconds", "notify.max_attempts",
         "polling.dense_interval_seconds", "polling.dense_window_seconds", "polling.max_interval_seconds",
         "polling.expiry_grace_seconds", "polling.pending_fraud_interval_seconds", "polling.order_recheck_interval_seconds",
@@ -170,6 +175,8 @@ extension Settings {
                 ),
                 ("store.lease_seconds", storeURL == nil ? "(not used)" : "\(Int(leaseTime.timeInterval))"),
                 ("outbox.dir", outboxDirectory),
+                ("disk.min_free_mb", "\(diskMinFreeBytes >> 20)"),
+                ("disk.reserve_mb", storeURL != nil ? "(not used: the store is PostgreSQL's)" : diskReserveBytes.map { "\($0 >> 20)" } ?? "(1 % of the store's filesystem, at most 1024)"),
                 ("notify.url", notifyURL ?? "(none)"),
                 ("notify.timeout_seconds", seconds(notifyTimeout)),
                 ("notify.max_attempts", "\(notifyMaxAttempts)"),

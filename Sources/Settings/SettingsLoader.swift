@@ -224,6 +224,10 @@ extension Settings {
             )
         }
         settings.leaseTime = try values.seconds("store.lease_seconds", default: 15)
+        settings.diskMinFreeBytes = Int64(try values.int("disk.min_free_mb", default: 64, range: 0...1_048_576)) << 20
+        if try values.string("disk.reserve_mb") != nil {
+            settings.diskReserveBytes = Int64(try values.int("disk.reserve_mb", default: 0, range: 0...65_536)) << 20
+        }
         guard settings.leaseTime >= .seconds(3), settings.leaseTime <= .seconds(600) else {
             throw SettingsError("store.lease_seconds", "must be between 3 and 600 (a lease is renewed every third of it)")
         }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Daemon
 import Engine
 import Foundation
 import KlarnaAPI
@@ -127,7 +128,13 @@ struct StatusCommand: AsyncParsableCommand {
             summary.ordersByPhase = counts.ordersByPhase
             summary.accounts = summary.accounts?.filter { $0.key == account.rawValue }
         }
-        if json { return try printJSON(summary) }
+        // The disk is read here, beside the daemon, as the daemon judges it: a full one makes the command fail.
+        let disk = DiskSetup.pressure(settings)
+        if json {
+            try printJSON(summary)
+            if disk.pressure != nil { throw ExitCode.failure }
+            return
+        }
         func counts(_ values: [String: Int]) -> String {
             values.isEmpty ? "none" : values.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
         }
@@ -162,6 +169,9 @@ struct StatusCommand: AsyncParsableCommand {
         print(
             "refused input:  \(summary.rejectionsLastDay) in the last 24 h\(summary.lastRejection.map { "; last \($0)" } ?? "") (spool files: klarna-reconciler quarantine list)"
         )
+        let free = disk.readings.map { "\($0.role.rawValue) \(ByteCount($0.availableBytes)) free" }.joined(separator: ", ")
+        print("disk:           \(disk.pressure.map { "\($0.summary); deliveries are refused (503 disk_full) until space returns" } ?? free)")
+        if disk.pressure != nil { throw ExitCode.failure }
     }
 }
 

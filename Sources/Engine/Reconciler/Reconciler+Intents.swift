@@ -125,7 +125,7 @@ extension Reconciler {
         try await spendBudget(urgency)
         now = clock.now
         change.intents = [intent]
-        if let deferred = try await deferredForStop(change, "\(kind.intentKind.rawValue) for KP session \(session.kpSessionID)", now: now) {
+        if let deferred = try await deferredSideEffect(change, "\(kind.intentKind.rawValue) for KP session \(session.kpSessionID)", now: now) {
             return deferred
         }
         // Persist "sent" before the request leaves: a crash from here on is resolved by reading Klarna first.
@@ -287,7 +287,7 @@ extension Reconciler {
         try await spendBudget(urgency)  // before the sent mark, as for the session's intents
         now = clock.now
         change.intents = [intent]
-        if let deferred = try await deferredForStop(change, "\(intent.kind.rawValue) of order \(order.orderID)", now: now) { return deferred }
+        if let deferred = try await deferredSideEffect(change, "\(intent.kind.rawValue) of order \(order.orderID)", now: now) { return deferred }
         intent = intent.sending(now: now)
         change.intents = [intent]
         let what =

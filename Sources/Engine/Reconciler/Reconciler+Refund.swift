@@ -77,7 +77,7 @@ extension Reconciler {
         try await spendBudget(.inMotion)  // before the sent mark, as for every side effect
         now = clock.now
         change.intents = [intent]
-        if let deferred = try await deferredForStop(change, "refund of order \(order.orderID)", now: now) { return deferred }
+        if let deferred = try await deferredSideEffect(change, "refund of order \(order.orderID)", now: now) { return deferred }
         intent = intent.sending(now: now)
         change.intents = [intent]
         change.events.append(

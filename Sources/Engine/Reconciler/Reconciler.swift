@@ -84,9 +84,10 @@ public struct Reconciler: Sendable {
 
     public init(
         store: any WorkStore, accounts: KlarnaAccounts, clock: any WallClock, random: any RandomSource = SystemRandomSource(),
-        settings: EngineSettings, logger: Logger, outcomeBell: Doorbell? = nil, ownership: (any WorkOwnership)? = nil
+        settings: EngineSettings, logger: Logger, outcomeBell: Doorbell? = nil, ownership: (any WorkOwnership)? = nil, disk: DiskGuard? = nil
     ) {
         self.ownership = ownership
+        self.disk = disk
         self.store = StepReads(base: store)
         self.accounts = accounts
         self.clock = clock
@@ -106,15 +107,23 @@ public struct Reconciler: Sendable {
 
     /// Set once a stop begins (``stopSendingSideEffects()``).
     private let stopping = Live(false)
+    /// Under disk pressure no side effect starts (``DiskGuard``); `nil`: the disk is not watched.
+    public let disk: DiskGuard?
 
     /// A stop has begun: steps under way finish, but none sends a side effect it had not sent yet (it is left
     /// `intended` for the next start). With the calls already sent bounded by the request timeout, which the drain
     /// outlasts, a graceful stop never cancels a create-order in flight.
     public func stopSendingSideEffects() { stopping.replace(with: true) }
 
-    /// Whether a step may send a side effect now; if not, it commits `change` (what it read) and says when to come
-    /// back: at once, which the next start does.
-    func deferredForStop(_ change: Change, _ what: String, now: Date) async throws -> StepResult? {
+    /// Whether a step may send a side effect now; if not, it says when to come back. While stopping it commits
+    /// `change` (what it read) and comes back at once, which the next start does. Under disk pressure it commits
+    /// nothing (the disk may not take it; a read is read again) and comes back once the worker runs again, which
+    /// it does when space returns.
+    func deferredSideEffect(_ change: Change, _ what: String, now: Date) async throws -> StepResult? {
+        if let pressure = disk?.pressure {
+            logger.notice("\(what) not sent: \(pressure.summary); sent once space returns")
+            return StepResult(next: now)
+        }
         guard stopping.value else { return nil }
         logger.info("stopping: \(what) not sent; the next start sends it")
         try await commit(change, now: now)
@@ -262,14 +271,22 @@ public struct Reconciler: Sendable {
         change.ledgerCaptures += step.ledgerCaptures
     }
 
-    /// How long a step keeps trying to commit before it gives up (and the worker retries the key later).
+    /// How long a step keeps trying to commit before it gives up (and the worker retries the key later), unless the
+    /// change holds Klarna's answer to a side effect: that one is never given up.
     static let commitPatience: Duration = .seconds(60)
+    /// How often a commit that keeps failing says so in the journal.
+    static let commitComplaintInterval: Duration = .seconds(60)
 
     /// Commits `change`; a failed commit (full disk, I/O error, a store locked too long) is retried with backoff in
-    /// real time, because after a Klarna call its result exists only in memory until it is recorded.
+    /// real time, because after a Klarna call its result exists only in memory until it is recorded. A change that
+    /// holds Klarna's answer to a side effect (an intent it finishes) is retried until the store takes it, however
+    /// long that takes, and its ids go to the journal at the first failure (``MessageID/answerUnrecorded``), so that a
+    /// process that dies meanwhile leaves them for `retry --order-id`.
     func commit(_ change: Change, now: Date) async throws {
+        let answers = change.intents.filter(\.isFinished)
         let started = ContinuousClock.now
         var delay = Duration.milliseconds(100)
+        var complained: ContinuousClock.Instant?
         while true {
             do {
                 try await store.commit(change, at: now, fencedBy: Self.workKey)
@@ -280,11 +297,19 @@ public struct Reconciler: Sendable {
                 // The same change can never go through: the step starts again from what is stored.
                 throw moved
             } catch {
-                guard ContinuousClock.now - started < Self.commitPatience else { throw error }
-                logger.error("cannot record a step in the store (\(error)); trying again in \(delay)")
+                if complained == nil { logUnrecorded(answers, error) }
+                guard !answers.isEmpty || ContinuousClock.now - started < Self.commitPatience else { throw error }
+                if complained.map({ ContinuousClock.now - $0 >= Self.commitComplaintInterval }) ?? true {
+                    complained = .now
+                    let until = answers.isEmpty ? ", for \(Self.commitPatience) at most" : " until it is recorded: it holds Klarna's answer"
+                    logger.error("cannot record a step in the store (\(error)); trying again every \(min(delay * 2, .seconds(5)))\(until)")
+                }
                 try await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(5))
             }
+        }
+        if complained != nil, !answers.isEmpty {
+            logger.notice("recorded Klarna's answer held since \(Int((ContinuousClock.now - started).timeInterval)) s ago: \(answers.map(\.key).joined(separator: ", "))")
         }
         if let key = Self.workKey { Self.committed?.keep(key, from: change) }
         EventLog.log(change, logger: logger)
@@ -293,6 +318,21 @@ public struct Reconciler: Sendable {
             Telemetry.count(.intentsFinished, ("kind", intent.kind.rawValue), ("state", intent.state.rawValue))
         }
         if !change.outcomes.isEmpty { outcomeBell?.ring() }
+    }
+
+    /// Klarna's answers the store could not record yet, one journal line each with what Klarna created: the record
+    /// until the commit lands (a customer token by its tail only, as everywhere).
+    private func logUnrecorded(_ answers: [Intent], _ error: any Error) {
+        for intent in answers {
+            let shown = intent.redacted
+            logger.critical(
+                "Klarna's answer to \(intent.kind.rawValue) \(intent.key) for \(intent.subject) is not recorded yet (\(error)): \(intent.state.rawValue)\(shown.result.map { ", result \($0)" } ?? "")\(shown.lastError.map { ", \($0)" } ?? ""); kept and committed as soon as the store takes it",
+                metadata: [
+                    MessageID.metadataKey: .string(MessageID.answerUnrecorded.rawValue), "intent": .string(intent.key),
+                    "intent_kind": .string(intent.kind.rawValue), "subject": .string(intent.subject),
+                    "result": .string(shown.result ?? ""),
+                ])
+        }
     }
 
     /// This daemon's lease on the key is not known to last (the store has not answered a renewal in time): no call

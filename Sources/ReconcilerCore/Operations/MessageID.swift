@@ -59,6 +59,15 @@ public enum MessageID: String, CaseIterable, Sendable {
     // Input, output and storage
     case deliveryRefused = "addba77736b64da8a3ee942cc2731565"
     case notifyGaveUp = "1cc34329043949f8871f33fa4c9f5dc7"
+    /// A directory the daemon writes fell below `disk.min_free_mb`: nothing new is taken until space returns.
+    case diskFull = "ba3eb9894ff04a4994991dec615740f3"
+    /// Every directory has room again: deliveries and side effects resume.
+    case diskSpaceBack = "3e28934fdc1c4c9e83a2f4ab297e419e"
+    /// Klarna answered a side effect and the store could not record it yet: the line carries the ids, kept until
+    /// the store takes them.
+    case answerUnrecorded = "d25851bdf3d0493993e21333cb6f8379"
+    /// The daemon is starting and its store cannot be opened or written (a full disk): it waits, it does not exit.
+    case storeWaiting = "951a10fa31644052bfe09fc43dd3c9fa"
 
     /// The metadata key a log line carries its id under; the journald handler writes it as `MESSAGE_ID`.
     public static let metadataKey = "message_id"

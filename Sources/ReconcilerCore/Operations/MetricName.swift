@@ -28,6 +28,8 @@ public enum MetricName: String, CaseIterable, Sendable {
     case spoolQuarantined = "klarna_reconciler_spool_quarantined_files"
     case backlog = "klarna_reconciler_backlog"
     case ready = "klarna_reconciler_ready"
+    case diskFreeBytes = "klarna_reconciler_disk_free_bytes"
+    case diskFull = "klarna_reconciler_disk_full"
 
     // Read from the store after each settlement sync (`settlements.enabled`).
     case unsettledCaptures = "klarna_reconciler_unsettled_captures"
@@ -67,6 +69,9 @@ public enum MetricName: String, CaseIterable, Sendable {
         case .spoolQuarantined: "Refused files in the spool's quarantine/ directory."
         case .backlog: "Work due that no worker has taken yet."
         case .ready: "1 while /v1/ready would answer 200, else 0."
+        case .diskFreeBytes:
+            "Bytes free for the daemon by directory (store, spool, outbox), less the store's reserve while it is given back."
+        case .diskFull: "1 while a directory the daemon writes is below disk.min_free_mb (deliveries refused with 503 disk_full), else 0."
         case .unsettledCaptures: "Captures flagged as not settled in time that no payout has settled since."
         case .newestPayout: "The newest payout recorded, as a Unix time (0 when none)."
         case .disputeSyncFailures: "Dispute syncs that failed (each is tried again)."

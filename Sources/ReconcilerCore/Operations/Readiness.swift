@@ -14,6 +14,10 @@ public final class Readiness: Sendable {
         public var phase: Phase
         /// `ok`, or what the last store check failed with.
         public var store: String
+        /// `ok`, or which directory is below the watermark and how much it has free.
+        public var disk: String = "ok"
+        /// Why not ready, as a word a program can match: `disk_full`, `store_unavailable`, `starting`, `draining`.
+        public var error: String?
         /// How long ago the store last answered; `nil` before the first answer.
         public var storeAnsweredSecondsAgo: Double?
         /// Why not ready, for a person; `nil` when ready.
@@ -24,6 +28,9 @@ public final class Readiness: Sendable {
         var phase: Phase = .starting
         var storeError: String?
         var storeAnsweredAt: ContinuousClock.Instant?
+        var disk: DiskPressure?
+        /// Why the open work is not loaded yet (a start that waits for its store), once it was tried.
+        var waitingForStore: String?
     }
 
     private let state = Mutex(State())
@@ -48,13 +55,21 @@ public final class Readiness: Sendable {
 
     public func storeFailed(_ error: String) { state.withLock { $0.storeError = error } }
 
+    /// The disk watch's word: the directories below the watermark, `nil` once every one has room.
+    public func disk(_ pressure: DiskPressure?) { state.withLock { $0.disk = pressure } }
+
+    /// The start cannot load its open work from the store yet (`reason`), or could (`nil`).
+    public func waitingForStore(_ reason: String?) { state.withLock { $0.waitingForStore = reason } }
+
     public func report(now: ContinuousClock.Instant = .now) -> Report {
         let current = state.withLock { $0 }
         let age = current.storeAnsweredAt.map { now - $0 }
         var reason: String?
+        var error: String?
         switch current.phase {
-        case .starting: reason = "starting"
-        case .draining: reason = "draining: the daemon is stopping"
+        case .starting:
+            (error, reason) = ("starting", current.waitingForStore.map { "starting: waiting for the store: \($0)" } ?? "starting")
+        case .draining: (error, reason) = ("draining", "draining: the daemon is stopping")
         case .ready:
             if let error = current.storeError {
                 reason = "store unavailable: \(error)"
@@ -63,10 +78,18 @@ public final class Readiness: Sendable {
             } else if age == nil {
                 reason = "store not checked yet"
             }
+            if reason != nil { error = "store_unavailable" }
         }
-        return Report(
+        // A full disk is said first: it is what the operator must act on, whatever else waits behind it.
+        if let pressure = current.disk, current.phase != .draining {
+            (error, reason) = (DiskPressure.errorWord, pressure.summary)
+        }
+        var report = Report(
             ready: reason == nil, phase: current.phase, store: current.storeError ?? "ok",
             storeAnsweredSecondsAgo: age.map(\.roundedSeconds), reason: reason)
+        report.disk = current.disk?.summary ?? "ok"
+        report.error = error
+        return report
     }
 }
 
