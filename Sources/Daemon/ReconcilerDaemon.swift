@@ -122,9 +122,11 @@ public final class ReconcilerDaemon: Sendable {
             try? reserve?.make()
             if let location = settings.storeURL {
                 let daemon = DaemonIdentity(host: ProcessInfo.processInfo.hostName, pid: Int(getpid()), started: Date())
-                let postgres = try await PostgresStore.open(
-                    location, password: settings.storePassword, connections: settings.engine.maxConcurrency + 4, daemon: daemon,
-                    transactionIdleLimit: settings.leaseTime, logger: logger)
+                let postgres = try await waiting.retrying("open \(location)") {
+                    try await PostgresStore.open(
+                        location, password: settings.storePassword, connections: settings.engine.maxConcurrency + 4, daemon: daemon,
+                        transactionIdleLimit: settings.leaseTime, logger: logger)
+                }
                 store = postgres
                 shared = postgres
             } else {
@@ -319,7 +321,9 @@ public final class ReconcilerDaemon: Sendable {
         }
 
         let listening = servers.map { "\($0.localAddress)" }.joined(separator: ", ")
-        let status = "ready: \(await scheduler.scheduledCount) open; store \(settings.storeDescription)" + (listening.isEmpty ? "" : "; listening on \(listening)")
+        let status =
+            "ready: \(await scheduler.scheduledCount) open; store \(settings.storeDescription)"
+            + (listening.isEmpty ? "" : "; listening on \(listening)")
         var readyLogger = logger
         readyLogger[metadataKey: "klarna_base_url"] = .string(settings.accounts.map(\.klarna.baseURL).joined(separator: " "))
         // Started in this order, told to stop in reverse: announce the stop (not ready), stop reading the spool, let

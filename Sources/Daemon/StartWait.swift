@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import ReconcilerCore
 import ReconcilerStore
+import PostgresBackend
 import SQLiteBackend
 import SystemdSupport
 
@@ -19,6 +20,14 @@ struct StartWait {
     static let longestPause: Duration = .seconds(5)
     static let complaintInterval: Duration = .seconds(60)
 
+    /// What a start waits out: a SQLite file on a full or failing disk, a PostgreSQL server that refuses writes for
+    /// a reason that passes (its disk full, too many connections, read only, starting).
+    static func waitsOut(_ error: any Error) -> Bool {
+        if let sqlite = error as? SQLiteError { return sqlite.isStorageFault }
+        if error is PostgresStore.ServerRefusal { return true }
+        return (error as? PostgresProblem)?.kind == .cannotWrite
+    }
+
     /// Runs `body` until it stops failing for want of space or for an I/O error; any other error is thrown at once.
     func retrying<T>(_ what: String, _ body: () async throws -> T) async throws -> T {
         var pause = Duration.milliseconds(500)
@@ -31,7 +40,7 @@ struct StartWait {
                     readiness?.waitingForStore(nil)
                 }
                 return value
-            } catch let error as SQLiteError where error.isStorageFault {
+            } catch  where Self.waitsOut(error) {
                 reserve?.release()
                 let status = "waiting for the store: cannot \(what): \(error); trying again in \(pause)"
                 _ = notifier.extendTimeout(by: pause + .seconds(30), status: status)
@@ -39,7 +48,8 @@ struct StartWait {
                 readiness?.waitingForStore("\(error)")
                 if complained.map({ ContinuousClock.now - $0 >= Self.complaintInterval }) ?? true {
                     complained = .now
-                    logger.error("\(status) (the daemon waits; it does not exit)", metadata: [MessageID.metadataKey: .string(MessageID.storeWaiting.rawValue)])
+                    logger.error(
+                        "\(status) (the daemon waits; it does not exit)", metadata: [MessageID.metadataKey: .string(MessageID.storeWaiting.rawValue)])
                 }
                 try await Task.sleep(for: pause)
                 pause = min(pause * 2, Self.longestPause)

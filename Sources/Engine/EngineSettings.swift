@@ -22,6 +22,8 @@ public struct EngineSettings: Sendable, Equatable {
     /// The longest a Klarna call lasts from when it starts (`klarna.request_timeout_seconds` + 1 s): a side effect
     /// found `sent` may have been going out until its mark plus this (``CreateOrderSettle``).
     public var longestCall: Duration
+    /// How a step retries a commit the store refused (a full disk, a store that does not answer).
+    public var commitRetry = CommitRetry()
 
     public init(
         polling: PollingSchedule = PollingSchedule(), deadlines: Deadlines = Deadlines(),
@@ -41,4 +43,17 @@ public struct EngineSettings: Sendable, Equatable {
         self.createOrderSettle = createOrderSettle
         self.longestCall = longestCall
     }
+}
+
+/// How a step retries a commit the store refused: a pause from `initialDelay` doubling up to `maxDelay`, for
+/// `patience` at most (then the worker runs the key again later), except a commit that holds Klarna's answer to a
+/// side effect, which is retried until the store takes it. Not configurable: tests set shorter ones.
+public struct CommitRetry: Sendable, Equatable {
+    public var initialDelay: Duration = .milliseconds(100)
+    public var maxDelay: Duration = .seconds(5)
+    public var patience: Duration = .seconds(60)
+    /// How often a commit that keeps failing says so in the journal.
+    public var complaintInterval: Duration = .seconds(60)
+
+    public init() {}
 }

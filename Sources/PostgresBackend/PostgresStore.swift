@@ -172,8 +172,18 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 description:
                     "\(location): no connection to PostgreSQL within \(leasePatience.patience) (the server is unreachable or every connection is busy)"
             )
+        } catch {
+            guard let refusal = ServerRefusal(error, location: location) else { throw error }
+            refused.withLock { $0 = (refusal, .now) }
+            throw refusal
         }
     }
+
+    /// The server's last refusal (``ServerRefusal``) and when: `probeWrites` reports it for ``refusalMemory``.
+    private let refused = Mutex<(ServerRefusal, ContinuousClock.Instant)?>(nil)
+    /// How long a refusal makes the store unavailable to the readiness probe after it: the engine's retries of a held
+    /// answer (every 5 s at most) and the forwarders' renew it while the server refuses; it lapses once they land.
+    static let refusalMemory: Duration = .seconds(10)
 
     /// Runs `body` in one transaction on one pooled connection; rolls back and rethrows its own error if it throws.
     /// A failure may have closed the connection (a hot statement that failed at its first use on it, see
@@ -745,7 +755,10 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     }
 
     /// A transaction that takes a connection from the pool and commits: fails while the server is unreachable.
+    /// A connection answers a transaction, and the server has refused no write within ``refusalMemory`` (a server
+    /// whose disk is full still answers `SELECT 1`).
     public func probeWrites() async throws {
+        if let (refusal, at) = refused.withLock({ $0 }), ContinuousClock.now - at < Self.refusalMemory { throw refusal }
         try await transaction { [self] db in _ = try await db.rows("SELECT 1", logger: logger) }
     }
 }

@@ -86,6 +86,8 @@ public final class ReserveFile: Sendable {
         public let operation: String
         public let code: Int32
 
-        public var description: String { "cannot \(operation) the reserve file \(path): \(String(cString: strerror(code))); \(freeSpaceNote(at: path))" }
+        public var description: String {
+            "cannot \(operation) the reserve file \(path): \(String(cString: strerror(code))); \(freeSpaceNote(at: path))"
+        }
     }
 }

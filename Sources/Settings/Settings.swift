@@ -176,7 +176,12 @@ extension Settings {
                 ("store.lease_seconds", storeURL == nil ? "(not used)" : "\(Int(leaseTime.timeInterval))"),
                 ("outbox.dir", outboxDirectory),
                 ("disk.min_free_mb", "\(diskMinFreeBytes >> 20)"),
-                ("disk.reserve_mb", storeURL != nil ? "(not used: the store is PostgreSQL's)" : diskReserveBytes.map { "\($0 >> 20)" } ?? "(1 % of the store's filesystem, at most 1024)"),
+                (
+                    "disk.reserve_mb",
+                    storeURL != nil
+                        ? "(not used: the store is PostgreSQL's)"
+                        : diskReserveBytes.map { "\($0 >> 20)" } ?? "(1 % of the store's filesystem, at most 1024)"
+                ),
                 ("notify.url", notifyURL ?? "(none)"),
                 ("notify.timeout_seconds", seconds(notifyTimeout)),
                 ("notify.max_attempts", "\(notifyMaxAttempts)"),

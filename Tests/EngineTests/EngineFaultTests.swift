@@ -539,7 +539,28 @@ struct StoreFailureTests {
             #expect(try await h.outcomes(created) == [.orderPlaced, .captured])
             h.expectNoDoubleEffects()
             #expect(h.sandbox.requests(route: "kp.create_order").count == 1)
-            #expect(h.logs.all.filter { $0.contains("cannot record a step in the store") }.count == 4)
+            // Said once (then once a minute), with the answer's ids at the first failure.
+            #expect(h.logs.all.filter { $0.contains("cannot record a step in the store") }.count == 1)
+            let orderID = try #require(try await h.session(created).orderID)
+            #expect(h.logs.all.contains { $0.contains("place_order") && $0.contains("not recorded yet") && $0.contains("result \(orderID)") })
+        }
+    }
+
+    @Test("A store that refuses Klarna's answer for longer than a step's patience: the answer is kept until it lands, never given up")
+    func answerOutlastsPatience() async throws {
+        var settings = EngineHarness.fastSettings
+        settings.commitRetry.initialDelay = .milliseconds(1)
+        settings.commitRetry.maxDelay = .milliseconds(5)
+        settings.commitRetry.patience = .milliseconds(20)
+        // 40 refusals take at least 150 ms: past the patience, a commit without an answer would have been given up.
+        try await EngineHarness.with(settings: settings, wrapStore: { FaultyStore($0, failConfirmedCommits: 40) }) { h in
+            let created = try await h.track(SessionSpec(schedule: [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]))
+            try await h.run()
+            #expect(try await h.outcomes(created) == [.orderPlaced, .captured])
+            h.expectNoDoubleEffects()
+            #expect(h.sandbox.requests(route: "kp.create_order").count == 1)
+            #expect(h.logs.all.contains { $0.contains("recorded Klarna's answer held since") })
+            #expect(!h.logs.all.contains { $0.contains("order_id is unknown") })
         }
     }
 }

@@ -8,6 +8,7 @@ import Logging
 import ReconcilerCore
 import ReconcilerStore
 import SQLiteBackend
+import Synchronization
 import Testing
 import TestSupport
 
@@ -25,8 +26,12 @@ final class DaemonFixture: @unchecked Sendable {
     let twoAccounts: Bool
     /// With `twoAccounts`: `$CREDENTIALS_DIRECTORY`, holding `klarna-password.us` as a unit's `LoadCredential=` would.
     var credentials: [String: String] { twoAccounts ? ["CREDENTIALS_DIRECTORY": directory + "/credentials"] : [:] }
-    var storePath: String { directory + "/state/state.sqlite" }
-    var outboxNew: String { directory + "/outbox/new" }
+    /// The SQLite file `store.path` names (absolute).
+    let storePath: String
+    /// `outbox.dir` and `ingest.spool_dir`, absolute: in the fixture's folder unless given elsewhere.
+    let outboxDirectory: String
+    let spoolDirectory: String
+    var outboxNew: String { outboxDirectory + "/new" }
     var socketPath: String { directory + "/ingest.sock" }
     /// The operators' socket (`control.socket`).
     var controlPath: String { directory + "/control.sock" }
@@ -40,15 +45,21 @@ final class DaemonFixture: @unchecked Sendable {
     ///   - extraConfig: YAML appended to the generated config.
     ///   - ingestConfig: lines added to its `ingest:` section (indented by two spaces).
     ///   - storeConfig: the `store:` section's lines (a PostgreSQL `url:` instead of the SQLite file).
+    ///   - outboxDir, spoolDir: `outbox.dir` and `ingest.spool_dir`, relative to the fixture's folder or absolute.
     /// - Parameter testingConfig: keys for the `testing:` section, besides the short create-order settle period every
     ///   fixture has (the operators' minimum, 30 s, would make each unclear create-order a half-minute wait).
     /// - Parameter twoAccounts: `accounts:` eu and us (``TwoAccounts``) against a sandbox with their two merchants,
     ///   instead of the `klarna:` section alone.
     init(
         extraConfig: String = "", ingestConfig: [String] = [], storeConfig: [String] = ["path: state/state.sqlite"], testingConfig: [String] = [],
-        twoAccounts: Bool = false
+        outboxDir: String = "outbox", spoolDir: String = "spool", twoAccounts: Bool = false
     ) async throws {
         directory = NSTemporaryDirectory() + "klarna-reconciler-daemon-" + UUID().uuidString.prefix(8)
+        let directory = self.directory
+        func absolute(_ path: String) -> String { path.hasPrefix("/") ? path : directory + "/" + path }
+        outboxDirectory = absolute(outboxDir)
+        spoolDirectory = absolute(spoolDir)
+        storePath = absolute(storeConfig.first { $0.hasPrefix("path: ") }.map { String($0.dropFirst(6)) } ?? "state/state.sqlite")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         sandbox = KlarnaSandbox(
             configuration: .init(username: "merchant", password: "daemon-secret", otherMerchants: twoAccounts ? [TwoAccounts.usMerchant] : []))
@@ -96,10 +107,10 @@ final class DaemonFixture: @unchecked Sendable {
         store:
         \(storeConfig.map { "  " + $0 }.joined(separator: "\n"))
         outbox:
-          dir: outbox
+          dir: \(outboxDir)
         ingest:
           socket: ingest.sock
-          spool_dir: spool
+          spool_dir: \(spoolDir)
           spool_rescan_seconds: 1
           request_timeout_seconds: 1
         \(ingestConfig.map { "  " + $0 }.joined(separator: "\n"))
@@ -135,8 +146,9 @@ final class DaemonFixture: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    /// Starts `run` and waits for READY=1 on a notify socket.
-    func start(environment: [String: String] = [:]) async throws {
+    /// Starts `run` and waits for READY=1 on a notify socket, unless `waitForReady` is false (a start expected to wait:
+    /// ``notifications`` gathers what it tells systemd).
+    func start(environment: [String: String] = [:], waitForReady: Bool = true) async throws {
         let environment = credentials.merging(environment) { $1 }
         let notify = try NotifySocket(path: directory + "/notify-\(UUID().uuidString.prefix(6))")
         self.notify = notify
@@ -152,6 +164,7 @@ final class DaemonFixture: @unchecked Sendable {
         process.standardOutput = log
         try process.run()
         daemon = process
+        guard waitForReady else { return }
         // With WATCHDOG_USEC set, the supervisor's first ping may come before READY=1: skip datagrams until READY.
         let deadline = ContinuousClock.now + .seconds(20) * waitSlack
         var ready: String?
@@ -183,6 +196,18 @@ final class DaemonFixture: @unchecked Sendable {
     var stateDirectory: [String: String] { ["STATE_DIRECTORY": directory + "/state"] }
 
     var daemonLog: String { (try? String(contentsOfFile: directory + "/daemon.log", encoding: .utf8)) ?? "" }
+
+    /// Every datagram the daemon sent its notify socket since ``start(environment:waitForReady:)`` that has not been
+    /// read yet, read now.
+    var notifications: [String] {
+        get async throws {
+            var received: [String] = []
+            while let next = try await notify?.receive(timeout: .milliseconds(20)) { received.append(next) }
+            seen.withLock { $0 += received }
+            return seen.withLock { $0 }
+        }
+    }
+    private let seen = Mutex<[String]>([])
 
     func kill9() async throws {
         guard let daemon else { return }

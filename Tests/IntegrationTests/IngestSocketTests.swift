@@ -268,7 +268,7 @@ struct IngestSpoolTests {
 
 extension DaemonFixture {
     func spoolNames(_ sub: String) -> [String] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: directory + "/spool/" + sub)) ?? []).sorted()
+        ((try? FileManager.default.contentsOfDirectory(atPath: spoolDirectory + "/" + sub)) ?? []).sorted()
     }
 
     func quarantined() -> [String] { spoolNames("quarantine").filter { !$0.hasSuffix(".reason") } }
@@ -421,10 +421,12 @@ struct IngestDurabilityTests {
     }
 
     @Test(
-        "A full disk: the socket answers 503, spool files stay in the spool, and both recover when space returns",
+        "With no watermark and no reserve, a full disk: the socket answers 503, spool files stay in the spool, and both recover when space returns",
         .enabled(if: canMountTmpfs(), "needs root and mount rights for a small tmpfs"))
     func fullDisk() async throws {
-        let fixture = try await DaemonFixture()
+        // What the store does when the disk fills faster than the watermark sees it (DiskFullProcessTests has the
+        // watermark and the reserve at work).
+        let fixture = try await DaemonFixture(extraConfig: "disk:\n  min_free_mb: 0\n  reserve_mb: 0")
         let state = fixture.directory + "/state"
         try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
         #expect(run("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", state]) == 0)

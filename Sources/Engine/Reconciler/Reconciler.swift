@@ -271,12 +271,6 @@ public struct Reconciler: Sendable {
         change.ledgerCaptures += step.ledgerCaptures
     }
 
-    /// How long a step keeps trying to commit before it gives up (and the worker retries the key later), unless the
-    /// change holds Klarna's answer to a side effect: that one is never given up.
-    static let commitPatience: Duration = .seconds(60)
-    /// How often a commit that keeps failing says so in the journal.
-    static let commitComplaintInterval: Duration = .seconds(60)
-
     /// Commits `change`; a failed commit (full disk, I/O error, a store locked too long) is retried with backoff in
     /// real time, because after a Klarna call its result exists only in memory until it is recorded. A change that
     /// holds Klarna's answer to a side effect (an intent it finishes) is retried until the store takes it, however
@@ -284,8 +278,9 @@ public struct Reconciler: Sendable {
     /// process that dies meanwhile leaves them for `retry --order-id`.
     func commit(_ change: Change, now: Date) async throws {
         let answers = change.intents.filter(\.isFinished)
+        let retry = settings.commitRetry
         let started = ContinuousClock.now
-        var delay = Duration.milliseconds(100)
+        var delay = retry.initialDelay
         var complained: ContinuousClock.Instant?
         while true {
             do {
@@ -298,18 +293,20 @@ public struct Reconciler: Sendable {
                 throw moved
             } catch {
                 if complained == nil { logUnrecorded(answers, error) }
-                guard !answers.isEmpty || ContinuousClock.now - started < Self.commitPatience else { throw error }
-                if complained.map({ ContinuousClock.now - $0 >= Self.commitComplaintInterval }) ?? true {
+                guard !answers.isEmpty || ContinuousClock.now - started < retry.patience else { throw error }
+                if complained.map({ ContinuousClock.now - $0 >= retry.complaintInterval }) ?? true {
                     complained = .now
-                    let until = answers.isEmpty ? ", for \(Self.commitPatience) at most" : " until it is recorded: it holds Klarna's answer"
-                    logger.error("cannot record a step in the store (\(error)); trying again every \(min(delay * 2, .seconds(5)))\(until)")
+                    let until = answers.isEmpty ? ", for \(retry.patience) at most" : " until it is recorded: it holds Klarna's answer"
+                    logger.error("cannot record a step in the store (\(error)); trying again within \(retry.maxDelay)\(until)")
                 }
                 try await Task.sleep(for: delay)
-                delay = min(delay * 2, .seconds(5))
+                delay = min(delay * 2, retry.maxDelay)
             }
         }
         if complained != nil, !answers.isEmpty {
-            logger.notice("recorded Klarna's answer held since \(Int((ContinuousClock.now - started).timeInterval)) s ago: \(answers.map(\.key).joined(separator: ", "))")
+            logger.notice(
+                "recorded Klarna's answer held since \(Int((ContinuousClock.now - started).timeInterval)) s ago: \(answers.map(\.key).joined(separator: ", "))"
+            )
         }
         if let key = Self.workKey { Self.committed?.keep(key, from: change) }
         EventLog.log(change, logger: logger)

@@ -1,0 +1,61 @@
+import Foundation
+
+/// A filesystem of its own, small enough to fill: a tmpfs of `megabytes` mounted on a fresh directory (root only, as
+/// CI and the development machines run). ``fill()`` takes every free byte with a filler file, ``free()`` gives them
+/// back; ``unmount()`` in a `defer`, also when the test fails.
+public struct SmallDisk: Sendable {
+    public let path: String
+    private var filler: String { path + "/.filler" }
+
+    /// Whether this process may mount one (root).
+    public static var canMount: Bool { getuid() == 0 }
+
+    public init(megabytes: Int) async throws {
+        path = NSTemporaryDirectory() + "klarna-reconciler-disk-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        let mounted = try await Command.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=\(megabytes)m,mode=0755", "tmpfs", path])
+        guard mounted.status == 0 else { throw Failed(description: "mount tmpfs on \(path): \(mounted.output)") }
+    }
+
+    /// Bytes free on it now.
+    public var freeBytes: Int64 {
+        var stats = statvfs()
+        guard statvfs(path, &stats) == 0 else { return -1 }
+        return Int64(stats.f_bavail) * Int64(stats.f_frsize)
+    }
+
+    /// Takes every free byte but `leaving` with the filler file (grown if it exists: freed pages come back as files
+    /// are deleted, so a test tops it up).
+    public func fill(leaving: Int64 = 0) throws {
+        let fd = open(filler, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw Failed(description: "open \(filler): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var size = stat()
+        fstat(fd, &size)
+        let take = freeBytes - leaving
+        guard take > 0 else { return }
+        // Page by page at the end, so that every last page is taken even where one large allocation would not fit.
+        var current = Int64(size.st_size)
+        var chunk = max(take, 4_096)
+        while chunk >= 4_096 {
+            if posix_fallocate(fd, off_t(current), off_t(chunk)) == 0 {
+                current += chunk
+                if freeBytes <= leaving { break }
+            } else {
+                chunk /= 2
+            }
+        }
+    }
+
+    /// Gives back what the filler took.
+    public func free() { unlink(filler) }
+
+    public func unmount() async {
+        _ = try? await Command.run("/usr/bin/umount", ["-l", path])
+        try? FileManager.default.removeItem(atPath: path)
+    }
+
+    public struct Failed: Error, CustomStringConvertible {
+        public let description: String
+    }
+}
