@@ -113,7 +113,11 @@ public final class ReconcilerDaemon: Sendable {
         var shared: (any LeaseStore)?
         let writer: OutboxWriter
         let reserve = DiskSetup.reserve(settings)
-        let waiting = StartWait(notifier: notifier, logger: logger, reserve: reserve, readiness: nil)
+        // Not ready until the group runs, nor once it drains, nor while the disk is full or the store probe fails or
+        // has not answered for longer than a busy store may take.
+        let readiness = Readiness(storeStaleAfter: settings.storeBusyTimeout + .seconds(3))
+        state.withLock { $0.readiness = readiness }
+        let waiting = StartWait(notifier: notifier, logger: logger, reserve: reserve, readiness: readiness)
         do {
             try FileManager.default.createDirectory(
                 atPath: (settings.storePath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
@@ -174,9 +178,9 @@ public final class ReconcilerDaemon: Sendable {
         let reconciler = Reconciler(
             store: store, accounts: accounts, clock: clock, settings: settings.engine, logger: logger, outcomeBell: outcomeBell, ownership: leases,
             disk: disk)
-        let workLoop = Heartbeat(name: "work loop", interval: beat)
+        let workLoopBeat = Heartbeat(name: "work loop", interval: beat)
         let workers = WorkerService(
-            reconciler: reconciler, queue: store, scheduler: scheduler, logger: logger, heartbeat: workLoop, leases: leases,
+            reconciler: reconciler, queue: store, scheduler: scheduler, logger: logger, heartbeat: workLoopBeat, leases: leases,
             wedgeFile: settings.wedgeWorkLoopFile)
         // Something for a key arrived here (a delivery, an operator request): with leases, its holder acts on it.
         let wake: @Sendable ([WorkKey], AccountID?) async -> Void = { keys, account in
@@ -207,10 +211,6 @@ public final class ReconcilerDaemon: Sendable {
         }
         let disputeBells = DisputeBells(Dictionary(uniqueKeysWithValues: disputes.map { ($0.account, $0.bell) }))
 
-        // Not ready until the group runs, nor once it drains, nor while the disk is full or the store probe fails or
-        // has not answered for longer than a busy store may take.
-        let readiness = Readiness(storeStaleAfter: settings.storeBusyTimeout + .seconds(3))
-        state.withLock { $0.readiness = readiness }
         let diskWatch = DiskWatch(guarding: disk, directories: DiskSetup.directories(settings), reserve: reserve, logger: logger) { pressure in
             readiness.disk(pressure)
             // The work loop waits for space on the scheduler's doorbell.
@@ -219,18 +219,9 @@ public final class ReconcilerDaemon: Sendable {
         }
         // A first look before anything is taken: a start on a full disk refuses deliveries from the first one.
         diskWatch.check()
-        do {
-            _ = try await StartWait(notifier: notifier, logger: logger, reserve: reserve, readiness: readiness).retrying(
-                "read open work from \(settings.storeDescription)"
-            ) { try await workers.loadOpenWork() }
-        } catch let problem as PostgresProblem {
-            throw StartFailure("cannot start: \(problem)", errno: problem.kind == .inUse ? EBUSY : EIO, exitCode: problem.kind.exitCode)
-        } catch {
-            throw StartFailure("cannot read open work from \(settings.storeDescription): \(error)", errno: EIO)
-        }
         let ingestor = Ingestor(
             rules: Self.ingestRules(settings), store: store, clock: clock, logger: logger, disputeBells: disputeBells, disk: disk, wake: wake)
-        var heartbeats = [workLoop]
+        var heartbeats = [workLoopBeat]
         var spoolService: SpoolService?
         if let directory = settings.spoolDirectory {
             let spool = Spool(directory: directory, maxFileBytes: settings.ingestMaxBodyBytes + (64 << 10), keepDone: settings.spoolKeepDone)
@@ -244,7 +235,6 @@ public final class ReconcilerDaemon: Sendable {
             spoolService = SpoolService(
                 spool: spool, ingestor: ingestor, rescanInterval: settings.spoolRescanInterval, clock: clock, logger: logger, heartbeat: spoolLoop)
         }
-        readiness.storeAnswered()  // it just loaded the open work
         let started = ContinuousClock.now
         // Filled once the probes exist: the listeners are bound first, and /v1/health reports on every loop.
         let loops = Live<[Heartbeat]>(heartbeats)
@@ -279,6 +269,28 @@ public final class ReconcilerDaemon: Sendable {
                 throw StartFailure("cannot listen on metrics.listen \(listen): \(error)", errno: EADDRNOTAVAIL)
             }
         }
+
+        // The open work, loaded before READY. A store that cannot be written yet (a full disk, a server refusing
+        // writes) does not fail the start: the daemon comes up not ready (/v1/ready and STATUS= say why), and the
+        // work loop loads it in its place once the store takes writes.
+        let loading = "read open work from \(settings.storeDescription)"
+        var workLoop: any Service = workers
+        do {
+            _ = try await workers.loadOpenWork()
+        } catch  where StartWait.waitsOut(error) {
+            readiness.waitingForStore("\(error)")
+            logger.error(
+                "cannot \(loading) yet (\(error)): the daemon starts not ready and loads it once the store takes writes",
+                metadata: [MessageID.metadataKey: .string(MessageID.storeWaiting.rawValue)])
+            var waiting = waiting
+            waiting.heartbeat = workLoopBeat
+            workLoop = WorkersAfterStore(workers: workers, waiting: waiting, what: loading)
+        } catch let problem as PostgresProblem {
+            throw StartFailure("cannot start: \(problem)", errno: problem.kind == .inUse ? EBUSY : EIO, exitCode: problem.kind.exitCode)
+        } catch {
+            throw StartFailure("cannot \(loading): \(error)", errno: EIO)
+        }
+        readiness.storeAnswered()  // it just answered, or the wait says why not
 
         // Probed from the supervisor: the store answers a query and a write passes, each listener's event loop runs
         // a task. An answer that is an error (a full disk) still proves nothing hangs (a restart would not mend
@@ -337,7 +349,7 @@ public final class ReconcilerDaemon: Sendable {
         // The lease keeper stops after the workers (reverse order): it renews while they finish their steps, then
         // hands the leases back.
         if let leases { services.append(.init(service: leases)) }
-        services.append(.init(service: workers))
+        services.append(.init(service: workLoop))
         if let spoolService { services.append(.init(service: spoolService)) }
         let pruner = Pruner(
             store: store, policy: settings.retention, doneDirectory: settings.spoolDirectory.map { "\($0)/done" },

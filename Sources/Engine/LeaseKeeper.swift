@@ -118,7 +118,14 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
         try await store.register(at: clock.now)
         try await renew()
         try await claim()
+        started.replace(with: true)
+        startedBell.ring()
     }
+
+    /// Set once ``start()`` has registered this daemon and made its first claim; ``run()`` waits for it (a start
+    /// whose store refused writes at first calls `start()` from the work loop, once the store takes them).
+    private let started = Live(false)
+    private let startedBell = Doorbell()
 
     /// The claims not planned yet, for the dispatcher.
     public func takeClaims() -> [Claim] {
@@ -194,6 +201,10 @@ public final class LeaseKeeper: Service, WorkOwnership, Sendable {
     }
 
     public func run() async throws {
+        while !started.value {
+            if Task.isShuttingDownGracefully || Task.isCancelled { return }
+            await startedBell.wait(timeout: settings.poll, clock: clock)
+        }
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
                 group.addTask { [self] in await store.listenForWork { [bell] in bell.ring() } }

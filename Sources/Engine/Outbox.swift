@@ -177,7 +177,11 @@ public struct OutboxError: Error, CustomStringConvertible {
     public let path: String
     public let errno: Int32
     public let action: String
-    public var description: String { "cannot \(action) \(path): \(String(cString: strerror(errno)))" }
+    public var description: String {
+        // A full or failing disk: how much its directory has left.
+        let space = [ENOSPC, EDQUOT, EIO].contains(errno) ? "; \(freeSpaceNote(at: path))" : ""
+        return "cannot \(action) \(path): \(String(cString: strerror(errno)))\(space)"
+    }
 }
 
 /// POSTs outcome documents to `notify.url` with an `Idempotency-Key`.

@@ -17,23 +17,11 @@ import ReconcilerStore
 struct DiskFullTests {
     static let mib: Int64 = 1 << 20
 
-    /// Runs `body` with a small filesystem mounted, unmounted afterwards whatever happens.
-    func onSmallDisk(megabytes: Int = 16, _ body: (SmallDisk) async throws -> Void) async throws {
-        let disk = try await SmallDisk(megabytes: megabytes)
-        do {
-            try await body(disk)
-        } catch {
-            await disk.unmount()
-            throw error
-        }
-        await disk.unmount()
-    }
-
     @Test(
         "A write on a disk filled to the last byte is recorded with the reserve's space; without it, the error names the file and the free space; with space back, writes go on"
     )
     func reserveRecordsTheWrite() async throws {
-        try await onSmallDisk { disk in
+        try await SmallDisk.with(megabytes: 16) { disk in
             let reserve = ReserveFile(path: disk.path + "/state.sqlite.reserve", bytes: 2 * Self.mib)
             try reserve.make()
             #expect(reserve.isHeld)
@@ -70,7 +58,7 @@ struct DiskFullTests {
         "The disk watch: full below the watermark (the journal says which directory and how much is free), the reserve's debt counted, lifted with space back and the reserve made again"
     )
     func watch() async throws {
-        try await onSmallDisk { disk in
+        try await SmallDisk.with(megabytes: 16) { disk in
             let logs = LogLines()
             let reserve = ReserveFile(path: disk.path + "/state.sqlite.reserve", bytes: 2 * Self.mib)
             try reserve.make()

@@ -31,22 +31,14 @@ struct DiskFullProcessTests {
         "Filled while a create-order's and a capture's answers are held: both recorded, deliveries refused 503 disk_full and spool files left, kill -9 and a start on the full disk wait, space back ends every payment once",
         arguments: Filled.allCases)
     func fullDisk(filled: Filled) async throws {
-        let disk = try await SmallDisk(megabytes: 24)
-        do {
-            try await scenario(filled, disk)
-        } catch {
-            await disk.unmount()
-            throw error
-        }
-        await disk.unmount()
+        try await SmallDisk.with(megabytes: 24) { disk in try await scenario(filled, disk) }
     }
 
     @Test(
         "A first start on a full disk (no store, no reserve yet): it waits for the store, says why in STATUS= and the journal, extends the start timeout, never exits; space back, it starts and pays"
     )
     func startWaits() async throws {
-        let disk = try await SmallDisk(megabytes: 8)
-        do {
+        try await SmallDisk.with(megabytes: 8) { disk in
             let fixture = try await DaemonFixture(
                 extraConfig: "disk:\n  min_free_mb: 1\n  reserve_mb: 1", storeConfig: ["path: \(disk.path)/state/state.sqlite"])
             try FileManager.default.createDirectory(atPath: disk.path + "/state", withIntermediateDirectories: true)
@@ -77,11 +69,7 @@ struct DiskFullProcessTests {
                 try await store.timeline(for: payment.hppSessionId).outcomes.map(\.outcome.kind) == [.orderPlaced, .captured]
             }
             #expect(try await fixture.stop() == 0)
-        } catch {
-            await disk.unmount()
-            throw error
         }
-        await disk.unmount()
     }
 
     private func scenario(_ filled: Filled, _ disk: SmallDisk) async throws {
@@ -156,6 +144,8 @@ struct DiskFullProcessTests {
         let fullUntil = ContinuousClock.now + Self.fullFor
         while ContinuousClock.now < fullUntil {
             try disk.fill()
+            // Read as systemd reads it: a notify socket nobody reads fills up, and the daemon's next sd_notify blocks.
+            _ = try await fixture.notifications
             try await Task.sleep(for: .seconds(1))
         }
         #expect(fixture.daemon?.isRunning == true, "\(fixture.daemonLog.suffix(800))")
@@ -163,15 +153,21 @@ struct DiskFullProcessTests {
         // Space back: every payment ends, once, without an operator.
         let freed = ContinuousClock.now
         disk.free()
-        try await waitUntil(timeout: .seconds(60)) { try await fixture.post("/v1/ready", "", method: "GET").status == 200 }
-        try await waitUntil(timeout: .seconds(60)) { try await fixture.post("/v1/sessions", track(late, "immediate")).status == 202 }
-        try await waitUntil(timeout: .seconds(120)) {
-            var outcomes: [[OutcomeKind]] = []
-            for payment in [placing, capturing, late] {
-                outcomes.append(try await store.timeline(for: payment.hppSessionId).outcomes.map(\.outcome.kind))
+        var outcomes: [[OutcomeKind]] = []
+        do {
+            try await waitUntil(timeout: .seconds(60)) { try await fixture.post("/v1/ready", "", method: "GET").status == 200 }
+            try await waitUntil(timeout: .seconds(60)) { try await fixture.post("/v1/sessions", track(late, "immediate")).status == 202 }
+            try await waitUntil(timeout: .seconds(120)) {
+                outcomes = []
+                for payment in [placing, capturing, late] {
+                    outcomes.append(try await store.timeline(for: payment.hppSessionId).outcomes.map(\.outcome.kind))
+                }
+                let delivered = try await store.summary(now: Date()).undeliveredOutcomes == 0
+                return outcomes.allSatisfy { $0 == [.orderPlaced, .captured] } && delivered && fixture.spoolNames("new").isEmpty
             }
-            let delivered = try await store.summary(now: Date()).undeliveredOutcomes == 0
-            return outcomes.allSatisfy { $0 == [.orderPlaced, .captured] } && delivered && fixture.spoolNames("new").isEmpty
+        } catch {
+            Issue.record("after the space returned (\(ContinuousClock.now - freed)): outcomes \(outcomes); \(fixture.daemonLog.suffix(3_000))")
+            throw error
         }
         let took = ContinuousClock.now - freed
         #expect(took < .seconds(120))
@@ -251,6 +247,93 @@ struct PostgresRefusalTests {
         #expect(fixture.sandbox.effects(kind: .captured).count == 2)
         #expect(try await fixture.stop() == 0)
         print("read-only PostgreSQL: every payment ended \(took) after the server took writes again")
+    }
+
+    @Test(
+        "The server's own disk fills (its data directory on a small filesystem) while a create-order's answer is held: deliveries get 503 once the server cannot extend a table, the answer is kept (SQLSTATE 53100 named), ready is 503; space back, the payment ends once",
+        .enabled(if: SmallDisk.canMount, "mounting a small filesystem needs root (CI and the development machines run as root)"))
+    func serverDiskFull() async throws {
+        try await SmallDisk.with(megabytes: 128) { disk in
+            // Stopped at the end, or by the exit handler if the test fails.
+            let server = try await PostgresServer.dedicated(directory: disk.path + "/pg")
+            let database = try await server.createDatabase()
+            let fixture = try await DaemonFixture(storeConfig: ["url: \(server.url(database))", "password_file: store-password"])
+            try "\(server.password)\n".write(toFile: fixture.directory + "/store-password", atomically: true, encoding: .utf8)
+            // A patient client: Klarna's answer is held while the disk fills and the deliveries find it full.
+            let config = try String(contentsOfFile: fixture.configPath, encoding: .utf8)
+            try config.replacingOccurrences(of: "request_timeout_seconds: 2", with: "request_timeout_seconds: 20")
+                .write(toFile: fixture.configPath, atomically: true, encoding: .utf8)
+            try await fixture.start()
+            let payment = try fixture.sandbox.createSession(
+                SessionSpec(orderAmount: 2_700, merchantReference: "pg-full", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+            fixture.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .holdAnswer, holdSeconds: 8, count: 1))
+            let track = { (hpp: String, kp: String) in
+                #"{"hpp_session_id":"\#(hpp)","kp_session_id":"\#(kp)","capture":"immediate","merchant_reference":"\#(String(repeating: "r", count: 200))"}"#
+            }
+            #expect(try await fixture.post("/v1/sessions", track(payment.hppSessionId, payment.kpSessionId)).status == 202)
+            try await waitUntil(timeout: .seconds(30)) { !fixture.sandbox.requests(route: "kp.create_order").isEmpty }
+
+            // Full: small writes still fit in the pages the tables have; the deliveries fill those until a table must
+            // grow, which the server refuses.
+            try disk.fill()
+            var refused: (status: Int, body: String) = (0, "")
+            for index in 0..<400 where refused.status != 503 {
+                refused = try await fixture.post("/v1/sessions", track("filler-\(index)", "kp-filler-\(index)"))
+            }
+            #expect(refused.status == 503, "a delivery the server could not record is refused")
+            #expect(refused.body.contains("store_unavailable"))
+            try await waitUntil(timeout: .seconds(30)) { fixture.daemonLog.contains("message_id=\(MessageID.answerUnrecorded.rawValue)") }
+            #expect(fixture.daemonLog.contains("SQLSTATE 53100"), "the refusal is named: \(fixture.daemonLog.suffix(600))")
+            let placed = try #require(fixture.sandbox.effects(kind: .orderPlaced).first?.orderId)
+            #expect(fixture.daemonLog.contains("result \(placed)"), "the order id is in the journal before it is recorded")
+            try await waitUntil(timeout: .seconds(20)) { try await fixture.post("/v1/ready", "", method: "GET").status == 503 }
+
+            let freed = ContinuousClock.now
+            disk.free()
+            let store = try await PostgresDaemonTests.open(server, database)
+            defer { store.close() }
+            try await waitUntil(timeout: .seconds(120)) {
+                try await store.timeline(for: payment.hppSessionId).outcomes.map(\.outcome.kind) == [.orderPlaced, .captured]
+            }
+            let took = ContinuousClock.now - freed
+            #expect(try await store.session(payment.hppSessionId)?.orderID == placed)
+            try await waitUntil(timeout: .seconds(30)) { try await fixture.post("/v1/ready", "", method: "GET").status == 200 }
+            #expect(fixture.sandbox.createOrderCounts().allSatisfy { $0.received == 1 })
+            #expect(try await fixture.stop() == 0)
+            try await server.stop(mode: "fast")
+            print("PostgreSQL's disk full: the held payment ended \(took) after the space returned")
+        }
+    }
+
+    @Test(
+        "Started on a read-only server: the daemon comes up not ready (/v1/ready says it waits for the store), never exits; writable again, it loads its work and pays"
+    )
+    func startOnReadOnlyServer() async throws {
+        let (fixture, server, database) = try await PostgresDaemonTests.fixture()
+        try await fixture.start()
+        #expect(try await fixture.stop() == 0)
+        _ = try await server.psql("ALTER DATABASE \(database) SET default_transaction_read_only = on")
+        try await fixture.start()
+        try await waitUntil(timeout: .seconds(20)) {
+            let ready = try await fixture.post("/v1/ready", "", method: "GET")
+            return ready.status == 503 && ready.body.contains("waiting for the store to load the open work") && ready.body.contains("SQLSTATE 25006")
+        }
+        #expect(fixture.daemonLog.contains("message_id=\(MessageID.storeWaiting.rawValue)"))
+        #expect(fixture.daemon?.isRunning == true)
+
+        _ = try await server.psql("ALTER DATABASE \(database) RESET default_transaction_read_only")
+        _ = try await server.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(database)'")
+        try await waitUntil(timeout: .seconds(60)) { try await fixture.post("/v1/ready", "", method: "GET").status == 200 }
+        let payment = try fixture.sandbox.createSession(
+            SessionSpec(orderAmount: 1_900, merchantReference: "pg-start", schedule: [ScheduleStep(afterSeconds: 0.2, status: "COMPLETED")]))
+        let body = #"{"hpp_session_id":"\#(payment.hppSessionId)","kp_session_id":"\#(payment.kpSessionId)","capture":"immediate"}"#
+        #expect(try await fixture.post("/v1/sessions", body).status == 202)
+        let store = try await PostgresDaemonTests.open(server, database)
+        defer { store.close() }
+        try await waitUntil(timeout: .seconds(30)) {
+            try await store.timeline(for: payment.hppSessionId).outcomes.map(\.outcome.kind) == [.orderPlaced, .captured]
+        }
+        #expect(try await fixture.stop() == 0)
     }
 
     /// The order Klarna placed (the sandbox's record), once it has.

@@ -85,12 +85,17 @@ struct DiskSpaceTests {
         #expect(readiness.report().error == nil)
     }
 
-    @Test("A start waiting for its store says so in /v1/ready")
+    @Test("A start waiting for its store to load the open work says so in /v1/ready, also once the daemon is up")
     func startWaiting() {
         let readiness = Readiness(storeStaleAfter: .seconds(5))
         readiness.waitingForStore("SQLite error 13: database or disk is full")
+        readiness.started()
+        readiness.storeAnswered()
         let report = readiness.report()
-        #expect(report.error == "starting")
-        #expect(report.reason == "starting: waiting for the store: SQLite error 13: database or disk is full")
+        #expect(!report.ready)
+        #expect(report.error == "store_unavailable")
+        #expect(report.reason == "waiting for the store to load the open work: SQLite error 13: database or disk is full")
+        readiness.waitingForStore(nil)
+        #expect(readiness.report().ready)
     }
 }

@@ -300,6 +300,40 @@ check "the daemon exited cleanly (Result=success)" test "$(prop Result)" = succe
 check "the journal has stopping then stopped" test "$(monotonic stopping)" -lt "$(monotonic stopped)"
 sandbox faults -X DELETE >/dev/null
 
+# --- 11. a start on a full disk waits: never failed, never restarted, started by itself once space returns ---------
+echo "11. full disk"
+# A first start with the store on a small filesystem filled to the last byte; a start timeout far shorter than the
+# wait, which EXTEND_TIMEOUT_USEC keeps from firing (an exit every few seconds would reach the start limit instead).
+mkdir -p "$W/fault/disk"
+mount -t tmpfs -o size=8m,mode=0755 tmpfs "$W/fault/disk"
+dd if=/dev/zero of="$W/fault/disk/filler" bs=64k 2>/dev/null
+write_config "store:
+  path: $W/fault/disk/state.sqlite
+disk:
+  min_free_mb: 1
+  reserve_mb: 1"
+printf '[Service]\nTimeoutStartSec=5s\n' >"$UNITS/klarna-reconciler.service.d/full-disk.conf"
+systemctl --user daemon-reload
+systemctl --user reset-failed $UNIT 2>/dev/null
+STARTED=$SECONDS
+systemctl --user start --no-block $UNIT
+wait_for 20 "StatusText to say it waits for the store" status_says "waiting for the store" && echo "  ok: STATUS= says it waits for the store"
+waited_past_timeout() { test $((SECONDS - STARTED)) -ge 8 && test "$(prop ActiveState)" = activating; }
+wait_for 30 "the start to outlive TimeoutStartSec=5s, still activating" waited_past_timeout && echo "  ok: still activating past TimeoutStartSec"
+check "never restarted (NRestarts=0)" test "$(prop NRestarts)" = 0
+check "the journal says it waits, with its MESSAGE_ID" grep -q "database or disk is full" <<<"$(journal -o cat MESSAGE_ID="$(message_id storeWaiting)")"
+rm -f "$W/fault/disk/filler"
+is_active() { test "$(prop ActiveState)" = active; }
+wait_for 30 "the daemon to start once space returned" is_active && echo "  ok: active once space returned"
+read -r HPP6 KP6 <<<"$(new_payment PLACE_ORDER ref-after-full-disk)"
+check "a track request is accepted" test "$(track "$HPP6" "$KP6" PLACE_ORDER ref-after-full-disk)" = 202
+wait_for 20 "the payment tracked after the full disk to end captured" outbox_has "$HPP6" captured && echo "  ok: work completes"
+check "the reserve was made once space returned" test -s "$W/fault/disk/state.sqlite.reserve"
+systemctl --user stop $UNIT
+rm -f "$UNITS/klarna-reconciler.service.d/full-disk.conf"
+systemctl --user daemon-reload
+umount -l "$W/fault/disk"
+
 if [ $FAILURES -gt 0 ]; then
     echo "system tests: $FAILURES FAILED; the daemon's last journal lines and the unit's state:"
     journal -o short-monotonic -t klarna-reconciler -t systemd | grep -v kernel: | grep -i "${DUMP_FILTER:-.}" | tail -80

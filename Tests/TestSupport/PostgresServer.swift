@@ -43,9 +43,11 @@ public final class PostgresServer: Sendable {
     /// Stopped at exit like the shared one, or earlier with ``stop(mode:)``.
     /// - Parameter namespace: a network namespace (``NetworkNamespace``) to run it in, as a database host of its own:
     ///   it then listens on every address there, and the tests reach it on its unix socket or over the namespace's links.
-    public static func dedicated(namespace: String? = nil) async throws -> PostgresServer {
+    /// - Parameter directory: where its data directory and sockets go (a small filesystem, to fill); a new folder
+    ///   under the temporary directory by default.
+    public static func dedicated(namespace: String? = nil, directory: String? = nil) async throws -> PostgresServer {
         _ = exitHandler
-        let server = try PostgresServer(namespace: namespace)
+        let server = try PostgresServer(namespace: namespace, directory: directory)
         directories.withLock { _ = $0.insert(server.directory) }
         try await server.initialize()
         return server
@@ -60,13 +62,13 @@ public final class PostgresServer: Sendable {
 
     private let namespace: String?
 
-    private init(namespace: String? = nil) throws {
+    private init(namespace: String? = nil, directory: String? = nil) throws {
         self.namespace = namespace
         guard let binaries = Self.binaryDirectory else {
             throw Failed(description: "PostgreSQL's server binaries are not installed (apt-get install postgresql; make check does)")
         }
         self.binaries = binaries
-        directory = NSTemporaryDirectory() + "klarna-reconciler-pg-" + UUID().uuidString.prefix(8)
+        self.directory = directory ?? NSTemporaryDirectory() + "klarna-reconciler-pg-" + UUID().uuidString.prefix(8)
         password = "pw-" + UUID().uuidString.prefix(12)
         port = try freeLoopbackPort()
     }

@@ -17,6 +17,18 @@ public struct SmallDisk: Sendable {
         guard mounted.status == 0 else { throw Failed(description: "mount tmpfs on \(path): \(mounted.output)") }
     }
 
+    /// Runs `body` with a small disk of `megabytes` mounted, unmounted afterwards whatever happens.
+    public static func with(megabytes: Int, _ body: (SmallDisk) async throws -> Void) async throws {
+        let disk = try await SmallDisk(megabytes: megabytes)
+        do {
+            try await body(disk)
+        } catch {
+            await disk.unmount()
+            throw error
+        }
+        await disk.unmount()
+    }
+
     /// Bytes free on it now.
     public var freeBytes: Int64 {
         var stats = statvfs()

@@ -58,7 +58,8 @@ public final class Readiness: Sendable {
     /// The disk watch's word: the directories below the watermark, `nil` once every one has room.
     public func disk(_ pressure: DiskPressure?) { state.withLock { $0.disk = pressure } }
 
-    /// The start cannot load its open work from the store yet (`reason`), or could (`nil`).
+    /// The start cannot load its open work from the store yet (`reason`: a full disk, a server refusing writes), or
+    /// it has (`nil`): not ready meanwhile, whatever the phase.
     public func waitingForStore(_ reason: String?) { state.withLock { $0.waitingForStore = reason } }
 
     public func report(now: ContinuousClock.Instant = .now) -> Report {
@@ -67,8 +68,7 @@ public final class Readiness: Sendable {
         var reason: String?
         var error: String?
         switch current.phase {
-        case .starting:
-            (error, reason) = ("starting", current.waitingForStore.map { "starting: waiting for the store: \($0)" } ?? "starting")
+        case .starting: (error, reason) = ("starting", "starting")
         case .draining: (error, reason) = ("draining", "draining: the daemon is stopping")
         case .ready:
             if let error = current.storeError {
@@ -79,6 +79,9 @@ public final class Readiness: Sendable {
                 reason = "store not checked yet"
             }
             if reason != nil { error = "store_unavailable" }
+        }
+        if let waiting = current.waitingForStore, current.phase != .draining {
+            (error, reason) = ("store_unavailable", "waiting for the store to load the open work: \(waiting)")
         }
         // A full disk is said first: it is what the operator must act on, whatever else waits behind it.
         if let pressure = current.disk, current.phase != .draining {
