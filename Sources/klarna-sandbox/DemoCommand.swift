@@ -319,6 +319,9 @@ final class Demo: @unchecked Sendable {
           path: state/state.sqlite
         outbox:
           dir: outbox
+        disk:
+          # A demo's store keeps a small reserve; an installed one keeps 1 % of its filesystem, at most 1 GiB.
+          reserve_mb: 8
         ingest:
           socket: ingest.sock
           spool_dir: spool

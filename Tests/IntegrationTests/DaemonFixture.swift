@@ -46,13 +46,15 @@ final class DaemonFixture: @unchecked Sendable {
     ///   - ingestConfig: lines added to its `ingest:` section (indented by two spaces).
     ///   - storeConfig: the `store:` section's lines (a PostgreSQL `url:` instead of the SQLite file).
     ///   - outboxDir, spoolDir: `outbox.dir` and `ingest.spool_dir`, relative to the fixture's folder or absolute.
+    ///   - diskConfig: the `disk:` section's lines; by default a small reserve (the default, 1 % of the filesystem up
+    ///     to 1 GiB, would be allocated by every daemon a test starts).
     /// - Parameter testingConfig: keys for the `testing:` section, besides the short create-order settle period every
     ///   fixture has (the operators' minimum, 30 s, would make each unclear create-order a half-minute wait).
     /// - Parameter twoAccounts: `accounts:` eu and us (``TwoAccounts``) against a sandbox with their two merchants,
     ///   instead of the `klarna:` section alone.
     init(
         extraConfig: String = "", ingestConfig: [String] = [], storeConfig: [String] = ["path: state/state.sqlite"], testingConfig: [String] = [],
-        outboxDir: String = "outbox", spoolDir: String = "spool", twoAccounts: Bool = false
+        outboxDir: String = "outbox", spoolDir: String = "spool", diskConfig: [String] = ["reserve_mb: 8"], twoAccounts: Bool = false
     ) async throws {
         directory = NSTemporaryDirectory() + "klarna-reconciler-daemon-" + UUID().uuidString.prefix(8)
         let directory = self.directory
@@ -108,6 +110,8 @@ final class DaemonFixture: @unchecked Sendable {
         \(storeConfig.map { "  " + $0 }.joined(separator: "\n"))
         outbox:
           dir: \(outboxDir)
+        disk:
+        \(diskConfig.map { "  " + $0 }.joined(separator: "\n"))
         ingest:
           socket: ingest.sock
           spool_dir: \(spoolDir)

@@ -40,7 +40,7 @@ struct DiskFullProcessTests {
     func startWaits() async throws {
         try await SmallDisk.with(megabytes: 8) { disk in
             let fixture = try await DaemonFixture(
-                extraConfig: "disk:\n  min_free_mb: 1\n  reserve_mb: 1", storeConfig: ["path: \(disk.path)/state/state.sqlite"])
+                storeConfig: ["path: \(disk.path)/state/state.sqlite"], diskConfig: ["min_free_mb: 1", "reserve_mb: 1"])
             try FileManager.default.createDirectory(atPath: disk.path + "/state", withIntermediateDirectories: true)
             try disk.fill()
             try await fixture.start(waitForReady: false)
@@ -75,8 +75,8 @@ struct DiskFullProcessTests {
     private func scenario(_ filled: Filled, _ disk: SmallDisk) async throws {
         func place(_ role: DiskRole, _ name: String) -> String { filled.holds(role) ? "\(disk.path)/\(name)" : name }
         let fixture = try await DaemonFixture(
-            extraConfig: "disk:\n  min_free_mb: 2\n  reserve_mb: 2", storeConfig: ["path: \(place(.store, "state/state.sqlite"))"],
-            outboxDir: place(.outbox, "outbox"), spoolDir: place(.spool, "spool"))
+            storeConfig: ["path: \(place(.store, "state/state.sqlite"))"], outboxDir: place(.outbox, "outbox"), spoolDir: place(.spool, "spool"),
+            diskConfig: ["min_free_mb: 2", "reserve_mb: 2"])
         try await fixture.start()
         let reserve = fixture.storePath + ".reserve"
         #expect(FileManager.default.fileExists(atPath: reserve), "the reserve is made at start")

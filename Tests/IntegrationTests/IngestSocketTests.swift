@@ -426,7 +426,7 @@ struct IngestDurabilityTests {
     func fullDisk() async throws {
         // What the store does when the disk fills faster than the watermark sees it (DiskFullProcessTests has the
         // watermark and the reserve at work).
-        let fixture = try await DaemonFixture(extraConfig: "disk:\n  min_free_mb: 0\n  reserve_mb: 0")
+        let fixture = try await DaemonFixture(diskConfig: ["min_free_mb: 0", "reserve_mb: 0"])
         let state = fixture.directory + "/state"
         try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
         #expect(run("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", state]) == 0)
