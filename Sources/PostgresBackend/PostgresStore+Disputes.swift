@@ -9,21 +9,11 @@ import ReconcilerStore
 extension PostgresStore {
     // MARK: DisputeStore
 
-    public func dispute(_ id: String) async throws -> TrackedDispute? {
-        try await rows("SELECT data, revision FROM disputes WHERE dispute_id = \(id)").first.map(dispute)
-    }
-
     private func dispute(_ row: PostgresRow) throws -> TrackedDispute {
         let (data, revision) = try row.decode((String, Int).self)
         var dispute = try decode(TrackedDispute.self, text: data)
         dispute.revision = revision
         return dispute
-    }
-
-    public func trackedOrders(among orderIDs: [String], account: AccountID) async throws -> Set<String> {
-        try await Set(
-            rows("SELECT order_id FROM orders WHERE order_id = ANY(\(orderIDs)) AND account = \(account.rawValue)").map { try $0.decode(String.self) }
-        )
     }
 
     public func record(_ write: DisputeWrite, at: Date) async throws -> Bool {
@@ -70,34 +60,8 @@ extension PostgresStore {
         }
     }
 
-    public func disputeHints(account: AccountID, limit: Int) async throws -> [String] {
-        try await rows(
-            "SELECT dispute_id FROM dispute_hints WHERE account = \(account.rawValue) ORDER BY hinted_at, dispute_id LIMIT \(limit)"
-        ).map { try $0.decode(String.self) }
-    }
-
     public func forgetDisputeHints(_ ids: [String]) async throws {
         try await rows("DELETE FROM dispute_hints WHERE dispute_id = ANY(\(ids))")
-    }
-
-    public func disputesToLook(account: AccountID, at now: Date, limit: Int) async throws -> [TrackedDispute] {
-        try await rows(
-            """
-            SELECT data, revision FROM disputes
-            WHERE is_open = 1 AND next_look IS NOT NULL AND next_look <= \(now) AND account = \(account.rawValue)
-            ORDER BY next_look LIMIT \(limit)
-            """
-        ).map(dispute)
-    }
-
-    public func dueDisputeActions(account: AccountID, at now: Date, limit: Int) async throws -> [DisputeAction] {
-        try await rows(
-            """
-            SELECT data, revision, id FROM dispute_actions
-            WHERE next_at IS NOT NULL AND next_at <= \(now) AND dispute_id IN (SELECT dispute_id FROM disputes WHERE account = \(account.rawValue))
-            ORDER BY next_at, id LIMIT \(limit)
-            """
-        ).map(action)
     }
 
     private func action(_ row: PostgresRow) throws -> DisputeAction {
@@ -106,16 +70,6 @@ extension PostgresStore {
         action.revision = revision
         action.id = id
         return action
-    }
-
-    public func nextDisputeLook(account: AccountID) async throws -> Date? {
-        try await rows(
-            """
-            SELECT least((SELECT min(next_look) FROM disputes WHERE is_open = 1 AND account = \(account.rawValue)),
-              (SELECT min(next_at) FROM dispute_actions
-               WHERE next_at IS NOT NULL AND dispute_id IN (SELECT dispute_id FROM disputes WHERE account = \(account.rawValue))))
-            """
-        ).first?.decode(Date?.self)
     }
 
     public func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool {
@@ -142,28 +96,6 @@ extension PostgresStore {
         }
     }
 
-    public func disputeHealth(account: AccountID) async throws -> DisputeHealth {
-        var health = DisputeHealth()
-        let id = account.rawValue
-        for row in try await rows("SELECT state, count(*)::bigint FROM disputes WHERE is_open = 1 AND account = \(id) GROUP BY state") {
-            let (state, count) = try row.decode((String, Int).self)
-            health.openByState[state] = count
-        }
-        for row in try await rows("SELECT data FROM disputes WHERE is_open = 1 AND account = \(id) AND data LIKE '%ON_DISPUTE%'") {
-            let dispute = try decode(TrackedDispute.self, row)
-            health.heldByCurrency[dispute.currency ?? "?", default: 0] += dispute.heldAmount
-        }
-        let (deadline, listed) = try await rows(
-            """
-            SELECT (SELECT min(deadline) FROM disputes WHERE is_open = 1 AND account = \(id)),
-              (SELECT listed_through FROM dispute_account_lists WHERE account = \(id))
-            """
-        )[0].decode((Date?, Date?).self)
-        health.nextDeadline = deadline
-        health.listedThrough = listed
-        return health
-    }
-
     public func listed(through: Date, account: AccountID) async throws {
         try await rows(
             """
@@ -184,11 +116,6 @@ extension PostgresStore {
             ORDER BY deadline IS NULL, deadline, klarna_updated_at DESC, dispute_id
             """
         ).map(dispute)
-    }
-
-    public func disputes(orderIDs: [String]) async throws -> [TrackedDispute] {
-        try await rows("SELECT data, revision FROM disputes WHERE order_id = ANY(\(orderIDs))").map(dispute)
-            .sorted { ($0.firstSeenAt, $0.id) < ($1.firstSeenAt, $1.id) }
     }
 
     public func request(_ action: DisputeAction, at: Date) async throws -> DisputeActionRequest {
@@ -218,13 +145,4 @@ extension PostgresStore {
         }
     }
 
-    public func disputeAction(_ id: Int64) async throws -> DisputeAction? {
-        try await rows("SELECT data, revision, id FROM dispute_actions WHERE id = \(id)").first.map(action)
-    }
-
-    public func disputeActions(disputeIDs: [String]) async throws -> [DisputeAction] {
-        try await rows("SELECT data, revision, id FROM dispute_actions WHERE dispute_id = ANY(\(disputeIDs)) ORDER BY id").map {
-            try action($0).redacted
-        }
-    }
 }

@@ -61,11 +61,7 @@ extension PostgresStore {
             guard let entry = try Self.ledgerRow(row), !others.contains(entry.orderID) else { continue }
             entry.add(to: &orders[entry.orderID, default: LedgerOrder(orderID: entry.orderID)])
         }
-        for row in try await rows("SELECT data FROM disputes WHERE order_id = ANY(\(orderIDs)) AND state = 'CLOSED' ORDER BY dispute_id") {
-            let dispute = try decode(TrackedDispute.self, row)
-            guard let orderID = dispute.orderID, let lost = LostDispute(dispute) else { continue }
-            orders[orderID]?.lostDisputes.append(lost)
-        }
+        for (orderID, lost) in try await lostDisputes(of: orderIDs) { orders[orderID]?.lostDisputes = lost }
         return orders
     }
 

@@ -7,25 +7,10 @@ import ReconcilerStore
 extension SQLiteStore {
     // MARK: DisputeStore
 
-    public func dispute(_ id: String) async throws -> TrackedDispute? {
-        try await read { db in
-            try db.query("SELECT data, revision FROM disputes WHERE dispute_id = ?", [.text(id)]).first.map { try self.dispute($0) }
-        }
-    }
-
     private func dispute(_ row: SQLRow) throws -> TrackedDispute {
         var dispute = try decode(TrackedDispute.self, row.string(0))
         dispute.revision = row.int(1) ?? 0
         return dispute
-    }
-
-    public func trackedOrders(among orderIDs: [String], account: AccountID) async throws -> Set<String> {
-        try await read { db in
-            try Set(
-                orderIDs.filter {
-                    try !db.query("SELECT 1 FROM orders WHERE order_id = ? AND account = ?", [.text($0), .text(account.rawValue)]).isEmpty
-                })
-        }
     }
 
     public func record(_ write: DisputeWrite, at: Date) async throws -> Bool {
@@ -71,43 +56,9 @@ extension SQLiteStore {
         }
     }
 
-    public func disputeHints(account: AccountID, limit: Int) async throws -> [String] {
-        try await read { db in
-            try db.query(
-                "SELECT dispute_id FROM dispute_hints WHERE account = ? ORDER BY hinted_at, dispute_id LIMIT ?",
-                [.text(account.rawValue), SQLValue(limit)]
-            ).compactMap { $0.string(0) }
-        }
-    }
-
     public func forgetDisputeHints(_ ids: [String]) async throws {
         try await write { db in
             for id in ids { try db.query("DELETE FROM dispute_hints WHERE dispute_id = ?", [.text(id)]) }
-        }
-    }
-
-    public func disputesToLook(account: AccountID, at now: Date, limit: Int) async throws -> [TrackedDispute] {
-        try await read { db in
-            try db.query(
-                """
-                SELECT data, revision FROM disputes WHERE is_open = 1 AND next_look IS NOT NULL AND next_look <= ? AND account = ?
-                ORDER BY next_look LIMIT ?
-                """,
-                [SQLValue(now), .text(account.rawValue), SQLValue(limit)]
-            ).map { try self.dispute($0) }
-        }
-    }
-
-    public func dueDisputeActions(account: AccountID, at now: Date, limit: Int) async throws -> [DisputeAction] {
-        try await read { db in
-            try db.query(
-                """
-                SELECT data, revision, id FROM dispute_actions
-                WHERE next_at IS NOT NULL AND next_at <= ? AND dispute_id IN (SELECT dispute_id FROM disputes WHERE account = ?)
-                ORDER BY next_at, id LIMIT ?
-                """,
-                [SQLValue(now), .text(account.rawValue), SQLValue(limit)]
-            ).map { try self.action($0) }
         }
     }
 
@@ -116,18 +67,6 @@ extension SQLiteStore {
         action.revision = row.int(1) ?? 0
         action.id = Int64(row.int(2) ?? 0)
         return action
-    }
-
-    public func nextDisputeLook(account: AccountID) async throws -> Date? {
-        try await read { db in
-            try db.query(
-                """
-                SELECT min(t) FROM (SELECT min(next_look) AS t FROM disputes WHERE is_open = 1 AND account = ?1
-                  UNION ALL SELECT min(next_at) FROM dispute_actions
-                  WHERE next_at IS NOT NULL AND dispute_id IN (SELECT dispute_id FROM disputes WHERE account = ?1))
-                """, [.text(account.rawValue)]
-            ).first?.date(0)
-        }
     }
 
     public func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool {
@@ -149,29 +88,6 @@ extension SQLiteStore {
                 try self.insertEvent(db, NewEvent(hppSessionID: nil, orderID: orderID, event, detail: ["dispute_id": action.disputeID]), at: at)
             }
             return true
-        }
-    }
-
-    public func disputeHealth(account: AccountID) async throws -> DisputeHealth {
-        let account: [SQLValue] = [.text(account.rawValue)]
-        return try await read { db in
-            var health = DisputeHealth()
-            for row in try db.query("SELECT state, count(*) FROM disputes WHERE is_open = 1 AND account = ? GROUP BY state", account) {
-                health.openByState[row.string(0) ?? "?"] = row.int(1) ?? 0
-            }
-            for row in try db.query("SELECT data FROM disputes WHERE is_open = 1 AND account = ? AND data LIKE '%ON_DISPUTE%'", account) {
-                let dispute = try self.decode(TrackedDispute.self, row.string(0))
-                health.heldByCurrency[dispute.currency ?? "?", default: 0] += dispute.heldAmount
-            }
-            let row = try db.query(
-                """
-                SELECT (SELECT min(deadline) FROM disputes WHERE is_open = 1 AND account = ?1),
-                  (SELECT listed_through FROM dispute_account_lists WHERE account = ?1)
-                """, account
-            ).first
-            health.nextDeadline = row?.date(0)
-            health.listedThrough = row?.date(1)
-            return health
         }
     }
 
@@ -200,16 +116,6 @@ extension SQLiteStore {
         }
     }
 
-    public func disputes(orderIDs: [String]) async throws -> [TrackedDispute] {
-        try await read { db in
-            var found: [TrackedDispute] = []
-            for orderID in Set(orderIDs) {
-                found += try db.query("SELECT data, revision FROM disputes WHERE order_id = ?", [.text(orderID)]).map { try self.dispute($0) }
-            }
-            return found.sorted { ($0.firstSeenAt, $0.id) < ($1.firstSeenAt, $1.id) }
-        }
-    }
-
     public func request(_ action: DisputeAction, at: Date) async throws -> DisputeActionRequest {
         try await write { db in
             guard let dispute = try db.query("SELECT order_id FROM disputes WHERE dispute_id = ?", [.text(action.disputeID)]).first else {
@@ -235,21 +141,4 @@ extension SQLiteStore {
         }
     }
 
-    public func disputeAction(_ id: Int64) async throws -> DisputeAction? {
-        try await read { db in
-            try db.query("SELECT data, revision, id FROM dispute_actions WHERE id = ?", [.integer(id)]).first.map { try self.action($0) }
-        }
-    }
-
-    public func disputeActions(disputeIDs: [String]) async throws -> [DisputeAction] {
-        try await read { db in
-            var found: [DisputeAction] = []
-            for id in Set(disputeIDs) {
-                found += try db.query("SELECT data, revision, id FROM dispute_actions WHERE dispute_id = ?", [.text(id)]).map {
-                    try self.action($0).redacted
-                }
-            }
-            return found.sorted { $0.id < $1.id }
-        }
-    }
 }

@@ -41,6 +41,12 @@ extension SQLiteStore {
 
     /// By primary key, one order at a time: the orders of one payout, whatever the ledger's size.
     public func ledger(orderIDs: [String], account: AccountID) async throws -> [String: LedgerOrder] {
+        var orders = try await ledgerEntries(orderIDs: orderIDs, account: account)
+        for (orderID, lost) in try await lostDisputes(of: Array(orders.keys)) { orders[orderID]?.lostDisputes = lost }
+        return orders
+    }
+
+    private func ledgerEntries(orderIDs: [String], account: AccountID) async throws -> [String: LedgerOrder] {
         try await read { db in
             var orders: [String: LedgerOrder] = [:]
             for orderID in Set(orderIDs) {
@@ -55,8 +61,6 @@ extension SQLiteStore {
                 guard known != nil || !entries.isEmpty else { continue }
                 var order = LedgerOrder(orderID: orderID, merchantReference: known?.string(0), currency: known?.string(1))
                 for entry in entries { entry.add(to: &order) }
-                order.lostDisputes = try db.query("SELECT data FROM disputes WHERE order_id = ? AND state = 'CLOSED'", [.text(orderID)])
-                    .compactMap { LostDispute(try self.decode(TrackedDispute.self, $0.string(0))) }
                 orders[orderID] = order
             }
             return orders

@@ -1,0 +1,38 @@
+import Foundation
+import PostgresNIO
+import ReconcilerStore
+
+/// A PostgreSQL row as a shared statement's row (``StatementRow``): a column by position to a typed value.
+struct PostgresStatementRow: StatementRow {
+    let row: PostgresRow
+
+    /// The column's value; `nil` for NULL (which does not decode as a value).
+    private func cell<T: PostgresDecodable>(_ column: Int, as type: T.Type) -> T? {
+        try? row.makeRandomAccess()[column].decode(T.self)
+    }
+
+    func string(_ column: Int) -> String? { cell(column, as: String.self) }
+    func int(_ column: Int) -> Int? { cell(column, as: Int.self) }
+    func date(_ column: Int) -> Date? { cell(column, as: Date.self) }
+}
+
+/// The executor of the statements written once (``Statement``): postgres-nio's placeholders, on a pooled connection.
+extension PostgresStore: StatementRunner {
+    public func rows(of statement: Statement) async throws -> [any StatementRow] {
+        try await rows(Self.query(statement)).map(PostgresStatementRow.init)
+    }
+
+    static func query(_ statement: Statement) -> PostgresQuery {
+        var bindings = PostgresBindings()
+        for value in statement.values {
+            switch value {
+            case .null: bindings.appendNull()
+            case .integer(let number): bindings.append(Int(number))
+            case .text(let text): bindings.append(text)
+            case .date(let date): bindings.append(date)
+            case .texts(let list): bindings.append(list)
+            }
+        }
+        return PostgresQuery(unsafeSQL: statement.text(in: .postgres), binds: bindings)
+    }
+}
