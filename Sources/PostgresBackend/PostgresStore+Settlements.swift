@@ -36,11 +36,6 @@ extension PostgresStore {
 
     // MARK: SettlementStore
 
-    public func recordedPayouts(among references: [String]) async throws -> Set<String> {
-        // One array parameter, looked up by primary key, whatever its length.
-        try await Set(rows("SELECT payment_reference FROM payouts WHERE payment_reference = ANY(\(references))").map { try $0.decode(String.self) })
-    }
-
     public func ledger(orderIDs: [String], account: AccountID) async throws -> [String: LedgerOrder] {
         var orders: [String: LedgerOrder] = [:]
         // Another account's order is not this account's to match.

@@ -722,10 +722,6 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         try await rows("INSERT INTO reloads (requested_at) VALUES (\(at)) RETURNING id")[0].decode(Int64.self)
     }
 
-    public func newestReloadRequest() async throws -> Int64? {
-        try await rows("SELECT max(id) FROM reloads WHERE answered_at IS NULL").first?.decode(Int64?.self)
-    }
-
     public func answerReloads(through id: Int64, ok: Bool, message: String, at: Date) async throws {
         try await rows("UPDATE reloads SET answered_at = \(at), ok = \(ok), message = \(message) WHERE id <= \(id) AND answered_at IS NULL")
     }

@@ -33,12 +33,6 @@ extension SQLiteStore {
 
     // MARK: SettlementStore
 
-    public func recordedPayouts(among references: [String]) async throws -> Set<String> {
-        try await read { db in
-            try Set(references.filter { try !db.query("SELECT 1 FROM payouts WHERE payment_reference = ?", [.text($0)]).isEmpty })
-        }
-    }
-
     /// By primary key, one order at a time: the orders of one payout, whatever the ledger's size.
     public func ledger(orderIDs: [String], account: AccountID) async throws -> [String: LedgerOrder] {
         var orders = try await ledgerEntries(orderIDs: orderIDs, account: account)

@@ -577,10 +577,6 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    public func newestReloadRequest() async throws -> Int64? {
-        try await read { db in try db.query("SELECT MAX(id) FROM reloads WHERE answered_at IS NULL").first?.int64(0) }
-    }
-
     public func answerReloads(through id: Int64, ok: Bool, message: String, at: Date) async throws {
         try await write { db in
             _ = try db.query(
