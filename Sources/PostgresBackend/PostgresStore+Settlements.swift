@@ -128,19 +128,6 @@ extension PostgresStore {
         }
     }
 
-    /// From the partial index of captures neither settled nor flagged, in its order.
-    public func unsettledCaptures(account: AccountID, capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
-        try await rows(
-            """
-            SELECT \(unescaped: Self.ledgerColumns) FROM ledger
-            WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL AND at >= \(capturedFrom)
-              AND at <= \(capturedBefore)
-              AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.order_id = ledger.order_id AND o.account <> \(account.rawValue))
-            ORDER BY at, order_id, entry_key LIMIT \(limit)
-            """
-        ).compactMap { try Self.ledgerRow($0)?.capture }
-    }
-
     public func flagUnsettled(_ flags: [UnsettledFlag], at: Date) async throws -> Int {
         let flags = try flags.map { ($0.key, $0.outcome, try json($0.outcome)) }
         return try await transaction { [self] db in
@@ -163,36 +150,7 @@ extension PostgresStore {
         }
     }
 
-    public func settlementHealth(account: AccountID) async throws -> SettlementHealth {
-        let (flagged, recorded, newest, oldest) = try await rows(
-            """
-            SELECT (SELECT count(*) FROM ledger WHERE flagged_at IS NOT NULL AND settled_reference IS NULL
-                      AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.order_id = ledger.order_id AND o.account <> \(account.rawValue))),
-              (SELECT count(*) FROM payouts WHERE account = \(account.rawValue)), (SELECT max(payout_date) FROM payouts WHERE account = \(account.rawValue)),
-              (SELECT min(payout_date) FROM payouts WHERE account = \(account.rawValue))
-            """
-        )[0].decode((Int, Int, Date?, Date?).self)
-        return SettlementHealth(unsettledFlagged: flagged, payouts: recorded, newestPayoutDate: newest, oldestPayoutDate: oldest)
-    }
-
     // MARK: SettlementReports
-
-    public func payouts(since: Date?, paymentReference: String?, account: AccountID?) async throws -> [PayoutReconciliation] {
-        try await rows(
-            """
-            SELECT data, account FROM payouts
-            WHERE (\(since)::timestamptz IS NULL OR payout_date >= \(since))
-              AND (\(paymentReference)::text IS NULL OR payment_reference = \(paymentReference))
-              AND (\(account?.rawValue)::text IS NULL OR account = \(account?.rawValue))
-            ORDER BY payout_date, payment_reference
-            """
-        ).map { row in
-            let (data, account) = try row.decode((String, String).self)
-            var payout = try decode(PayoutReconciliation.self, text: data)
-            payout.account = AccountID(rawValue: account) ?? .default
-            return payout
-        }
-    }
 
     public func settlementLines(orderIDs: [String]) async throws -> [LineReconciliation] {
         let found = try await rows(

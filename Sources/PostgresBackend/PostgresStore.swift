@@ -255,15 +255,6 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         try await prepared(Statements.SessionData.self, Statements.values(hppSessionID)).first.map { try decode(TrackedSession.self, $0) }
     }
 
-    public func sessionAccount(hppSessionID: String?, kpSessionID: String?) async throws -> AccountID? {
-        try await rows(
-            """
-            SELECT account FROM sessions
-            WHERE hpp_session_id = \(hppSessionID) OR (\(hppSessionID)::text IS NULL AND kp_session_id = \(kpSessionID)) LIMIT 1
-            """
-        ).first.map { try $0.decode(String.self) }.map { AccountID(rawValue: $0) ?? .default }
-    }
-
     public func order(_ orderID: String) async throws -> TrackedOrder? {
         try await prepared(Statements.OrderData.self, Statements.values(orderID)).first.map { try decode(TrackedOrder.self, $0) }
     }
@@ -472,10 +463,6 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         guard !taken.isEmpty else { return ([], sequence) }
         let keys = taken.sorted { $0.0 < $1.0 }.filter { includingDelivered || !$0.2 }.compactMap { WorkKey($0.1) }
         return (keys, max(sequence, taken.map(\.0).max() ?? sequence))
-    }
-
-    public func keysWithPendingOperatorRequests() async throws -> [WorkKey] {
-        try await rows("SELECT DISTINCT work_key FROM operator_requests WHERE state = 'pending'").compactMap { WorkKey(try $0.decode(String.self)) }
     }
 
     // MARK: Ingest

@@ -100,11 +100,4 @@ extension SharedSQL {
         DROP TABLE dispute_lists;
         """
     }
-
-    /// Whether the ledger row's order (`ledger.order_id`) is not tracked under another account than the one
-    /// `parameter` binds: a pruned order's rows are every account's. SQLite's statements take it as it is; PostgreSQL's
-    /// bind their values in order, so `PostgresStore+Settlements` writes the same condition with the account in place.
-    public static func ledgerOfAccount(_ parameter: String) -> String {
-        "NOT EXISTS (SELECT 1 FROM orders o WHERE o.order_id = ledger.order_id AND o.account <> \(parameter))"
-    }
 }

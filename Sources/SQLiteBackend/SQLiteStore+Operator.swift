@@ -16,12 +16,6 @@ extension SQLiteStore {
         }
     }
 
-    public func keysWithPendingOperatorRequests() async throws -> [WorkKey] {
-        try await read { db in
-            try db.query("SELECT DISTINCT work_key FROM operator_requests WHERE state = 'pending'").compactMap { $0.string(0).flatMap(WorkKey.init) }
-        }
-    }
-
     public func intents(subject: String) async throws -> [Intent] {
         try await read { db in
             try db.query("SELECT data FROM intents WHERE subject = ? ORDER BY created_at", [.text(subject)]).map {

@@ -123,21 +123,6 @@ extension SQLiteStore {
         }
     }
 
-    /// From the partial index of captures neither settled nor flagged, in its order.
-    public func unsettledCaptures(account: AccountID, capturedFrom: Date, capturedBefore: Date, limit: Int) async throws -> [LedgerCapture] {
-        try await read { db in
-            try db.query(
-                """
-                SELECT \(Self.ledgerColumns) FROM ledger
-                WHERE entry = 'capture' AND settled_reference IS NULL AND flagged_at IS NULL AND at >= ?1 AND at <= ?2
-                  AND \(SharedSQL.ledgerOfAccount("?4"))
-                ORDER BY at, order_id, entry_key LIMIT ?3
-                """,
-                [SQLValue(capturedFrom), SQLValue(capturedBefore), SQLValue(limit), .text(account.rawValue)]
-            ).compactMap(Self.ledgerRow).map(\.capture)
-        }
-    }
-
     public func flagUnsettled(_ flags: [UnsettledFlag], at: Date) async throws -> Int {
         let flags = try flags.map { ($0.key, $0.outcome, try json($0.outcome)) }
         return try await write { db in
@@ -159,47 +144,7 @@ extension SQLiteStore {
         }
     }
 
-    public func settlementHealth(account: AccountID) async throws -> SettlementHealth {
-        try await read { db in
-            let row = try db.query(
-                """
-                SELECT (SELECT COUNT(*) FROM ledger WHERE flagged_at IS NOT NULL AND settled_reference IS NULL AND \(SharedSQL.ledgerOfAccount("?1"))),
-                  (SELECT COUNT(*) FROM payouts WHERE account = ?1), (SELECT MAX(payout_date) FROM payouts WHERE account = ?1),
-                  (SELECT MIN(payout_date) FROM payouts WHERE account = ?1)
-                """, [.text(account.rawValue)]
-            ).first
-            return SettlementHealth(
-                unsettledFlagged: row?.int(0) ?? 0, payouts: row?.int(1) ?? 0, newestPayoutDate: row?.date(2),
-                oldestPayoutDate: row?.date(3))
-        }
-    }
-
     // MARK: SettlementReports
-
-    public func payouts(since: Date?, paymentReference: String?, account: AccountID?) async throws -> [PayoutReconciliation] {
-        var conditions = ["1"]
-        var arguments: [SQLValue] = []
-        if let account {
-            conditions.append("account = ?")
-            arguments.append(.text(account.rawValue))
-        }
-        if let since {
-            conditions.append("payout_date >= ?")
-            arguments.append(SQLValue(since))
-        }
-        if let paymentReference {
-            conditions.append("payment_reference = ?")
-            arguments.append(.text(paymentReference))
-        }
-        let sql = "SELECT data, account FROM payouts WHERE \(conditions.joined(separator: " AND ")) ORDER BY payout_date, payment_reference"
-        return try await read { [arguments] db in
-            try db.query(sql, arguments).map { row in
-                var payout = try self.decode(PayoutReconciliation.self, row.string(0))
-                payout.account = AccountID(rawValue: row.string(1) ?? "") ?? .default
-                return payout
-            }
-        }
-    }
 
     public func settlementLines(orderIDs: [String]) async throws -> [LineReconciliation] {
         try await read { db in

@@ -106,15 +106,6 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    public func sessionAccount(hppSessionID: String?, kpSessionID: String?) async throws -> AccountID? {
-        try await read { db in
-            try db.query(
-                "SELECT account FROM sessions WHERE hpp_session_id = ?1 OR (?1 IS NULL AND kp_session_id = ?2) LIMIT 1",
-                [SQLValue(hppSessionID), SQLValue(kpSessionID)]
-            ).first.map { Self.account($0.string(0)) }
-        }
-    }
-
     public func order(_ orderID: String) async throws -> TrackedOrder? {
         try await read { db in
             try db.query("SELECT data FROM orders WHERE order_id = ?", [.text(orderID)]).first

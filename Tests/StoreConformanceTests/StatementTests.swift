@@ -18,12 +18,12 @@ struct StatementTests {
             """
         #expect(
             statement.text(in: .postgres)
-                == "SELECT data FROM disputes WHERE order_id = ANY($1) AND account = $2 AND next_look <= $3 AND raw IS $4 LIMIT $5")
+                == "SELECT data FROM disputes WHERE order_id = ANY($1) AND account = $2 AND next_look <= $3 AND raw IS $4::text LIMIT $5")
         #expect(
             statement.text(in: .sqlite)
                 == "SELECT data FROM disputes WHERE order_id IN (SELECT value FROM json_each(?1)) AND account = ?2 AND next_look <= ?3 AND raw IS ?4 LIMIT ?5"
         )
-        #expect(statement.values == [.texts(ids), .text("default"), .date(since), .null, .integer(5)])
+        #expect(statement.values == [.texts(ids), .text("default"), .date(since), .null(.text), .integer(5)])
         // A literal without interpolation is SQL as it is, with nothing bound.
         let plain: Statement = "SELECT 1"
         #expect(plain.text(in: .sqlite) == "SELECT 1" && plain.values.isEmpty)

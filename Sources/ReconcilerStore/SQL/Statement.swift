@@ -15,13 +15,28 @@ public enum SQLDialect: Sendable {
 public struct Statement: Sendable, Equatable, ExpressibleByStringInterpolation {
     /// A bound value, as both drivers take it.
     public enum Value: Sendable, Equatable {
-        case null
+        /// NULL, of the type the interpolated optional had: PostgreSQL must be told it where nothing else says
+        /// (`$1::text IS NULL`).
+        case null(Kind)
         case integer(Int64)
         case text(String)
         /// A point in time: seconds since 1970 in SQLite's columns, `timestamptz` in PostgreSQL's.
         case date(Date)
         /// A list, for ``StatementInterpolation/appendInterpolation(anyOf:)``.
         case texts([String])
+
+        /// A value's SQL type, as far as a NULL needs one.
+        public enum Kind: Sendable, Equatable {
+            case text, integer, date
+
+            var postgresType: String {
+                switch self {
+                case .text: "text"
+                case .integer: "bigint"
+                case .date: "timestamptz"
+                }
+            }
+        }
     }
 
     enum Piece: Sendable, Equatable {
@@ -52,7 +67,8 @@ public struct Statement: Sendable, Equatable, ExpressibleByStringInterpolation {
             switch (piece, dialect) {
             case (.sql(let text), _): text
             case (.parameter(let index), .sqlite): "?\(index + 1)"
-            case (.parameter(let index), .postgres): "$\(index + 1)"
+            case (.parameter(let index), .postgres):
+                if case .null(let kind) = values[index] { "$\(index + 1)::\(kind.postgresType)" } else { "$\(index + 1)" }
             // One parameter, looked up on the column's index whatever the list's length.
             case (.anyOf(let index), .sqlite): "IN (SELECT value FROM json_each(?\(index + 1)))"
             case (.anyOf(let index), .postgres): "= ANY($\(index + 1))"
@@ -79,10 +95,24 @@ public struct StatementInterpolation: StringInterpolationProtocol, Sendable {
         values.append(value)
     }
 
-    public mutating func appendInterpolation(_ value: String?) { bind(value.map(Statement.Value.text) ?? .null) }
-    public mutating func appendInterpolation(_ value: Int?) { bind(value.map { .integer(Int64($0)) } ?? .null) }
-    public mutating func appendInterpolation(_ value: Int64?) { bind(value.map(Statement.Value.integer) ?? .null) }
-    public mutating func appendInterpolation(_ value: Date?) { bind(value.map(Statement.Value.date) ?? .null) }
+    public mutating func appendInterpolation(_ value: String?) { bind(value.map(Statement.Value.text) ?? .null(.text)) }
+    public mutating func appendInterpolation(_ value: Int?) { bind(value.map { .integer(Int64($0)) } ?? .null(.integer)) }
+    public mutating func appendInterpolation(_ value: Int64?) { bind(value.map(Statement.Value.integer) ?? .null(.integer)) }
+    public mutating func appendInterpolation(_ value: Date?) { bind(value.map(Statement.Value.date) ?? .null(.date)) }
+
+    /// Another statement spliced in (a shared condition, a column list): its SQL as it is, its values bound after
+    /// those before it.
+    public mutating func appendInterpolation(_ statement: Statement) {
+        let offset = values.count
+        for piece in statement.pieces {
+            switch piece {
+            case .sql(let text): pieces.append(.sql(text))
+            case .parameter(let index): pieces.append(.parameter(index + offset))
+            case .anyOf(let index): pieces.append(.anyOf(index + offset))
+            }
+        }
+        values += statement.values
+    }
 
     /// After a column: whether it is one of `list`, one parameter however long the list (`= ANY($1)` on PostgreSQL,
     /// `IN (SELECT value FROM json_each(?1))` on SQLite).
