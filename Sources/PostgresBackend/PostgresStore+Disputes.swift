@@ -9,13 +9,6 @@ import ReconcilerStore
 extension PostgresStore {
     // MARK: DisputeStore
 
-    private func dispute(_ row: PostgresRow) throws -> TrackedDispute {
-        let (data, revision) = try row.decode((String, Int).self)
-        var dispute = try decode(TrackedDispute.self, text: data)
-        dispute.revision = revision
-        return dispute
-    }
-
     public func record(_ write: DisputeWrite, at: Date) async throws -> Bool {
         let revision = write.revision
         let dispute = write.written
@@ -64,14 +57,6 @@ extension PostgresStore {
         try await rows("DELETE FROM dispute_hints WHERE dispute_id = ANY(\(ids))")
     }
 
-    private func action(_ row: PostgresRow) throws -> DisputeAction {
-        let (data, revision, id) = try row.decode((String, Int, Int64).self)
-        var action = try decode(DisputeAction.self, text: data)
-        action.revision = revision
-        action.id = id
-        return action
-    }
-
     public func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool {
         let action = write.written
         let data = try json(action)
@@ -107,17 +92,6 @@ extension PostgresStore {
 
     // MARK: DisputeReports
 
-    public func disputes(openOnly: Bool, dueBefore: Date?, account: AccountID?) async throws -> [TrackedDispute] {
-        try await rows(
-            """
-            SELECT data, revision FROM disputes
-            WHERE (NOT \(openOnly) OR is_open = 1) AND (\(dueBefore)::timestamptz IS NULL OR (deadline IS NOT NULL AND deadline < \(dueBefore)))
-              AND (\(account?.rawValue)::text IS NULL OR account = \(account?.rawValue))
-            ORDER BY deadline IS NULL, deadline, klarna_updated_at DESC, dispute_id
-            """
-        ).map(dispute)
-    }
-
     public func request(_ action: DisputeAction, at: Date) async throws -> DisputeActionRequest {
         try await transaction { [self] db in
             // The dispute's row, locked: two requests for one dispute at once are decided one after the other.
@@ -128,7 +102,7 @@ extension PostgresStore {
                 db,
                 "SELECT data, revision, id FROM dispute_actions WHERE dispute_id = \(action.disputeID) AND next_at IS NOT NULL ORDER BY id LIMIT 1"
             ).first {
-                return .existing(try self.action(row).redacted)
+                return .existing(try DisputeRow.action(PostgresStatementRow(row: row)).redacted)
             }
             var recorded = action
             recorded.orderID = try action.orderID ?? dispute.decode(String?.self)

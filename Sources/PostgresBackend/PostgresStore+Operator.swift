@@ -59,16 +59,6 @@ extension PostgresStore {
         return ids.compactMap { id in found.first { $0.id == id } }
     }
 
-    public func holds(_ keys: [WorkKey]) async throws -> [WorkKey: Hold] {
-        guard !keys.isEmpty else { return [:] }
-        var found: [WorkKey: Hold] = [:]
-        for row in try await rows("SELECT work_key, held_at, held_by FROM holds WHERE work_key = ANY(\(keys.map(\.description)))") {
-            let (key, since, by) = try row.decode((String, Date, String).self)
-            if let key = WorkKey(key) { found[key] = Hold(since: since, by: by) }
-        }
-        return found
-    }
-
     /// The ids a key's events are filed under.
     private func owners(_ db: PostgresConnection, _ key: WorkKey) async throws -> (session: String?, order: String?) {
         switch key {

@@ -320,14 +320,6 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         return inputs
     }
 
-    public func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? {
-        try await rows("SELECT id, amount, requested_at FROM capture_requests WHERE order_id = \(orderID) AND state = 'pending' ORDER BY id LIMIT 1")
-            .first.map { row in
-                let (id, amount, at) = try row.decode((Int64, Int?, Date).self)
-                return CaptureRequestItem(id: id, orderID: orderID, amount: amount, requestedAt: at)
-            }
-    }
-
     public func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
         guard !change.isEmpty else { return }
         let changeRows = try ChangeRows(change, health: freshHealth(change.health)) { try self.json($0) }

@@ -7,12 +7,6 @@ import ReconcilerStore
 extension SQLiteStore {
     // MARK: DisputeStore
 
-    private func dispute(_ row: SQLRow) throws -> TrackedDispute {
-        var dispute = try decode(TrackedDispute.self, row.string(0))
-        dispute.revision = row.int(1) ?? 0
-        return dispute
-    }
-
     public func record(_ write: DisputeWrite, at: Date) async throws -> Bool {
         let revision = write.revision
         let dispute = write.written
@@ -62,13 +56,6 @@ extension SQLiteStore {
         }
     }
 
-    private func action(_ row: SQLRow) throws -> DisputeAction {
-        var action = try decode(DisputeAction.self, row.string(0))
-        action.revision = row.int(1) ?? 0
-        action.id = Int64(row.int(2) ?? 0)
-        return action
-    }
-
     public func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool {
         let action = write.written
         let data = try json(action)
@@ -104,18 +91,6 @@ extension SQLiteStore {
 
     // MARK: DisputeReports
 
-    public func disputes(openOnly: Bool, dueBefore: Date?, account: AccountID?) async throws -> [TrackedDispute] {
-        try await read { db in
-            try db.query(
-                """
-                SELECT data, revision FROM disputes
-                WHERE (?1 = 0 OR is_open = 1) AND (?2 IS NULL OR (deadline IS NOT NULL AND deadline < ?2)) AND (?3 IS NULL OR account = ?3)
-                ORDER BY deadline IS NULL, deadline, klarna_updated_at DESC, dispute_id
-                """, [.integer(openOnly ? 1 : 0), SQLValue(dueBefore), SQLValue(account?.rawValue)]
-            ).map { try self.dispute($0) }
-        }
-    }
-
     public func request(_ action: DisputeAction, at: Date) async throws -> DisputeActionRequest {
         try await write { db in
             guard let dispute = try db.query("SELECT order_id FROM disputes WHERE dispute_id = ?", [.text(action.disputeID)]).first else {
@@ -125,7 +100,7 @@ extension SQLiteStore {
                 "SELECT data, revision, id FROM dispute_actions WHERE dispute_id = ? AND next_at IS NOT NULL ORDER BY id LIMIT 1",
                 [.text(action.disputeID)]
             ).first {
-                return .existing(try self.action(row).redacted)
+                return .existing(try DisputeRow.action(row).redacted)
             }
             var recorded = action
             recorded.orderID = action.orderID ?? dispute.string(0)

@@ -62,18 +62,6 @@ extension SQLiteStore {
         }
     }
 
-    public func holds(_ keys: [WorkKey]) async throws -> [WorkKey: Hold] {
-        try await read { db in
-            var found: [WorkKey: Hold] = [:]
-            for key in keys {
-                if let row = try db.query("SELECT held_at, held_by FROM holds WHERE work_key = ?", [.text(key.description)]).first {
-                    found[key] = Hold(since: row.date(0) ?? Date(), by: row.string(1) ?? "")
-                }
-            }
-            return found
-        }
-    }
-
     /// `list --state held`: the held sessions and orders, newest hold first.
     func listHeld(account: AccountID?, limit: Int) async throws -> StoreListing {
         try await read { db in

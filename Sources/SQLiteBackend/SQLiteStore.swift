@@ -459,15 +459,6 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    public func oldestCaptureRequest(orderID: String) async throws -> CaptureRequestItem? {
-        try await read { db in
-            try db.query(
-                "SELECT id, amount, requested_at FROM capture_requests WHERE order_id = ? AND state = 'pending' ORDER BY id LIMIT 1",
-                [.text(orderID)]
-            ).first.map { CaptureRequestItem(id: $0.int64(0)!, orderID: orderID, amount: $0.int(1), requestedAt: $0.date(2)!) }
-        }
-    }
-
     // MARK: Reading for people
 
     public func timeline(for id: String) async throws -> PaymentTimeline {

@@ -96,14 +96,14 @@ extension DisputeReports where Self: StatementRunner {
 }
 
 /// A dispute's or an action's row as both stores' statements read it: its JSON, its revision (and an action's id).
-enum DisputeRow {
-    static func dispute(_ row: any StatementRow) throws -> TrackedDispute {
+public enum DisputeRow {
+    public static func dispute(_ row: any StatementRow) throws -> TrackedDispute {
         var dispute = try JSONDecoder().decode(TrackedDispute.self, from: Data((row.string(0) ?? "").utf8))
         dispute.revision = row.int(1) ?? 0
         return dispute
     }
 
-    static func action(_ row: any StatementRow) throws -> DisputeAction {
+    public static func action(_ row: any StatementRow) throws -> DisputeAction {
         var action = try JSONDecoder().decode(DisputeAction.self, from: Data((row.string(0) ?? "").utf8))
         action.revision = row.int(1) ?? 0
         action.id = Int64(row.int(2) ?? 0)
