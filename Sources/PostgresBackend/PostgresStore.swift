@@ -705,33 +705,10 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         try await rows("UPDATE reloads SET answered_at = \(at), ok = \(ok), message = \(message) WHERE id <= \(id) AND answered_at IS NULL")
     }
 
-    public func reloadAnswer(_ id: Int64) async throws -> ReloadAnswer? {
-        try await rows("SELECT ok, message FROM reloads WHERE id = \(id) AND answered_at IS NOT NULL").first.map { row in
-            let (ok, message) = try row.decode((Bool?, String?).self)
-            return ReloadAnswer(ok: ok == true, message: message ?? "")
-        }
-    }
-
     // MARK: Health
 
-    public func liveStatus() async throws -> LiveStatus {
-        let unfinished = try await rows("SELECT count(*) FROM intents WHERE state IN ('intended', 'sent', 'ambiguous')")[0].decode(Int.self)
-        var status = LiveStatus(unfinishedIntents: unfinished)
-        for row in try await rows("SELECT name, at, detail FROM health WHERE name IN ('klarna_ok', 'klarna_error')") {
-            let (name, at, detail) = try row.decode((String, Date, String?).self)
-            if name == HealthKey.klarnaOK.rawValue {
-                status.lastKlarnaSuccess = at
-            } else {
-                status.lastKlarnaError = at
-                status.lastKlarnaErrorDetail = detail
-            }
-        }
-        return status
-    }
-
-    /// A transaction that takes a connection from the pool and commits: fails while the server is unreachable.
-    /// A connection answers a transaction, and the server has refused no write within ``refusalMemory`` (a server
-    /// whose disk is full still answers `SELECT 1`).
+    /// A transaction that takes a connection from the pool and commits (it fails while the server is unreachable),
+    /// and no write the server refused within ``refusalMemory`` (a server whose disk is full still answers `SELECT 1`).
     public func probeWrites() async throws {
         if let (refusal, at) = refused.withLock({ $0 }), ContinuousClock.now - at < Self.refusalMemory { throw refusal }
         try await transaction { [self] db in _ = try await db.rows("SELECT 1", logger: logger) }

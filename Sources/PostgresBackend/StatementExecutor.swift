@@ -14,6 +14,7 @@ struct PostgresStatementRow: StatementRow {
     func string(_ column: Int) -> String? { cell(column, as: String.self) }
     func int(_ column: Int) -> Int? { cell(column, as: Int.self) }
     func date(_ column: Int) -> Date? { cell(column, as: Date.self) }
+    func bool(_ column: Int) -> Bool? { cell(column, as: Bool.self) }
 }
 
 /// The executor of the statements written once (``Statement``): postgres-nio's placeholders, on a pooled connection.

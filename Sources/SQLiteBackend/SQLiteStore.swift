@@ -537,22 +537,6 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    public func liveStatus() async throws -> LiveStatus {
-        try await read { db in
-            var status = LiveStatus(
-                unfinishedIntents: try db.query("SELECT COUNT(*) FROM intents WHERE state IN ('intended', 'sent', 'ambiguous')").first?.int(0) ?? 0)
-            for row in try db.query("SELECT name, at, detail FROM health WHERE name IN ('klarna_ok', 'klarna_error')") {
-                if row.string(0) == HealthKey.klarnaOK.rawValue {
-                    status.lastKlarnaSuccess = row.date(1)
-                } else {
-                    status.lastKlarnaError = row.date(1)
-                    status.lastKlarnaErrorDetail = row.string(2)
-                }
-            }
-            return status
-        }
-    }
-
     public func requestReload(at: Date) async throws -> Int64 {
         try await write { db in
             try db.query("INSERT INTO reloads (requested_at) VALUES (?) RETURNING id", [SQLValue(at)]).first?.int64(0) ?? 0
@@ -564,14 +548,6 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
             _ = try db.query(
                 "UPDATE reloads SET answered_at = ?, ok = ?, message = ? WHERE id <= ? AND answered_at IS NULL",
                 [SQLValue(at), .integer(ok ? 1 : 0), .text(message), .integer(id)])
-        }
-    }
-
-    public func reloadAnswer(_ id: Int64) async throws -> ReloadAnswer? {
-        try await read { db in
-            try db.query("SELECT ok, message FROM reloads WHERE id = ? AND answered_at IS NOT NULL", [.integer(id)]).first.map {
-                ReloadAnswer(ok: $0.int(0) == 1, message: $0.string(1) ?? "")
-            }
         }
     }
 

@@ -1,7 +1,9 @@
 import Foundation
 import ReconcilerStore
 
-extension SQLRow: StatementRow {}
+extension SQLRow: StatementRow {
+    public func bool(_ column: Int) -> Bool? { int(column).map { $0 != 0 } }
+}
 
 extension SQLValue {
     /// A shared statement's value as SQLite binds it: dates in seconds since 1970, a list as a JSON array

@@ -89,9 +89,3 @@ extension IngestStore where Self: StatementRunner {
         ).first.map { AccountID(rawValue: $0.string(0) ?? "") ?? .default }
     }
 }
-
-extension ReloadMailbox where Self: StatementRunner {
-    public func newestReloadRequest() async throws -> Int64? {
-        try await rows(of: "SELECT max(id) FROM reloads WHERE answered_at IS NULL").first?.int(0).map(Int64.init)
-    }
-}

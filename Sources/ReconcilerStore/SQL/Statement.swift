@@ -128,6 +128,8 @@ public protocol StatementRow: Sendable {
     func string(_ column: Int) -> String?
     func int(_ column: Int) -> Int?
     func date(_ column: Int) -> Date?
+    /// A flag: SQLite's 0 or 1, PostgreSQL's boolean.
+    func bool(_ column: Int) -> Bool?
 }
 
 /// What runs a ``Statement``: each store's thin executor, outside any transaction (a read, or a write of one
