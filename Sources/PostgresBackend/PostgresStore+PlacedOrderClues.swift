@@ -11,14 +11,4 @@ extension PostgresStore {
             "SELECT dedupe_key FROM deliveries WHERE \(unescaped: Self.unknownNotification) AND received_at >= \(since) ORDER BY received_at DESC LIMIT \(limit)"
         ).compactMap { RetentionPolicy.notifiedOrderID(dedupeKey: try $0.decode(String.self)) }
     }
-
-    public func settlementLines(merchantReference: String, account: AccountID, limit: Int) async throws -> [SettledLine] {
-        try await rows(
-            """
-            SELECT l.data FROM settlement_lines l JOIN payouts p ON p.payment_reference = l.payment_reference
-            WHERE l.data::jsonb -> 'line' ->> 'merchantReference' = \(merchantReference) AND p.account = \(account.rawValue)
-            ORDER BY p.payout_date DESC, l.ordinal LIMIT \(limit)
-            """
-        ).map { try decode(LineReconciliation.self, $0).line }
-    }
 }

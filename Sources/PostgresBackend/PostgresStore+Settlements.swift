@@ -152,16 +152,4 @@ extension PostgresStore {
 
     // MARK: SettlementReports
 
-    public func settlementLines(orderIDs: [String]) async throws -> [LineReconciliation] {
-        let found = try await rows(
-            """
-            SELECT p.payout_date, l.data FROM settlement_lines l JOIN payouts p ON p.payment_reference = l.payment_reference
-            WHERE l.order_id = ANY(\(orderIDs))
-            """
-        ).map { row in
-            let (payoutDate, data) = try row.decode((Date, String).self)
-            return RecordedLine(payoutDate: payoutDate, line: try decode(LineReconciliation.self, text: data))
-        }
-        return RecordedLine.inReportOrder(found)
-    }
 }

@@ -146,20 +146,4 @@ extension SQLiteStore {
 
     // MARK: SettlementReports
 
-    public func settlementLines(orderIDs: [String]) async throws -> [LineReconciliation] {
-        try await read { db in
-            var found: [RecordedLine] = []
-            for orderID in Set(orderIDs) {
-                for row in try db.query(
-                    """
-                    SELECT p.payout_date, l.data FROM settlement_lines l JOIN payouts p ON p.payment_reference = l.payment_reference
-                    WHERE l.order_id = ?
-                    """, [.text(orderID)])
-                {
-                    found.append(RecordedLine(payoutDate: row.date(0) ?? .distantPast, line: try self.decode(LineReconciliation.self, row.string(1))))
-                }
-            }
-            return RecordedLine.inReportOrder(found)
-        }
-    }
 }

@@ -29,6 +29,19 @@ struct StatementTests {
         #expect(plain.text(in: .sqlite) == "SELECT 1" && plain.values.isEmpty)
     }
 
+    @Test("Each path SQL reads from stored JSON names what the encoder writes (it fails when a property is renamed)")
+    func storedJSONPaths() throws {
+        let line = SettledLine(
+            paymentReference: "P-1", ordinal: 0, kind: .sale, amount: 1_000, currency: "EUR", merchantReference: "shop-42")
+        let stored = try JSONEncoder().encode(LineReconciliation(line: line, signedAmount: 1_000, match: .unmatched(.orderUnknown), note: "n"))
+        var value: Any? = try JSONSerialization.jsonObject(with: stored)
+        for key in StoredJSON.lineMerchantReference.keys { value = (value as? [String: Any])?[key] }
+        #expect(value as? String == "shop-42")
+        let path: Statement = "SELECT 1 WHERE \(json: "data", StoredJSON.lineMerchantReference) = \("shop-42")"
+        #expect(path.text(in: .sqlite) == "SELECT 1 WHERE json_extract(data, '$.line.merchantReference') = ?1")
+        #expect(path.text(in: .postgres) == "SELECT 1 WHERE (data::jsonb #>> '{line,merchantReference}') = $1")
+    }
+
     @Test("Both stores answer a statement alike: a list parameter of any length, times compared, rows read by position", arguments: Backend.allCases)
     func bothStores(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in

@@ -45,6 +45,8 @@ public struct Statement: Sendable, Equatable, ExpressibleByStringInterpolation {
         case parameter(Int)
         /// `column = any of the list at this index`, after its column.
         case anyOf(Int)
+        /// The text at a declared path (``StoredJSON``) of a JSON column.
+        case json(column: String, path: [String])
     }
 
     let pieces: [Piece]
@@ -72,6 +74,8 @@ public struct Statement: Sendable, Equatable, ExpressibleByStringInterpolation {
             // One parameter, looked up on the column's index whatever the list's length.
             case (.anyOf(let index), .sqlite): "IN (SELECT value FROM json_each(?\(index + 1)))"
             case (.anyOf(let index), .postgres): "= ANY($\(index + 1))"
+            case (.json(let column, let path), .sqlite): "json_extract(\(column), '$.\(path.joined(separator: "."))')"
+            case (.json(let column, let path), .postgres): "(\(column)::jsonb #>> '{\(path.joined(separator: ","))}')"
             }
         }.joined()
     }
@@ -109,9 +113,16 @@ public struct StatementInterpolation: StringInterpolationProtocol, Sendable {
             case .sql(let text): pieces.append(.sql(text))
             case .parameter(let index): pieces.append(.parameter(index + offset))
             case .anyOf(let index): pieces.append(.anyOf(index + offset))
+            case .json(let column, let path): pieces.append(.json(column: column, path: path))
             }
         }
         values += statement.values
+    }
+
+    /// The text at `path` in the JSON of `column` (a column name, as SQL): `json_extract` on SQLite, `#>>` on
+    /// PostgreSQL. The path is a declared one (``StoredJSON``), never a value.
+    public mutating func appendInterpolation(json column: String, _ path: StoredJSON.Path) {
+        pieces.append(.json(column: column, path: path.keys))
     }
 
     /// After a column: whether it is one of `list`, one parameter however long the list (`= ANY($1)` on PostgreSQL,
