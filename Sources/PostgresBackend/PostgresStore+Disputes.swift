@@ -53,10 +53,6 @@ extension PostgresStore {
         }
     }
 
-    public func forgetDisputeHints(_ ids: [String]) async throws {
-        try await rows("DELETE FROM dispute_hints WHERE dispute_id = ANY(\(ids))")
-    }
-
     public func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool {
         let action = write.written
         let data = try json(action)
@@ -79,15 +75,6 @@ extension PostgresStore {
             }
             return true
         }
-    }
-
-    public func listed(through: Date, account: AccountID) async throws {
-        try await rows(
-            """
-            INSERT INTO dispute_account_lists (account, listed_through) VALUES (\(account.rawValue), \(through))
-            ON CONFLICT (account) DO UPDATE SET listed_through = excluded.listed_through
-            WHERE dispute_account_lists.listed_through < excluded.listed_through
-            """)
     }
 
     // MARK: DisputeReports

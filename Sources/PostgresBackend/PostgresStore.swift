@@ -697,14 +697,6 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     // MARK: Reloads
 
-    public func requestReload(at: Date) async throws -> Int64 {
-        try await rows("INSERT INTO reloads (requested_at) VALUES (\(at)) RETURNING id")[0].decode(Int64.self)
-    }
-
-    public func answerReloads(through id: Int64, ok: Bool, message: String, at: Date) async throws {
-        try await rows("UPDATE reloads SET answered_at = \(at), ok = \(ok), message = \(message) WHERE id <= \(id) AND answered_at IS NULL")
-    }
-
     // MARK: Health
 
     /// A transaction that takes a connection from the pool and commits (it fails while the server is unreachable),

@@ -23,12 +23,18 @@ extension PostgresStore: StatementRunner {
         try await rows(Self.query(statement)).map(PostgresStatementRow.init)
     }
 
+    /// One statement is one transaction of its own (autocommit).
+    public func rows(writtenBy statement: Statement) async throws -> [any StatementRow] {
+        try await rows(of: statement)
+    }
+
     static func query(_ statement: Statement) -> PostgresQuery {
         var bindings = PostgresBindings()
         for value in statement.values {
             switch value {
             case .null: bindings.appendNull()
             case .integer(let number): bindings.append(Int(number))
+            case .bool(let flag): bindings.append(flag)
             case .text(let text): bindings.append(text)
             case .date(let date): bindings.append(date)
             case .texts(let list): bindings.append(list)

@@ -50,12 +50,6 @@ extension SQLiteStore {
         }
     }
 
-    public func forgetDisputeHints(_ ids: [String]) async throws {
-        try await write { db in
-            for id in ids { try db.query("DELETE FROM dispute_hints WHERE dispute_id = ?", [.text(id)]) }
-        }
-    }
-
     public func update(_ write: DisputeActionWrite, at: Date) async throws -> Bool {
         let action = write.written
         let data = try json(action)
@@ -75,17 +69,6 @@ extension SQLiteStore {
                 try self.insertEvent(db, NewEvent(hppSessionID: nil, orderID: orderID, event, detail: ["dispute_id": action.disputeID]), at: at)
             }
             return true
-        }
-    }
-
-    public func listed(through: Date, account: AccountID) async throws {
-        try await write { db in
-            _ = try db.query(
-                """
-                INSERT INTO dispute_account_lists (account, listed_through) VALUES (?, ?)
-                ON CONFLICT (account) DO UPDATE SET listed_through = excluded.listed_through
-                WHERE dispute_account_lists.listed_through < excluded.listed_through
-                """, [.text(account.rawValue), SQLValue(through)])
         }
     }
 

@@ -537,20 +537,6 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    public func requestReload(at: Date) async throws -> Int64 {
-        try await write { db in
-            try db.query("INSERT INTO reloads (requested_at) VALUES (?) RETURNING id", [SQLValue(at)]).first?.int64(0) ?? 0
-        }
-    }
-
-    public func answerReloads(through id: Int64, ok: Bool, message: String, at: Date) async throws {
-        try await write { db in
-            _ = try db.query(
-                "UPDATE reloads SET answered_at = ?, ok = ?, message = ? WHERE id <= ? AND answered_at IS NULL",
-                [SQLValue(at), .integer(ok ? 1 : 0), .text(message), .integer(id)])
-        }
-    }
-
     public func summary(now: Date) async throws -> StatusSummary {
         try await read { db in
             func counts(_ sql: String) throws -> [String: Int] {

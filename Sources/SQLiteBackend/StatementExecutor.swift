@@ -12,6 +12,7 @@ extension SQLValue {
         switch value {
         case .null: self = .null
         case .integer(let number): self = .integer(number)
+        case .bool(let flag): self = .integer(flag ? 1 : 0)
         case .text(let text): self = .text(text)
         case .date(let date): self = .real(date.timeIntervalSince1970)
         case .texts(let list):
@@ -27,5 +28,12 @@ extension SQLiteStore: StatementRunner {
         let text = statement.text(in: .sqlite)
         let arguments = statement.values.map(SQLValue.init)
         return try await read { db in try db.query(text, arguments) }
+    }
+
+    /// Through the writer's group commit, like every write.
+    public func rows(writtenBy statement: Statement) async throws -> [any StatementRow] {
+        let text = statement.text(in: .sqlite)
+        let arguments = statement.values.map(SQLValue.init)
+        return try await write { db in try db.query(text, arguments) }
     }
 }

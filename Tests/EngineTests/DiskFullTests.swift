@@ -48,7 +48,7 @@ struct DiskFullTests {
             #expect(error.isDiskFull)
             #expect("\(error)".contains("on \(disk.path)/state.sqlite"))
             #expect("\(error)".contains("free in \(disk.path)"))
-            disk.free()
+            try await disk.free()
             _ = try await store.track(Fixtures.session("space-back"), event: DomainEvent(.tracked, "test"), at: Fixtures.t0)
             #expect(try await store.session("space-back") != nil)
         }
@@ -80,7 +80,7 @@ struct DiskFullTests {
             watch.check()
             #expect(guarding.pressure?.full.first?.availableBytes ?? .max < 2 * Self.mib)
             #expect(!reserve.isHeld)
-            disk.free()
+            try await disk.free()
             watch.check()
             #expect(guarding.pressure == nil)
             #expect(reserve.isHeld, "made again once space returned")

@@ -57,7 +57,7 @@ struct DiskFullProcessTests {
             #expect(fixture.daemonLog.contains("database or disk is full"))
             #expect(fixture.daemonLog.contains("free in \(disk.path)/state"), "the error names the free space")
 
-            disk.free()
+            try await disk.free()
             try await waitUntil(timeout: .seconds(30)) { try await fixture.notifications.contains { $0.hasPrefix("READY=1") } }
             try await waitUntil(timeout: .seconds(10)) { FileManager.default.fileExists(atPath: fixture.storePath + ".reserve") }
             let payment = try fixture.sandbox.createSession(
@@ -152,7 +152,7 @@ struct DiskFullProcessTests {
 
         // Space back: every payment ends, once, without an operator.
         let freed = ContinuousClock.now
-        disk.free()
+        try await disk.free()
         var outcomes: [[OutcomeKind]] = []
         do {
             try await waitUntil(timeout: .seconds(60)) { try await fixture.post("/v1/ready", "", method: "GET").status == 200 }
@@ -289,7 +289,7 @@ struct PostgresRefusalTests {
             try await waitUntil(timeout: .seconds(20)) { try await fixture.post("/v1/ready", "", method: "GET").status == 503 }
 
             let freed = ContinuousClock.now
-            disk.free()
+            try await disk.free()
             let store = try await PostgresDaemonTests.open(server, database)
             defer { store.close() }
             try await waitUntil(timeout: .seconds(120)) {

@@ -59,8 +59,13 @@ public struct SmallDisk: Sendable {
         }
     }
 
-    /// Gives back what the filler took.
-    public func free() { unlink(filler) }
+    /// Gives back what the filler took, and returns once the filesystem shows it free: a child process another test
+    /// forks at that moment holds the file open (until its exec closes it), and its pages with it.
+    public func free() async throws {
+        let before = freeBytes
+        unlink(filler)
+        try await waitUntil(timeout: .seconds(10)) { freeBytes > before }
+    }
 
     public func unmount() async {
         _ = try? await Command.run("/usr/bin/umount", ["-l", path])

@@ -20,6 +20,20 @@ extension DisputeStore where Self: StatementRunner {
         ).compactMap { $0.string(0) }
     }
 
+    public func forgetDisputeHints(_ ids: [String]) async throws {
+        _ = try await rows(writtenBy: "DELETE FROM dispute_hints WHERE dispute_id \(anyOf: ids)")
+    }
+
+    /// Never moves the account's list back.
+    public func listed(through: Date, account: AccountID) async throws {
+        _ = try await rows(
+            writtenBy: """
+                INSERT INTO dispute_account_lists (account, listed_through) VALUES (\(account.rawValue), \(through))
+                ON CONFLICT (account) DO UPDATE SET listed_through = excluded.listed_through
+                WHERE dispute_account_lists.listed_through < excluded.listed_through
+                """)
+    }
+
     public func disputesToLook(account: AccountID, at now: Date, limit: Int) async throws -> [TrackedDispute] {
         try await rows(
             of: """

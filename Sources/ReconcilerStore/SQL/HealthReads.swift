@@ -2,6 +2,15 @@ import Foundation
 import ReconcilerCore
 
 extension ReloadMailbox where Self: StatementRunner {
+    public func requestReload(at: Date) async throws -> Int64 {
+        Int64(try await rows(writtenBy: "INSERT INTO reloads (requested_at) VALUES (\(at)) RETURNING id").first?.int(0) ?? 0)
+    }
+
+    public func answerReloads(through id: Int64, ok: Bool, message: String, at: Date) async throws {
+        _ = try await rows(
+            writtenBy: "UPDATE reloads SET answered_at = \(at), ok = \(ok), message = \(message) WHERE id <= \(id) AND answered_at IS NULL")
+    }
+
     public func newestReloadRequest() async throws -> Int64? {
         try await rows(of: "SELECT max(id) FROM reloads WHERE answered_at IS NULL").first?.int(0).map(Int64.init)
     }

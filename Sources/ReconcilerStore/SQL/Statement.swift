@@ -19,6 +19,8 @@ public struct Statement: Sendable, Equatable, ExpressibleByStringInterpolation {
         /// (`$1::text IS NULL`).
         case null(Kind)
         case integer(Int64)
+        /// A flag: SQLite's 0 or 1, PostgreSQL's boolean.
+        case bool(Bool)
         case text(String)
         /// A point in time: seconds since 1970 in SQLite's columns, `timestamptz` in PostgreSQL's.
         case date(Date)
@@ -103,6 +105,7 @@ public struct StatementInterpolation: StringInterpolationProtocol, Sendable {
     public mutating func appendInterpolation(_ value: Int?) { bind(value.map { .integer(Int64($0)) } ?? .null(.integer)) }
     public mutating func appendInterpolation(_ value: Int64?) { bind(value.map(Statement.Value.integer) ?? .null(.integer)) }
     public mutating func appendInterpolation(_ value: Date?) { bind(value.map(Statement.Value.date) ?? .null(.date)) }
+    public mutating func appendInterpolation(_ value: Bool) { bind(.bool(value)) }
 
     /// Another statement spliced in (a shared condition, a column list): its SQL as it is, its values bound after
     /// those before it.
@@ -143,8 +146,10 @@ public protocol StatementRow: Sendable {
     func bool(_ column: Int) -> Bool?
 }
 
-/// What runs a ``Statement``: each store's thin executor, outside any transaction (a read, or a write of one
-/// statement).
+/// What runs a ``Statement``: each store's thin executor, outside any transaction.
 public protocol StatementRunner: Sendable {
+    /// A read, on the store's read path.
     func rows(of statement: Statement) async throws -> [any StatementRow]
+    /// A write of one statement, durable when this returns; the rows it returns (`RETURNING`).
+    func rows(writtenBy statement: Statement) async throws -> [any StatementRow]
 }
