@@ -1,5 +1,5 @@
 /// What SQL reads from a stored JSON column, declared once: each path names the keys the encoder writes (the Swift
-/// property names, as `JSONEncoder` writes them by default). `StoredJSONTests` encodes each type and fails when a path
+/// property names, as `JSONEncoder` writes them by default). A test of `StatementTests` encodes each type and fails when a path
 /// and the encoder part (a property renamed, a coding key added).
 public enum StoredJSON {
     /// A path of keys into a JSON document.
