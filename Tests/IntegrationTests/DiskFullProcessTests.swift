@@ -117,6 +117,9 @@ struct DiskFullProcessTests {
         let refused = try await fixture.post("/v1/sessions", track(late, "immediate"))
         #expect(refused.status == 503)
         #expect(refused.body.contains("disk_full") && refused.body.contains("directory \(disk.path)"), "\(refused.body)")
+        // An operator's request is written to the store before the engine acts on it: refused alike.
+        let hold = try await fixture.post("/v2/payments/\(orderB)/hold", "{}", socket: fixture.controlPath)
+        #expect(hold.status == 503 && hold.body.contains("disk_full"), "\(hold.body)")
 
         // Klarna's answers arrive on the full disk: with the store's filesystem full the reserve is given back for them.
         try await waitUntil(timeout: .seconds(30)) {

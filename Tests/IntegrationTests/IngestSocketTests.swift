@@ -370,28 +370,6 @@ struct IngestLimitTests {
     }
 }
 
-/// Whether this machine lets the tests mount a small tmpfs (root, with mount rights).
-func canMountTmpfs() -> Bool {
-    let probe = NSTemporaryDirectory() + "tmpfs-probe-\(getpid())"
-    try? FileManager.default.createDirectory(atPath: probe, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: probe) }
-    guard run("/bin/mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", probe]) == 0 else { return false }
-    _ = run("/bin/umount", [probe])
-    return true
-}
-
-@discardableResult
-func run(_ executable: String, _ arguments: [String]) -> Int32 {
-    let process = ChildProcess()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    process.standardError = FileHandle.nullDevice
-    process.standardOutput = FileHandle.nullDevice
-    guard (try? process.run()) != nil else { return -1 }
-    process.waitUntilExit()
-    return process.terminationStatus
-}
-
 @Suite("Ingest durability", .serialized)
 struct IngestDurabilityTests {
     @Test("kill -9 while deliveries arrive: every request that got 202 is in the store after the restart")
@@ -422,18 +400,17 @@ struct IngestDurabilityTests {
 
     @Test(
         "With no watermark and no reserve, a full disk: the socket answers 503, spool files stay in the spool, and both recover when space returns",
-        .enabled(if: canMountTmpfs(), "needs root and mount rights for a small tmpfs"))
+        .enabled(if: SmallDisk.canMount, "needs root and mount rights for a small tmpfs"))
     func fullDisk() async throws {
         // What the store does when the disk fills faster than the watermark sees it (DiskFullProcessTests has the
         // watermark and the reserve at work).
-        let fixture = try await DaemonFixture(diskConfig: ["min_free_mb: 0", "reserve_mb: 0"])
-        let state = fixture.directory + "/state"
-        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
-        #expect(run("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", state]) == 0)
-        defer { run("/bin/umount", ["-l", state]) }
+        try await SmallDisk.with(megabytes: 2) { disk in try await fullDisk(disk) }
+    }
+
+    private func fullDisk(_ disk: SmallDisk) async throws {
+        let fixture = try await DaemonFixture(storeConfig: ["path: \(disk.path)/state.sqlite"], diskConfig: ["min_free_mb: 0", "reserve_mb: 0"])
         try await fixture.start()
-        // Fill what is left.
-        _ = run("/bin/dd", ["if=/dev/zero", "of=\(state)/filler", "bs=64k", "count=64"])
+        try disk.fill()
         let padding = String(repeating: "x", count: 200)
         var status = 0
         for index in 0..<50 where status != 503 {
@@ -455,7 +432,7 @@ struct IngestDurabilityTests {
         #expect(fixture.quarantined().isEmpty)
         if try await store.session("spooled") == nil { #expect(fixture.spoolNames("new") + fixture.spoolNames("cur") == ["full.json"]) }
 
-        try FileManager.default.removeItem(atPath: state + "/filler")
+        try await disk.free()
         #expect(try await fixture.post("/v1/sessions", #"{"hpp_session_id":"after","kp_session_id":"kp"}"#).status == 202)
         try await waitUntil(timeout: .seconds(30)) { fixture.spoolNames("new").isEmpty && fixture.spoolNames("cur").isEmpty }
         #expect(try await store.session("spooled") != nil)

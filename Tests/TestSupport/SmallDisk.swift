@@ -7,8 +7,16 @@ public struct SmallDisk: Sendable {
     public let path: String
     private var filler: String { path + "/.filler" }
 
-    /// Whether this process may mount one (root).
-    public static var canMount: Bool { getuid() == 0 }
+    /// Whether this machine lets the tests mount one (root with mount rights): probed once, with a 64 KiB tmpfs.
+    public static let canMount: Bool = {
+        guard getuid() == 0 else { return false }
+        let probe = NSTemporaryDirectory() + "klarna-reconciler-tmpfs-probe-\(getpid())"
+        try? FileManager.default.createDirectory(atPath: probe, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: probe) }
+        guard "size=64k".withCString({ mount("tmpfs", probe, "tmpfs", 0, $0) }) == 0 else { return false }
+        umount(probe)
+        return true
+    }()
 
     public init(megabytes: Int) async throws {
         path = NSTemporaryDirectory() + "klarna-reconciler-disk-" + UUID().uuidString.prefix(8)

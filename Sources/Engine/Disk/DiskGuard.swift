@@ -5,31 +5,24 @@ import Synchronization
 /// effect (``DiskWatch`` keeps it current). Under pressure the daemon takes nothing new and starts no side effect;
 /// what is in flight goes on and its answers are recorded.
 public final class DiskGuard: Sendable {
-    private struct State {
-        var readings: [DiskReading] = []
-        var pressure: DiskPressure?
-    }
 
     public let watermark: DiskWatermark
-    private let state = Mutex(State())
+    private let state = Mutex<DiskPressure?>(nil)
 
     public init(watermark: DiskWatermark) {
         self.watermark = watermark
     }
 
     /// The directories below the watermark now; `nil` while every directory has room.
-    public var pressure: DiskPressure? { state.withLock { $0.pressure } }
-    /// The last reading of each directory.
-    public var readings: [DiskReading] { state.withLock { $0.readings } }
+    public var pressure: DiskPressure? { state.withLock { $0 } }
 
     /// Takes new readings and returns the pressure before and after them.
     @discardableResult
     public func update(_ readings: [DiskReading]) -> (before: DiskPressure?, after: DiskPressure?) {
-        state.withLock { state in
-            let before = state.pressure
-            state.readings = readings
-            state.pressure = watermark.pressure(readings, before: before)
-            return (before, state.pressure)
+        state.withLock { pressure in
+            let before = pressure
+            pressure = watermark.pressure(readings, before: before)
+            return (before, pressure)
         }
     }
 

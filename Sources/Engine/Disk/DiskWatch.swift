@@ -17,6 +17,8 @@ public struct DiskWatch: Service {
     let logger: Logger
     /// Told of every change of the pressure (`nil`: room again).
     let onChange: @Sendable (DiskPressure?) -> Void
+    /// Whether the last try to make the reserve failed (said once, not every second).
+    private let reserveFailing = Live(false)
 
     public init(
         guarding: DiskGuard, directories: [(role: DiskRole, path: String)], reserve: ReserveFile?, interval: Duration = .seconds(1),
@@ -47,10 +49,13 @@ public struct DiskWatch: Service {
         {
             do {
                 try reserve.make()
+                reserveFailing.replace(with: false)
                 logger.notice("the store's reserve of \(ByteCount(reserve.bytes)) is made again at \(reserve.path)")
                 readings = read()
             } catch {
-                logger.warning("\(error); trying again while space lasts")
+                // Once until it is made: the watch tries every second.
+                if !reserveFailing.value { logger.warning("\(error); trying again every \(interval) while space lasts") }
+                reserveFailing.replace(with: true)
             }
         }
         for reading in readings {

@@ -115,17 +115,17 @@ public struct Reconciler: Sendable {
     /// outlasts, a graceful stop never cancels a create-order in flight.
     public func stopSendingSideEffects() { stopping.replace(with: true) }
 
-    /// Whether a step may send a side effect now; if not, it says when to come back. While stopping it commits
-    /// `change` (what it read) and comes back at once, which the next start does. Under disk pressure it commits
-    /// nothing (the disk may not take it; a read is read again) and comes back once the worker runs again, which
-    /// it does when space returns.
+    /// Whether a step may send a side effect now; if not, it commits `change` (what it read: an authorization it
+    /// found is kept) and comes back at once. While stopping, the next start sends it; under disk pressure, the work
+    /// loop once space returns (it starts no step meanwhile).
     func deferredSideEffect(_ change: Change, _ what: String, now: Date) async throws -> StepResult? {
         if let pressure = disk?.pressure {
             logger.notice("\(what) not sent: \(pressure.summary); sent once space returns")
-            return StepResult(next: now)
+        } else if stopping.value {
+            logger.info("stopping: \(what) not sent; the next start sends it")
+        } else {
+            return nil
         }
-        guard stopping.value else { return nil }
-        logger.info("stopping: \(what) not sent; the next start sends it")
         try await commit(change, now: now)
         return StepResult(next: now)
     }

@@ -1,11 +1,11 @@
 /// A directory the daemon writes, named by what it holds.
-public enum DiskRole: String, Sendable, CaseIterable, Codable {
+public enum DiskRole: String, Sendable, CaseIterable {
     case store, spool, outbox
 }
 
 /// What one directory's filesystem has free for the daemon (statvfs's `f_bavail`: what a process without root may
 /// use), and what the daemon owes its reserve there.
-public struct DiskReading: Sendable, Equatable, Codable {
+public struct DiskReading: Sendable, Equatable {
     public var role: DiskRole
     public var path: String
     public var freeBytes: Int64
