@@ -364,12 +364,12 @@ struct ChangeRows: Encodable {
         var kind, message: String
         var detail: String?
 
-        init(_ event: NewEvent, json: (any Encodable) throws -> String) throws {
+        init(_ event: NewEvent) throws {
             session = event.hppSessionID
             order_id = event.orderID
             kind = event.event.kind.rawValue
             message = event.event.message
-            detail = event.detail.isEmpty ? nil : try json(event.detail)
+            detail = event.detail.isEmpty ? nil : try StoredJSON.encode(event.detail)
         }
     }
 
@@ -424,14 +424,13 @@ struct ChangeRows: Encodable {
         var attempts: Int
     }
 
-    /// `json` encodes a stored row's `data` (and an event's detail) as the store's other writes do.
-    init(_ change: Change, health entries: [(key: HealthKey, detail: String)], json: (any Encodable) throws -> String) throws {
-        sessions = try Self.lastOfEach(change.sessions, by: \.hppSessionID).map { Session($0, data: try json($0)) }
+    init(_ change: Change, health entries: [(key: HealthKey, detail: String)]) throws {
+        sessions = try Self.lastOfEach(change.sessions, by: \.hppSessionID).map { Session($0, data: try StoredJSON.encode($0)) }
         func order(_ order: TrackedOrder) throws -> Order {
             Order(
                 id: order.orderID, session: order.hppSessionID, reference: order.merchantReference, phase: order.phase.rawValue,
                 outcome: order.outcome?.rawValue, next_due: Self.time(order.isOpen ? order.nextDueAt : nil), deadline: Self.time(order.deadline),
-                created_at: Self.time(order.createdAt), data: try json(order), account: order.account.rawValue)
+                created_at: Self.time(order.createdAt), data: try StoredJSON.encode(order), account: order.account.rawValue)
         }
         orders = try Self.lastOfEach(change.orders, by: \.orderID).map(order)
         let written = Set(change.orders.map(\.orderID))
@@ -439,17 +438,18 @@ struct ChangeRows: Encodable {
         payment_requests = try Self.lastOfEach(change.paymentRequests, by: \.paymentRequestID).map { request in
             PaymentRequest(
                 id: request.paymentRequestID, state: request.state?.rawValue, outcome: request.outcome?.rawValue,
-                next_due: Self.time(request.isOpen ? request.nextDueAt : nil), tracked_at: Self.time(request.trackedAt), data: try json(request),
+                next_due: Self.time(request.isOpen ? request.nextDueAt : nil), tracked_at: Self.time(request.trackedAt),
+                data: try StoredJSON.encode(request),
                 account: request.account.rawValue)
         }
         intents = try Self.lastOfEach(change.intents, by: \.key).map { intent in
             IntentRow(
                 key: intent.key, kind: intent.kind.rawValue, subject: intent.subject, state: intent.state.rawValue, attempts: intent.attempts,
-                next_attempt: Self.time(intent.nextAttemptAt), created_at: Self.time(intent.createdAt), data: try json(intent))
+                next_attempt: Self.time(intent.nextAttemptAt), created_at: Self.time(intent.createdAt), data: try StoredJSON.encode(intent))
         }
-        events = try change.events.map { try Event($0, json: json) }
+        events = try change.events.map { try Event($0) }
         outcomes = try change.outcomes.map { outcome in
-            OutcomeRow(kind: outcome.kind.rawValue, session: outcome.hppSessionID, order_id: outcome.orderID, data: try json(outcome))
+            OutcomeRow(kind: outcome.kind.rawValue, session: outcome.hppSessionID, order_id: outcome.orderID, data: try StoredJSON.encode(outcome))
         }
         ledger = (change.ledgerCaptures.map(LedgerRow.init) + change.ledgerRefunds.map(LedgerRow.init)).map { row in
             Ledger(

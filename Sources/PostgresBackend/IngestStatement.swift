@@ -23,9 +23,9 @@ struct SessionDelivery: Sendable {
         var events: [ChangeRows.Event]
         var wakeups: [String]
 
-        init(_ writes: IngestWrites, json: (any Encodable) throws -> String) throws {
-            sessions = try writes.newSession.map { [ChangeRows.Session($0, data: try json($0))] } ?? []
-            events = try writes.events.map { try ChangeRows.Event($0, json: json) }
+        init(_ writes: IngestWrites) throws {
+            sessions = try writes.newSession.map { [ChangeRows.Session($0, data: try StoredJSON.encode($0))] } ?? []
+            events = try writes.events.map { try ChangeRows.Event($0) }
             wakeups = writes.wakeups.map(\.description)
         }
     }
@@ -42,7 +42,7 @@ struct SessionDelivery: Sendable {
 
     /// Nil for a delivery decided otherwise, or one whose decisions write more than a session, events and the
     /// wakeups of a delivery: the store's transaction writes those.
-    init?(_ record: IngestRecord, lookup: IngestLookup, at: Date, json: (any Encodable) throws -> String) throws {
+    init?(_ record: IngestRecord, lookup: IngestLookup, at: Date) throws {
         let tracked: IngestDecision
         let untracked: IngestDecision
         let sessionID: String?
@@ -70,7 +70,7 @@ struct SessionDelivery: Sendable {
         self.ifUntracked = ifUntracked
         element = Element(
             n: 0, key: record.dedupeKey, kind: record.kind, source: record.source, at: ChangeRows.time(at), summary: record.summary,
-            session: sessionID, if_tracked: try Writes(whenTracked, json: json), if_untracked: try Writes(whenUntracked, json: json))
+            session: sessionID, if_tracked: try Writes(whenTracked), if_untracked: try Writes(whenUntracked))
     }
 
     /// Numbered as the statement answers it.
@@ -134,9 +134,9 @@ enum IngestBatch: StatementText {
         FROM r LEFT JOIN d ON d.dedupe_key = r.key LEFT JOIN branch ON branch.n = r.n
         """
 
-    static func bindings(_ deliveries: [SessionDelivery], holder: String?, json: (any Encodable) throws -> String) throws -> PostgresBindings {
+    static func bindings(_ deliveries: [SessionDelivery], holder: String?) throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 2)
-        bindings.append(try json(deliveries.map(\.element)))
+        bindings.append(try StoredJSON.encode(deliveries.map(\.element)))
         bindings.append(holder)
         return bindings
     }

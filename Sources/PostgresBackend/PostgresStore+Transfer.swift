@@ -45,8 +45,4 @@ extension PostgresStore: TransferTarget {
                         """))
         }
     }
-
-    public func count(_ table: TransferTable) async throws -> Int {
-        try await rows(PostgresQuery(unsafeSQL: "SELECT count(*) FROM \(table.rawValue)"))[0].decode(Int.self)
-    }
 }

@@ -25,8 +25,6 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     private let batcher = IngestBatcher()
     /// When this handle last recorded a Klarna success (``freshHealth(_:)``).
     private let lastSuccessWritten = Mutex<ContinuousClock.Instant?>(nil)
-    private let encoder: JSONEncoder
-    private let decoder = JSONDecoder()
     /// How often a pooled connection's plans are made afresh (``replanningInterval``), if at all.
     private let replanning: Duration?
     /// Gives up on a lease that waits longer than ``connectionPatience`` (or what `open` was given).
@@ -110,8 +108,6 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         leasePatience = LeasePatience(patience: patience, tick: patience / 5)
         self.logger = logger
         running = Task { await client.run() }
-        encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
     }
 
     /// Closes every connection; the store is unusable afterwards.
@@ -223,7 +219,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     /// Tells the daemons listening for work that some arrived, after the commit that made it (``WorkAnnouncer``). A
     /// daemon does not wait for it (announcements asked for meanwhile go out as one); an operator command, which
     /// exits next, does.
-    func announceWork() async {
+    public func announceWork() async {
         guard announcer.ask() else { return }
         let send: @Sendable () async -> Void = { [self] in
             repeat {
@@ -237,38 +233,26 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         if owner == nil { await send() } else { Task { await send() } }
     }
 
-    func json<T: Encodable>(_ value: T) throws -> String {
-        String(decoding: try encoder.encode(value), as: UTF8.self)
-    }
-
-    func decode<T: Decodable>(_ type: T.Type, _ row: PostgresRow) throws -> T {
-        try decoder.decode(type, from: Data(try row.decode(String.self).utf8))
-    }
-
-    func decode<T: Decodable>(_ type: T.Type, text: String) throws -> T {
-        try decoder.decode(type, from: Data(text.utf8))
-    }
-
-    // MARK: Work
+    // MARK: Work: a step's reads, prepared (hot: every step asks)
 
     public func session(_ hppSessionID: String) async throws -> TrackedSession? {
-        try await prepared(Statements.SessionData.self, Statements.values(hppSessionID)).first.map { try decode(TrackedSession.self, $0) }
+        try await prepared(Statements.SessionData.self, Statements.values(hppSessionID)).first.map {
+            try PostgresStatementRow(row: $0).decoded(TrackedSession.self)
+        }
     }
 
     public func order(_ orderID: String) async throws -> TrackedOrder? {
-        try await prepared(Statements.OrderData.self, Statements.values(orderID)).first.map { try decode(TrackedOrder.self, $0) }
-    }
-
-    public func paymentRequest(_ id: String) async throws -> TrackedPaymentRequest? {
-        try await rows("SELECT data FROM payment_requests WHERE payment_request_id = \(id)").first.map { try decode(TrackedPaymentRequest.self, $0) }
+        try await prepared(Statements.OrderData.self, Statements.values(orderID)).first.map {
+            try PostgresStatementRow(row: $0).decoded(TrackedOrder.self)
+        }
     }
 
     public func intent(_ key: String) async throws -> Intent? {
-        try await prepared(Statements.IntentData.self, Statements.values(key)).first.map { try decode(Intent.self, $0) }
+        try await prepared(Statements.IntentData.self, Statements.values(key)).first.map { try PostgresStatementRow(row: $0).decoded(Intent.self) }
     }
 
     public func intents(subject: String) async throws -> [Intent] {
-        try await prepared(Statements.SubjectIntents.self, Statements.values(subject)).map { try decode(Intent.self, $0) }
+        try await prepared(Statements.SubjectIntents.self, Statements.values(subject)).map { try PostgresStatementRow(row: $0).decoded(Intent.self) }
     }
 
     public func stepInputs(for key: WorkKey) async throws -> StepInputs {
@@ -296,18 +280,18 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
                 inputs.controls.held = held ?? false
                 if let request = Self.pendingRequest(id, workKey, action, orderID, by, at, state, note) { inputs.controls.pending.append(request) }
             case (1, let data?):
-                inputs.session = try? decode(TrackedSession.self, text: data)
+                inputs.session = try? StoredJSON.decode(TrackedSession.self, data)
                 inputs.unitRead = inputs.session != nil
             case (2, let data?):
-                inputs.order = try? decode(TrackedOrder.self, text: data)
+                inputs.order = try? StoredJSON.decode(TrackedOrder.self, data)
                 inputs.unitRead = inputs.order != nil
             case (3, let data?):
-                inputs.paymentRequest = try? decode(TrackedPaymentRequest.self, text: data)
+                inputs.paymentRequest = try? StoredJSON.decode(TrackedPaymentRequest.self, data)
                 inputs.unitRead = inputs.paymentRequest != nil
             case (4, let data?):
-                if let intent = try? decode(Intent.self, text: data) { inputs.intents?.append(intent) } else { unreadableIntent = true }
+                if let intent = try? StoredJSON.decode(Intent.self, data) { inputs.intents?.append(intent) } else { unreadableIntent = true }
             case (5, let data?):
-                if let intent = try? decode(Intent.self, text: data) {
+                if let intent = try? StoredJSON.decode(Intent.self, data) {
                     inputs.sessionIntents?.append(intent)
                 } else {
                     unreadableSessionIntent = true
@@ -320,10 +304,29 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         return inputs
     }
 
+    /// With the step's other inputs: a step asks for them all at once (``stepInputs(for:)``), and nothing else
+    /// asks on the hot path.
+    public func operatorControls(for key: WorkKey) async throws -> OperatorControls {
+        try await stepInputs(for: key).controls
+    }
+
+    /// A pending request from the columns ``stepInputs(for:)`` reads beside the hold;
+    /// nil for the row of nulls that stands for none.
+    static func pendingRequest(
+        _ id: Int64?, _ workKey: String?, _ action: String?, _ orderID: String?, _ by: String?, _ at: Date?, _ state: String?, _ note: String?
+    ) -> OperatorRequest? {
+        guard let id, let workKey = workKey.flatMap(WorkKey.init), let action = action.flatMap(OperatorAction.init), let by, let at else {
+            return nil
+        }
+        return OperatorRequest(
+            id: id, key: workKey, action: action, orderID: orderID, requestedBy: by, requestedAt: at,
+            state: state.flatMap(OperatorRequest.State.init) ?? .pending, note: note)
+    }
+
     public func commit(_ change: Change, at: Date, fencedBy key: WorkKey?) async throws {
         guard !change.isEmpty else { return }
-        let changeRows = try ChangeRows(change, health: freshHealth(change.health)) { try self.json($0) }
-        let rows = try json(changeRows)
+        let changeRows = try ChangeRows(change, health: freshHealth(change.health))
+        let rows = try StoredJSON.encode(changeRows)
         // The fence only for a daemon's own step: an operator command or a test writes as nobody.
         let fence = owner.flatMap { owner in key.map { (key: $0, holder: owner.id) } }
         let started = ContinuousClock.now
@@ -363,285 +366,39 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
-    /// A session tracked for the first time, never overwriting one known already; returns whether it was new.
-    func insertSession(_ db: PostgresConnection, _ session: TrackedSession, data: String, at: Date) async throws -> Bool {
-        try await !db.rows(Statements.InsertSession.self, try Statements.session(session, data: data, at: at), logger: logger).isEmpty
-    }
-
-    func writePaymentRequest(_ db: PostgresConnection, _ request: TrackedPaymentRequest, data: String, at: Date) async throws {
-        try await db.rows(
-            """
-            INSERT INTO payment_requests (payment_request_id, state, outcome, next_due, tracked_at, updated_at, data, account)
-            VALUES (\(request.paymentRequestID), \(request.state?.rawValue), \(request.outcome?.rawValue), \(request.isOpen ? request.nextDueAt : nil),
-              \(request.trackedAt), \(at), \(data), \(request.account.rawValue))
-            ON CONFLICT (payment_request_id) DO UPDATE SET state = excluded.state, outcome = excluded.outcome, next_due = excluded.next_due,
-              updated_at = excluded.updated_at, data = excluded.data
-            """, logger: logger)
-    }
-
-    func insertEvent(_ db: PostgresConnection, _ event: NewEvent, detail: String?, at: Date) async throws {
-        try await db.rows(Statements.InsertEvent.self, Statements.event(event, detail: detail, at: at), logger: logger)
-    }
-
-    /// An outcome for the outbox writer and the notifier (the daemons claim it from there); `data` is its JSON.
-    func insertOutcome(_ db: PostgresConnection, _ outcome: Outcome, data: String, at: Date) async throws {
-        try await db.rows(Statements.InsertOutcome.self, Statements.outcome(outcome, data: data, at: at), logger: logger)
-    }
-
-    /// `delivered`: the ingesting daemon wakes the engine itself after the commit, which it does for a key it
-    /// holds; the row then names it (`woken_by`), and it skips the row when it takes its wakeups.
-    func wake(_ db: PostgresConnection, _ key: WorkKey, delivered: Bool) async throws {
-        try await db.rows(Statements.Wake.self, Statements.values(key.description, delivered, owner?.id), logger: logger)
-    }
-
     // MARK: Queue
 
-    public func openWork() async throws -> [OpenWork] { try await openWorkRows(of: nil) }
-
-    /// The open work of `keys` (all of it for `nil`): what a claim plans its keys from.
-    public func openWork(of keys: [WorkKey]) async throws -> [OpenWork] { try await openWorkRows(of: keys) }
-
-    private func openWorkRows(of keys: [WorkKey]?) async throws -> [OpenWork] {
-        // Dates inside `data` are Foundation's default encoding: seconds since 2001-01-01.
-        func encoded(_ seconds: Double?) -> Date? { seconds.map { Date(timeIntervalSinceReferenceDate: $0) } }
-        var work: [OpenWork] = []
-        var refunds: [OpenWork] = []
-        let rows: [PostgresRow]
-        if let keys {
-            var (sessions, orders, requests): ([String], [String], [String]) = ([], [], [])
-            for key in keys {
-                switch key {
-                case .session(let id): sessions.append(id)
-                case .order(let id): orders.append(id)
-                case .paymentRequest(let id): requests.append(id)
-                }
-            }
-            rows = try await prepared(Statements.OpenWorkOf.self, Statements.values(sessions, orders, requests))
-        } else {
-            rows = try await prepared(Statements.OpenWork.self, PostgresBindings())
-        }
-        for row in rows {
-            let (kind, id, due, phase, deadline, trackedAt, lastRead, lastHint, expires, accountText) = try row.decode(
-                (String, String, Date, String?, Date?, Date?, Double?, Double?, Double?, String?).self)
-            let account = accountText.flatMap(AccountID.init(rawValue:)) ?? .default
-            switch kind {
-            case "s":
-                let poll = PollProfile(
-                    trackedAt: trackedAt ?? due, lastReadAt: encoded(lastRead), lastHintAt: encoded(lastHint), expiresAt: encoded(expires))
-                work.append(
-                    OpenWork(
-                        key: .session(id), due: due, kind: .session(phase.flatMap(TrackedSession.Phase.init) ?? .polling, poll), deadline: deadline,
-                        account: account))
-            case "o":
-                work.append(
-                    OpenWork(
-                        key: .order(id), due: due, kind: .order(phase.flatMap(TrackedOrder.Phase.init) ?? .checking), deadline: deadline,
-                        account: account))
-            case "r":
-                refunds.append(OpenWork(key: .order(id), due: due, kind: .refund))
-            default:
-                work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest, account: account))
+    /// The open work of `keys`: what a claim plans its keys from (prepared: every claim asks).
+    public func openWork(of keys: [WorkKey]) async throws -> [OpenWork] {
+        var (sessions, orders, requests): ([String], [String], [String]) = ([], [], [])
+        for key in keys {
+            switch key {
+            case .session(let id): sessions.append(id)
+            case .order(let id): orders.append(id)
+            case .paymentRequest(let id): requests.append(id)
             }
         }
-        return OpenWork.merging(work, refunds: refunds)
-    }
-
-    /// Takes every wakeup row there is. Not by sequence: with concurrent writers, identity values commit out of
-    /// order, and a row numbered below one already taken may still be on its way. `sequence` only grows.
-    public func wakeups(after sequence: Int64, includingDelivered: Bool) async throws -> (keys: [WorkKey], last: Int64) {
-        let taken = try await transaction { [self] db in
-            try await rows(db, "DELETE FROM wakeups RETURNING id, work_key, delivered").map { try $0.decode((Int64, String, Bool).self) }
-        }
-        guard !taken.isEmpty else { return ([], sequence) }
-        let keys = taken.sorted { $0.0 < $1.0 }.filter { includingDelivered || !$0.2 }.compactMap { WorkKey($0.1) }
-        return (keys, max(sequence, taken.map(\.0).max() ?? sequence))
-    }
-
-    // MARK: Ingest
-
-    public func track(_ session: TrackedSession, event: DomainEvent, at: Date) async throws -> TrackResult {
-        let data = try json(session)
-        let result: TrackResult = try await transaction { [self] db in
-            guard try await insertSession(db, session, data: data, at: at) else {
-                let existing = try await rows(db, "SELECT data FROM sessions WHERE hpp_session_id = \(session.hppSessionID)")
-                return .existing(try decode(TrackedSession.self, existing[0]))
-            }
-            try await insertEvent(db, NewEvent(hppSessionID: session.hppSessionID, orderID: nil, event), detail: nil, at: at)
-            try await wake(db, .session(session.hppSessionID), delivered: false)
-            return .tracked(session)
-        }
-        if case .tracked = result { await announceWork() }
-        return result
-    }
-
-    public func requestCapture(orderID: String, amount: Int?, at: Date) async throws -> CaptureRequestResult {
-        let result: CaptureRequestResult = try await transaction { [self] db in
-            switch IngestPlanner.captureRequest(
-                orderID: orderID, amount: amount, order: try await lockedOrder(db, orderID), requestedBy: "the command line")
-            {
-            case .write(var writes):
-                writes.delivered = false
-                guard case .written(let id?) = try await apply(db, writes, at: at) else {
-                    preconditionFailure("a capture request's writes record one")
-                }
-                return .accepted(id: id)
-            case .unknownOrder: return .unknownOrder
-            case .refused(let why): return .refused(why)
-            }
-        }
-        if case .accepted = result { await announceWork() }
-        return result
-    }
-
-    /// Locked until the commit, so that a capture request is decided against the state a concurrent step commits.
-    private func lockedOrder(_ db: PostgresConnection, _ orderID: String) async throws -> TrackedOrder? {
-        try await rows(db, "SELECT data FROM orders WHERE order_id = \(orderID) FOR UPDATE").first.map { try decode(TrackedOrder.self, $0) }
-    }
-
-    /// Ends an ingest transaction without committing anything.
-    private struct Refusal: Error {
-        let result: IngestResult
+        let rows = try await prepared(Statements.OpenWorkOf.self, Statements.values(sessions, orders, requests))
+        return OpenWork.merging(rows: rows.map(PostgresStatementRow.init))
     }
 
     /// A delivery decided by whether one session is tracked (callbacks, track requests) goes out in one statement with
-    /// the others that arrive meanwhile (``IngestBatcher``); the others read first in a transaction, then write.
+    /// the others that arrive meanwhile (``IngestBatcher``, PostgreSQL-specific: a round trip per statement is its
+    /// cost); the others go through the transaction written once (``ingestAlone(_:at:)``).
     public func ingest(_ record: IngestRecord, at: Date) async throws -> IngestResult {
-        let result = try await ingestOnce(record, at: at)
+        guard let delivery = try SessionDelivery(record, lookup: IngestPlanner.lookup(record), at: at) else {
+            return try await ingestAlone(record, at: at)
+        }
+        let result = try await batcher.submit(delivery) { [self] deliveries in
+            let started = ContinuousClock.now
+            defer { Telemetry.time(.storeCommitDuration, .now - started) }
+            let bindings = try IngestBatch.bindings(deliveries, holder: owner?.id)
+            let rows = try await withConnection { [logger] db in try await db.rows(IngestBatch.self, bindings, logger: logger) }
+            return try IngestBatch.results(deliveries, rows: rows)
+        }
         // Its wakeups tell whoever holds those keys (another daemon, perhaps) to look now.
         if case .accepted(let wake) = result, !wake.isEmpty { await announceWork() }
         return result
-    }
-
-    private func ingestOnce(_ record: IngestRecord, at: Date) async throws -> IngestResult {
-        let lookup = IngestPlanner.lookup(record)
-        if let delivery = try SessionDelivery(record, lookup: lookup, at: at, json: { try self.json($0) }) {
-            return try await batcher.submit(delivery) { [self] deliveries in
-                let started = ContinuousClock.now
-                defer { Telemetry.time(.storeCommitDuration, .now - started) }
-                let bindings = try IngestBatch.bindings(deliveries, holder: owner?.id) { try self.json($0) }
-                let rows = try await withConnection { [logger] db in try await db.rows(IngestBatch.self, bindings, logger: logger) }
-                return try IngestBatch.results(deliveries, rows: rows)
-            }
-        }
-        do {
-            return try await transaction { [self] db in try await ingest(db, record, lookup: lookup, at: at) }
-        } catch let refusal as Refusal {
-            // Rolled back: a refused delivery leaves no trace but its rejection record.
-            return refusal.result
-        }
-    }
-
-    private func ingest(_ db: PostgresConnection, _ record: IngestRecord, lookup: IngestLookup, at: Date) async throws -> IngestResult {
-        if let key = record.dedupeKey {
-            // Two deliveries of one key at once: the second waits for the first's commit, then finds the conflict.
-            let fresh = try await db.rows(
-                Statements.InsertDelivery.self, Statements.values(key, record.kind, record.source, at, record.summary), logger: logger)
-            if fresh.isEmpty {
-                let seen = try await rows(db, "UPDATE deliveries SET repeats = repeats + 1 WHERE dedupe_key = \(key) RETURNING received_at")
-                return .repeated(firstSeen: try seen.first?.decode(Date.self) ?? at)
-            }
-        }
-        var found = try await find(db, lookup)
-        while true {
-            switch IngestPlanner.decide(record, found: found, at: at) {
-            case .refuse(let answer): throw Refusal(result: answer)
-            case .write(let writes, let answer):
-                switch try await apply(db, writes, at: at) {
-                case .written: return answer
-                case .sessionTrackedMeanwhile:
-                    // Another delivery tracked it since the lookup (and woke it): decided again as tracked.
-                    found = .session(tracked: true)
-                case .recordedMeanwhile:
-                    // Another request recorded it since the lookup: decided again from what it recorded.
-                    found = try await find(db, lookup)
-                }
-            }
-        }
-    }
-
-    private func find(_ db: PostgresConnection, _ lookup: IngestLookup) async throws -> IngestFound {
-        switch lookup {
-        case .nothing:
-            return .nothing
-        case .session(let id):
-            return .session(tracked: try await !rows(db, "SELECT 1 FROM sessions WHERE hpp_session_id = \(id)").isEmpty)
-        case .openSessionsOfPayment(let kpSessionID):
-            return .openSessions(
-                try await rows(db, "SELECT hpp_session_id FROM sessions WHERE kp_session_id = \(kpSessionID) AND next_due IS NOT NULL").map {
-                    try $0.decode(String.self)
-                })
-        case .orderSession(let orderID):
-            return .orderSession(
-                hppSessionID: try await rows(db, "SELECT hpp_session_id FROM orders WHERE order_id = \(orderID)").first.map {
-                    try $0.decode(String?.self)
-                })
-        case .order(let orderID):
-            return .order(try await lockedOrder(db, orderID))
-        case .paymentRequest(let id):
-            return .paymentRequest(
-                try await rows(db, "SELECT data FROM payment_requests WHERE payment_request_id = \(id) FOR UPDATE").first.map {
-                    try decode(TrackedPaymentRequest.self, $0)
-                })
-        case .refund(let orderID, let key):
-            return .refund(
-                order: try await rows(db, "SELECT data FROM orders WHERE order_id = \(orderID)").first.map { try decode(TrackedOrder.self, $0) },
-                existing: try await rows(db, "SELECT data FROM intents WHERE key = \(key)").first.map { try decode(Intent.self, $0) })
-        }
-    }
-
-    private enum Applied {
-        /// With the capture request's id when it recorded one.
-        case written(captureRequestID: Int64?)
-        /// Nothing written: the session to track was tracked by another delivery since the lookup.
-        case sessionTrackedMeanwhile
-        /// Nothing written: the intent to record (a refund) was recorded by another request since the lookup.
-        case recordedMeanwhile
-    }
-
-    private func apply(_ db: PostgresConnection, _ writes: IngestWrites, at: Date) async throws -> Applied {
-        if let session = writes.newSession, try await !insertSession(db, session, data: try json(session), at: at) { return .sessionTrackedMeanwhile }
-        if let request = writes.paymentRequest { try await writePaymentRequest(db, request, data: try json(request), at: at) }
-        if let intent = writes.intent {
-            let data = try json(intent)
-            // Two requests with one reference at once: the second waits for the first's commit, then finds its row.
-            let inserted = try await rows(
-                db,
-                """
-                INSERT INTO intents (key, kind, subject, state, attempts, next_attempt, created_at, updated_at, data)
-                VALUES (\(intent.key), \(intent.kind.rawValue), \(intent.subject), \(intent.state.rawValue), \(intent.attempts),
-                  \(intent.nextAttemptAt), \(intent.createdAt), \(at), \(data))
-                ON CONFLICT (key) DO NOTHING RETURNING 1
-                """)
-            if inserted.isEmpty { return .recordedMeanwhile }
-        }
-        if let hint = writes.disputeHint {
-            _ = try await rows(
-                db,
-                """
-                INSERT INTO dispute_hints (dispute_id, hinted_at, account) VALUES (\(hint.disputeID), \(at), \(hint.account.rawValue))
-                ON CONFLICT (dispute_id) DO UPDATE SET hinted_at = excluded.hinted_at, account = excluded.account
-                """
-            )
-        }
-        var captureRequestID: Int64?
-        if let capture = writes.captureRequest {
-            let id = try await rows(
-                db, "INSERT INTO capture_requests (order_id, amount, requested_at) VALUES (\(capture.orderID), \(capture.amount), \(at)) RETURNING id"
-            )[0].decode(Int64.self)
-            var event = capture.event
-            event.detail["request"] = "\(id)"
-            try await insertEvent(db, event, detail: try json(event.detail), at: at)
-            captureRequestID = id
-        }
-        for event in writes.events { try await insertEvent(db, event, detail: event.detail.isEmpty ? nil : try json(event.detail), at: at) }
-        for key in writes.wakeups { try await wake(db, key, delivered: writes.delivered) }
-        return .written(captureRequestID: captureRequestID)
-    }
-
-    public func recordRejection(source: String, status: Int, error: String, detail: String, at: Date) async throws {
-        try await rows(
-            "INSERT INTO rejections (at, source, status, error, detail) VALUES (\(at), \(source), \(status), \(error), \(String(detail.prefix(1_000))))"
-        )
     }
 
     // MARK: Outcomes
@@ -654,11 +411,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     public func undeliveredOutcomes(now: Date, limit: Int) async throws -> [StoredOutcome] {
         guard let owner else {
             return try await rows(
-                """
-                SELECT id, at, data, outbox_written, notified, notify_attempts, notify_next FROM outcomes
-                WHERE NOT outbox_written OR (NOT notified AND (notify_next IS NULL OR notify_next <= \(now))) ORDER BY id LIMIT \(limit)
-                """
-            ).map(outcome)
+                of: "SELECT \(StoredOutcome.columns) FROM outcomes WHERE \(StoredOutcome.undelivered(now: now)) ORDER BY id LIMIT \(limit)"
+            ).map(StoredOutcome.init(row:))
         }
         return try await rows(
             """
@@ -671,7 +425,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             FROM picked WHERE o.id = picked.id
             RETURNING o.id, o.at, o.data, o.outbox_written, o.notified, o.notify_attempts, o.notify_next
             """
-        ).map(outcome).sorted { $0.id < $1.id }
+        ).map { try StoredOutcome(row: PostgresStatementRow(row: $0)) }.sorted { $0.id < $1.id }
     }
 
     public func markOutboxWritten(_ ids: [Int64], notified: Bool) async throws {
@@ -682,20 +436,6 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
     public func markNotified(_ id: Int64) async throws {
         try await prepared(Statements.MarkNotified.self, Statements.values(id))
     }
-
-    public func notifyFailed(_ id: Int64, nextAt: Date?) async throws {
-        try await rows(
-            "UPDATE outcomes SET notify_attempts = notify_attempts + 1, notify_next = \(nextAt), notified = \(nextAt == nil) WHERE id = \(id)")
-    }
-
-    func outcome(_ row: PostgresRow) throws -> StoredOutcome {
-        let (id, at, data, written, notified, attempts, next) = try row.decode((Int64, Date, String, Bool, Bool, Int, Date?).self)
-        return StoredOutcome(
-            id: id, at: at, outcome: try decode(Outcome.self, text: data), outboxWritten: written, notified: notified, notifyAttempts: attempts,
-            notifyNextAt: next)
-    }
-
-    // MARK: Reloads
 
     // MARK: Health
 

@@ -29,79 +29,6 @@ struct Prepared<Text: StatementText>: PostgresPreparedStatement {
 
 /// The hot statements, each with the values it binds in the order of its parameters.
 enum Statements {
-    private static let sessionInsert = """
-        INSERT INTO sessions (hpp_session_id, kp_session_id, order_id, merchant_reference, phase, outcome, next_due, deadline, tracked_at, updated_at, data,
-          account)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-        """
-
-    /// A session tracked for the first time; a row back when it was new.
-    enum InsertSession: StatementText {
-        static let sql = sessionInsert + " ON CONFLICT (hpp_session_id) DO NOTHING RETURNING 1"
-    }
-
-    static func session(_ session: TrackedSession, data: String, at: Date) throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 12)
-        bindings.append(session.hppSessionID)
-        bindings.append(session.kpSessionID)
-        bindings.append(session.orderID)
-        bindings.append(session.merchantReference)
-        bindings.append(session.phase.rawValue)
-        bindings.append(session.outcome?.rawValue)
-        bindings.append(session.isOpen ? session.nextDueAt : nil)
-        bindings.append(session.deadline)
-        bindings.append(session.trackedAt)
-        bindings.append(at)
-        bindings.append(data)
-        bindings.append(session.account.rawValue)
-        return bindings
-    }
-
-    enum InsertEvent: StatementText {
-        static let sql = "INSERT INTO events (at, hpp_session_id, order_id, kind, message, detail) VALUES ($1, $2, $3, $4, $5, $6)"
-    }
-
-    static func event(_ event: NewEvent, detail: String?, at: Date) throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 6)
-        bindings.append(at)
-        bindings.append(event.hppSessionID)
-        bindings.append(event.orderID)
-        bindings.append(event.event.kind.rawValue)
-        bindings.append(event.event.message)
-        bindings.append(detail)
-        return bindings
-    }
-
-    enum InsertOutcome: StatementText {
-        static let sql = "INSERT INTO outcomes (at, kind, hpp_session_id, order_id, data) VALUES ($1, $2, $3, $4, $5)"
-    }
-
-    static func outcome(_ outcome: Outcome, data: String, at: Date) throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 5)
-        bindings.append(at)
-        bindings.append(outcome.kind.rawValue)
-        bindings.append(outcome.hppSessionID)
-        bindings.append(outcome.orderID)
-        bindings.append(data)
-        return bindings
-    }
-
-    /// A wakeup for `$1`; `$2` delivered: names this daemon (`$3`) when it holds the key and wakes it itself.
-    enum Wake: StatementText {
-        static let sql = """
-            INSERT INTO wakeups (work_key, delivered, woken_by)
-            VALUES ($1, $2, (SELECT holder FROM work_leases WHERE $2 AND work_key = $1 AND holder = $3))
-            """
-    }
-
-    /// A delivery by its dedupe key; a row back when it is the first.
-    enum InsertDelivery: StatementText {
-        static let sql = """
-            INSERT INTO deliveries (dedupe_key, kind, source, received_at, summary) VALUES ($1, $2, $3, $4, $5)
-            ON CONFLICT (dedupe_key) DO NOTHING RETURNING 1
-            """
-    }
-
     // What steps read, claim, release and mark: prepared, so the server plans each once per connection (as unnamed
     // statements they were planned at every use, a third of PostgreSQL's statement time per payment; BENCHMARKS.md).
 
@@ -143,17 +70,14 @@ enum Statements {
         """
     }
 
-    /// The open work (``ReconcilerStore/OpenWork``) of the three kinds and the refunds under way, in one statement: the
-    /// columns a kind lacks are null. ``OpenWorkOf`` takes the keys a claim plans from (`$1` sessions, `$2` orders,
-    /// `$3` payment requests; empty arrays for none), ``OpenWork`` all of it. Two statements, not one with null for
-    /// all: that one would be planned again at every execution (as ``StepInputs`` explains).
-    ///
-    /// ``OpenWorkOf`` looks its keys up one by one (``byKey(_:in:)``); a key named twice comes back twice (its callers
+    /// The open work (``ReconcilerStore/OpenWork``) of the keys a claim plans from (`$1` sessions, `$2` orders, `$3`
+    /// payment requests; empty arrays for none), in the columns of ``ReconcilerStore/OpenWork/all`` (which reads all
+    /// of it at start, written once). Looked up one by one (``byKey(_:in:)``); a key named twice comes back twice (its callers
     /// keep one per key).
-    private static func openWork(keyed: Bool) -> String {
-        /// `table`'s rows that are `condition`, every one, or those whose `column` is one of `keys`.
+    private static var openWorkOf: String {
+        /// `table`'s rows that are `condition` whose `column` is one of `keys`.
         func rows(_ table: String, _ column: String, _ keys: String, _ condition: String) -> String {
-            keyed ? byKey(keys, in: "SELECT * FROM \(table) WHERE \(column) = $KEY AND \(condition)") + " \(table)" : "\(table) WHERE \(condition)"
+            byKey(keys, in: "SELECT * FROM \(table) WHERE \(column) = $KEY AND \(condition)") + " \(table)"
         }
         return """
             SELECT 's', hpp_session_id, next_due, phase, deadline, tracked_at, (data::jsonb->>'lastReadAt')::float8,
@@ -172,12 +96,8 @@ enum Statements {
             """
     }
 
-    enum OpenWork: StatementText {
-        static let sql = Statements.openWork(keyed: false)
-    }
-
     enum OpenWorkOf: StatementText {
-        static let sql = Statements.openWork(keyed: true)
+        static let sql = Statements.openWorkOf
     }
 
     /// A step's inputs (``ReconcilerStore/StepInputs``) in one statement, one statement per kind of key: `$1` the

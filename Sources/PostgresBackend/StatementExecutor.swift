@@ -15,6 +15,7 @@ struct PostgresStatementRow: StatementRow {
     func int(_ column: Int) -> Int? { cell(column, as: Int.self) }
     func date(_ column: Int) -> Date? { cell(column, as: Date.self) }
     func bool(_ column: Int) -> Bool? { cell(column, as: Bool.self) }
+    func double(_ column: Int) -> Double? { cell(column, as: Double.self) }
 }
 
 /// The executor of the statements written once (``Statement``): postgres-nio's placeholders, on a pooled connection.
@@ -28,6 +29,14 @@ extension PostgresStore: StatementRunner {
         try await rows(of: statement)
     }
 
+    public func execute<Answer: Sendable>(_ transaction: Transaction<Answer>) async throws -> Answer {
+        try await self.transaction { [self] db in
+            try await transaction.perform { try await rows(db, Self.query($0)).map(PostgresStatementRow.init) }
+        }
+    }
+
+    public var leaseHolder: String? { owner?.id }
+
     static func query(_ statement: Statement) -> PostgresQuery {
         var bindings = PostgresBindings()
         for value in statement.values {
@@ -38,6 +47,7 @@ extension PostgresStore: StatementRunner {
             case .text(let text): bindings.append(text)
             case .date(let date): bindings.append(date)
             case .texts(let list): bindings.append(list)
+            case .integers(let list): bindings.append(list.map(Int.init))
             }
         }
         return PostgresQuery(unsafeSQL: statement.text(in: .postgres), binds: bindings)

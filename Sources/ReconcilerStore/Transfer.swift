@@ -112,3 +112,10 @@ public protocol TransferTarget: Sendable {
     func finishTransfer(counters: [TransferTable: Int64]) async throws
     func count(_ table: TransferTable) async throws -> Int
 }
+
+extension StatementRunner {
+    /// The rows of `table`: what `store copy` compares on both sides once it is done.
+    public func count(_ table: TransferTable) async throws -> Int {
+        try await rows(of: "SELECT count(*) FROM \(Statement(stringLiteral: table.rawValue))").first?.int(0) ?? 0
+    }
+}

@@ -30,8 +30,4 @@ extension SQLiteStore: TransferSource {
                 })
         }
     }
-
-    public func count(_ table: TransferTable) async throws -> Int {
-        try await read { db in try db.query("SELECT COUNT(*) FROM \(table.rawValue)").first?.int(0) ?? 0 }
-    }
 }

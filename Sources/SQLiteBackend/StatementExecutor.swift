@@ -15,9 +15,8 @@ extension SQLValue {
         case .bool(let flag): self = .integer(flag ? 1 : 0)
         case .text(let text): self = .text(text)
         case .date(let date): self = .real(date.timeIntervalSince1970)
-        case .texts(let list):
-            let json = (try? JSONEncoder().encode(list)).map { String(decoding: $0, as: UTF8.self) } ?? "[]"
-            self = .text(json)
+        case .texts(let list): self = .text((try? StoredJSON.encode(list)) ?? "[]")
+        case .integers(let list): self = .text((try? StoredJSON.encode(list)) ?? "[]")
         }
     }
 }
@@ -35,5 +34,22 @@ extension SQLiteStore: StatementRunner {
         let text = statement.text(in: .sqlite)
         let arguments = statement.values.map(SQLValue.init)
         return try await write { db in try db.query(text, arguments) }
+    }
+
+    /// In one savepoint of the writer's group commit, like every write.
+    public func execute<Answer: Sendable>(_ transaction: Transaction<Answer>) async throws -> Answer {
+        try await write { db in try transaction.perform { try db.run($0) } }
+    }
+
+    /// One daemon per file: no leases, and nobody else to tell of new work (its engine hears of it from the ingest).
+    public var leaseHolder: String? { nil }
+    public func announceWork() async {}
+}
+
+extension SQLiteConnection {
+    /// A shared statement, in SQLite's placeholders.
+    @discardableResult
+    func run(_ statement: Statement) throws -> [any StatementRow] {
+        try query(statement.text(in: .sqlite), statement.values.map(SQLValue.init))
     }
 }

@@ -15,9 +15,7 @@ struct IngestBatcherTests {
         let record = IngestRecord(
             dedupeKey: key, kind: "hpp_status", source: "socket", summary: key, action: .hintSession(hppSessionID: session, trackIfUnknown: nil))
         return try #require(
-            try SessionDelivery(record, lookup: IngestPlanner.lookup(record), at: Date()) { value in
-                String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
-            })
+            try SessionDelivery(record, lookup: IngestPlanner.lookup(record), at: Date()))
     }
 
     /// Records each statement's deliveries (by dedupe key); the first statement waits until `open` is called.

@@ -193,14 +193,18 @@ struct PostgresStoreTests {
         // One connection: the statements and the look at them share it (a session's prepared statements are its own).
         let store = try await PostgresStore.open(location, password: server.password, connections: 1, logger: logger)
         defer { store.close() }
-        for index in 0..<3 {
-            _ = try await store.track(
-                Fixtures.session("hpp-prepared-\(index)", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date())
+        _ = try await store.track(
+            Fixtures.session("hpp-prepared", mode: nil, reference: nil, at: Date()), event: DomainEvent(.tracked, "test"), at: Date())
+        // A step's reads.
+        for _ in 0..<3 {
+            #expect(try await store.session("hpp-prepared") != nil)
+            #expect(try await store.order("o-prepared") == nil)
+            #expect(try await store.intent("i-prepared") == nil)
         }
         let prepared = try await store.rows(
             "SELECT name, generic_plans + custom_plans FROM pg_prepared_statements WHERE name LIKE 'klarna_reconciler.%' ORDER BY name"
         ).map { try $0.decode((String, Int).self) }
-        #expect(prepared.map(\.0) == ["klarna_reconciler.InsertEvent", "klarna_reconciler.InsertSession", "klarna_reconciler.Wake"])
+        #expect(prepared.map(\.0) == ["klarna_reconciler.IntentData", "klarna_reconciler.OrderData", "klarna_reconciler.SessionData"])
         #expect(prepared.allSatisfy { $0.1 == 3 }, "prepared once, executed three times: \(prepared)")
     }
 

@@ -33,10 +33,23 @@ struct StatementTests {
     func storedJSONPaths() throws {
         let line = SettledLine(
             paymentReference: "P-1", ordinal: 0, kind: .sale, amount: 1_000, currency: "EUR", merchantReference: "shop-42")
-        let stored = try JSONEncoder().encode(LineReconciliation(line: line, signedAmount: 1_000, match: .unmatched(.orderUnknown), note: "n"))
-        var value: Any? = try JSONSerialization.jsonObject(with: stored)
+        let recorded = try JSONEncoder().encode(LineReconciliation(line: line, signedAmount: 1_000, match: .unmatched(.orderUnknown), note: "n"))
+        var value: Any? = try JSONSerialization.jsonObject(with: recorded)
         for key in StoredJSON.lineMerchantReference.keys { value = (value as? [String: Any])?[key] }
         #expect(value as? String == "shop-42")
+        // A tracked order's currency, and a session's poll profile (numbers: seconds since 2001).
+        let order =
+            try JSONSerialization.jsonObject(
+                with: try JSONEncoder().encode(Fixtures.order("o-1", session: nil, reference: nil, policy: .immediate, currency: "SEK")))
+            as? [String: Any]
+        #expect(StoredJSON.orderCurrency.keys.count == 1 && order?[StoredJSON.orderCurrency.keys[0]] as? String == "SEK")
+        var session = Fixtures.session("h-1")
+        session.lastReadAt = Date(timeIntervalSinceReferenceDate: 10)
+        session.lastHintAt = Date(timeIntervalSinceReferenceDate: 20)
+        session.expiresAt = Date(timeIntervalSinceReferenceDate: 30)
+        let stored = try JSONSerialization.jsonObject(with: try JSONEncoder().encode(session)) as? [String: Any]
+        let numbers = [StoredJSON.sessionLastReadAt, StoredJSON.sessionLastHintAt, StoredJSON.sessionExpiresAt].map { stored?[$0.keys[0]] as? Double }
+        #expect(numbers == [10, 20, 30])
         let path: Statement = "SELECT 1 WHERE \(json: "data", StoredJSON.lineMerchantReference) = \("shop-42")"
         #expect(path.text(in: .sqlite) == "SELECT 1 WHERE json_extract(data, '$.line.merchantReference') = ?1")
         #expect(path.text(in: .postgres) == "SELECT 1 WHERE (data::jsonb #>> '{line,merchantReference}') = $1")
@@ -54,7 +67,7 @@ struct StatementTests {
             let rows = try await runner.rows(of: "SELECT order_id, created_at FROM orders WHERE order_id \(anyOf: wanted) ORDER BY order_id")
             #expect(rows.map { $0.string(0) } == ["o-1", "o-3"])
             #expect(rows.allSatisfy { $0.date(1).map { abs($0.timeIntervalSince(t0)) < 0.001 } ?? false })
-            #expect(try await runner.rows(of: "SELECT order_id FROM orders WHERE order_id \(anyOf: [])").isEmpty)
+            #expect(try await runner.rows(of: "SELECT order_id FROM orders WHERE order_id \(anyOf: [String]())").isEmpty)
             let later = try await runner.rows(of: "SELECT count(*) FROM orders WHERE created_at > \(t0.addingTimeInterval(-1))")
             #expect(later.first?.int(0) == 3)
         }

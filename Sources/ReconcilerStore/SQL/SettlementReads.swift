@@ -5,6 +5,15 @@ extension LedgerRow {
     /// The ledger's columns, in the order ``init(row:)`` reads them.
     static let columns: Statement = "order_id, entry, entry_key, klarna_id, amount, currency, at, source, settled_reference, settled_ordinal"
 
+    /// The row, unless the ledger has its order, kind and key already; returns a row only when it inserted one.
+    public var insert: Statement {
+        """
+        INSERT INTO ledger (order_id, entry, entry_key, klarna_id, amount, currency, at, source)
+        VALUES (\(orderID), \(entry.rawValue), \(key), \(klarnaID), \(amount), \(currency), \(at), \(source.rawValue))
+        ON CONFLICT (order_id, entry, entry_key) DO NOTHING RETURNING 1
+        """
+    }
+
     /// A row of ``columns`` as both stores read it back; nil for an entry kind this binary does not know.
     init?(row: any StatementRow) {
         guard let orderID = row.string(0), let entry = row.string(1), let key = row.string(2), let at = row.date(6) else { return nil }

@@ -26,6 +26,7 @@ public struct Statement: Sendable, Equatable, ExpressibleByStringInterpolation {
         case date(Date)
         /// A list, for ``StatementInterpolation/appendInterpolation(anyOf:)``.
         case texts([String])
+        case integers([Int64])
 
         /// A value's SQL type, as far as a NULL needs one.
         public enum Kind: Sendable, Equatable {
@@ -49,6 +50,19 @@ public struct Statement: Sendable, Equatable, ExpressibleByStringInterpolation {
         case anyOf(Int)
         /// The text at a declared path (``StoredJSON``) of a JSON column.
         case json(column: String, path: [String])
+        /// The number at a declared path of a JSON column.
+        case jsonNumber(column: String, path: [String])
+        /// Text that differs between the dialects (`min` / `least`, `FOR UPDATE`, a flag's literal).
+        case dialect(sqlite: String, postgres: String)
+    }
+
+    /// Locks the rows read until the commit, on PostgreSQL (a concurrent transaction waits for it); nothing on SQLite,
+    /// whose writer is alone.
+    public static let forUpdate = Statement(pieces: [.dialect(sqlite: "", postgres: " FOR UPDATE")], values: [])
+
+    init(pieces: [Piece], values: [Value]) {
+        self.pieces = pieces
+        self.values = values
     }
 
     let pieces: [Piece]
@@ -78,6 +92,10 @@ public struct Statement: Sendable, Equatable, ExpressibleByStringInterpolation {
             case (.anyOf(let index), .postgres): "= ANY($\(index + 1))"
             case (.json(let column, let path), .sqlite): "json_extract(\(column), '$.\(path.joined(separator: "."))')"
             case (.json(let column, let path), .postgres): "(\(column)::jsonb #>> '{\(path.joined(separator: ","))}')"
+            case (.jsonNumber(let column, let path), .sqlite): "json_extract(\(column), '$.\(path.joined(separator: "."))')"
+            case (.jsonNumber(let column, let path), .postgres): "(\(column)::jsonb #>> '{\(path.joined(separator: ","))}')::float8"
+            case (.dialect(let text, _), .sqlite): text
+            case (.dialect(_, let text), .postgres): text
             }
         }.joined()
     }
@@ -117,6 +135,7 @@ public struct StatementInterpolation: StringInterpolationProtocol, Sendable {
             case .parameter(let index): pieces.append(.parameter(index + offset))
             case .anyOf(let index): pieces.append(.anyOf(index + offset))
             case .json(let column, let path): pieces.append(.json(column: column, path: path))
+            case .jsonNumber, .dialect: pieces.append(piece)
             }
         }
         values += statement.values
@@ -128,11 +147,48 @@ public struct StatementInterpolation: StringInterpolationProtocol, Sendable {
         pieces.append(.json(column: column, path: path.keys))
     }
 
+    /// The number at `path` in the JSON of `column`, as ``appendInterpolation(json:_:)`` reads text.
+    public mutating func appendInterpolation(jsonNumber column: String, _ path: StoredJSON.Path) {
+        pieces.append(.jsonNumber(column: column, path: path.keys))
+    }
+
+    /// A flag as a literal, not bound (a partial index's condition must match it): `0`/`1` on SQLite, `false`/`true`
+    /// on PostgreSQL.
+    public mutating func appendInterpolation(literal flag: Bool) {
+        pieces.append(.dialect(sqlite: flag ? "1" : "0", postgres: flag ? "true" : "false"))
+    }
+
+    /// A number as a literal, not bound: where PostgreSQL wants an `integer` and a bound value would be a `bigint`
+    /// (`substr`'s positions).
+    public mutating func appendInterpolation(literal number: Int) {
+        pieces.append(.sql(String(number)))
+    }
+
+    /// Text that differs between the dialects, as SQL: a function's name (`min` / `least`), a collation.
+    public mutating func appendInterpolation(sqlite: String, postgres: String) {
+        pieces.append(.dialect(sqlite: sqlite, postgres: postgres))
+    }
+
+    /// After a column: whether it is one of `ids`, one parameter however long the list.
+    public mutating func appendInterpolation(anyOf ids: [Int64]) {
+        pieces.append(.anyOf(values.count))
+        values.append(.integers(ids))
+    }
+
     /// After a column: whether it is one of `list`, one parameter however long the list (`= ANY($1)` on PostgreSQL,
     /// `IN (SELECT value FROM json_each(?1))` on SQLite).
     public mutating func appendInterpolation(anyOf list: [String]) {
         pieces.append(.anyOf(values.count))
         values.append(.texts(list))
+    }
+}
+
+extension StatementRow {
+    public func int64(_ column: Int) -> Int64? { int(column).map(Int64.init) }
+
+    /// The stored JSON of a `data` column (``StoredJSON/decode(_:_:)``).
+    public func decoded<T: Decodable>(_ type: T.Type, _ column: Int = 0) throws -> T {
+        try StoredJSON.decode(type, string(column))
     }
 }
 
@@ -142,6 +198,7 @@ public protocol StatementRow: Sendable {
     func string(_ column: Int) -> String?
     func int(_ column: Int) -> Int?
     func date(_ column: Int) -> Date?
+    func double(_ column: Int) -> Double?
     /// A flag: SQLite's 0 or 1, PostgreSQL's boolean.
     func bool(_ column: Int) -> Bool?
 }
@@ -152,4 +209,25 @@ public protocol StatementRunner: Sendable {
     func rows(of statement: Statement) async throws -> [any StatementRow]
     /// A write of one statement, durable when this returns; the rows it returns (`RETURNING`).
     func rows(writtenBy statement: Statement) async throws -> [any StatementRow]
+    /// Runs `transaction` inside one transaction; durable when this returns. A roll-back throws
+    /// ``Transaction/RolledBack`` once the transaction is undone (``transact(_:)`` answers with it).
+    func execute<Answer: Sendable>(_ transaction: Transaction<Answer>) async throws -> Answer
+    /// The daemon whose leases this store's writes may name (``WorkWrites/wakeup(_:delivered:holder:)``): a
+    /// daemon sharing its store with others; nil for a store of one (SQLite) and for a command.
+    var leaseHolder: String? { get }
+    /// Tells the other daemons sharing the store that work arrived, after the commit that made it (nothing to tell
+    /// for a store of one daemon).
+    func announceWork() async
+}
+
+extension Statement {
+    /// `parts` one after the other, `separator` between them, their values bound in order.
+    public static func joined(_ parts: [Statement], separator: String = ", ") -> Statement {
+        var joined = StatementInterpolation(literalCapacity: 0, interpolationCount: parts.count)
+        for (index, part) in parts.enumerated() {
+            if index > 0 { joined.appendLiteral(separator) }
+            joined.appendInterpolation(part)
+        }
+        return Statement(stringInterpolation: joined)
+    }
 }

@@ -1,7 +1,20 @@
+import Foundation
+
 /// What SQL reads from a stored JSON column, declared once: each path names the keys the encoder writes (the Swift
 /// property names, as `JSONEncoder` writes them by default). A test of `StatementTests` encodes each type and fails when a path
 /// and the encoder part (a property renamed, a coding key added).
 public enum StoredJSON {
+    /// A stored JSON column's text: keys sorted, so that equal values are equal text.
+    public static func encode<T: Encodable>(_ value: T) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return String(decoding: try encoder.encode(value), as: UTF8.self)
+    }
+
+    public static func decode<T: Decodable>(_ type: T.Type, _ text: String?) throws -> T {
+        try JSONDecoder().decode(type, from: Data((text ?? "").utf8))
+    }
+
     /// A path of keys into a JSON document.
     public struct Path: Sendable, Equatable {
         public let keys: [String]
@@ -11,6 +24,15 @@ public enum StoredJSON {
             self.keys = keys
         }
     }
+
+    /// A tracked session's (`TrackedSession`, `sessions.data`) last read, last hint and expiry: numbers, seconds since
+    /// 2001 (`JSONEncoder`'s default for dates).
+    public static let sessionLastReadAt = Path("lastReadAt")
+    public static let sessionLastHintAt = Path("lastHintAt")
+    public static let sessionExpiresAt = Path("expiresAt")
+
+    /// A tracked order's (`TrackedOrder`, `orders.data`) currency.
+    public static let orderCurrency = Path("currency")
 
     /// A recorded settlement line's (`LineReconciliation`, `settlement_lines.data`) merchant reference.
     public static let lineMerchantReference = Path("line", "merchantReference")
