@@ -235,6 +235,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     // MARK: Work: a step's reads, prepared (hot: every step asks)
 
+    /// Prepared, as the next three: PostgreSQL-specific for that (unprepared, each was planned at every step).
     public func session(_ hppSessionID: String) async throws -> TrackedSession? {
         try await prepared(Statements.SessionData.self, Statements.values(hppSessionID)).first.map {
             try PostgresStatementRow(row: $0).decoded(TrackedSession.self)
@@ -428,6 +429,7 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
         ).map { try StoredOutcome(row: PostgresStatementRow(row: $0)) }.sorted { $0.id < $1.id }
     }
 
+    /// Prepared, as ``markNotified(_:)``: PostgreSQL-specific for that (every outcome delivered marks one).
     public func markOutboxWritten(_ ids: [Int64], notified: Bool) async throws {
         guard !ids.isEmpty else { return }
         try await prepared(Statements.MarkOutboxWritten.self, Statements.values(ids, notified))

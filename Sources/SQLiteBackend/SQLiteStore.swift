@@ -114,7 +114,7 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
     /// one commit (and shares it with whatever else the group commit holds). SQLite-specific: a spool scan's files in
     /// one fsync.
     public func ingest(_ records: [IngestRecord], at: Date) async throws -> [IngestResult] {
-        let transactions = records.map { IngestTransactions.ingest($0, at: at, holder: nil) }
+        let transactions = try records.map { try IngestTransactions.ingest($0, at: at, holder: nil) }
         return try await write { db in
             try transactions.map { transaction in
                 do {

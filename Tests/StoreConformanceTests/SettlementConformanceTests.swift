@@ -338,6 +338,23 @@ struct SettlementConformanceTests {
         }
     }
 
+    @Test("A payout of hundreds of lines keeps every line, in order, with the one it was given", arguments: Backend.allCases)
+    func largePayout(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            try await place(s.store, [order("o-1")])
+            // 300 lines go in statements of 256, 32, 8 and 4 lines.
+            let lines = (0..<300).map {
+                (sale("PAY-L", $0, order: $0 == 7 ? nil : "o-1", capture: nil, amount: 100 + $0), LineMatch.unmatched(.captureUnknown))
+            }
+            let large = payout("PAY-L", day: 2, lines)
+            #expect(try await s.store.record(large, outcomes: [], at: day(3)))
+            #expect(try await s.store.payouts(since: nil, paymentReference: "PAY-L", account: nil) == [large])
+            let kept = try await s.store.settlementLines(orderIDs: ["o-1"])
+            #expect(kept.map(\.line.ordinal) == (0..<300).filter { $0 != 7 }, "the line without an order id is kept with none")
+            #expect(kept.last == large.lines[299])
+        }
+    }
+
     @Test("Several handles record the same payout at once: exactly one records it, with one set of outcomes", arguments: Backend.allCases)
     func concurrentRecords(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in

@@ -6,9 +6,13 @@ import ReconcilerCore
 /// another transaction may race keeps the row it finds, and the decision is made again from it.
 public enum IngestTransactions {
     /// The delivery's row, then what ``IngestPlanner`` decides. A refused delivery leaves no row at all.
-    public static func ingest(_ record: IngestRecord, at: Date, holder: String?) -> Transaction<IngestResult> {
+    ///
+    /// Throws before the transaction starts what it may write of the record's own (a session to track, encoded here, off
+    /// a shared writer).
+    public static func ingest(_ record: IngestRecord, at: Date, holder: String?) throws -> Transaction<IngestResult> {
         let lookup = IngestPlanner.lookup(record)
-        let decided = find(lookup).then { decide(record, found: $0, lookup: lookup, at: at, holder: holder) }
+        let encoded = try Encoded(record, at: at)
+        let decided = find(lookup).then { decide(record, found: $0, lookup: lookup, at: at, holder: holder, encoded: encoded) }
         guard let key = record.dedupeKey else { return decided }
         // Two deliveries of one key at once: the second waits for the first's commit (PostgreSQL), then finds its row.
         return .read(
@@ -25,19 +29,43 @@ public enum IngestTransactions {
         }
     }
 
+    /// The insert of the session a record may start tracking, made before the transaction.
+    struct Encoded: Sendable {
+        let session: (id: String, insert: Statement)?
+
+        init(_ record: IngestRecord, at: Date) throws {
+            switch record.action {
+            case .hintSession(_, let session?), .track(let session):
+                self.session = (session.hppSessionID, try WorkWrites.session(session, at: at, .keep))
+            default:
+                self.session = nil
+            }
+        }
+
+        static let none = Encoded()
+        private init() { session = nil }
+
+        func sessionInsert(_ session: TrackedSession, at: Date) throws -> Statement {
+            if let encoded = self.session, encoded.id == session.hppSessionID { return encoded.insert }
+            return try WorkWrites.session(session, at: at, .keep)
+        }
+    }
+
     private static func decide(
-        _ record: IngestRecord, found: IngestFound, lookup: IngestLookup, at: Date, holder: String?
+        _ record: IngestRecord, found: IngestFound, lookup: IngestLookup, at: Date, holder: String?, encoded: Encoded
     ) -> Transaction<IngestResult> {
         switch IngestPlanner.decide(record, found: found, at: at) {
         case .refuse(let answer): return .rollBack(answer)
         case .write(let writes, let answer):
-            return apply(writes, at: at, holder: holder).then { applied in
+            return apply(writes, at: at, holder: holder, encoded: encoded).then { applied in
                 switch applied {
                 case .written: .answer(answer)
                 // Another delivery tracked it since the lookup (and woke it): decided again as tracked.
-                case .sessionTrackedMeanwhile: decide(record, found: .session(tracked: true), lookup: lookup, at: at, holder: holder)
+                case .sessionTrackedMeanwhile:
+                    decide(record, found: .session(tracked: true), lookup: lookup, at: at, holder: holder, encoded: encoded)
                 // Another request recorded it since the lookup: decided again from what it recorded.
-                case .recordedMeanwhile: find(lookup).then { decide(record, found: $0, lookup: lookup, at: at, holder: holder) }
+                case .recordedMeanwhile:
+                    find(lookup).then { decide(record, found: $0, lookup: lookup, at: at, holder: holder, encoded: encoded) }
                 }
             }
         }
@@ -88,9 +116,9 @@ public enum IngestTransactions {
     }
 
     /// Writes what an ingest decided, unless a row it inserts was inserted meanwhile (then nothing).
-    static func apply(_ writes: IngestWrites, at: Date, holder: String?) -> Transaction<Applied> {
+    static func apply(_ writes: IngestWrites, at: Date, holder: String?, encoded: Encoded = .none) -> Transaction<Applied> {
         do {
-            let session = try writes.newSession.map { try WorkWrites.session($0, at: at, .keep) }
+            let session = try writes.newSession.map { try encoded.sessionInsert($0, at: at) }
             let intent = try writes.intent.map { try WorkWrites.intent($0, at: at, .keep) }
             var rest = try writes.paymentRequest.map { [try WorkWrites.paymentRequest($0, at: at)] } ?? []
             rest += writes.disputeHint.map { [WorkWrites.disputeHint($0, at: at)] } ?? []
@@ -185,7 +213,7 @@ extension IngestStore where Self: StatementRunner {
 
     /// One delivery in one transaction of its own.
     public func ingestAlone(_ record: IngestRecord, at: Date) async throws -> IngestResult {
-        let result = try await transact(IngestTransactions.ingest(record, at: at, holder: leaseHolder))
+        let result = try await transact(try IngestTransactions.ingest(record, at: at, holder: leaseHolder))
         // Its wakeups tell whoever holds those keys (another daemon, perhaps) to look now.
         if case .accepted(let wake) = result, !wake.isEmpty { await announceWork() }
         return result

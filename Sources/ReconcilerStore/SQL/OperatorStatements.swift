@@ -5,14 +5,16 @@ extension OperatorRequest {
     /// The request columns, in the order ``init(row:)`` reads them.
     static let columns: Statement = "id, work_key, action, order_id, requested_by, requested_at, state, note"
 
-    /// A row of ``columns``; nil for a key or an action this binary does not know.
-    init?(row: any StatementRow) {
-        guard let id = row.int64(0), let key = row.string(1).flatMap(WorkKey.init), let action = row.string(2).flatMap(OperatorAction.init) else {
-            return nil
-        }
+    /// A row of ``columns`` from its column `first` on; nil for a key or an action this binary does not know (or a row
+    /// of nulls: none).
+    init?(row: any StatementRow, from first: Int = 0) {
+        guard let id = row.int64(first), let key = row.string(first + 1).flatMap(WorkKey.init),
+            let action = row.string(first + 2).flatMap(OperatorAction.init)
+        else { return nil }
         self.init(
-            id: id, key: key, action: action, orderID: row.string(3), requestedBy: row.string(4) ?? "", requestedAt: row.date(5) ?? Date(),
-            state: row.string(6).flatMap(OperatorRequest.State.init) ?? .pending, note: row.string(7))
+            id: id, key: key, action: action, orderID: row.string(first + 3), requestedBy: row.string(first + 4) ?? "",
+            requestedAt: row.date(first + 5) ?? Date(), state: row.string(first + 6).flatMap(OperatorRequest.State.init) ?? .pending,
+            note: row.string(first + 7))
     }
 }
 
@@ -58,8 +60,9 @@ extension OperatorStore where Self: StatementRunner {
 
     public func operatorRequests(_ ids: [Int64]) async throws -> [OperatorRequest] {
         guard !ids.isEmpty else { return [] }
-        let found = try await rows(of: "SELECT \(OperatorRequest.columns) FROM operator_requests WHERE id \(anyOf: ids)").compactMap(
-            OperatorRequest.init(row:))
+        let found = try await rows(of: "SELECT \(OperatorRequest.columns) FROM operator_requests WHERE id \(anyOf: ids)").compactMap {
+            OperatorRequest(row: $0)
+        }
         // In the order asked for.
         return ids.compactMap { id in found.first { $0.id == id } }
     }

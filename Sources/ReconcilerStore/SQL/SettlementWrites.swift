@@ -35,13 +35,22 @@ extension SettlementStore where Self: StatementRunner {
     public func record(_ reconciliation: PayoutReconciliation, outcomes: [Outcome], at: Date) async throws -> Bool {
         let payout = reconciliation.payout
         let reference = payout.paymentReference
-        // In rows of at most 500 lines a statement (2,000 values: within both stores' limits on parameters).
-        let lines = try stride(from: 0, to: reconciliation.lines.count, by: 500).map { start in
-            let rows = try reconciliation.lines[start..<min(start + 500, reconciliation.lines.count)].map { line -> Statement in
-                "(\(reference), \(line.line.ordinal), \(line.line.orderIDGiven), \(try StoredJSON.encode(line)))"
-            }
-            return "INSERT INTO settlement_lines (payment_reference, ordinal, order_id, data) VALUES \(Statement.joined(rows))" as Statement
+        let rows = try reconciliation.lines.map { line -> Statement in
+            "(\(reference), \(line.line.ordinal), \(line.line.orderIDGiven), \(try StoredJSON.encode(line)))"
         }
+        // In statements of 256 lines, then of the halves down to one for the rest: 1,024 values at most (within both
+        // stores' limits on parameters), and no more than nine texts for a driver to prepare and keep, whatever the
+        // payout's size.
+        var inserts: [Statement] = []
+        var rest = rows[...]
+        var size = 256
+        while !rest.isEmpty {
+            while size > rest.count { size /= 2 }
+            inserts.append(
+                "INSERT INTO settlement_lines (payment_reference, ordinal, order_id, data) VALUES \(Statement.joined(Array(rest.prefix(size))))")
+            rest = rest.dropFirst(size)
+        }
+        let lines = inserts
         let settles = LedgerSettlement.all(in: reconciliation).map { settlement -> Transaction<Void> in
             let row: Statement = "order_id = \(settlement.orderID) AND entry = \(settlement.entry.rawValue) AND entry_key = \(settlement.key)"
             return .read(

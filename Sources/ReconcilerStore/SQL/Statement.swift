@@ -79,25 +79,40 @@ public struct Statement: Sendable, Equatable, ExpressibleByStringInterpolation {
         values = stringInterpolation.values
     }
 
-    /// The text in `dialect`, placeholders numbered from 1 in the order of ``values``.
+    /// The text in `dialect`, placeholders numbered from 1 in the order of ``values``. In one pass, appended to one
+    /// string: a statement is rendered every time it runs, on the hot paths too.
     public func text(in dialect: SQLDialect) -> String {
-        pieces.map { piece in
+        var text = ""
+        text.reserveCapacity(pieces.count * 24)
+        func placeholder(_ index: Int) {
+            text += dialect == .sqlite ? "?" : "$"
+            text += String(index + 1)
+        }
+        for piece in pieces {
             switch (piece, dialect) {
-            case (.sql(let text), _): text
-            case (.parameter(let index), .sqlite): "?\(index + 1)"
+            case (.sql(let sql), _): text += sql
+            case (.parameter(let index), .sqlite): placeholder(index)
             case (.parameter(let index), .postgres):
-                if case .null(let kind) = values[index] { "$\(index + 1)::\(kind.postgresType)" } else { "$\(index + 1)" }
+                placeholder(index)
+                if case .null(let kind) = values[index] { text += "::" + kind.postgresType }
             // One parameter, looked up on the column's index whatever the list's length.
-            case (.anyOf(let index), .sqlite): "IN (SELECT value FROM json_each(?\(index + 1)))"
-            case (.anyOf(let index), .postgres): "= ANY($\(index + 1))"
-            case (.json(let column, let path), .sqlite): "json_extract(\(column), '$.\(path.joined(separator: "."))')"
-            case (.json(let column, let path), .postgres): "(\(column)::jsonb #>> '{\(path.joined(separator: ","))}')"
-            case (.jsonNumber(let column, let path), .sqlite): "json_extract(\(column), '$.\(path.joined(separator: "."))')"
-            case (.jsonNumber(let column, let path), .postgres): "(\(column)::jsonb #>> '{\(path.joined(separator: ","))}')::float8"
-            case (.dialect(let text, _), .sqlite): text
-            case (.dialect(_, let text), .postgres): text
+            case (.anyOf(let index), .sqlite):
+                text += "IN (SELECT value FROM json_each("
+                placeholder(index)
+                text += "))"
+            case (.anyOf(let index), .postgres):
+                text += "= ANY("
+                placeholder(index)
+                text += ")"
+            case (.json(let column, let path), .sqlite), (.jsonNumber(let column, let path), .sqlite):
+                text += "json_extract(\(column), '$.\(path.joined(separator: "."))')"
+            case (.json(let column, let path), .postgres): text += "(\(column)::jsonb #>> '{\(path.joined(separator: ","))}')"
+            case (.jsonNumber(let column, let path), .postgres): text += "(\(column)::jsonb #>> '{\(path.joined(separator: ","))}')::float8"
+            case (.dialect(let sql, _), .sqlite): text += sql
+            case (.dialect(_, let sql), .postgres): text += sql
             }
-        }.joined()
+        }
+        return text
     }
 }
 

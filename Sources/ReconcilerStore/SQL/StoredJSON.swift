@@ -6,14 +6,20 @@ import Foundation
 public enum StoredJSON {
     /// A stored JSON column's text: keys sorted, so that equal values are equal text.
     public static func encode<T: Encodable>(_ value: T) throws -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        return String(decoding: try encoder.encode(value), as: UTF8.self)
+        String(decoding: try encoder.encode(value), as: UTF8.self)
     }
 
     public static func decode<T: Decodable>(_ type: T.Type, _ text: String?) throws -> T {
-        try JSONDecoder().decode(type, from: Data((text ?? "").utf8))
+        try decoder.decode(type, from: Data((text ?? "").utf8))
     }
+
+    /// One of each, made once: every row of every commit and read goes through them.
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return encoder
+    }()
+    private static let decoder = JSONDecoder()
 
     /// A path of keys into a JSON document.
     public struct Path: Sendable, Equatable {

@@ -23,12 +23,16 @@ extension WorkStore where Self: StatementRunner {
         try await rows(of: "SELECT data FROM intents WHERE subject = \(subject) ORDER BY created_at").map { try $0.decoded(Intent.self) }
     }
 
+    /// The hold and the pending requests in one read: a row of the hold beside each request, or beside nulls.
     public func operatorControls(for key: WorkKey) async throws -> OperatorControls {
-        let held = try await !rows(of: "SELECT 1 FROM holds WHERE work_key = \(key.description)").isEmpty
-        let pending = try await rows(
-            of: "SELECT \(OperatorRequest.columns) FROM operator_requests WHERE work_key = \(key.description) AND state = 'pending' ORDER BY id"
-        ).compactMap(OperatorRequest.init(row:))
-        return OperatorControls(held: held, pending: pending)
+        let rows = try await rows(
+            of: """
+                SELECT h.held, r.id, r.work_key, r.action, r.order_id, r.requested_by, r.requested_at, r.state, r.note
+                FROM (SELECT EXISTS (SELECT 1 FROM holds WHERE work_key = \(key.description)) AS held) h
+                LEFT JOIN operator_requests r ON r.work_key = \(key.description) AND r.state = 'pending'
+                ORDER BY r.id
+                """)
+        return OperatorControls(held: rows.first?.bool(0) ?? false, pending: rows.compactMap { OperatorRequest(row: $0, from: 1) })
     }
 }
 
