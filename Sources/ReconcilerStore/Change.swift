@@ -99,6 +99,18 @@ public struct Change: Sendable {
     }
 }
 
+extension Change {
+    /// The change that records Klarna's answer to `sent`, the intent a step just marked sent: it requires the intent
+    /// still as that mark left it (``intentRead``). A commit of it that landed but lost its answer, tried again,
+    /// writes nothing the second time (``IntentMoved``), so its events and outcomes are never written twice; the step
+    /// then starts again from what the first one wrote.
+    public static func answering(_ sent: Intent) -> Change {
+        var change = Change()
+        change.intentRead = IntentVersion(key: sent.key, read: sent)
+        return change
+    }
+}
+
 /// What a step read of one intent (``Change/intentRead``): its state and attempts, or that none was stored. Every
 /// send counts an attempt, so a version read again after another step's send always differs.
 public struct IntentVersion: Sendable, Equatable {

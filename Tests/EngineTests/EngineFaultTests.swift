@@ -160,6 +160,36 @@ struct EngineFaultTests {
         }
     }
 
+    @Test(
+        "The commits that record Klarna's answers land but their answers are lost: each is tried again, writes nothing twice, and the step starts again from what it wrote: one order_placed and one captured, each call made once",
+        arguments: StoreKind.allCases)
+    func answerCommitAnswerLost(store: StoreKind) async throws {
+        try await EngineHarness.withFaultyStore(store: store) { h, faulty in
+            let created = try await h.track(
+                SessionSpec(orderAmount: 10_000, schedule: [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]), capture: .immediate)
+            h.clock.advance(by: .seconds(6))
+            faulty.finishedAnswersToLose.withLock { $0 = 1 }
+            await #expect(throws: IntentMoved.self) { _ = try await h.reconciler.process(.session(created.hppSessionId)) }
+            let placed = try #require(h.effects(.orderPlaced, kp: created.kpSessionId).first?.orderId)
+            let intent = try #require(try await faulty.store.intent(IdempotencyKey.make(.placeOrder, created.kpSessionId)))
+            #expect(intent.state == .confirmed && intent.result == placed, "the first attempt landed: \(intent)")
+
+            // The capture's answer is lost the same way; then every step goes on from what is stored.
+            faulty.finishedAnswersToLose.withLock { $0 = 1 }
+            for _ in 0..<6 {
+                _ = try? await h.reconciler.process(.session(created.hppSessionId))
+                _ = try? await h.reconciler.process(.order(placed))
+                h.clock.advance(by: .seconds(5))
+            }
+            #expect(h.effects(.orderPlaced, kp: created.kpSessionId).count == 1)
+            #expect(h.effects(.captured, order: placed).count == 1)
+            let outcomes = try await h.store.undeliveredOutcomes(now: h.clock.now, limit: 100).map(\.outcome.kind)
+            #expect(outcomes == [.orderPlaced, .captured], "each outcome once: \(outcomes)")
+            #expect(faulty.finishedAnswersToLose.withLock { $0 } == 0, "the capture's answer was lost too")
+            h.expectNoDoubleEffects()
+        }
+    }
+
     @Test("A worker whose step lost a shared intent to another session's step says so at notice and runs the key again as after a failure")
     func workerRunsAMovedIntentAgain() async throws {
         try await EngineHarness.withFaultyStore { h, faulty in

@@ -8,7 +8,8 @@ import Synchronization
 /// every read of a session's account with `failAccountReads`; as an outcome queue (when the real store is one), its
 /// marks of outbox files written fail the first `failOutboxMarks` times; as a lease store (when the real store is
 /// one), its releases of finished work fail the first `failReleases` times, each attempt counted
-/// (``releaseAttempts``). A commit that marks an intent sent lands but loses its answer while ``sentAnswersToLose``. After a read of an intent by key, or of a step's inputs, it runs ``afterIntentRead`` or
+/// (``releaseAttempts``). A commit that marks an intent sent lands but loses its answer while ``sentAnswersToLose``, one
+/// that records Klarna's answer while ``finishedAnswersToLose``. After a read of an intent by key, or of a step's inputs, it runs ``afterIntentRead`` or
 /// ``afterStepInputs``: another step that writes between this step's read and its commit, a race a test cannot time
 /// otherwise. Only the roles of the engine, ingest, the outbox and the lease keeper: what it fakes is what those see.
 /// A step's inputs are read as the role's default reads them, through its own reads, so each read is counted
@@ -30,6 +31,8 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
     public let reads = Mutex<[String]>([])
     /// How many more commits that mark an intent sent land but lose their answer (``AnswerLost``).
     public let sentAnswersToLose = Mutex(0)
+    /// How many more commits that record Klarna's answer (a finished intent) land but lose their answer.
+    public let finishedAnswersToLose = Mutex(0)
     /// Run after each read of an intent by key, with that key, before the read returns.
     public let afterIntentRead = Mutex<(@Sendable (String) async throws -> Void)?>(nil)
     /// Run after each read of a step's inputs, with its key, before the read returns.
@@ -57,6 +60,7 @@ public final class FaultyStore: WorkStore, IngestStore, @unchecked Sendable {
         if change.intents.contains(where: { $0.state == .confirmed }), Self.takeOne(remaining) { throw DiskFull() }
         try await store.commit(change, at: at, fencedBy: key)
         if change.intents.contains(where: { $0.state == .sent }), Self.takeOne(sentAnswersToLose) { throw AnswerLost() }
+        if change.intents.contains(where: \.isFinished), Self.takeOne(finishedAnswersToLose) { throw AnswerLost() }
     }
 
     /// Whether `counter` had one left, taking it.

@@ -138,7 +138,7 @@ extension Reconciler {
                     .attempt, "\(kind == .placeOrder ? "placing the order" : "creating the customer token"), attempt \(intent.attempts)"),
                 detail: ["intent": key, "attempt": "\(intent.attempts)"]))
         try await commit(change, now: now)
-        change = Change()
+        change = Change.answering(intent)
 
         switch kind {
         case .placeOrder:
@@ -302,7 +302,7 @@ extension Reconciler {
                 hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(.attempt, "\(what), attempt \(intent.attempts)"),
                 detail: ["intent": intent.key, "attempt": "\(intent.attempts)"]))
         try await commit(change, now: now)
-        change = Change()
+        change = Change.answering(intent)
 
         let key = intent.key
         let result: Result<String?, KlarnaAPIError>

@@ -86,7 +86,7 @@ extension Reconciler {
                 DomainEvent(.attempt, "refunding \(intent.amount ?? 0), reference \(intent.reference ?? "—"), attempt \(intent.attempts)"),
                 detail: detail.merging(["attempt": "\(intent.attempts)"]) { $1 }))
         try await commit(change, now: now)
-        change = Change()
+        change = Change.answering(intent)
 
         let request = RefundRequest(refundedAmount: intent.amount ?? 0, reference: intent.reference, description: intent.refundDescription)
         let key = intent.key

@@ -290,6 +290,11 @@ public struct Reconciler: Sendable {
                 throw lost
             } catch let moved as IntentMoved {
                 // The same change can never go through: the step starts again from what is stored.
+                if complained != nil, !answers.isEmpty {
+                    logger.notice(
+                        "Klarna's answer held since \(Int((ContinuousClock.now - started).timeInterval)) s ago: intent \(moved.key) moved meanwhile (an earlier attempt of this commit landed and lost its answer, or another daemon resolved the intent); the step starts again from what is stored"
+                    )
+                }
                 throw moved
             } catch {
                 if complained == nil { logUnrecorded(answers, error) }
