@@ -7,6 +7,8 @@ Documents: README.md, BENCHMARKS.md, docs/*.md and etc/**/*.md. In each, outside
     duplicates numbered -1, -2, ...) or an explicit <a id|name="..."> there; #L10 or #L10-L20 on a non-Markdown file;
   - every inline-code span that starts with a repository folder (Sources/, Tests/, scripts/, systemd/, etc/, docs/,
     Benchmarks/, packaging/) names a file or directory that exists (patterns with * and placeholders are skipped).
+  - no text, link or code span names a file outside this repository: `../` beyond the repository's root, or the design
+    notes kept beside it (DESIGN.md, API-NOTES.md, SETTLEMENTS.md, DISPUTES.md, `notes/`); the contract is docs/design.md.
 In Sources/, Tests/ and Benchmarks/: no line cites DESIGN.md or API-NOTES.md (`DESIGN §…`, `API-NOTES §…`), files that
 live outside this repository.
 
@@ -23,6 +25,8 @@ PATH_PREFIXES = ("Sources/", "Tests/", "scripts/", "systemd/", "etc/", "docs/", 
 # A code span holding one of these is a pattern or a placeholder, not a path.
 PLACEHOLDER = re.compile(r"[*…<>{}$?\[\]]|\.\.\.")
 OUTSIDE_CITATION = re.compile(r"DESIGN §|API-NOTES §|DESIGN\.md|API-NOTES\.md")
+# In a document: a path above the repository (../shared/...), or a design note that lives beside the repository.
+OUTSIDE_MENTION = re.compile(r"\.\./shared\b|\.\./\.\./|\bDESIGN\.md|\bAPI-NOTES(\.md)?\b|\bSETTLEMENTS\.md|\bDISPUTES\.md|\bklarna/specs/")
 SOURCE_TREES = ("Sources", "Tests", "Benchmarks")
 
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -161,6 +165,11 @@ def check_document(document, problems):
         text = handle.read()
     links = paths = 0
     for number, line in prose_lines(text):
+        mention = OUTSIDE_MENTION.search(line)
+        if mention:
+            problems.append(
+                f"{relative(document)}:{number}: names \"{mention.group(0)}\", outside this repository: a clone has only its own documents "
+                "(the product's contract is docs/design.md)")
         for match in CODE_SPAN.finditer(line):
             paths += 1
             check_code_path(document, number, match.group(2), problems)
