@@ -80,8 +80,9 @@ public enum IngestTransactions {
         case .session(let id):
             return .read("SELECT 1 FROM sessions WHERE hpp_session_id = \(id)") { .answer(.session(tracked: !$0.isEmpty)) }
         case .openSessionsOfPayment(let kpSessionID):
-            return .read("SELECT hpp_session_id FROM sessions WHERE kp_session_id = \(kpSessionID) AND next_due IS NOT NULL ORDER BY hpp_session_id")
-            {
+            return .read(
+                "SELECT hpp_session_id FROM sessions WHERE kp_session_id = \(kpSessionID) AND next_due IS NOT NULL ORDER BY hpp_session_id\(Statement.byteOrder)"
+            ) {
                 .answer(.openSessions($0.compactMap { $0.string(0) }))
             }
         case .orderSession(let orderID):
@@ -120,20 +121,23 @@ public enum IngestTransactions {
         do {
             let session = try writes.newSession.map { try encoded.sessionInsert($0, at: at) }
             let intent = try writes.intent.map { try WorkWrites.intent($0, at: at, .keep) }
-            var rest = try writes.paymentRequest.map { [try WorkWrites.paymentRequest($0, at: at)] } ?? []
-            rest += writes.disputeHint.map { [WorkWrites.disputeHint($0, at: at)] } ?? []
-            rest += try writes.events.map { try WorkWrites.event($0, at: at) }
-            rest += writes.wakeups.map { WorkWrites.wakeup($0, delivered: writes.delivered, holder: holder) }
-            // The session first: nothing else is written when it was tracked meanwhile; then the intent.
-            let firsts = [session, intent].compactMap { $0 }
-            return .run(firsts) { [rest] rows in
-                if session != nil, rows[0].isEmpty { return .answer(.sessionTrackedMeanwhile) }
-                if intent != nil, rows[rows.count - 1].isEmpty { return .answer(.recordedMeanwhile) }
-                return .run(rest) { [writes] _ in
-                    guard let capture = writes.captureRequest else { return .answer(.written(captureRequestID: nil)) }
-                    return captureRequest(capture, at: at).then { .answer(.written(captureRequestID: $0)) }
-                }
+            var others = try writes.paymentRequest.map { [try WorkWrites.paymentRequest($0, at: at)] } ?? []
+            others += writes.disputeHint.map { [WorkWrites.disputeHint($0, at: at)] } ?? []
+            others += try writes.events.map { try WorkWrites.event($0, at: at) }
+            others += writes.wakeups.map { WorkWrites.wakeup($0, delivered: writes.delivered, holder: holder) }
+            // The session first, then the intent, each alone: nothing after either is written when another writer
+            // inserted it meanwhile.
+            let rest = Transaction<Applied>.run(others) { [writes] _ in
+                guard let capture = writes.captureRequest else { return .answer(.written(captureRequestID: nil)) }
+                return captureRequest(capture, at: at).then { .answer(.written(captureRequestID: $0)) }
             }
+            let afterSession =
+                intent.map { intent in
+                    Transaction<Applied>.read(intent) { $0.isEmpty ? .answer(.recordedMeanwhile) : rest }
+                } ?? rest
+            return session.map { session in
+                .read(session) { $0.isEmpty ? .answer(.sessionTrackedMeanwhile) : afterSession }
+            } ?? afterSession
         } catch {
             return .run([]) { _ in throw error }
         }

@@ -74,7 +74,7 @@ extension OperatorStore where Self: StatementRunner {
         let named = try await rows(of: "SELECT order_id FROM orders WHERE order_id = \(id) OR merchant_reference = \(id)").compactMap { $0.string(0) }
         let orderIDs = Array(Set(sessions.compactMap(\.orderID)).union(named))
         let orders = try await rows(
-            of: "SELECT data FROM orders WHERE order_id \(anyOf: orderIDs) ORDER BY order_id\(sqlite: "", postgres: " COLLATE \"C\"")"
+            of: "SELECT data FROM orders WHERE order_id \(anyOf: orderIDs) ORDER BY order_id\(Statement.byteOrder)"
         ).map { try $0.decoded(TrackedOrder.self) }
         let sessionIDs = Array(Set(sessions.map(\.hppSessionID)).union(orders.compactMap(\.hppSessionID)))
         // An order's own rows are those not filed under its session.

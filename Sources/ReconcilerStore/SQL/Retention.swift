@@ -104,7 +104,7 @@ enum RetentionStatements {
     static var unknownNotification: Statement {
         let prefix = RetentionPolicy.omNotificationKeyPrefix
         let withoutEventType: Statement = "rtrim(deliveries.dedupe_key, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ_')"
-        let bytes: Statement = "\(sqlite: "", postgres: " COLLATE \"C\"")"
+        let bytes = Statement.byteOrder
         return """
             deliveries.kind = \(RetentionPolicy.omNotificationKind)
             AND deliveries.dedupe_key\(bytes) >= \(prefix) AND deliveries.dedupe_key\(bytes) < \(String(prefix.dropLast()) + ";")

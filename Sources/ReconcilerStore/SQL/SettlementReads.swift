@@ -82,9 +82,10 @@ extension SettlementReports where Self: StatementRunner {
 
 extension WorkQueue where Self: StatementRunner {
     public func keysWithPendingOperatorRequests() async throws -> [WorkKey] {
-        try await rows(of: "SELECT DISTINCT work_key FROM operator_requests WHERE state = 'pending' ORDER BY work_key").compactMap {
-            $0.string(0).flatMap(WorkKey.init)
-        }
+        try await rows(of: "SELECT work_key FROM operator_requests WHERE state = 'pending' GROUP BY work_key ORDER BY work_key\(Statement.byteOrder)")
+            .compactMap {
+                $0.string(0).flatMap(WorkKey.init)
+            }
     }
 }
 

@@ -60,6 +60,10 @@ public struct Statement: Sendable, Equatable, ExpressibleByStringInterpolation {
     /// whose writer is alone.
     public static let forUpdate = Statement(pieces: [.dialect(sqlite: "", postgres: " FOR UPDATE")], values: [])
 
+    /// After a text column: compared and ordered byte by byte, as SQLite does; PostgreSQL's default collation may order
+    /// by locale and ignore punctuation.
+    public static let byteOrder = Statement(pieces: [.dialect(sqlite: "", postgres: " COLLATE \"C\"")], values: [])
+
     init(pieces: [Piece], values: [Value]) {
         self.pieces = pieces
         self.values = values

@@ -40,7 +40,9 @@ public struct Transaction<Answer: Sendable>: Sendable {
         run([statement]) { try next($0[0]) }
     }
 
-    /// This transaction, then the one its answer decides (a roll-back ends it there).
+    /// This transaction, then the one its answer decides. A roll-back inside `self` ends the whole transaction with an
+    /// error (its ``RolledBack``, of `self`'s answer, which ``StatementRunner/transact(_:)`` does not answer with): a
+    /// roll-back answers only as a transaction's last step, as the ingest's refusal does.
     public func then<Next: Sendable>(_ next: @escaping @Sendable (Answer) throws -> Transaction<Next>) -> Transaction<Next> {
         switch step {
         case .answer(let value): .run([]) { _ in try next(value) }
@@ -51,8 +53,9 @@ public struct Transaction<Answer: Sendable>: Sendable {
 
     /// Thrown out of a driver's transaction (which rolls it back) by a ``rollBack(_:)``; ``StatementRunner/transact(_:)``
     /// answers with it.
-    public struct RolledBack: Error {
+    public struct RolledBack: Error, CustomStringConvertible {
         public let answer: Answer
+        public var description: String { "a store transaction rolled back with the answer \(answer)" }
     }
 
     /// Runs the transaction with a synchronous `execute` (SQLite's writer, inside its transaction). Throws
@@ -86,7 +89,8 @@ public struct Transaction<Answer: Sendable>: Sendable {
 }
 
 extension Transaction {
-    /// Runs `transactions` one after the other, collecting their answers.
+    /// Runs `transactions` one after the other, collecting their answers (a part that rolls back ends the whole one with
+    /// an error, as in ``then(_:)``).
     public init<Part: Sendable>(each transactions: [Transaction<Part>]) where Answer == [Part] {
         // One after the other as the interpreter goes, not nested: a payout's thousands of settlements stay shallow.
         @Sendable func from(_ index: Int, _ answers: [Part]) -> Transaction<[Part]> {
