@@ -75,6 +75,11 @@ struct DisputeServiceTests {
             #expect(h.sandbox.dispute(dispute)?.state == "REPRESENTMENT")
             #expect(try await h.disputeOutcomes().map(\.kind) == [.disputeOpened, .disputeChanged])
             #expect(try await h.actions(dispute).map(\.state) == [.done])
+            // Asked again once Klarna took it: done from the read, as accept-loss asked again is; nothing sent, nothing refused.
+            #expect(try await h.ask(.evidence, dispute, evidence: evidence) != nil)
+            try await service.sync(list: false)
+            #expect(try await h.actions(dispute).map(\.state) == [.done, .done])
+            #expect(try await h.disputeOutcomes().map(\.kind) == [.disputeOpened, .disputeChanged])
 
             h.clock.advance(by: .seconds(600))
             try h.sandbox.decideDispute(dispute, outcome: "LOST")

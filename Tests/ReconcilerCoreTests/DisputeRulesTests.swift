@@ -129,6 +129,19 @@ struct DisputeActionRulesTests {
         }
     }
 
+    @Test("Evidence asked for again after Klarna took evidence is done from the read, as accept-loss asked again is; before any, refused")
+    func evidenceAskedAgain() {
+        guard case .done(let why) = next(action(.evidence), read(.representment, evidence: ["att-1"])) else {
+            Issue.record("Klarna holds evidence and the dispute moved on"); return
+        }
+        #expect(why.contains("the dispute shows it already") && why.contains("REPRESENTMENT"), "\(why)")
+        guard case .done = next(action(.acceptLoss), read(.closed, outcome: "LOST")) else { Issue.record("accept-loss again"); return }
+        // No evidence there: the state alone does not take it.
+        guard case .refuse = next(action(.evidence), read(.representment)) else { Issue.record("nothing shows evidence taken"); return }
+        // Still INITIATED: a new request is sent.
+        #expect(next(action(.evidence), read(.initiated, evidence: ["att-1"])) == .send)
+    }
+
     @Test("After a call: taken is done; 409 reads at once; another 4xx is refused; unclear waits its backoff")
     func afterCall() {
         let sent = action(.acceptLoss, state: .sent, attempts: 1, sentAt: t0)

@@ -203,7 +203,11 @@ public enum DisputeActionRules {
     static func reached(_ action: DisputeAction, _ read: DisputeObservation) -> Bool {
         switch action.kind {
         case .acceptLoss: read.closedAs == "LOST"
-        case .evidence: action.evidence?.attachmentID.map { read.evidenceAttachmentIDs.contains($0) } ?? false
+        // Its own attachment; or, asked for anew once Klarna took evidence and the dispute moved on, the evidence
+        // there: asking again is done, as an accept-loss asked again is once the dispute is lost.
+        case .evidence:
+            action.evidence?.attachmentID.map { read.evidenceAttachmentIDs.contains($0) }
+                ?? (action.attempts == 0 && !read.evidenceAttachmentIDs.isEmpty && !action.kind.allowedIn.contains(read.state))
         // ARBITRATION, or closed from it (Klarna decided on the appeal since): never after Klarna's 409.
         case .appeal:
             action.attempts > 0 && !action.conflict
