@@ -119,3 +119,38 @@ extension StatementRunner {
         try await rows(of: "SELECT count(*) FROM \(Statement(stringLiteral: table.rawValue))").first?.int(0) ?? 0
     }
 }
+
+/// `store copy`'s work, whatever its source and target: every table a batch at a time in the source's order, each
+/// table's rows counted on both sides, then the target's counters moved past the source's. The command around it opens
+/// the stores and holds them against daemons.
+public enum StoreTransfer {
+    /// Copies `source` into `target`, which must be empty (``TransferTarget/isEmptyForTransfer()``); returns each
+    /// table with the rows it holds now. Throws ``CountMismatch`` when a table's rows differ after its copy.
+    public static func copy(
+        from source: any TransferSource, to target: any TransferTarget, batch: Int = 1_000
+    ) async throws -> [(table: TransferTable, rows: Int)] {
+        var copied: [(table: TransferTable, rows: Int)] = []
+        for table in TransferTable.allCases {
+            var offset = 0
+            while true {
+                let rows = try await source.exportRows(table, offset: offset, limit: batch)
+                try await target.importRows(table, rows)
+                offset += rows.count
+                if rows.count < batch { break }
+            }
+            let (expected, found) = (try await source.count(table), try await target.count(table))
+            guard expected == found else { throw CountMismatch(table: table, source: expected, target: found) }
+            copied.append((table, found))
+        }
+        try await target.finishTransfer(counters: try await source.counters())
+        return copied
+    }
+
+    /// A table holds other rows in the target than in the source once copied.
+    public struct CountMismatch: Error, CustomStringConvertible {
+        public let table: TransferTable
+        public let source: Int
+        public let target: Int
+        public var description: String { "\(table.rawValue): \(source) rows in the source, \(target) in the copy" }
+    }
+}

@@ -25,8 +25,6 @@ struct StoreCopyCommand: AsyncParsableCommand {
     var passwordFile: String?
     @OptionGroup var options: ConfigOptions
 
-    static let batch = 1_000
-
     func run() async throws {
         guard FileManager.default.fileExists(atPath: from) else {
             printError("klarna-reconciler: no SQLite store at \(from)")
@@ -81,23 +79,9 @@ struct StoreCopyCommand: AsyncParsableCommand {
             printError("klarna-reconciler: \(location) holds a store already; a copy goes only into an empty database (nothing was written)")
             throw ExitCode(73)  // EX_CANTCREAT
         }
-        var copied: [String] = []
+        let copied: [(table: TransferTable, rows: Int)]
         do {
-            for table in TransferTable.allCases {
-                var offset = 0
-                while true {
-                    let rows = try await source.exportRows(table, offset: offset, limit: Self.batch)
-                    try await target.importRows(table, rows)
-                    offset += rows.count
-                    if rows.count < Self.batch { break }
-                }
-                let (expected, found) = (try await source.count(table), try await target.count(table))
-                guard expected == found else {
-                    throw CopyFailed(description: "\(table.rawValue): \(expected) rows in \(from), \(found) in \(location)")
-                }
-                copied.append("\(table.rawValue) \(found)")
-            }
-            try await target.finishTransfer(counters: try await source.counters())
+            copied = try await StoreTransfer.copy(from: source, to: target)
         } catch {
             printError(
                 "klarna-reconciler: the copy failed: \(error). The database holds part of it: drop and create it again before copying anew; \(from) is unchanged"
@@ -105,11 +89,7 @@ struct StoreCopyCommand: AsyncParsableCommand {
             throw ExitCode.failure
         }
         withExtendedLifetime(lock) {}
-        print("copied \(from) to \(location): \(copied.joined(separator: ", "))")
+        print("copied \(from) to \(location): \(copied.map { "\($0.table.rawValue) \($0.rows)" }.joined(separator: ", "))")
         print("next: set store.url in config.yaml (and remove store.path), then start the daemon")
-    }
-
-    struct CopyFailed: Error, CustomStringConvertible {
-        let description: String
     }
 }
