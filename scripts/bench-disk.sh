@@ -1,4 +1,4 @@
-# Sourced by scripts/bench.sh and scripts/bench-pg-statements.sh: a disk of the bench's own for every file the benches
+# Sourced by scripts/bench.sh, scripts/bench-pg-statements.sh and scripts/bench-stores.sh: a disk of the bench's own for every file the benches
 # write (the daemons' folders with their SQLite stores, spools and outboxes, the PostgreSQL server, the settlement
 # store): an ext4 image with a journal, as mkfs.ext4 makes it (a Debian machine's disk), loop-mounted.
 #   bench_disk_mount     sets BENCH_DISK (the folder) and BENCH_DISK_KIND (what it is) and exports TMPDIR=$BENCH_DISK

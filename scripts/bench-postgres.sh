@@ -1,4 +1,4 @@
-# Sourced by scripts/bench.sh and scripts/bench-pg-statements.sh: a PostgreSQL server of the bench's own (initdb
+# Sourced by scripts/bench.sh, scripts/bench-pg-statements.sh and scripts/bench-stores.sh: a PostgreSQL server of the bench's own (initdb
 # into a temporary directory, fsync on, a unix socket only), as the postgres user when run as root (initdb refuses
 # root), with the databases the engine bench's PostgreSQL phases take.
 #   bench_postgres_start PREFIX [SERVER OPTIONS]  sets PG_BIN and PG_DIR (mktemp PREFIX.XXXXXX) and starts it

@@ -152,12 +152,19 @@ enum CommitChange {
         }
     }
 
+    /// Whether the stored intent is the version read: its attempts, and its state or, for an answer's commit
+    /// (`any_unfinished`), any state it may still leave.
+    private static let readVersionStored =
+        "intents.attempts = (SELECT (j->'intent_read'->>'attempts')::integer FROM fenced)"
+        + " AND (intents.state = (SELECT j->'intent_read'->>'state' FROM fenced)"
+        + " OR (intents.state IN ('intended', 'sent', 'ambiguous') AND (SELECT (j->'intent_read'->>'any_unfinished')::boolean FROM fenced)))"
+
     /// The intent read, written first, and the row every other write joins.
     private static let guardedWrite = """
         g AS (
           \(insertIntents(
             "x.key = fenced.j->'intent_read'->>'key'", from: "fenced",
-            updating: "intents.state = (SELECT j->'intent_read'->>'state' FROM fenced) AND intents.attempts = (SELECT (j->'intent_read'->>'attempts')::integer FROM fenced)"))
+            updating: readVersionStored))
           RETURNING 1),
         written AS (
           SELECT j FROM fenced
@@ -422,6 +429,8 @@ struct ChangeRows: Encodable {
         var key: String
         var state: String?
         var attempts: Int
+        /// Any unfinished state at these attempts is the version read (an answer's commit).
+        var any_unfinished: Bool
     }
 
     init(_ change: Change, health entries: [(key: HealthKey, detail: String)]) throws {
@@ -465,7 +474,7 @@ struct ChangeRows: Encodable {
         answers = Self.lastOfEach(change.answeredRequests.map { Answer(id: $0.id, state: $0.state.rawValue, note: $0.note) }, by: \.id)
         health = Self.lastOfEach(entries.map { Health(name: $0.key.rawValue, detail: $0.detail) }, by: \.name)
         if let read = change.intentRead, read.isWritten(by: change) {
-            intent_read = IntentRead(key: read.key, state: read.state?.rawValue, attempts: read.attempts)
+            intent_read = IntentRead(key: read.key, state: read.state?.rawValue, attempts: read.attempts, any_unfinished: read.anyUnfinished)
         }
     }
 

@@ -84,10 +84,11 @@ public struct Change: Sendable {
     /// The version of a shared intent that the step read. A session's place-order or customer-token intent is shared by
     /// every session of its KP session, each driving it in steps of its own (and on any daemon). When this change
     /// writes that intent and the store no longer holds the version read, nothing of the change is written and the
-    /// commit throws ``IntentMoved``: two steps that read one version cannot both mark it sent. Nil: intents are
-    /// written over what is stored (an order's, which only the order's lease holder writes, and a session's after its
-    /// call, whose answer must be kept), unless the stored one counts more attempts: attempts never go back, so a
-    /// commit delayed past another session's send does not undo it.
+    /// commit throws ``IntentMoved``: two steps that read one version cannot both mark it sent. The commit of
+    /// Klarna's answer names the attempt it answers (``answering(_:)``): written while the intent is unfinished at that
+    /// attempt, so a landed commit tried again writes nothing twice. Nil: intents are written over what is stored,
+    /// unless the stored one counts more attempts: attempts never go back, so a commit delayed past another session's
+    /// send does not undo it.
     public var intentRead: IntentVersion?
 
     public init() {}
@@ -101,12 +102,15 @@ public struct Change: Sendable {
 
 extension Change {
     /// The change that records Klarna's answer to `sent`, the intent a step just marked sent: it requires the intent
-    /// still as that mark left it (``intentRead``). A commit of it that landed but lost its answer, tried again,
-    /// writes nothing the second time (``IntentMoved``), so its events and outcomes are never written twice; the step
-    /// then starts again from what the first one wrote.
+    /// still unfinished at that mark's attempt (``intentRead``). A commit of it that landed but lost its answer, tried
+    /// again, writes nothing the second time (``IntentMoved``), so its events and outcomes are never written twice; the
+    /// step then starts again from what the first one wrote. Another session of a shared intent that settles it
+    /// meanwhile (`ambiguous`, the same attempt) does not keep the answer out.
     public static func answering(_ sent: Intent) -> Change {
         var change = Change()
-        change.intentRead = IntentVersion(key: sent.key, read: sent)
+        var version = IntentVersion(key: sent.key, read: sent)
+        version.anyUnfinished = true
+        change.intentRead = version
         return change
     }
 }
@@ -118,6 +122,8 @@ public struct IntentVersion: Sendable, Equatable {
     /// Nil: no intent of this key was stored.
     public var state: Intent.State?
     public var attempts: Int
+    /// Any unfinished state at these attempts counts as this version, not only ``state`` (``Change/answering(_:)``).
+    public var anyUnfinished = false
 
     public init(key: String, read intent: Intent?) {
         self.key = key
@@ -127,8 +133,14 @@ public struct IntentVersion: Sendable, Equatable {
 
     /// Whether the stored row (its `state` and `attempts` columns; nil: no row) is still this version.
     public func isStored(state stored: String?, attempts storedAttempts: Int?) -> Bool {
-        stored == state?.rawValue && (state == nil || storedAttempts == attempts)
+        if anyUnfinished, let stored = stored.flatMap(Intent.State.init(rawValue:)) {
+            return Self.unfinished.contains(stored) && storedAttempts == attempts
+        }
+        return stored == state?.rawValue && (state == nil || storedAttempts == attempts)
     }
+
+    /// The states an intent may still leave.
+    public static let unfinished: Set<Intent.State> = [.intended, .sent, .ambiguous]
 
     /// Whether `change` writes this intent (only then does the version matter).
     public func isWritten(by change: Change) -> Bool { change.intents.contains { $0.key == key } }

@@ -43,8 +43,8 @@ extension WorkStore {
 public protocol WorkQueue: Sendable {
     /// Every open session, order and payment request with what its plan is made from.
     func openWork() async throws -> [OpenWork]
-    /// Keys other processes (CLI) asked to be looked at, after `sequence`; returns the newest sequence seen and
-    /// forgets the rows up to it. `includingDelivered`: also the keys a delivery's ingest woke the engine for
+    /// Keys other processes (CLI) asked to be looked at: takes and forgets every wakeup row; `last` is the highest id
+    /// seen, never below `sequence`. `includingDelivered`: also the keys a delivery's ingest woke the engine for
     /// directly, which only a daemon starting after a crash needs (one read per hint, not two).
     func wakeups(after sequence: Int64, includingDelivered: Bool) async throws -> (keys: [WorkKey], last: Int64)
     /// Keys with operator requests not yet applied (read at start: a request may have come while the daemon was down).

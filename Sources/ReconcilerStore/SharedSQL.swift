@@ -25,15 +25,6 @@ public enum SharedSQL {
         CREATE INDEX IF NOT EXISTS intents_open_refunds ON intents(subject, created_at) WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous');
         """
 
-    /// Whether the intent (`intents` row) is of a unit of the account `parameter` binds: a session's intents (place
-    /// order, customer token) name its HPP session, an order's its order id.
-    public static func intentOfAccount(_ parameter: String) -> String {
-        """
-        (subject IN (SELECT hpp_session_id FROM sessions WHERE account = \(parameter))
-          OR subject IN (SELECT order_id FROM orders WHERE account = \(parameter)))
-        """
-    }
-
     /// Open sessions and orders by account and phase, for `status` (both stores).
     public static let countsByAccount = """
         SELECT 's', account, phase, COUNT(*) FROM sessions GROUP BY account, phase

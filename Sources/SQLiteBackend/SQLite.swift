@@ -9,10 +9,7 @@ public enum SQLValue: Sendable, Equatable {
     case real(Double)
     case text(String)
 
-    public init(_ value: String?) { self = value.map(SQLValue.text) ?? .null }
     public init(_ value: Int?) { self = value.map { .integer(Int64($0)) } ?? .null }
-    public init(_ value: Int64?) { self = value.map(SQLValue.integer) ?? .null }
-    public init(_ value: Date?) { self = value.map { .real($0.timeIntervalSince1970) } ?? .null }
 }
 
 /// One result row; columns by position.
@@ -172,9 +169,6 @@ final class SQLiteConnection: @unchecked Sendable {
         }
         return rows
     }
-
-    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
-    var changes: Int { Int(sqlite3_changes(handle)) }
 
     /// Inside a transaction (SQLite leaves one on its own after some errors: a full disk, an I/O error).
     var inTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }

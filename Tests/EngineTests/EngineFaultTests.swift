@@ -190,6 +190,34 @@ struct EngineFaultTests {
         }
     }
 
+    @Test(
+        "Another session of the KP session settles the shared create-order (ambiguous, the same attempt) while Klarna holds the call: the answer that comes is still recorded, the order placed once",
+        arguments: StoreKind.allCases)
+    func answerAfterSiblingSettles(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
+            let created = try await h.track(SessionSpec(orderAmount: 10_000, schedule: [ScheduleStep(afterSeconds: 5, status: "COMPLETED")]))
+            h.clock.advance(by: .seconds(6))
+            // Held until the test moves the sandbox's clock on.
+            h.sandbox.addFault(SandboxFault(route: "kp.create_order", kind: .holdAnswer, holdSeconds: 10, count: 1))
+            let step = Task { try await h.reconciler.process(.session(created.hppSessionId)) }
+            let key = IdempotencyKey.make(.placeOrder, created.kpSessionId)
+            try await waitUntil { !h.sandbox.requests(route: "kp.create_order").isEmpty }
+            let sent = try #require(try await h.store.intent(key))
+            #expect(sent.state == .sent)
+            var sibling = Change()
+            sibling.intents = [sent.ambiguous("another session settles it", now: h.clock.now)]
+            sibling.intentRead = IntentVersion(key: key, read: sent)
+            try await h.store.commit(sibling, at: h.clock.now)
+            h.clock.advance(by: .seconds(11))
+            _ = try await step.value
+            let placed = try #require(h.effects(.orderPlaced, kp: created.kpSessionId).first?.orderId)
+            #expect(try await h.store.session(created.hppSessionId)?.orderID == placed, "the answer is recorded")
+            #expect(try await h.store.intent(key).map { ($0.state, $0.result) } ?? (.intended, nil) == (.confirmed, placed))
+            #expect(h.effects(.orderPlaced, kp: created.kpSessionId).count == 1)
+            h.expectNoDoubleEffects()
+        }
+    }
+
     @Test("A worker whose step lost a shared intent to another session's step says so at notice and runs the key again as after a failure")
     func workerRunsAMovedIntentAgain() async throws {
         try await EngineHarness.withFaultyStore { h, faulty in

@@ -17,8 +17,8 @@ extension Reconciler {
         let stored = try await store.intent(key)
         var intent = stored ?? Intent(key: key, kind: kind.intentKind, subject: session.hppSessionID, now: now)
         var change = carried
-        // Until the request leaves, every commit that writes the intent requires it still as read: the sessions of one
-        // KP session share it, so two of them cannot both mark it sent.
+        // Every commit that writes the intent requires it still as read (the answer's, still at its attempt): the
+        // sessions of one KP session share it, so two of them cannot both mark it sent.
         change.intentRead = IntentVersion(key: key, read: stored)
         var paymentSession: PaymentSession?
         let urgency = Urgency.inMotion(now: now, deadline: session.tokenExpiresAt, margin: Urgency.tokenDeadlineMargin)

@@ -274,7 +274,8 @@ public struct Reconciler: Sendable {
     /// Commits `change`; a failed commit (full disk, I/O error, a store locked too long) is retried with backoff in
     /// real time, because after a Klarna call its result exists only in memory until it is recorded. A change that
     /// holds Klarna's answer to a side effect (an intent it finishes) is retried until the store takes it, however
-    /// long that takes, and its ids go to the journal at the first failure (``MessageID/answerUnrecorded``), so that a
+    /// long that takes (or until it finds the intent moved: its own earlier attempt landed, or another session's step
+    /// finished it, ``IntentMoved``), and its ids go to the journal at the first failure (``MessageID/answerUnrecorded``), so that a
     /// process that dies meanwhile leaves them for `retry --order-id`.
     func commit(_ change: Change, now: Date) async throws {
         let answers = change.intents.filter(\.isFinished)
@@ -290,9 +291,11 @@ public struct Reconciler: Sendable {
                 throw lost
             } catch let moved as IntentMoved {
                 // The same change can never go through: the step starts again from what is stored.
+                // An answer another session's step kept out: its ids go to the journal as an unrecorded answer's do.
+                if complained == nil { logUnrecorded(answers, moved) }
                 if complained != nil, !answers.isEmpty {
                     logger.notice(
-                        "Klarna's answer held since \(Int((ContinuousClock.now - started).timeInterval)) s ago: intent \(moved.key) moved meanwhile (an earlier attempt of this commit landed and lost its answer, or another daemon resolved the intent); the step starts again from what is stored"
+                        "Klarna's answer held since \(Int((ContinuousClock.now - started).timeInterval)) s ago: intent \(moved.key) moved meanwhile (an earlier attempt of this commit landed and lost its answer, or another session's step finished the intent); the step starts again from what is stored"
                     )
                 }
                 throw moved

@@ -112,13 +112,13 @@ extension DisputeReports where Self: StatementRunner {
 /// A dispute's or an action's row as both stores' statements read it: its JSON, its revision (and an action's id).
 public enum DisputeRow {
     public static func dispute(_ row: any StatementRow) throws -> TrackedDispute {
-        var dispute = try JSONDecoder().decode(TrackedDispute.self, from: Data((row.string(0) ?? "").utf8))
+        var dispute = try row.decoded(TrackedDispute.self)
         dispute.revision = row.int(1) ?? 0
         return dispute
     }
 
     public static func action(_ row: any StatementRow) throws -> DisputeAction {
-        var action = try JSONDecoder().decode(DisputeAction.self, from: Data((row.string(0) ?? "").utf8))
+        var action = try row.decoded(DisputeAction.self)
         action.revision = row.int(1) ?? 0
         action.id = Int64(row.int(2) ?? 0)
         return action

@@ -64,7 +64,6 @@ extension SettlementStore where Self: StatementRunner {
 /// The settlement reports' reads, written once for both stores.
 extension SettlementReports where Self: StatementRunner {
     public func payouts(since: Date?, paymentReference: String?, account: AccountID?) async throws -> [PayoutReconciliation] {
-        let decoder = JSONDecoder()
         return try await rows(
             of: """
                 SELECT data, account FROM payouts
@@ -73,7 +72,7 @@ extension SettlementReports where Self: StatementRunner {
                 ORDER BY payout_date, payment_reference
                 """
         ).map { row in
-            var payout = try decoder.decode(PayoutReconciliation.self, from: Data((row.string(0) ?? "").utf8))
+            var payout = try row.decoded(PayoutReconciliation.self)
             payout.account = AccountID(rawValue: row.string(1) ?? "") ?? .default
             return payout
         }

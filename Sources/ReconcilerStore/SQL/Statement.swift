@@ -222,7 +222,7 @@ public protocol StatementRow: Sendable {
     func bool(_ column: Int) -> Bool?
 }
 
-/// What runs a ``Statement``: each store's thin executor, outside any transaction.
+/// What runs a ``Statement``: each store's thin executor, of single statements and of transactions (``execute(_:)``).
 public protocol StatementRunner: Sendable {
     /// A read, on the store's read path.
     func rows(of statement: Statement) async throws -> [any StatementRow]

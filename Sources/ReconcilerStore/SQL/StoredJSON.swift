@@ -2,7 +2,7 @@ import Foundation
 
 /// What SQL reads from a stored JSON column, declared once: each path names the keys the encoder writes (the Swift
 /// property names, as `JSONEncoder` writes them by default). A test of `StatementTests` encodes each type and fails when a path
-/// and the encoder part (a property renamed, a coding key added).
+/// and the encoder disagree (a property renamed, a coding key added).
 public enum StoredJSON {
     /// A stored JSON column's text: keys sorted, so that equal values are equal text.
     public static func encode<T: Encodable>(_ value: T) throws -> String {
