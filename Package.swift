@@ -258,7 +258,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend", "PostgresBackend", "TestSupport",
-                "ChildProcess", "Daemon",
+                "ChildProcess", "Daemon", "Engine",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict

@@ -47,13 +47,18 @@ enum EventLog {
         if let id = outcome.captureID { metadata["capture_id"] = .string(id) }
         if let id = outcome.refundID { metadata["refund_id"] = .string(id) }
         if let reference = outcome.refundReference { metadata["refund_reference"] = .string(reference) }
+        if let reference = outcome.chargeReference { metadata["charge_reference"] = .string(reference) }
+        // A customer token by its tail only, as everywhere in the journal.
+        if let token = outcome.customerTokenID { metadata["customer_token"] = .string(Redact.tail(token)) }
+        if let code = outcome.klarnaErrorCode { metadata["error_code"] = .string(code) }
+        if let correlation = outcome.klarnaCorrelationID { metadata["klarna_correlation_id"] = .string(correlation) }
         if let id = outcome.disputeID { metadata["dispute_id"] = .string(id) }
         if let state = outcome.disputeState { metadata["dispute_state"] = .string(state) }
         if let deadline = outcome.deadline { metadata["deadline"] = .string(TrackedSession.format(deadline)) }
         let level: Logger.Level =
             switch outcome.kind {
-            case .needsAttention, .refundFailed, .disputeLost, .disputeActionFailed: .error
-            case .disputeOpened, .disputeDeadline: .warning
+            case .needsAttention, .refundFailed, .chargeFailed, .disputeLost, .disputeActionFailed: .error
+            case .disputeOpened, .disputeDeadline, .chargeDeclined: .warning
             default: .notice
             }
         logger.log(level: level, "outcome \(outcome.kind.rawValue): \(outcome.reason)", metadata: metadata)

@@ -32,6 +32,11 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
     public var expectedAmount: Int?
     /// Refund outcomes: the shop's reference of the refund.
     public var refundReference: String?
+    /// Charge outcomes: the shop's reference of the charge.
+    public var chargeReference: String?
+    /// Outcomes of Klarna's refusals (a declined charge): Klarna's error code and correlation id.
+    public var klarnaErrorCode: String?
+    public var klarnaCorrelationId: String?
     /// Dispute outcomes: the dispute, its state and its deadline.
     public var disputeId: String?
     public var disputeState: String?
@@ -65,6 +70,9 @@ public struct OutcomeDocument: Codable, Sendable, Equatable {
         refundId = outcome.refundID
         expectedAmount = outcome.expectedAmount
         refundReference = outcome.refundReference
+        chargeReference = outcome.chargeReference
+        klarnaErrorCode = outcome.klarnaErrorCode
+        klarnaCorrelationId = outcome.klarnaCorrelationID
         disputeId = outcome.disputeID
         disputeState = outcome.disputeState
         deadline = outcome.deadline

@@ -43,6 +43,8 @@ public enum IngestHTTP {
                 route = .capture(orderID: path[2])
             case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "orders" && path[3] == "refunds":
                 route = .refund(orderID: path[2])
+            case ("POST", let path) where path.count == 4 && path[0] == "v1" && path[1] == "customer-tokens" && path[3] == "charges":
+                route = .charge(token: path[2])
             case (_, let path)
             where path == ["v1", "health"] || path == ["v1", "ready"] || path == ["metrics"] || path == ["v1", "sessions"]
                 || (path.count == 3 && path.starts(with: ["v1", "webhooks"])):
@@ -56,11 +58,11 @@ public enum IngestHTTP {
                     Rejection(404, "not_found", "no route \(request.method.prefix(20)) \(request.path.prefix(200))"), source: "socket")
                 return json(answer.status, ["error": answer.word, "detail": answer.detail])
             }
-            if case .refund = route, request.peerUID == nil {
-                // Money out: only over the unix socket, whose group is the permission; never a TCP port any local
+            if let what = route.movesMoney, request.peerUID == nil {
+                // Money moves: only over the unix socket, whose group is the permission; never a TCP port any local
                 // process can reach (`ingest.listen`).
                 let answer = await ingestor.refuse(
-                    Rejection(403, "unix_socket_only", "refunds are taken on the unix socket only, not over ingest.listen"), source: "socket")
+                    Rejection(403, "unix_socket_only", "\(what) are taken on the unix socket only, not over ingest.listen"), source: "socket")
                 return json(answer.status, ["error": answer.word, "detail": answer.detail])
             }
             let delivery = Delivery(route: route, query: request.query, headers: request.headers, body: request.body)

@@ -278,6 +278,12 @@ public struct Ingestor: Sendable {
         case .refund(let ask):
             summary = "refund of \(ask.amount) requested for order \(ask.orderID), reference \(ask.reference)"
             action = .refund(ask, key: IdempotencyKey.make(.refund, ask.keyTarget))
+        case .charge(var ask):
+            let account = try accounts.named(ask.account)
+            ask.account = account.id
+            summary =
+                "charge of \(ask.amount) \(ask.currency) requested for customer token \(Redact.tail(ask.token)), reference \(ask.reference), account \(account.id)"
+            action = .charge(ask, key: IdempotencyKey.make(.charge, ask.keyTarget), capture: ask.capture ?? account.capturePolicy)
         }
         return IngestRecord(dedupeKey: webhook.dedupeKey, kind: webhook.kind, source: source, summary: summary, warning: warning, action: action)
     }

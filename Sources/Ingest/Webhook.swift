@@ -10,6 +10,8 @@ public struct Delivery: Sendable {
         case capture(orderID: String)
         /// `POST /v1/orders/{order_id}/refunds`.
         case refund(orderID: String)
+        /// `POST /v1/customer-tokens/{token}/charges`.
+        case charge(token: String)
         /// A spool file: the kind comes from the body's shape.
         case byShape
     }
@@ -32,6 +34,17 @@ public struct Delivery: Sendable {
     }
 }
 
+extension Delivery.Route {
+    /// What a route that moves money takes (refunds, charges), which only the unix socket may ask for; nil for others.
+    public var movesMoney: String? {
+        switch self {
+        case .refund: "refunds"
+        case .charge: "charges"
+        default: nil
+        }
+    }
+}
+
 /// A delivery that was understood and, where Klarna allows it, verified. Still only a hint: the engine re-reads
 /// Klarna before any side effect.
 public enum Webhook: Sendable, Equatable {
@@ -47,6 +60,7 @@ public enum Webhook: Sendable, Equatable {
     case track(TrackRequest)
     case capture(orderID: String, amount: Int?, requestID: String?)
     case refund(RefundAsk)
+    case charge(ChargeAsk)
 
     public var kind: String {
         switch self {
@@ -58,6 +72,7 @@ public enum Webhook: Sendable, Equatable {
         case .track: "track_request"
         case .capture: "capture_request"
         case .refund: "refund_request"
+        case .charge: "charge_request"
         }
     }
 
@@ -73,7 +88,7 @@ public enum Webhook: Sendable, Equatable {
         case .track: nil
         case .capture(let orderID, _, let requestID): requestID.map { "capture-request:\(orderID):\($0)" }
         // Recorded once by its idempotency key, as an intent: a repeat is answered from that intent.
-        case .refund: nil
+        case .refund, .charge: nil
         }
     }
 }
@@ -159,7 +174,7 @@ public struct WebhookReader: Sendable {
             warning = try checkToken(.kpAuthorization, kpSessionID: delivery.query["kp_session_id"], account: account, delivery)
         case .klarnaNetwork:
             try checkSignature(delivery)
-        case .omNotification, .track, .capture, .refund, .byShape:
+        case .omNotification, .track, .capture, .refund, .charge, .byShape:
             break
         }
         let object = try Self.jsonObject(delivery.body, keep: Self.keep(for: delivery.route))
@@ -259,6 +274,8 @@ public struct WebhookReader: Sendable {
             )
         case .refund(let orderID):
             return (.refund(try Self.refundAsk(orderID: try Self.id(orderID, "order id"), object)), nil)
+        case .charge(let token):
+            return (.charge(try Self.chargeAsk(token: try Self.id(token, "customer token"), object, body: delivery.body)), nil)
         case .byShape:
             // A capture request in a spool file names its order in the body.
             return (
@@ -319,6 +336,11 @@ public struct WebhookReader: Sendable {
         let track = fields("hpp_session_id", "kp_session_id", "place_order_mode", "merchant_reference", "capture", "intent", "account")
         let capture = fields("order_id", "amount", "request_id")
         let refund = fields("amount", "reference", "description")
+        let charge = BoundedJSON.Keep.fields([
+            "amount": .value, "currency": .value, "reference": .value, "tax_amount": .value, "merchant_reference1": .value,
+            "merchant_reference2": .value, "capture": .value, "account": .value,
+            "order_lines": .value,
+        ])
         switch route {
         case .hppStatus: return hppStatus
         case .kpAuthorization: return kpAuthorization
@@ -327,6 +349,7 @@ public struct WebhookReader: Sendable {
         case .track: return track
         case .capture: return capture
         case .refund: return refund
+        case .charge: return charge
         case .byShape: return [kpAuthorization, omNotification, klarnaNetwork, track, capture].reduce(hppStatus) { $0.union($1) }
         }
     }
@@ -410,6 +433,60 @@ public struct WebhookReader: Sendable {
         return RefundAsk(
             orderID: orderID, amount: amount, reference: try text("reference", required: true)!, description: try text("description", required: false)
         )
+    }
+
+    /// `{"reference", "amount", "currency", "tax_amount", "order_lines", "merchant_reference1", "merchant_reference2",
+    /// "capture", "account"}`: the charge's own checks (``ChargeAsk/problem``) name the field that is wrong.
+    public static func chargeAsk(token: String, _ object: BoundedJSON, body: [UInt8]) throws(Rejection) -> ChargeAsk {
+        guard let amount = try amount(object) else { throw Rejection(400, "missing_field", "amount is required") }
+        func text(_ key: String, required: Bool = false) throws(Rejection) -> String? {
+            guard let value = object[key], value != .null else {
+                if required { throw Rejection(400, "missing_field", "\(key) is required") }
+                return nil
+            }
+            guard let text = Self.text(value) else { throw Rejection(400, "bad_field", "\(key) must be a string") }
+            return text
+        }
+        func whole(_ value: BoundedJSON?, _ key: String) throws(Rejection) -> Int? {
+            guard let value, value != .null else { return nil }
+            guard case .number(let written) = value, let number = Int(written) else {
+                throw Rejection(400, "bad_field", "\(key) must be a whole number")
+            }
+            return number
+        }
+        var lines: [ChargeLine]?
+        if let value = object["order_lines"], value != .null {
+            guard case .array = value else { throw Rejection(400, "bad_field", "order_lines must be an array of order lines") }
+            // The bounded read checked the body's size, depth and counts; the lines are decoded from it as they are.
+            struct Lines: Decodable {
+                let orderLines: [ChargeLine]
+                enum CodingKeys: String, CodingKey { case orderLines = "order_lines" }
+            }
+            do {
+                lines = try JSONDecoder().decode(Lines.self, from: Data(body)).orderLines
+            } catch {
+                throw Rejection(
+                    400, "bad_field", "order_lines: each line needs name (a string), quantity, unit_price and total_amount (whole numbers)")
+            }
+        }
+        var capture: CapturePolicy?
+        if let raw = try text("capture") {
+            guard let policy = CapturePolicy(rawValue: raw) else {
+                throw Rejection(400, "bad_field", "capture must be one of \(CapturePolicy.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            capture = policy
+        }
+        var account: AccountID?
+        if let raw = try text("account") {
+            guard let id = AccountID(rawValue: raw) else { throw Rejection(400, "bad_field", "account must be an account id: \(AccountID.rule)") }
+            account = id
+        }
+        let ask = ChargeAsk(
+            token: token, reference: try text("reference", required: true)!, amount: amount, currency: try text("currency", required: true)!,
+            taxAmount: try whole(object["tax_amount"], "tax_amount") ?? 0, lines: lines, merchantReference1: try text("merchant_reference1"),
+            merchantReference2: try text("merchant_reference2"), capture: capture, account: account)
+        if let problem = ask.problem { throw Rejection(400, "bad_field", "\(problem.field) \(problem.reason)") }
+        return ask
     }
 
     static func trackRequest(_ object: BoundedJSON) throws(Rejection) -> TrackRequest {

@@ -56,6 +56,7 @@ enum KlarnaAPIHandlers {
         case "kp.create_order": return try createOrder(token: id, context, &state)
         case "kp.cancel_authorization": return try cancelAuthorization(token: id, context, &state)
         case "kp.create_customer_token": return try createCustomerToken(token: id, context, &state)
+        case let name where name.hasPrefix("ct."): return try CustomerTokenHandlers.handle(route, context, &state)
         case "om.read_order": return readOrder(id, context, &state)
         case "om.create_capture": return try createCapture(order: id, context, &state)
         case "om.create_refund": return try createRefund(order: id, context, &state)
@@ -242,6 +243,8 @@ enum KlarnaAPIHandlers {
             ("locale", body.locale), ("description", body.description), ("intended_use", body.intendedUse),
         ])
         let tokenID = UUID().uuidString.lowercased()
+        state.customerTokens[tokenID] = SandboxState.CustomerToken(
+            id: tokenID, merchant: session.merchant, kpSessionID: session.id, currency: body.purchaseCurrency ?? session.purchaseCurrency)
         context.effect(.customerTokenCreated, in: &state, kp: session.id, token: tokenID)
         struct Body: Encodable {
             let tokenId: String

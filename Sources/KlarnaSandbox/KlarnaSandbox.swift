@@ -73,7 +73,7 @@ public final class KlarnaSandbox: Sendable {
     /// Operations whose `Klarna-Idempotency-Key` Klarna honours (the OM spec declares it; KP and HPP do not).
     static let idempotentRoutes: Set<String> = [
         "om.create_capture", "om.create_refund", "om.extend_authorization_time", "om.cancel_order",
-        "om.release_remaining_authorization",
+        "om.release_remaining_authorization", "ct.create_order",
     ]
     static let idempotencyWindow: TimeInterval = 24 * 3_600
 
@@ -120,7 +120,8 @@ public final class KlarnaSandbox: Sendable {
             state.requests.append(
                 SandboxRequestRecord(
                     seq: seq, at: arrived, method: request.method, path: request.path, route: route.name,
-                    idempotencyKey: key, status: nil, fault: nil, replayed: false, merchant: merchant))
+                    idempotencyKey: key, status: nil, fault: nil, replayed: false, merchant: merchant,
+                    body: route.name == "ct.create_order" ? String(decoding: request.body, as: UTF8.self) : nil))
             // Klarna limits each merchant on its own; a call that is no merchant's spends no one's budget.
             var admitted = true
             if let merchant, state.rateLimits[merchant] != nil {

@@ -338,6 +338,8 @@ extension KlarnaSandbox {
                 return response
             } else if let response = try disputeControl(request, match: match) {
                 return response
+            } else if let response = try customerTokenControl(request, match: match) {
+                return response
             }
             return .klarnaError(404, "NOT_FOUND", "No sandbox control at \(request.method) \(request.path)")
         } catch let error as ControlError {

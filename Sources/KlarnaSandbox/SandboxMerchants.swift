@@ -12,6 +12,7 @@ extension SandboxState {
         case "kp.read_session": return paymentSessions[id]?.merchant
         case "kp.create_order", "kp.cancel_authorization", "kp.create_customer_token": return tokens[id].flatMap { paymentSessions[$0]?.merchant }
         case let name where name.hasPrefix("om."): return orders[id]?.merchant
+        case let name where name.hasPrefix("ct."): return customerTokens[id]?.merchant
         case "kn.read_payment_request": return paymentRequests[id]?.merchant
         case "disputes.read", "disputes.accept_loss", "disputes.add_attachment", "disputes.represent", "disputes.appeal":
             return disputes[id]?.merchant
@@ -30,6 +31,7 @@ extension KlarnaAPIHandlers {
         case "kp.read_session": return kpNotFound
         case let name where name.hasPrefix("kp."): return invalidToken.response
         case let name where name.hasPrefix("om."): return noSuchOrder
+        case let name where name.hasPrefix("ct."): return CustomerTokenHandlers.notFound
         case "kn.read_payment_request": return paymentRequestNotFound
         default: return DisputeHandlers.answer(SandboxState.noSuchDispute(id))
         }

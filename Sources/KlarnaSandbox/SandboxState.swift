@@ -85,6 +85,20 @@ struct SandboxState {
         }
     }
 
+    struct CustomerToken {
+        let id: String
+        let merchant: String
+        /// The KP session it was created from (a control-made token has one of its own, never read).
+        let kpSessionID: String
+        let currency: String
+        /// As Klarna spells it: `ACTIVE`, `CANCELLED`, `SUSPENDED`, or anything a test sets.
+        var status = "ACTIVE"
+        /// How its charges are declined, in order; an empty list places the order.
+        var declines: [SandboxChargeDecline] = []
+        /// The fraud status its next orders get.
+        var fraudStatus = "ACCEPTED"
+    }
+
     struct PaymentRequest {
         let id: String
         let merchant: String
@@ -121,6 +135,8 @@ struct SandboxState {
     var hostedSessions: [String: HostedSession] = [:]
     var tokens: [String: String] = [:]  // authorization token → KP session id
     var orders: [String: Order] = [:]
+    /// Customer tokens by id (created by a tokenize session or by the control API), and how their charges answer.
+    var customerTokens: [String: CustomerToken] = [:]
     var paymentRequests: [String: PaymentRequest] = [:]
     /// Disputes by id, and their ids oldest first (SandboxDisputes.swift).
     var disputes: [String: Dispute] = [:]

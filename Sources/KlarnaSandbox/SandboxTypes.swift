@@ -211,6 +211,8 @@ public struct SandboxRequestRecord: Codable, Sendable {
     public var replayed: Bool
     /// The merchant id whose credentials the request carried; `nil` when they were no merchant's (a 401).
     public var merchant: String?
+    /// A charge's body (`ct.create_order`), to show that every attempt sent the same bytes; nil for other routes.
+    public var body: String?
 }
 
 /// One merchant-side side effect the sandbox actually performed. Tests count these: "exactly one capture".
@@ -229,6 +231,9 @@ public struct SandboxEffect: Codable, Sendable, Equatable {
         case orderCancelled = "order_cancelled"
         case remainingReleased = "remaining_released"
         case hppDisabled = "hpp_disabled"
+        /// An order placed with a customer token (a charge); `tokenId` names the token.
+        case tokenCharged = "token_charged"
+        case customerTokenCancelled = "customer_token_cancelled"
     }
 
     public var seq: Int

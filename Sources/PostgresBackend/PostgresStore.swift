@@ -268,6 +268,9 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             rows = try await prepared(Statements.StepInputs.Order.self, Statements.values(key.description, id))
         case .paymentRequest(let id):
             rows = try await prepared(Statements.StepInputs.PaymentRequest.self, Statements.values(key.description, id))
+        case .charge:
+            // Nobody holds a charge or asks anything of it: its step reads its intent alone.
+            return StepInputs(controls: OperatorControls(held: false, pending: []))
         }
         // A row this daemon cannot read (a newer daemon's) must not keep the step from its hold and requests: it is
         // left to its own read, which fails where it did.
@@ -371,15 +374,16 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     /// The open work of `keys`: what a claim plans its keys from (prepared: every claim asks).
     public func openWork(of keys: [WorkKey]) async throws -> [OpenWork] {
-        var (sessions, orders, requests): ([String], [String], [String]) = ([], [], [])
+        var (sessions, orders, requests, charges): ([String], [String], [String], [String]) = ([], [], [], [])
         for key in keys {
             switch key {
             case .session(let id): sessions.append(id)
             case .order(let id): orders.append(id)
             case .paymentRequest(let id): requests.append(id)
+            case .charge(let key): charges.append(key)
             }
         }
-        let rows = try await prepared(Statements.OpenWorkOf.self, Statements.values(sessions, orders, requests))
+        let rows = try await prepared(Statements.OpenWorkOf.self, Statements.values(sessions, orders, requests, charges))
         return OpenWork.merging(rows: rows.map(PostgresStatementRow.init))
     }
 

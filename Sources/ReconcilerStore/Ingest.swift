@@ -27,6 +27,9 @@ public struct IngestRecord: Sendable {
         case capture(orderID: String, amount: Int?)
         /// A refund the shop asks for; `key`: its idempotency key (``RefundAsk/keyTarget``), under which it is recorded once.
         case refund(RefundAsk, key: String)
+        /// A charge of a customer token the shop asks for; `key`: its idempotency key (``ChargeAsk/keyTarget``), under
+        /// which it is recorded once; `capture`: the policy its order is followed by.
+        case charge(ChargeAsk, key: String, capture: CapturePolicy)
         /// A Klarna Network webhook: read the payment request now, following it from here if it is new.
         case hintPaymentRequest(TrackedPaymentRequest)
         /// A dispute webhook: the dispute service reads the dispute (a hint kept until it has).
@@ -55,6 +58,7 @@ public struct IngestRecord: Sendable {
         case .hintSession(_, let session): session?.account
         case .track(let session): session.account
         case .hintPaymentRequest(let request): request.account
+        case .charge(let ask, _, _): ask.account
         default: nil
         }
     }

@@ -19,6 +19,8 @@ public enum IngestLookup: Sendable, Equatable {
     case paymentRequest(id: String)
     /// The order, and the intent recorded under a refund's idempotency key.
     case refund(orderID: String, key: String)
+    /// The intent recorded under a charge's idempotency key.
+    case charge(key: String)
 }
 
 /// What a store found for an ``IngestLookup``, in the same order of cases.
@@ -31,6 +33,7 @@ public enum IngestFound: Sendable {
     case order(TrackedOrder?)
     case paymentRequest(TrackedPaymentRequest?)
     case refund(order: TrackedOrder?, existing: Intent?)
+    case charge(existing: Intent?)
 }
 
 /// A capture request to record; its event's detail gains `request`, the new request's id.
@@ -47,7 +50,7 @@ public struct IngestWrites: Sendable {
     /// Inserted or updated.
     public var paymentRequest: TrackedPaymentRequest?
     public var captureRequest: CaptureRequestRow?
-    /// A new intent (a refund), inserted.
+    /// A new intent (a refund, a charge), inserted.
     public var intent: Intent?
     /// A dispute for the dispute service of its account to read (kept until it has).
     public var disputeHint: DisputeHint?
@@ -83,6 +86,7 @@ public enum IngestPlanner {
         case .capture(let orderID, _): .order(orderID: orderID)
         case .hintPaymentRequest(let request): .paymentRequest(id: request.paymentRequestID)
         case .refund(let ask, let key): .refund(orderID: ask.orderID, key: key)
+        case .charge(_, let key, _): .charge(key: key)
         case .recordOnly, .hintDispute: .nothing
         }
     }
@@ -150,6 +154,26 @@ public enum IngestPlanner {
                         detail: ["intent": key, "source": record.source])
                 ]
                 writes.wakeups = [.order(ask.orderID)]
+                return .write(writes, .accepted(wake: writes.wakeups))
+            case .repeated(let intent):
+                return .refuse(.repeated(firstSeen: intent.createdAt))
+            case .refused(let status, let error, let reason):
+                return .refuse(.refused(status: status, error: error, detail: reason))
+            }
+        case (.charge(let ask, let key, let capture), .charge(let existing)):
+            switch ChargeRules.request(ask, key: key, capture: capture, existing: existing, now: at) {
+            case .record(let intent):
+                writes.intent = intent
+                writes.events = [
+                    NewEvent(
+                        hppSessionID: nil, orderID: nil,
+                        DomainEvent(
+                            .chargeRequested,
+                            "charge of \(ask.amount) \(ask.currency) requested by \(record.source), reference \(ask.reference), capture \(capture.rawValue)"
+                        ),
+                        detail: ["intent": key, "source": record.source, "charge_reference": ask.reference])
+                ]
+                writes.wakeups = [.charge(key)]
                 return .write(writes, .accepted(wake: writes.wakeups))
             case .repeated(let intent):
                 return .refuse(.repeated(firstSeen: intent.createdAt))

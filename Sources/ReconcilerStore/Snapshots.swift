@@ -10,6 +10,8 @@ public struct StateSnapshot: Sendable, Equatable {
     public var outboxBacklog = 0
     public var notifyBacklog = 0
     public var held = 0
+    /// Charges (renewals) among the unfinished intents.
+    public var chargesWaiting = 0
     public var oldestOpenSince: Date?
     public var nextDeadline: Date?
 

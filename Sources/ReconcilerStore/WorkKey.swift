@@ -6,12 +6,16 @@ public enum WorkKey: Hashable, Sendable, CustomStringConvertible {
     case session(String)
     case order(String)
     case paymentRequest(String)
+    /// A charge of a customer token until Klarna placed its order, by the charge's idempotency key (never the token,
+    /// which moves money: keys go to the journal).
+    case charge(String)
 
     public var description: String {
         switch self {
         case .session(let id): "session:\(id)"
         case .order(let id): "order:\(id)"
         case .paymentRequest(let id): "payment_request:\(id)"
+        case .charge(let key): "charge:\(key)"
         }
     }
 
@@ -22,6 +26,8 @@ public enum WorkKey: Hashable, Sendable, CustomStringConvertible {
             self = .order(String(text.dropFirst(6)))
         } else if text.hasPrefix("payment_request:") {
             self = .paymentRequest(String(text.dropFirst(16)))
+        } else if text.hasPrefix("charge:") {
+            self = .charge(String(text.dropFirst(7)))
         } else {
             return nil
         }
@@ -40,7 +46,7 @@ extension WorkKey {
         switch self {
         case .session(let id): .session(id)
         case .order(let id): .order(id)
-        case .paymentRequest: nil
+        case .paymentRequest, .charge: nil
         }
     }
 }

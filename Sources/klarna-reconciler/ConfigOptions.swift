@@ -52,6 +52,16 @@ extension AccountID: ExpressibleByArgument {}
 
 extension Settings {
     /// The configured account `id`, or a usage error naming the accounts there are.
+    /// The account a command that creates work is for: the one `--account` names, else the only one, else the one named
+    /// default; refused when none is, or when the named one is not configured.
+    func commandAccount(_ named: AccountID?) throws -> AccountSettings {
+        guard let id = named ?? unnamedAccount else {
+            throw ValidationError(
+                "--account is required: accounts \(accounts.map(\.id.rawValue).joined(separator: ", ")) are configured, none of them default")
+        }
+        return try configuredAccount(id)
+    }
+
     func configuredAccount(_ id: AccountID) throws -> AccountSettings {
         guard let account = account(id) else {
             throw ValidationError("--account \(id) is not configured (accounts: \(accounts.map(\.id.rawValue).joined(separator: ", ")))")

@@ -36,12 +36,7 @@ struct TrackCommand: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
-        guard let id = self.account ?? settings.unnamedAccount else {
-            throw ValidationError(
-                "--account is required: accounts \(settings.accounts.map(\.id.rawValue).joined(separator: ", ")) are configured, none of them default"
-            )
-        }
-        let account = try settings.configuredAccount(id)
+        let account = try settings.commandAccount(self.account)
         let store = try await options.openStore(settings, readOnly: false)
         let now = Date()
         var session = TrackedSession(

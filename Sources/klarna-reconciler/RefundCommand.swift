@@ -39,21 +39,10 @@ struct RefundCommand: AsyncParsableCommand {
             dedupeKey: nil, kind: "refund_request", source: "the command line",
             summary: "refund of \(amount) requested for order \(orderID), reference \(reference)", action: .refund(ask, key: key),
             callerWakes: false)
-        switch try await store.ingest(record, at: Date()) {
-        case .accepted:
-            print("refund of \(amount) on order \(orderID) recorded (reference \(reference), idempotency key \(key))")
-        case .repeated(let since):
-            print("reference \(reference) on order \(orderID) was recorded at \(since.formatted(.iso8601)): the same refund, not another")
-        case .refused(_, let error, let detail):
-            printError("klarna-reconciler: refund refused (\(error)): \(detail)")
-            throw ExitCode.failure
-        }
-        let deadline = ContinuousClock.now + .seconds(wait)
-        var intent = try await store.intent(key)
-        while let current = intent, !current.isFinished, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(200))
-            intent = try await store.intent(key)
-        }
+        let request = IntentRequest(record: record, key: key, what: "refund")
+        let intent = try await request.submit(
+            to: store, wait: wait, accepted: "refund of \(amount) on order \(orderID) recorded (reference \(reference), idempotency key \(key))",
+            repeated: { "reference \(reference) on order \(orderID) was recorded at \($0.formatted(.iso8601)): the same refund, not another" })
         guard let intent else { return }
         switch intent.state {
         case .confirmed:
@@ -62,9 +51,7 @@ struct RefundCommand: AsyncParsableCommand {
             printError("klarna-reconciler: refund failed: \(intent.lastError ?? "no reason recorded")")
             throw ExitCode.failure
         case .intended, .sent, .ambiguous:
-            print(
-                "not finished yet (\(intent.state.rawValue), \(intent.attempts) attempt(s)\(intent.lastError.map { ", last error: \($0)" } ?? "")): the daemon goes on; `klarna-reconciler show \(orderID)` follows it"
-            )
+            print("\(IntentRequest.underWay(intent)); `klarna-reconciler show \(orderID)` follows it")
         }
     }
 }

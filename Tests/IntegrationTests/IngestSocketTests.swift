@@ -610,7 +610,7 @@ struct EveryKindBothPathsTests {
 @Suite("Ingest socket ownership and TCP", .serialized)
 struct IngestOwnershipTests {
     @Test(
-        "The socket belongs to ingest.socket_group with mode 0660; the optional loopback TCP listener serves the same routes, refunds excepted"
+        "The socket belongs to ingest.socket_group with mode 0660; the optional loopback TCP listener serves the same routes, refunds and charges excepted"
     )
     func groupAndTCP() async throws {
         guard let group = getgrnam("nogroup") else { Issue.record("no group nogroup on this machine"); return }
@@ -640,6 +640,13 @@ struct IngestOwnershipTests {
         #expect(refund.status == 403)
         #expect(String(decoding: refund.body, as: UTF8.self).contains("unix_socket_only"))
         #expect(try await fixture.post("/v1/orders/any-order/refunds", #"{"amount":100,"reference":"r"}"#).status == 404, "the unix socket takes it")
+        // And charges: money moves on a customer token.
+        let charge = try await transport.execute(
+            HTTPRequest(
+                method: "POST", url: "http://127.0.0.1:\(port)/v1/customer-tokens/any-token/charges",
+                headers: HTTPHeaders([("Content-Type", "application/json")]),
+                body: Array(#"{"amount":100,"reference":"r","currency":"EUR"}"#.utf8)))
+        #expect(charge.status == 403 && String(decoding: charge.body, as: UTF8.self).contains("charges are taken on the unix socket only"))
         #expect(try await fixture.stop() == 0)
     }
 }

@@ -11,17 +11,18 @@ struct IntentRulesTests {
         OrderFacts(status: status, capturedTotal: captured, remainingAuthorizedAmount: remaining, expiresAt: expires)
     }
 
-    @Test("Every intent kind acts on a session, on an order or refunds an order, and each maps back to its kind")
+    @Test("Every intent kind acts on a session, on an order, refunds an order or charges a customer token, and each maps back to its kind")
     func targets() {
         for kind in Intent.Kind.allCases {
             switch kind.target {
             case .session(let session): #expect(session.intentKind == kind)
             case .order(let order): #expect(order.intentKind == kind)
             case .refund: #expect(kind == .refund)
+            case .charge: #expect(kind == .charge)
             }
         }
-        #expect(SessionIntentKind.allCases.count + OrderIntentKind.allCases.count + 1 == Intent.Kind.allCases.count)
-        // Klarna deduplicates exactly the Order Management writes: the order's and refunds.
+        #expect(SessionIntentKind.allCases.count + OrderIntentKind.allCases.count + 2 == Intent.Kind.allCases.count)
+        // Klarna deduplicates exactly the Order Management writes (the order's and refunds) and charges.
         for kind in Intent.Kind.allCases {
             if case .session = kind.target { #expect(!kind.klarnaDeduplicates) } else { #expect(kind.klarnaDeduplicates) }
         }

@@ -228,13 +228,13 @@ struct PostgresStoreTests {
         }
         try await add("early-", 40)
         let keys = "'{\((1...40).map { "early-\($0)" }.joined(separator: ","))}'"
-        try await store.rows("PREPARE open_work(text[], text[], text[]) AS \(unescaped: Statements.OpenWorkOf.sql)")
+        try await store.rows("PREPARE open_work(text[], text[], text[], text[]) AS \(unescaped: Statements.OpenWorkOf.sql)")
         // A connection's plan settles over its first executions: the sixth chooses whether to keep one.
         for _ in 0..<8 {
-            #expect(try await store.rows("EXECUTE open_work(\(unescaped: keys), '{}', '{}')").count == 40)
+            #expect(try await store.rows("EXECUTE open_work(\(unescaped: keys), '{}', '{}', '{}')").count == 40)
         }
         try await add("later-", 20_000)
-        let plan = try await store.rows("EXPLAIN EXECUTE open_work(\(unescaped: keys), '{}', '{}')").map { try $0.decode(String.self) }
+        let plan = try await store.rows("EXPLAIN EXECUTE open_work(\(unescaped: keys), '{}', '{}', '{}')").map { try $0.decode(String.self) }
             .joined(separator: "\n")
         #expect(plan.contains("Index Scan using sessions_pkey") && !plan.contains("Seq Scan on sessions"), "\(plan)")
         let kept = try await store.rows("SELECT generic_plans FROM pg_prepared_statements WHERE name = 'open_work'").map { try $0.decode(Int.self) }
@@ -488,6 +488,33 @@ struct PostgresStoreTests {
         ended.intents = [refund]
         try await a.commit(ended, at: Date(), fencedBy: key)
         #expect(try await a.releaseLeases([key, .session("hpp-never-held")]) == [key], "a key this daemon never held is not let go of")
+        #expect(try await a.unclaimedWork() == 0)
+    }
+
+    @Test(
+        "A charge's lease comes with its request, is claimed with its open work (its account's), kept while the charge is under way and released once it ended"
+    )
+    func chargeLease() async throws {
+        let (server, location) = try await freshDatabase()
+        let a = try await daemonStore(location, server, "host-a")
+        defer { a.close() }
+        let ask = ChargeAsk(token: "tok-lease-123456", reference: "r-1", amount: 1_000, currency: "EUR", account: AccountID(rawValue: "nordic"))
+        let key = "charge-key-1"
+        let record = IngestRecord(
+            dedupeKey: nil, kind: "charge_request", source: "test", summary: "charge", action: .charge(ask, key: key, capture: .immediate),
+            callerWakes: false)
+        #expect(try await a.ingest(record, at: Date()) == .accepted(wake: [.charge(key)]))
+        let claimed = try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero)
+        #expect(claimed.map(\.key) == [.charge(key)])
+        #expect(claimed.first?.work?.kind == .charge && claimed.first?.work?.account.rawValue == "nordic")
+        _ = try await a.takeWakeups()
+        #expect(try await a.releaseLeases([.charge(key)]).isEmpty, "the charge under way keeps its lease")
+        var ended = try #require(try await a.intent(key))
+        ended.state = .failed
+        var change = Change()
+        change.intents = [ended]
+        try await a.commit(change, at: Date(), fencedBy: .charge(key))
+        #expect(try await a.releaseLeases([.charge(key)]) == [.charge(key)])
         #expect(try await a.unclaimedWork() == 0)
     }
 

@@ -698,6 +698,8 @@ struct StoreConformanceTests {
                         #expect(inputs.order == (try await s.store.order(id)) && inputs.session == nil && inputs.paymentRequest == nil)
                     case .paymentRequest(let id):
                         #expect(inputs.paymentRequest == (try await s.store.paymentRequest(id)) && inputs.session == nil && inputs.order == nil)
+                    case .charge:
+                        Issue.record("a charge's step reads its intent alone")
                     }
                 }
             }

@@ -153,16 +153,11 @@ extension Reconciler {
                 let step = session.orderPlaced(orderID: created.orderID, fraudStatus: created.fraudStatus)
                 record(step, into: &change, detail: ["intent": key, "attempt": "\(intent.attempts)"])
                 if let handOff = step.handOff {
-                    let order = step.session.order(for: handOff, createdAt: now)
-                    if created.fraudStatus == .accepted, order.capturePolicy != .onRequest {
-                        // The answer tells what an OM read would: capture now, or nothing to do (one call fewer). An
-                        // order that waits for capture requests is read for its authorization's expiry.
-                        let (placed, capture) = acceptedOrder(order, amount: kp.orderAmount, currency: kp.purchaseCurrency, now: now)
-                        record(placed, into: &change, asNew: true)
-                        if let capture { change.intents.append(capture) }
-                    } else {
-                        change.newOrders.append(order)
-                    }
+                    // The answer tells what an OM read would: capture now, or nothing to do (one call fewer). An order
+                    // that waits for capture requests is read for its authorization's expiry.
+                    self.handOff(
+                        step.session.order(for: handOff, createdAt: now), fraudStatus: created.fraudStatus, amount: kp.orderAmount,
+                        currency: kp.purchaseCurrency, now: now, into: &change)
                 }
                 try await commit(change, now: now)
                 return StepResult(next: nil, wake: [.order(created.orderID)])

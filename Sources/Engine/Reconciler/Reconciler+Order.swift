@@ -135,6 +135,18 @@ extension Reconciler {
     /// A new order Klarna accepted at once: the capture policy's decision, with the capture intent it starts (the
     /// same key a read would have led to), ready to commit with the order. `amount` is what the consumer authorized;
     /// without it the answer tells too little, and the new order is read from OM before anything is decided.
+    /// An order Klarna just placed, into `change` as new: one its answer said `ACCEPTED` is captured at once by an
+    /// `immediate` policy (or closed by `never`) without an OM read; any other is read first.
+    func handOff(_ order: TrackedOrder, fraudStatus: FraudStatus?, amount: Int?, currency: String?, now: Date, into change: inout Change) {
+        if fraudStatus == .accepted, order.capturePolicy != .onRequest {
+            let (placed, capture) = acceptedOrder(order, amount: amount, currency: currency, now: now)
+            record(placed, into: &change, asNew: true)
+            if let capture { change.intents.append(capture) }
+        } else {
+            change.newOrders.append(order)
+        }
+    }
+
     func acceptedOrder(_ order: TrackedOrder, amount: Int?, currency: String?, now: Date) -> (step: OrderStep, capture: Intent?) {
         guard let amount else { return (OrderStep(order: order), nil) }
         var step = order.placedAndAccepted(amount: amount, currency: currency, now: now, deadlines: settings.deadlines)

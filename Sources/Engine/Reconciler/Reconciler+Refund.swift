@@ -28,15 +28,9 @@ extension Reconciler {
                 reason: "Klarna does not know order \(order.orderID) (\(Self.short(error))): not refunded",
                 currency: nil, change: change, detail: detail.merging(Self.detail(error)) { $1 })
         case .failure(let error):
-            let failures = (intent.readFailures ?? 0) + 1
-            let at = now.addingTimeInterval(readDelay(failures: failures, error).timeInterval)
-            change.intents = [intent.readFailed(failures: failures, until: at, error: Self.short(error), now: now)]
-            change.events.append(
-                NewEvent(
-                    hppSessionID: order.hppSessionID, orderID: order.orderID,
-                    DomainEvent(.readFailed, "reading order \(order.orderID) before refunding failed (\(Self.short(error))); trying again"),
-                    detail: detail.merging(Self.detail(error)) { $1 }))
-            try await commit(change, now: now)
+            let at = try await readBeforeAttemptFailed(
+                intent, error, "reading order \(order.orderID) before refunding", owner: (order.hppSessionID, order.orderID), detail: detail,
+                change: change)
             return Self.refundWaits(until: at, order)
         case .success(let value):
             read = value
@@ -156,6 +150,26 @@ extension Reconciler {
         change.events.append(NewEvent(hppSessionID: order.hppSessionID, orderID: order.orderID, DomainEvent(.refundFailed, reason), detail: detail))
         try await commit(change, now: clock.now)
         return try await afterRefund(order)
+    }
+
+    /// The read an intent makes before its next attempt (`reading`) failed once more: the intent waits with a growing
+    /// backoff, its state unchanged, and the event filed under `owner` says what was read. Commits `change` with it;
+    /// when to come back.
+    func readBeforeAttemptFailed(
+        _ intent: Intent, _ error: KlarnaAPIError, _ reading: String, owner: (session: String?, order: String?), detail: [String: String],
+        change: Change
+    ) async throws -> Date {
+        var change = change
+        let now = clock.now
+        let failures = (intent.readFailures ?? 0) + 1
+        let at = now.addingTimeInterval(readDelay(failures: failures, error).timeInterval)
+        change.intents = [intent.readFailed(failures: failures, until: at, error: Self.short(error), now: now)]
+        change.events.append(
+            NewEvent(
+                hppSessionID: owner.session, orderID: owner.order, DomainEvent(.readFailed, "\(reading) failed (\(Self.short(error))); trying again"),
+                detail: detail.merging(Self.detail(error)) { $1 }))
+        try await commit(change, now: now)
+        return at
     }
 
     /// Back at `at` for the refund, or at the open order's own next step when that comes first (a refund waiting to

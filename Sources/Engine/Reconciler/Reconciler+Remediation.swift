@@ -126,7 +126,7 @@ extension Reconciler {
         case .session(let id): try await store.session(id)?.isOpen ?? false
         case .order(let id):
             if try await store.order(id)?.isOpen ?? false { true } else { try await pendingRefund(of: id) != nil }
-        case .paymentRequest: false
+        case .paymentRequest, .charge: false
         }
     }
 
@@ -135,7 +135,7 @@ extension Reconciler {
         switch key {
         case .session(let id): (id, nil)
         case .order(let id): (try await store.order(id)?.hppSessionID, id)
-        case .paymentRequest: (nil, nil)
+        case .paymentRequest, .charge: (nil, nil)
         }
     }
 }

@@ -77,6 +77,7 @@ public struct Reconciler: Sendable {
                 case .session(let id): change.sessions.last { $0.hppSessionID == id }.map(Unit.session)
                 case .order(let id): change.orders.last { $0.orderID == id }.map(Unit.order)
                 case .paymentRequest(let id): change.paymentRequests.last { $0.paymentRequestID == id }.map(Unit.paymentRequest)
+                case .charge: nil
                 }
             if let found { unit.withLock { $0 = found } }
         }
@@ -182,6 +183,7 @@ public struct Reconciler: Sendable {
             case .session(let id): try await processSession(id, hinted: hinted)
             case .order(let id): try await processOrder(id, hinted: hinted)
             case .paymentRequest(let id): try await LogContext.about(paymentRequest: id) { try await processPaymentRequest(id, hinted: hinted) }
+            case .charge(let key): try await processCharge(key)
             }
         step.wake += operatorWake
         guard let due = step.next else { return WorkResult(next: nil, wake: step.wake, ending: step.ending) }
@@ -195,6 +197,7 @@ public struct Reconciler: Sendable {
             case (.session(let id), _): try await store.session(id)?.plan(now: now)
             case (.order(let id), _): try await store.order(id)?.plan(now: now, deadlines: settings.deadlines)
             case (.paymentRequest(let id), _): try await store.paymentRequest(id)?.plan()
+            case (.charge(let key), _): try await store.intent(key).flatMap { ChargeRules.plan($0, due: due) }
             }
         let urgency = max(plan?.urgency ?? .routine, step.urgency ?? .routine)
         return WorkResult(
@@ -331,10 +334,10 @@ public struct Reconciler: Sendable {
         for intent in answers {
             let shown = intent.redacted
             logger.critical(
-                "Klarna's answer to \(intent.kind.rawValue) \(intent.key) for \(intent.subject) is not recorded yet (\(error)): \(intent.state.rawValue)\(shown.result.map { ", result \($0)" } ?? "")\(shown.lastError.map { ", \($0)" } ?? ""); kept and committed as soon as the store takes it",
+                "Klarna's answer to \(intent.kind.rawValue) \(intent.key) for \(shown.subject) is not recorded yet (\(error)): \(intent.state.rawValue)\(shown.result.map { ", result \($0)" } ?? "")\(shown.lastError.map { ", \($0)" } ?? ""); kept and committed as soon as the store takes it",
                 metadata: [
                     MessageID.metadataKey: .string(MessageID.answerUnrecorded.rawValue), "intent": .string(intent.key),
-                    "intent_kind": .string(intent.kind.rawValue), "subject": .string(intent.subject),
+                    "intent_kind": .string(intent.kind.rawValue), "subject": .string(shown.subject),
                     "result": .string(shown.result ?? ""),
                 ])
         }

@@ -38,6 +38,7 @@ public actor StateGauges {
         gauge(.outboxBacklog).record(snapshot.outboxBacklog)
         gauge(.notifyBacklog).record(snapshot.notifyBacklog)
         gauge(.held).record(snapshot.held)
+        gauge(.chargesWaiting).record(snapshot.chargesWaiting)
         gauge(.oldestOpenAge).record(snapshot.oldestOpenSince.map { max(0, now.timeIntervalSince($0)) } ?? 0)
         gauge(.nextDeadline).record(snapshot.nextDeadline?.timeIntervalSince1970 ?? 0)
         if let spoolDirectory {

@@ -66,12 +66,17 @@ public struct KlarnaAPIError: Error, RetryClassifiable, CustomStringConvertible 
     /// The `Klarna-Correlation-Id` response header.
     public var correlationIDHeader: String?
     public var rateLimit: RateLimitHeaders
+    /// A declined order's `fraud_status` and `reason` (the customer-token API's 400 body carries them).
+    public var fraudStatus: String?
+    public var reason: String?
 
     public init(
         operation: KlarnaOperation, failure: Failure, requestID: String, errorCode: String? = nil,
         errorMessages: [String] = [], correlationID: String? = nil, correlationIDHeader: String? = nil,
-        rateLimit: RateLimitHeaders = RateLimitHeaders()
+        rateLimit: RateLimitHeaders = RateLimitHeaders(), fraudStatus: String? = nil, reason: String? = nil
     ) {
+        self.fraudStatus = fraudStatus
+        self.reason = reason
         self.operation = operation
         self.failure = failure
         self.requestID = requestID
@@ -144,13 +149,26 @@ public struct KlarnaAPIError: Error, RetryClassifiable, CustomStringConvertible 
     }
 }
 
-/// Klarna's legacy error body (ErrorV2): `{correlation_id, error_code, error_messages}`.
+/// Klarna's legacy error body (ErrorV2): `{correlation_id, error_code, error_messages}`, and a declined order's
+/// `fraud_status` and `reason` (text; anything else there is not read).
 struct KlarnaErrorBody: Decodable {
     var correlationID: String?
     var errorCode: String?
     var errorMessages: [String]?
+    var fraudStatus: String?
+    var reason: String?
 
     enum CodingKeys: String, CodingKey {
         case correlationID = "correlation_id", errorCode = "error_code", errorMessages = "error_messages"
+        case fraudStatus = "fraud_status", reason
+    }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        correlationID = try? container.decodeIfPresent(String.self, forKey: .correlationID)
+        errorCode = try? container.decodeIfPresent(String.self, forKey: .errorCode)
+        errorMessages = try? container.decodeIfPresent([String].self, forKey: .errorMessages)
+        fraudStatus = try? container.decodeIfPresent(String.self, forKey: .fraudStatus)
+        reason = try? container.decodeIfPresent(String.self, forKey: .reason)
     }
 }

@@ -72,6 +72,23 @@ public struct KlarnaClient: Sendable {
         )
     }
 
+    // MARK: Customer tokens
+
+    /// The token's status (and what else Klarna says of it); the token goes to the log by its tail only.
+    public func readCustomerToken(_ token: String) async throws -> CustomerToken {
+        try await decode(
+            CustomerToken.self, send(.readCustomerToken, "GET", "/customer-token/v1/tokens/\(segment(token))", resource: Redact.tail(token)))
+    }
+
+    /// Places an order with the customer token: `body` as it was built when the charge was recorded, the same bytes on
+    /// every attempt. The same `idempotencyKey` within 24 h places one order and answers the same.
+    public func chargeCustomerToken(_ token: String, body: String, idempotencyKey: String) async throws -> CreateOrderResponse {
+        let path = "/customer-token/v1/tokens/\(segment(token))/order"
+        return try await decode(
+            CreateOrderResponse.self,
+            send(.chargeCustomerToken, "POST", path, resource: Redact.tail(token), body: Array(body.utf8), idempotencyKey: idempotencyKey))
+    }
+
     // MARK: Order Management
 
     public func readOrder(id: String) async throws -> Order {
@@ -196,7 +213,7 @@ public struct KlarnaClient: Sendable {
                 operation: operation, failure: .http(status: response.status), requestID: requestID,
                 errorCode: parsed?.errorCode, errorMessages: parsed?.errorMessages ?? [],
                 correlationID: parsed?.correlationID, correlationIDHeader: correlation,
-                rateLimit: RateLimitHeaders(headers: response.headers))
+                rateLimit: RateLimitHeaders(headers: response.headers), fraudStatus: parsed?.fraudStatus, reason: parsed?.reason)
             log.info("Klarna call failed: \(error)")
             throw error
         }

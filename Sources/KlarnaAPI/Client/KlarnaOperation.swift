@@ -21,6 +21,10 @@ public struct KlarnaOperation: Sendable, Hashable, CustomStringConvertible {
     public static let createOrder = Self(name: "kp.create_order", safety: .unsafe)
     public static let cancelAuthorization = Self(name: "kp.cancel_authorization", safety: .idempotent)
     public static let createCustomerToken = Self(name: "kp.create_customer_token", safety: .unsafe)
+    public static let readCustomerToken = Self(name: "ct.read_token", safety: .read)
+    /// Klarna answers the same `Klarna-Idempotency-Key` the same way for 24 hours.
+    public static let chargeCustomerToken = Self(name: "ct.create_order", safety: .idempotent)
+    public static let cancelCustomerToken = Self(name: "ct.update_status", safety: .idempotent)
     public static let readOrder = Self(name: "om.read_order", safety: .read)
     public static let createCapture = Self(name: "om.create_capture", safety: .idempotent)
     public static let createRefund = Self(name: "om.create_refund", safety: .idempotent)

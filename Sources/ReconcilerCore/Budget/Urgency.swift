@@ -10,6 +10,9 @@ public enum Urgency: Int, Sendable, Comparable, CaseIterable {
     case routine
     /// A read someone asked for: a webhook, a capture request, an operator; also the read that confirms an expiry.
     case hinted
+    /// A charge of a customer token (a renewal): a side effect with no authorization running out, so a live payment's
+    /// create-order and capture go before it; it goes before every read.
+    case renewal
     /// A side effect, a read that moves a payment already in motion (the KP read before create-order, the OM read
     /// before a capture) or a read that resolves an intent whose answer was lost.
     case inMotion
@@ -24,6 +27,7 @@ public enum Urgency: Int, Sendable, Comparable, CaseIterable {
         case .background: "background"
         case .routine: "routine"
         case .hinted: "hinted"
+        case .renewal: "renewal"
         case .inMotion: "in_motion"
         case .deadline: "deadline"
         }

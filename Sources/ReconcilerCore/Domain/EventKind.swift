@@ -53,6 +53,14 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
     case refunded
     /// A refund did not happen.
     case refundFailed = "refund_failed"
+    /// The shop asked to charge a customer token.
+    case chargeRequested = "charge_requested"
+    /// Klarna placed a charge's order.
+    case chargePlaced = "charge_placed"
+    /// Klarna declined a charge.
+    case chargeDeclined = "charge_declined"
+    /// A charge did not happen.
+    case chargeFailed = "charge_failed"
     /// Klarna opened a dispute of a payment.
     case disputeOpened = "dispute_opened"
     /// A dispute moved to another state, or Klarna moved its deadline.
@@ -105,6 +113,9 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
             case .paymentRequestCompleted: .paymentRequestCompleted
             case .refunded: .refunded
             case .refundFailed: .refundFailed
+            case .chargePlaced: .chargePlaced
+            case .chargeDeclined: .chargeDeclined
+            case .chargeFailed: .chargeFailed
             case .settlementOrphan: .settlementOrphan
             case .settlementMismatch: .settlementMismatch
             case .settlementDrift: .settlementDrift
@@ -127,14 +138,15 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
 
     public var severity: Severity {
         switch self {
-        case .tracked, .status, .attempt, .resolved, .orderStatus, .captureRequested, .refundRequested, .disputeChanged: .info
+        case .tracked, .status, .attempt, .resolved, .orderStatus, .captureRequested, .refundRequested, .chargeRequested, .disputeChanged: .info
         case .disputeOpened, .disputeDeadline, .staleStatus, .notFound, .readFailed, .modeMismatch, .retry, .ambiguous, .refused, .captureRefused,
             .authorizationExpiring,
-            .tokenExpired, .expired:
+            .tokenExpired, .expired, .chargeDeclined:
             .warning
-        case .failed, .needsAttention, .refundFailed, .disputeLost: .error
+        case .failed, .needsAttention, .refundFailed, .chargeFailed, .disputeLost: .error
         case .webhook, .settling, .operatorRequest, .authorized, .done, .orderPlaced, .orderLinked, .customerTokenCreated, .captured,
-            .authorizationExtended, .cancelled, .rejected, .paymentRequestCompleted, .refunded, .disputeWon, .settlementOrphan, .settlementMismatch,
+            .authorizationExtended, .cancelled, .rejected, .paymentRequestCompleted, .refunded, .chargePlaced, .disputeWon, .settlementOrphan,
+            .settlementMismatch,
             .settlementDrift,
             .settlementReversal, .payoutMismatch, .captureUnsettled, .operatorAction, .operatorRefused:
             .notice

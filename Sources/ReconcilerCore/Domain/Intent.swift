@@ -17,6 +17,9 @@ public struct Intent: Codable, Sendable, Equatable {
         case releaseRemaining = "release_remaining_authorization"
         /// OM refund of captured money, asked for by the shop (`klarna-reconciler refund`, the socket's refund route).
         case refund
+        /// An order placed with a customer token, asked for by the shop (`klarna-reconciler charge`, the socket's
+        /// charge route): a renewal. Klarna deduplicates it by `Klarna-Idempotency-Key` for 24 hours.
+        case charge
 
         /// Klarna deduplicates these by `Klarna-Idempotency-Key` (OM writes); the others have no documented
         /// idempotency and must never be repeated after an unclear answer without reading first.
@@ -49,6 +52,8 @@ public struct Intent: Codable, Sendable, Equatable {
     /// `merchant_refund_reference`) and the customer-visible description.
     public var reference: String?
     public var refundDescription: String?
+    /// Charges: the currency, capture policy and account of the order it places, and the request, built once.
+    public var charge: ChargeTerms?
     /// Reads before the next attempt that failed in a row (refunds read the order before every attempt), for the
     /// backoff; nil when the last read went through.
     public var readFailures: Int?
@@ -77,6 +82,7 @@ public struct Intent: Codable, Sendable, Equatable {
     /// Written (and committed) right before the request leaves.
     public func sending(now: Date) -> Intent {
         var intent = self
+        if intent.charge != nil, intent.charge?.firstSentAt == nil { intent.charge?.firstSentAt = now }
         intent.readFailures = nil
         intent.state = .sent
         intent.attempts += 1

@@ -34,6 +34,8 @@ extension Intent.Kind {
         /// A refund of an order's captured money: it runs whatever the order's phase (a captured order is closed) and
         /// never changes the order; its rules are ``RefundRules``.
         case refund
+        /// An order placed with a customer token: a unit of its own until Klarna placed it (``ChargeRules``).
+        case charge
     }
 
     public var target: Target {
@@ -45,6 +47,7 @@ extension Intent.Kind {
         case .cancelOrder: .order(.cancelOrder)
         case .releaseRemaining: .order(.releaseRemaining)
         case .refund: .refund
+        case .charge: .charge
         }
     }
 }

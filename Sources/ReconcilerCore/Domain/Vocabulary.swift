@@ -46,6 +46,15 @@ public enum OutcomeKind: String, Codable, Sendable, CaseIterable {
     /// A refund the shop asked for did not happen: Klarna (or the daemon, from a read of the order) refused it, or
     /// no clear answer came after every attempt.
     case refundFailed = "refund_failed"
+    /// Klarna placed the order of a charge of a customer token (a renewal): `order_id`, `charge_reference`. The order
+    /// is followed from here like any other (`captured` by its capture policy).
+    case chargePlaced = "charge_placed"
+    /// Klarna declined a charge (`403`, or a `400` naming a fraud status or reason): final for its reference; the
+    /// shop asks again with a new reference if it wants to try again.
+    case chargeDeclined = "charge_declined"
+    /// A charge that did not happen and was not a decline: the token is not active or unknown, Klarna refused the
+    /// request, or no clear answer came within Klarna's 24 hours.
+    case chargeFailed = "charge_failed"
 
     // Disputes (`disputes.enabled`): what Klarna's Disputes API shows of a payment's disputes, and the operators'
     // actions on them. `dispute_id`, `dispute_state` and `deadline` say which and by when.
@@ -121,6 +130,11 @@ public struct Outcome: Codable, Sendable, Equatable {
     public var refundID: String?
     /// Refund outcomes: the shop's reference of the refund.
     public var refundReference: String?
+    /// Charge outcomes: the shop's reference of the charge.
+    public var chargeReference: String?
+    /// Outcomes of Klarna's refusals: its error code and the correlation id its support asks for.
+    public var klarnaErrorCode: String?
+    public var klarnaCorrelationID: String?
     /// Settlement outcomes that compare amounts: the ledger's (or the formula's) figure; `amount` is Klarna's.
     public var expectedAmount: Int?
     /// Dispute outcomes: the dispute, its state, and the deadline of that state (respond or appeal by).

@@ -22,6 +22,9 @@ public enum MessageID: String, CaseIterable, Sendable {
     case paymentRequestCompleted = "f77ad6fa34df41e2b1cc4ee6b5a796c6"
     case refunded = "c1a52f1496b74298b8716373f03af543"
     case refundFailed = "167fe5cde2f945faa1e2ae133688aa2a"
+    case chargePlaced = "5b0e7d1c9a4f4e27b36c18d2f0a94c51"
+    case chargeDeclined = "e3a92f40c1d84b6f9a7025be61c3d8f4"
+    case chargeFailed = "8c14d6e2b7f04a9385e1f0c2a6d7b913"
     case settlementOrphan = "dc06efe0539a40be95b5b7a7f9bb5714"
     case settlementMismatch = "29b0c382ac764f879cf6db339ef5c458"
     case settlementDrift = "78a9e002cc9248488baef0e786b1be6b"
@@ -86,6 +89,9 @@ public enum MessageID: String, CaseIterable, Sendable {
             case .paymentRequestCompleted: .paymentRequestCompleted
             case .refunded: .refunded
             case .refundFailed: .refundFailed
+            case .chargePlaced: .chargePlaced
+            case .chargeDeclined: .chargeDeclined
+            case .chargeFailed: .chargeFailed
             case .settlementOrphan: .settlementOrphan
             case .settlementMismatch: .settlementMismatch
             case .settlementDrift: .settlementDrift
@@ -115,7 +121,8 @@ public enum MessageID: String, CaseIterable, Sendable {
             .orderPlaced, .orderLinked, .orderStatus, .customerTokenCreated, .captureRequested, .captureRefused, .captured,
             .authorizationExtended, .tokenExpired, .cancelled, .rejected, .expired, .needsAttention, .paymentRequestCompleted,
             .settlementOrphan, .settlementMismatch, .settlementDrift, .settlementReversal, .payoutMismatch, .captureUnsettled,
-            .operatorRequest, .refundRequested, .refunded, .refundFailed, .disputeOpened, .disputeChanged, .disputeDeadline, .disputeWon,
+            .operatorRequest, .refundRequested, .refunded, .refundFailed, .chargeRequested, .chargePlaced, .chargeDeclined, .chargeFailed,
+            .disputeOpened, .disputeChanged, .disputeDeadline, .disputeWon,
             .disputeLost:
             return nil
         }

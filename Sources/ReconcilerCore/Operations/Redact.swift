@@ -17,10 +17,11 @@ extension TrackedSession {
 }
 
 extension Intent {
-    /// A customer-token intent's result is the token itself.
+    /// A customer-token intent's result is the token itself; a charge's subject is the token it charges.
     public var redacted: Intent {
         var intent = self
         if kind == .customerToken { intent.result = result.map(Redact.tail) }
+        if kind == .charge { intent.subject = Redact.tail(subject) }
         return intent
     }
 }

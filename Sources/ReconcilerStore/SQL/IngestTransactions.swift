@@ -95,6 +95,8 @@ public enum IngestTransactions {
             return .read("SELECT data FROM payment_requests WHERE payment_request_id = \(id)\(Statement.forUpdate)") {
                 .answer(.paymentRequest(try $0.first?.decoded(TrackedPaymentRequest.self)))
             }
+        case .charge(let key):
+            return .read("SELECT data FROM intents WHERE key = \(key)") { .answer(.charge(existing: try $0.first?.decoded(Intent.self))) }
         case .refund(let orderID, let key):
             return .run(["SELECT data FROM orders WHERE order_id = \(orderID)", "SELECT data FROM intents WHERE key = \(key)"]) { rows in
                 .answer(.refund(order: try rows[0].first?.decoded(TrackedOrder.self), existing: try rows[1].first?.decoded(Intent.self)))
@@ -112,7 +114,7 @@ public enum IngestTransactions {
         case written(captureRequestID: Int64?)
         /// Nothing written: the session to track was tracked by another delivery since the lookup.
         case sessionTrackedMeanwhile
-        /// Nothing written: the intent to record (a refund) was recorded by another request since the lookup.
+        /// Nothing written: the intent to record (a refund, a charge) was recorded by another request since the lookup.
         case recordedMeanwhile
     }
 

@@ -2,8 +2,8 @@ import Foundation
 import ReconcilerCore
 
 extension OpenWork {
-    /// Every open session, order, payment request and refund under way, as ``merging(rows:)`` reads them: a kind
-    /// (`s`, `o`, `p`, `r`), the unit's id, when it is due, its phase, deadline and account, and a session's poll
+    /// Every open session, order, payment request, refund and charge under way, as ``merging(rows:)`` reads them: a
+    /// kind (`s`, `o`, `p`, `r`, `c`), the unit's id (a charge's: its key), when it is due, its phase, deadline and account, and a session's poll
     /// profile.
     public static let all: Statement = """
         SELECT 's', hpp_session_id, next_due, phase, deadline, tracked_at, \(jsonNumber: "data", StoredJSON.sessionLastReadAt),
@@ -17,6 +17,9 @@ extension OpenWork {
         SELECT 'r', subject, min(coalesce(next_attempt, created_at)), NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM intents WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous')
         GROUP BY subject
+        UNION ALL
+        SELECT 'c', key, coalesce(next_attempt, created_at), NULL, NULL, NULL, NULL, NULL, NULL, \(json: "data", StoredJSON.chargeAccount)
+        FROM intents WHERE kind = 'charge' AND state IN ('intended', 'sent', 'ambiguous')
         """
 
     /// The open work in rows of ``all``'s columns, an order's refunds merged into its own.
@@ -41,6 +44,8 @@ extension OpenWork {
                 work.append(OpenWork(key: .order(id), due: due, kind: .order(phase), deadline: row.date(4), account: account))
             case "r":
                 refunds.append(OpenWork(key: .order(id), due: due, kind: .refund))
+            case "c":
+                work.append(OpenWork(key: .charge(id), due: due, kind: .charge, account: account))
             default:
                 work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest, account: account))
             }

@@ -45,7 +45,7 @@ extension OperatorStore where Self: StatementRunner {
                 switch request.key {
                 case .session(let id): ("\(id)", "NULL")
                 case .order(let id): ("(SELECT hpp_session_id FROM orders WHERE order_id = \(id))", "\(id)")
-                case .paymentRequest: ("NULL", "NULL")
+                case .paymentRequest, .charge: ("NULL", "NULL")
                 }
             return .write(
                 [
@@ -200,10 +200,13 @@ extension StoreHealth where Self: StatementRunner {
         }
         snapshot.openSessionsByPhase = try await open("sessions\(sqlite: " INDEXED BY sessions_open", postgres: "")", since: "tracked_at")
         snapshot.openOrdersByPhase = try await open("orders\(sqlite: " INDEXED BY orders_open", postgres: "")", since: "created_at")
-        snapshot.unfinishedIntentsByState = Dictionary(
-            uniqueKeysWithValues: try await rows(
-                of: "SELECT state, count(*) FROM intents WHERE state IN ('intended', 'sent', 'ambiguous') GROUP BY state"
-            ).map { ($0.string(0) ?? "?", $0.int(1) ?? 0) })
+        let unfinished = try await rows(
+            of: """
+                SELECT state, count(*), sum(CASE WHEN kind = 'charge' THEN 1 ELSE 0 END) FROM intents
+                WHERE state IN ('intended', 'sent', 'ambiguous') GROUP BY state
+                """)
+        snapshot.unfinishedIntentsByState = Dictionary(uniqueKeysWithValues: unfinished.map { ($0.string(0) ?? "?", $0.int(1) ?? 0) })
+        snapshot.chargesWaiting = unfinished.reduce(0) { $0 + ($1.int(2) ?? 0) }
         let backlogs = try await rows(
             of: """
                 SELECT (SELECT count(*) FROM outcomes WHERE outbox_written = \(literal: false)),

@@ -40,6 +40,9 @@ public enum StoredJSON {
     /// A tracked order's (`TrackedOrder`, `orders.data`) currency.
     public static let orderCurrency = Path("currency")
 
+    /// A charge intent's (`Intent`, `intents.data`) account; absent for the default account.
+    public static let chargeAccount = Path("charge", "account")
+
     /// A recorded settlement line's (`LineReconciliation`, `settlement_lines.data`) merchant reference.
     public static let lineMerchantReference = Path("line", "merchantReference")
 }

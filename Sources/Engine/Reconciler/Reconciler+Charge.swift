@@ -1,0 +1,186 @@
+import Foundation
+import KlarnaAPI
+import ReconcilerCore
+import ReconcilerStore
+
+/// Charges of customer tokens (renewals): one intent each, a unit of its own until Klarna placed its order, which is
+/// then followed like any order. The token is read before the first attempt; every attempt sends the body built when
+/// the charge was recorded with the same `Klarna-Idempotency-Key`, which Klarna answers the same way for 24 hours, so
+/// an unclear answer is resolved by sending again inside that window and never by a second charge after it.
+extension Reconciler {
+    /// One step of the charge recorded under `key`.
+    func processCharge(_ key: String) async throws -> StepResult {
+        guard let intent = try await store.intent(key), intent.kind == .charge, !intent.isFinished, let terms = intent.charge else {
+            return StepResult(next: nil)
+        }
+        return try await on(terms.account ?? .default) { try await driveCharge(intent) }
+    }
+
+    private func driveCharge(_ intent: Intent) async throws -> StepResult {
+        var intent = intent
+        var change = Change()
+        var now = clock.now
+        if let next = intent.nextAttemptAt, !now.hasReached(next) { return StepResult(next: next, urgency: .renewal) }
+        let token = intent.subject
+        let detail = Self.chargeDetail(intent)
+
+        if intent.needsResolution {
+            guard ChargeRules.maySendAgain(intent, longestCall: settings.longestCall, now: now) else {
+                return try await chargeUnclear(intent, change: change, detail: detail)
+            }
+            // Klarna answers the same key the same way within its window: sending again is how a lost answer is read.
+            change.events.append(
+                NewEvent(
+                    hppSessionID: nil, orderID: nil,
+                    DomainEvent(
+                        .resolved,
+                        "charge \(intent.reference ?? "—") attempt \(intent.attempts) ended without a clear answer: sending again with the same idempotency key, which Klarna answers the same way"
+                    ), detail: detail))
+            intent = intent.retrying(nil, at: now, now: now)
+        } else if intent.attempts == 0 {
+            // Before the first attempt only: a token that is not active is not charged, and nothing is sent.
+            switch try await klarna(&change, .renewal, { client in try await client.readCustomerToken(token) }) {
+            case .failure(let error) where error.status == 404:
+                let reason = "Klarna does not know customer token \(Redact.tail(token)) (\(Self.short(error))): nothing was charged"
+                return try await chargeEnded(
+                    intent.failed(Self.short(error), now: now), .chargeFailed, reason: reason, error: error, change: change,
+                    detail: detail.merging(Self.detail(error)) { $1 })
+            case .failure(let error):
+                let at = try await readBeforeAttemptFailed(
+                    intent, error, "reading customer token \(Redact.tail(token)) before charging", owner: (nil, nil), detail: detail, change: change)
+                return StepResult(next: at, urgency: .renewal)
+            case .success(let read):
+                if let refusal = ChargeRules.refusal(tokenStatus: read.status) {
+                    return try await chargeEnded(intent.failed(refusal, now: now), .chargeFailed, reason: refusal, change: change, detail: detail)
+                }
+            }
+        }
+
+        try await spendBudget(.renewal)  // before the sent mark, as for every side effect
+        now = clock.now
+        change.intents = [intent]
+        if let deferred = try await deferredSideEffect(change, "charge \(intent.reference ?? intent.key)", now: now) {
+            return StepResult(next: deferred.next, urgency: .renewal)
+        }
+        intent = intent.sending(now: now)
+        change.intents = [intent]
+        change.events.append(
+            NewEvent(
+                hppSessionID: nil, orderID: nil,
+                DomainEvent(
+                    .attempt,
+                    "charging \(intent.amount ?? 0) \(intent.charge?.currency ?? "") to customer token \(Redact.tail(token)), reference \(intent.reference ?? "—"), attempt \(intent.attempts)"
+                ),
+                detail: detail.merging(["attempt": "\(intent.attempts)"]) { $1 }))
+        try await commit(change, now: now)
+        change = Change.answering(intent)
+
+        let key = intent.key
+        let body = intent.charge?.body ?? ""
+        let result = try await klarna(
+            &change, .renewal, budgetSpent: true, { client in try await client.chargeCustomerToken(token, body: body, idempotencyKey: key) })
+        now = clock.now
+        switch result {
+        case .success(let created):
+            return try await chargePlaced(intent, created, change: change, detail: detail)
+        case .failure(let error):
+            return try await chargeFailed(intent, error, change: change, detail: detail.merging(["attempt": "\(intent.attempts)"]) { $1 })
+        }
+    }
+
+    /// Klarna placed the charge's order: the charge is done, and its order is followed from here like any other (an
+    /// accepted order is captured at once by an `immediate` policy, without a read).
+    private func chargePlaced(_ intent: Intent, _ created: CreateOrderResponse, change: Change, detail: [String: String]) async throws -> StepResult {
+        var change = change
+        let now = clock.now
+        let order = ChargeRules.order(intent, orderID: created.orderID, now: now)
+        change.intents = [intent.confirmed(result: created.orderID, now: now)]
+        let reason =
+            "Klarna placed order \(created.orderID) for charge \(intent.reference ?? "—") of \(intent.amount ?? 0) \(intent.charge?.currency ?? ""), fraud_status \(created.fraudStatus?.rawValue ?? "not given")"
+        change.outcomes.append(
+            ChargeRules.outcome(.chargePlaced, reason, intent, orderID: created.orderID, fraudStatus: created.fraudStatus?.rawValue))
+        change.events.append(
+            NewEvent(
+                hppSessionID: nil, orderID: created.orderID, DomainEvent(.chargePlaced, reason),
+                detail: detail.merging(["order_id": created.orderID]) { $1 }))
+        handOff(order, fraudStatus: created.fraudStatus, amount: intent.amount, currency: intent.charge?.currency, now: now, into: &change)
+        try await commit(change, now: now)
+        return StepResult(next: nil, wake: [.order(created.orderID)])
+    }
+
+    /// Klarna's refusal, or no clear answer: a decline or a final refusal ends the charge; anything else is sent again
+    /// with the same key, within Klarna's window.
+    private func chargeFailed(_ intent: Intent, _ error: KlarnaAPIError, change: Change, detail: [String: String]) async throws -> StepResult {
+        var change = change
+        let now = clock.now
+        let errorDetail = Self.detail(error).merging(detail) { $1 }
+        if case .http(let status) = error.failure {
+            switch ChargeRules.refusal(status: status, fraudStatus: error.fraudStatus, reason: error.reason) {
+            case .declined:
+                let why = [error.fraudStatus.map { "fraud_status \($0)" }, error.reason.map { "reason \($0)" }].compactMap { $0 }
+                let reason =
+                    "Klarna declined charge \(intent.reference ?? "—") of \(intent.amount ?? 0) \(intent.charge?.currency ?? "") (\(Self.short(error))\(why.isEmpty ? "" : "; " + why.joined(separator: ", ")), correlation id \(error.klarnaCorrelationID ?? "not given")): final for this reference"
+                return try await chargeEnded(
+                    intent.failed(Self.short(error), now: now), .chargeDeclined, reason: reason, error: error, change: change, detail: errorDetail)
+            case .failed:
+                let reason = "Klarna refused charge \(intent.reference ?? "—") (\(Self.short(error))): not charged"
+                return try await chargeEnded(
+                    intent.failed(Self.short(error), now: now), .chargeFailed, reason: reason, error: error, change: change, detail: errorDetail)
+            case .retry:
+                break
+            }
+        }
+        // Sent again with the same key until Klarna's window closes: no attempt cap short of it.
+        let window = intent.charge?.firstSentAt.map { $0.addingTimeInterval((ChargeRules.idempotencyWindow - settings.longestCall).timeInterval) }
+        var policy = settings.writeRetry
+        policy.maxAttempts = .max
+        policy.deadline = nil
+        switch IntentVerdict.decide(
+            intent: intent, failure: Self.callFailure(error), now: now, deadline: window, policy: policy,
+            createOrderSettle: settings.createOrderSettle, random: random)
+        {
+        case .tryAgain(let next, let at, let event):
+            change.intents = [next.waiting(until: at, now: now)]
+            change.events.append(NewEvent(hppSessionID: nil, orderID: nil, event, detail: errorDetail))
+            try await commit(change, now: now)
+            return StepResult(next: at, urgency: .renewal)
+        case .giveUp(let ended, _) where ended.state == .ambiguous:
+            return try await chargeUnclear(ended, change: change, detail: errorDetail)
+        case .giveUp(let ended, let reason):
+            let why = "Klarna refused charge \(intent.reference ?? "—") (\(Self.short(error))); \(reason): not charged"
+            return try await chargeEnded(ended, .chargeFailed, reason: why, error: error, change: change, detail: errorDetail)
+        }
+    }
+
+    /// No clear answer within Klarna's window: the key no longer tells, and a second charge is never made. An operator
+    /// looks for the order by its merchant reference.
+    private func chargeUnclear(_ intent: Intent, change: Change, detail: [String: String]) async throws -> StepResult {
+        let now = clock.now
+        let reference = intent.charge?.merchantReference ?? intent.reference ?? "—"
+        let reason =
+            "charge \(intent.reference ?? "—") got no clear answer in \(intent.attempts) attempt(s) within Klarna's 24 hours of idempotency (last: \(intent.lastError ?? "no answer")): Klarna may have placed its order, so it is not sent again; look for an order with merchant_reference1 \(reference) in the Merchant Portal before charging again with a new reference"
+        var ended = intent.failed(intent.lastError ?? "no clear answer within Klarna's 24 hours", now: now)
+        ended.lastError = "unclear: no answer within Klarna's 24 hours; Klarna may have placed the order"
+        return try await chargeEnded(ended, .needsAttention, reason: reason, change: change, detail: detail)
+    }
+
+    /// The charge ends without an order of its own: declined, failed, or left to an operator.
+    private func chargeEnded(
+        _ ended: Intent, _ kind: OutcomeKind, reason: String, error: KlarnaAPIError? = nil, change: Change, detail: [String: String]
+    ) async throws -> StepResult {
+        var change = change
+        change.intents = [ended]
+        var outcome = ChargeRules.outcome(kind, reason, ended)
+        outcome.klarnaErrorCode = error?.errorCode
+        outcome.klarnaCorrelationID = error?.klarnaCorrelationID
+        change.outcomes.append(outcome)
+        change.events.append(NewEvent(hppSessionID: nil, orderID: nil, DomainEvent(EventKind(kind), reason), detail: detail))
+        try await commit(change, now: clock.now)
+        return StepResult(next: nil)
+    }
+
+    /// What every event of a charge carries: its key, the shop's reference and the token's tail.
+    private static func chargeDetail(_ intent: Intent) -> [String: String] {
+        ["intent": intent.key, "charge_reference": intent.reference ?? "", "customer_token": Redact.tail(intent.subject)]
+    }
+}
