@@ -67,12 +67,13 @@ final class Demo: @unchecked Sendable {
             SandboxOrderLine(name: "Running shoes", quantity: 1, unitPrice: 19_900, totalAmount: 19_900, taxRate: 1_900, totalTaxAmount: 3_177)
         ]
         func payment(
-            _ reference: String, mode: String = "NONE", fraud: String? = nil, completes: String = "COMPLETED", after: Double = 1.5
+            _ reference: String, mode: String = "NONE", fraud: String? = nil, completes: String = "COMPLETED", after: Double = 1.5,
+            intent: String? = nil
         ) throws -> CreatedSession {
             let created = try sandbox.createSession(
                 SessionSpec(
                     purchaseCurrency: "EUR", purchaseCountry: "DE", locale: "de-DE", orderLines: lines, merchantReference: reference,
-                    placeOrderMode: mode, fraudStatus: fraud, fraudDecisionAfterSeconds: fraud == nil ? nil : 4,
+                    placeOrderMode: mode, intent: intent, fraudStatus: fraud, fraudDecisionAfterSeconds: fraud == nil ? nil : 4,
                     fraudDecision: fraud == nil ? nil : "ACCEPTED",
                     schedule: [ScheduleStep(afterSeconds: 0.5, status: "IN_PROGRESS"), ScheduleStep(afterSeconds: after, status: completes)]))
             references[created.hppSessionId] = reference
@@ -95,6 +96,10 @@ final class Demo: @unchecked Sendable {
             ("fraud review PENDING, then ACCEPTED", try payment("shop-1005", fraud: "PENDING"), []),
             ("capture on request", try payment("shop-1006"), ["--capture", "on_request"]),
             ("completes while Klarna is down", try payment("shop-1007", after: 2.5), []),
+            (
+                "a subscription: the first month bought and the payment method tokenized for the renewals",
+                try payment("shop-sub-3001", intent: "buy_and_tokenize"), ["--intent", "buy_and_tokenize"]
+            ),
             ("the shop's US account: its own credentials and budget", try usPayment("shop-us-2001"), ["--account", "us"]),
         ]
         for (what, created, options) in payments {
@@ -179,7 +184,22 @@ final class Demo: @unchecked Sendable {
             try await store.undeliveredOutcomes(now: Date(), limit: 100).isEmpty ? true : nil
         }
 
-        step(8, "A customer disputes shop-1002's purchase: Klarna's signed webhook reaches the daemon, which reads the dispute")
+        step(8, "A month later shop-sub-3001's subscription renews: klarna-reconciler charge TOKEN --amount --currency --reference")
+        let subscription = try await waitFor("shop-sub-3001's customer token") {
+            try await store.timeline(for: "shop-sub-3001").sessions.first?.customerTokenID
+        }
+        detail("the customer token Klarna created at the first purchase: \(Redact.tail(subscription)) (in full in the outbox only)")
+        let renewal = ["charge", subscription, "--amount", "19900", "--currency", "EUR", "--reference", "shop-sub-3001-2027-01"]
+        detail(try await cli(renewal).trimmingCharacters(in: .whitespacesAndNewlines).replacingOccurrences(of: "\n", with: "\n   "))
+        detail("asked again with the same reference (the shop's scheduler ran twice): the same charge, not another")
+        detail("  " + (try await cli(renewal).split(separator: "\n").first.map(String.init) ?? ""))
+        let renewed = try await waitFor("the renewal's capture") { () -> [String]? in
+            let kinds = try await store.timeline(for: "shop-sub-3001-2027-01").outcomes.map(\.outcome.kind)
+            return kinds.contains(.captured) ? kinds.map(\.rawValue) : nil
+        }
+        detail("outcomes of the renewal's order: \(renewed.joined(separator: ", "))")
+
+        step(9, "A customer disputes shop-1002's purchase: Klarna's signed webhook reaches the daemon, which reads the dispute")
         let disputedOrder = try await waitFor("shop-1002's order") { try await store.timeline(for: "shop-1002").orders.first?.orderID }
         // 70 hours to answer: inside the 72-hour warning already, as a dispute the shop hears of late.
         let dispute = try sandbox.openDispute(order: disputedOrder, reason: "PRODUCTS_OR_SERVICES_NOT_RECEIVED", respondWithin: .seconds(70 * 3_600))
@@ -209,17 +229,17 @@ final class Demo: @unchecked Sendable {
             throw DemoFailure(description: "the evidence did not reach Klarna exactly once")
         }
 
-        step(9, "The outbox: one JSON file per outcome, for the shop's backend")
+        step(10, "The outbox: one JSON file per outcome, for the shop's backend")
         let files = (try FileManager.default.contentsOfDirectory(atPath: "\(folder)/outbox/new")).sorted()
         for file in files { detail(file) }
 
-        step(10, "klarna-reconciler status")
+        step(11, "klarna-reconciler status")
         print(try await cli(["status"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
-        step(11, "klarna-reconciler show shop-1007 (the payment that completed during the outage)")
+        step(12, "klarna-reconciler show shop-1007 (the payment that completed during the outage)")
         print(try await cli(["show", "shop-1007"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
-        step(12, "What Klarna saw")
+        step(13, "What Klarna saw")
         let effects = sandbox.effects()
         detail(
             "side effects: "
@@ -227,12 +247,12 @@ final class Demo: @unchecked Sendable {
         let orders: [String: [SandboxEffect]] = Dictionary(grouping: effects.filter { $0.kind == .orderPlaced }) { $0.kpSessionId ?? "" }
         let captures: [String: [SandboxEffect]] = Dictionary(grouping: effects.filter { $0.kind == .captured }) { $0.orderId ?? "" }
         guard orders.values.allSatisfy({ $0.count == 1 }), captures.values.allSatisfy({ $0.count == 1 }),
-            effects.filter({ $0.kind == .refunded }).count == 1
+            effects.filter({ $0.kind == .refunded }).count == 1, effects.filter({ $0.kind == .tokenCharged }).count == 1
         else {
             throw DemoFailure(description: "a side effect happened twice")
         }
 
-        step(13, "Klarna pays out what was captured, less its fees and the refund, and a sale for an order nobody placed")
+        step(14, "Klarna pays out what was captured, less its fees and the refund, and a sale for an order nobody placed")
         let orphan = try sandbox.inventTransaction(amount: 4_200, currency: "EUR", purchaseCountry: "DE")
         detail("order \(orphan): paid by a customer at Klarna, never seen by the shop (POST /_sandbox/settlements/invent)")
         let made = try sandbox.settle()
@@ -275,13 +295,13 @@ final class Demo: @unchecked Sendable {
             "the daemon fetched each account's payouts with that account's credentials and matched every line against that account's ledger, the refund's RETURN by its refund id"
         )
 
-        step(14, "klarna-reconciler settlements")
+        step(15, "klarna-reconciler settlements")
         print(try await cli(["settlements"]).split(separator: "\n").map { "   " + $0 }.joined(separator: "\n"))
 
         let stopped = stopDaemon()
         print("\nDaemon stopped with SIGTERM: exit \(stopped).")
         print(
-            "Done: every payment ended; no order was placed, captured or refunded twice; the dispute was warned of and answered once; Klarna's payout, refund included, was matched against the ledger."
+            "Done: every payment ended; no order was placed, captured, refunded or charged twice; the dispute was warned of and answered once; Klarna's payout, refund included, was matched against the ledger."
         )
     }
 
