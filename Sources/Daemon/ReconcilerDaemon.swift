@@ -256,7 +256,9 @@ public final class ReconcilerDaemon: Sendable {
         do {
             servers = try await Self.listen(
                 settings, handler: IngestHTTP.handler(ingestor, control: control),
-                control: ControlHTTP.handler(desk: desk, control: control, reports: store),
+                control: ControlHTTP.handler(
+                    desk: desk, control: control, reports: store,
+                    tokens: TokenDesk(store: store, accounts: accounts, wake: { keys in await wake(keys, nil) })),
                 refused: { _ = await ingestor.refuse(Rejection($0.status, $0.error, $0.detail), source: "socket") }, logger: logger)
         } catch {
             throw StartFailure("cannot listen for deliveries: \(error)", errno: EADDRNOTAVAIL)

@@ -12,7 +12,8 @@ import ReconcilerStore
 /// Routes: `GET /v2/status`, `GET /v2/payments[?state=S&account=A&limit=N]`, `GET /v2/payments/{id}`,
 /// `GET /v2/payments/{id}/settlements`, `GET /v2/settlements[?since=DATE&payout=REF&account=A]`,
 /// `POST /v2/payments/{id}/{action}`, `GET /v2/disputes[?open=true&due_within_days=N&account=A]`,
-/// `POST /v2/disputes/{id}/{accept-loss|appeal}`.
+/// `POST /v2/disputes/{id}/{accept-loss|appeal}`, `GET /v2/customer-tokens[?limit=N]`, `GET /v2/customer-tokens/{token}`,
+/// `POST /v2/customer-tokens/{token}/cancel` (body `{"account": …}`, optional).
 public enum ControlHTTP {
     /// The header the command line sends so the timeline says "via the command line" rather than "via the control
     /// socket"; the uid comes from the socket either way.
@@ -37,8 +38,9 @@ public enum ControlHTTP {
     }
 
     /// - Parameter reports: what the settlement routes read (the daemon's store).
+    /// - Parameter tokens: what the customer-token routes ask; nil: those routes are not served.
     public static func handler(
-        desk: OperatorDesk, control: ControlEndpoints, reports: any SettlementReports, wait: Duration = .seconds(5)
+        desk: OperatorDesk, control: ControlEndpoints, reports: any SettlementReports, tokens: TokenDesk? = nil, wait: Duration = .seconds(5)
     ) -> @Sendable (ServerRequest) async -> ServerReply {
         { request in
             if let answer = await IngestHTTP.monitoring(control, request) { return answer }
@@ -80,12 +82,52 @@ public enum ControlHTTP {
                     return try await disputes(desk, request, version: version)
                 case ("POST", let path) where path.count == 3 && path[0] == "disputes":
                     return try await disputeAction(desk, request, id: path[1], action: path[2], wait: wait, version: version)
+                case (_, let path) where path.first == "customer-tokens" && tokens != nil:
+                    return try await customerTokens(tokens!, request, path: Array(path.dropFirst()), wait: wait, version: version)
                 default:
                     return IngestHTTP.json(404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200))"])
                 }
             } catch {
                 return IngestHTTP.json(503, ["error": "store_unavailable", "detail": "\(error)"])
             }
+        }
+    }
+
+    /// The customer-token routes: the list, one token with Klarna's status, and its cancellation (200 with the intent
+    /// once Klarna answered, 202 while under way, 200 `repeat` when asked before).
+    static func customerTokens(
+        _ tokens: TokenDesk, _ request: ServerRequest, path: [String], wait: Duration, version: Version
+    ) async throws
+        -> ServerReply
+    {
+        switch (request.method, path) {
+        case ("GET", []):
+            let limit = request.query["limit"].flatMap(Int.init) ?? 100
+            return reply(try await tokens.tokens(limit: min(max(1, limit), 10_000)), version: version)
+        case ("GET", let path) where path.count == 1:
+            guard let token = paymentID(path[0]) else { return badID }
+            guard let view = try await tokens.token(token) else {
+                return IngestHTTP.json(
+                    404, ["error": "unknown_token", "detail": "this daemon neither created nor charged customer token \(Redact.tail(token))"])
+            }
+            return reply(view, version: version)
+        case ("POST", let path) where path.count == 2 && path[1] == "cancel":
+            guard let token = paymentID(path[0]) else { return badID }
+            var account = AccountID.default
+            if !request.body.isEmpty {
+                guard let body = try? JSONSerialization.jsonObject(with: Data(request.body)) as? [String: Any] else { return badAccount }
+                if let named = body["account"] {
+                    guard let id = (named as? String).flatMap(AccountID.init(rawValue:)) else { return badAccount }
+                    account = id
+                }
+            }
+            let requester = OperatorDesk.requester(uid: request.peerUID, via: request.header(clientHeader) ?? "the control socket")
+            switch try await tokens.cancel(token, account: account, by: requester, wait: wait) {
+            case .repeated(let intent): return reply(["status": "repeat", "state": intent.state.rawValue], version: version)
+            case .recorded(let intent): return reply(intent, status: intent.isFinished ? 200 : 202, version: version)
+            }
+        default:
+            return IngestHTTP.json(404, ["error": "not_found", "detail": "no route \(request.method) \(request.path.prefix(200))"])
         }
     }
 

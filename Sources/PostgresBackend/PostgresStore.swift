@@ -268,8 +268,8 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
             rows = try await prepared(Statements.StepInputs.Order.self, Statements.values(key.description, id))
         case .paymentRequest(let id):
             rows = try await prepared(Statements.StepInputs.PaymentRequest.self, Statements.values(key.description, id))
-        case .charge:
-            // Nobody holds a charge or asks anything of it: its step reads its intent alone.
+        case .customerToken:
+            // Nobody holds a token's intent or asks anything of it: its step reads its intent alone.
             return StepInputs(controls: OperatorControls(held: false, pending: []))
         }
         // A row this daemon cannot read (a newer daemon's) must not keep the step from its hold and requests: it is
@@ -374,16 +374,16 @@ public final class PostgresStore: ReconcilerStore, @unchecked Sendable {
 
     /// The open work of `keys`: what a claim plans its keys from (prepared: every claim asks).
     public func openWork(of keys: [WorkKey]) async throws -> [OpenWork] {
-        var (sessions, orders, requests, charges): ([String], [String], [String], [String]) = ([], [], [], [])
+        var (sessions, orders, requests, tokenIntents): ([String], [String], [String], [String]) = ([], [], [], [])
         for key in keys {
             switch key {
             case .session(let id): sessions.append(id)
             case .order(let id): orders.append(id)
             case .paymentRequest(let id): requests.append(id)
-            case .charge(let key): charges.append(key)
+            case .customerToken(let key): tokenIntents.append(key)
             }
         }
-        let rows = try await prepared(Statements.OpenWorkOf.self, Statements.values(sessions, orders, requests, charges))
+        let rows = try await prepared(Statements.OpenWorkOf.self, Statements.values(sessions, orders, requests, tokenIntents))
         return OpenWork.merging(rows: rows.map(PostgresStatementRow.init))
     }
 

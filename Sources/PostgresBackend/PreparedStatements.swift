@@ -71,7 +71,7 @@ enum Statements {
     }
 
     /// The open work (``ReconcilerStore/OpenWork``) of the keys a claim plans from (`$1` sessions, `$2` orders, `$3`
-    /// payment requests, `$4` charges' intent keys; empty arrays for none), in the columns of ``ReconcilerStore/OpenWork/all`` (which reads all
+    /// payment requests, `$4` the keys of intents on customer tokens; empty arrays for none), in the columns of ``ReconcilerStore/OpenWork/all`` (which reads all
     /// of it at start, written once). Looked up one by one (``byKey(_:in:)``); a key named twice comes back twice (its callers
     /// keep one per key).
     private static var openWorkOf: String {
@@ -94,8 +94,8 @@ enum Statements {
             FROM \(rows("intents", "subject", "$2::text[]", "kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous')"))
             GROUP BY subject
             UNION ALL
-            SELECT 'c', key, coalesce(next_attempt, created_at), NULL, NULL, NULL, NULL, NULL, NULL, data::jsonb #>> '{charge,account}'
-            FROM \(rows("intents", "key", "$4::text[]", "kind = 'charge' AND state IN ('intended', 'sent', 'ambiguous')"))
+            SELECT 'c', key, coalesce(next_attempt, created_at), NULL, NULL, NULL, NULL, NULL, NULL, data::jsonb #>> '{account}'
+            FROM \(rows("intents", "key", "$4::text[]", "kind IN ('charge', 'cancel_customer_token') AND state IN ('intended', 'sent', 'ambiguous')"))
             """
     }
 
@@ -211,7 +211,7 @@ enum Statements {
 
     /// The leases of `$1` (keys) this daemon (`$2`) holds, given back in one statement, each unless its unit is open
     /// or a wakeup waits for it; the keys given back return. An order's refunds under way are its open work too,
-    /// whatever the order's phase; a charge's open work is its intent while unfinished. A wakeup committed while this runs is not in its snapshot: its trigger locked the
+    /// whatever the order's phase; a customer token's intent is open work while unfinished. A wakeup committed while this runs is not in its snapshot: its trigger locked the
     /// lease row and counted itself in `woken`, so the delete waits for it and then finds the row changed from the
     /// count `asked` read (materialized: read once, before) and leaves it. Each condition is a subquery inside an
     /// `OR`, so that it runs per key on its index instead of as a join over a whole table. The keys go in key order,
@@ -232,7 +232,7 @@ enum Statements {
                   WHEN 'order' THEN EXISTS (SELECT 1 FROM orders WHERE order_id = a.unit AND next_due IS NOT NULL)
                     OR EXISTS (SELECT 1 FROM intents WHERE subject = a.unit AND kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous'))
                   WHEN 'payment_request' THEN EXISTS (SELECT 1 FROM payment_requests WHERE payment_request_id = a.unit AND next_due IS NOT NULL)
-                  WHEN 'charge' THEN EXISTS (SELECT 1 FROM intents WHERE key = a.unit AND state IN ('intended', 'sent', 'ambiguous'))
+                  WHEN 'customer_token' THEN EXISTS (SELECT 1 FROM intents WHERE key = a.unit AND state IN ('intended', 'sent', 'ambiguous'))
                   ELSE true
                 END)
             RETURNING l.work_key

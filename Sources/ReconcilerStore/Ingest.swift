@@ -30,6 +30,8 @@ public struct IngestRecord: Sendable {
         /// A charge of a customer token the shop asks for; `key`: its idempotency key (``ChargeAsk/keyTarget``), under
         /// which it is recorded once; `capture`: the policy its order is followed by.
         case charge(ChargeAsk, key: String, capture: CapturePolicy)
+        /// An operator asks to cancel a customer token (`PATCH …/status` `CANCELLED`), once; `key`: its intent's key.
+        case cancelToken(token: String, key: String, account: AccountID)
         /// A Klarna Network webhook: read the payment request now, following it from here if it is new.
         case hintPaymentRequest(TrackedPaymentRequest)
         /// A dispute webhook: the dispute service reads the dispute (a hint kept until it has).
@@ -59,6 +61,7 @@ public struct IngestRecord: Sendable {
         case .track(let session): session.account
         case .hintPaymentRequest(let request): request.account
         case .charge(let ask, _, _): ask.account
+        case .cancelToken(_, _, let account): account
         default: nil
         }
     }

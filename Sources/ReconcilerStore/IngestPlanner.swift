@@ -19,8 +19,8 @@ public enum IngestLookup: Sendable, Equatable {
     case paymentRequest(id: String)
     /// The order, and the intent recorded under a refund's idempotency key.
     case refund(orderID: String, key: String)
-    /// The intent recorded under a charge's idempotency key.
-    case charge(key: String)
+    /// The intent recorded under a key (a charge's, a token cancellation's).
+    case intent(key: String)
 }
 
 /// What a store found for an ``IngestLookup``, in the same order of cases.
@@ -33,7 +33,7 @@ public enum IngestFound: Sendable {
     case order(TrackedOrder?)
     case paymentRequest(TrackedPaymentRequest?)
     case refund(order: TrackedOrder?, existing: Intent?)
-    case charge(existing: Intent?)
+    case intent(existing: Intent?)
 }
 
 /// A capture request to record; its event's detail gains `request`, the new request's id.
@@ -86,7 +86,7 @@ public enum IngestPlanner {
         case .capture(let orderID, _): .order(orderID: orderID)
         case .hintPaymentRequest(let request): .paymentRequest(id: request.paymentRequestID)
         case .refund(let ask, let key): .refund(orderID: ask.orderID, key: key)
-        case .charge(_, let key, _): .charge(key: key)
+        case .charge(_, let key, _), .cancelToken(_, let key, _): .intent(key: key)
         case .recordOnly, .hintDispute: .nothing
         }
     }
@@ -160,7 +160,7 @@ public enum IngestPlanner {
             case .refused(let status, let error, let reason):
                 return .refuse(.refused(status: status, error: error, detail: reason))
             }
-        case (.charge(let ask, let key, let capture), .charge(let existing)):
+        case (.charge(let ask, let key, let capture), .intent(let existing)):
             switch ChargeRules.request(ask, key: key, capture: capture, existing: existing, now: at) {
             case .record(let intent):
                 writes.intent = intent
@@ -173,13 +173,24 @@ public enum IngestPlanner {
                         ),
                         detail: ["intent": key, "source": record.source, "charge_reference": ask.reference])
                 ]
-                writes.wakeups = [.charge(key)]
+                writes.wakeups = [.customerToken(key)]
                 return .write(writes, .accepted(wake: writes.wakeups))
             case .repeated(let intent):
                 return .refuse(.repeated(firstSeen: intent.createdAt))
             case .refused(let status, let error, let reason):
                 return .refuse(.refused(status: status, error: error, detail: reason))
             }
+        case (.cancelToken(let token, let key, let account), .intent(let existing)):
+            if let existing { return .refuse(.repeated(firstSeen: existing.createdAt)) }
+            writes.intent = TokenCancelRules.intent(token: token, key: key, account: account, now: at)
+            writes.events = [
+                NewEvent(
+                    hppSessionID: nil, orderID: nil,
+                    DomainEvent(.operatorRequest, "cancellation of customer token \(Redact.tail(token)) requested by \(record.source)"),
+                    detail: ["intent": key, "source": record.source])
+            ]
+            writes.wakeups = [.customerToken(key)]
+            return .write(writes, .accepted(wake: writes.wakeups))
         case (.hintDispute(let hint), _):
             writes.disputeHint = hint
             return .write(writes, .accepted(wake: []))

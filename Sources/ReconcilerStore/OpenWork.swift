@@ -10,8 +10,8 @@ public struct OpenWork: Sendable, Equatable {
         /// A closed order with a refund under way (an open order's row is due by its refund's time too:
         /// ``merging(refunds:)``).
         case refund
-        /// A charge of a customer token before its order is placed.
-        case charge
+        /// An intent on a customer token: a charge before its order is placed, a cancellation.
+        case customerToken
     }
 
     public var key: WorkKey
@@ -39,7 +39,7 @@ public struct OpenWork: Sendable, Equatable {
         case .order(let phase): WorkPlan(due: due, urgency: phase.urgency(now: at, expiresAt: deadline, deadlines: deadlines), account: account)
         case .paymentRequest: WorkPlan(due: due, urgency: .routine, account: account)
         case .refund: WorkPlan(due: due, urgency: .inMotion, account: account)
-        case .charge: WorkPlan(due: due, urgency: .renewal, account: account)
+        case .customerToken: WorkPlan(due: due, urgency: .renewal, account: account)
         }
     }
 

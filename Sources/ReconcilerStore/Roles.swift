@@ -114,6 +114,10 @@ public protocol OperatorStore: Sendable {
     func submit(_ requests: [OperatorRequest], delivered: Bool, at: Date) async throws -> [Int64]
     func operatorRequests(_ ids: [Int64]) async throws -> [OperatorRequest]
     func holds(_ keys: [WorkKey]) async throws -> [WorkKey: Hold]
+    /// The customer tokens the daemon created or charged, newest first, at most `limit`.
+    func customerTokens(limit: Int) async throws -> [CustomerTokenView]
+    /// One token as the store knows it; nil when the daemon neither created nor charged it.
+    func customerToken(_ token: String) async throws -> CustomerTokenView?
 }
 
 extension OperatorStore {

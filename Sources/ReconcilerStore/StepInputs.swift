@@ -41,11 +41,11 @@ public struct StepInputs: Sendable, Equatable {
 
 extension WorkKey {
     /// The subject of the intents of this key's unit: a session's HPP session id, an order's id. A payment request's
-    /// steps record none; a charge's step its own intent alone (read by its key).
+    /// steps record none; a customer token's step its own intent alone (read by its key).
     public var intentSubject: String? {
         switch self {
         case .session(let id), .order(let id): id
-        case .paymentRequest, .charge: nil
+        case .paymentRequest, .customerToken: nil
         }
     }
 

@@ -6,16 +6,16 @@ public enum WorkKey: Hashable, Sendable, CustomStringConvertible {
     case session(String)
     case order(String)
     case paymentRequest(String)
-    /// A charge of a customer token until Klarna placed its order, by the charge's idempotency key (never the token,
-    /// which moves money: keys go to the journal).
-    case charge(String)
+    /// An intent on a customer token (a charge until Klarna placed its order, a cancellation), by the intent's key
+    /// (never the token, which moves money: work keys go to the journal).
+    case customerToken(String)
 
     public var description: String {
         switch self {
         case .session(let id): "session:\(id)"
         case .order(let id): "order:\(id)"
         case .paymentRequest(let id): "payment_request:\(id)"
-        case .charge(let key): "charge:\(key)"
+        case .customerToken(let key): "customer_token:\(key)"
         }
     }
 
@@ -26,8 +26,8 @@ public enum WorkKey: Hashable, Sendable, CustomStringConvertible {
             self = .order(String(text.dropFirst(6)))
         } else if text.hasPrefix("payment_request:") {
             self = .paymentRequest(String(text.dropFirst(16)))
-        } else if text.hasPrefix("charge:") {
-            self = .charge(String(text.dropFirst(7)))
+        } else if text.hasPrefix("customer_token:") {
+            self = .customerToken(String(text.dropFirst(15)))
         } else {
             return nil
         }
@@ -46,7 +46,7 @@ extension WorkKey {
         switch self {
         case .session(let id): .session(id)
         case .order(let id): .order(id)
-        case .paymentRequest, .charge: nil
+        case .paymentRequest, .customerToken: nil
         }
     }
 }

@@ -23,18 +23,15 @@ struct ChargeCommand: AsyncParsableCommand {
     @Option(help: "Tax in minor units (default 0).") var taxAmount: Int = 0
     @Option(help: "A JSON file with the order lines (Klarna's order_lines); by default one line for the whole amount.") var lines: String?
     @Option(help: "immediate, on_request or never (default: the account's capture policy).") var capture: CapturePolicy?
-    @Option(help: "The Klarna account (an id of accounts:); by default the only one, else the one named default.") var account: AccountID?
-    @Option(help: "Seconds to wait for the daemon's answer (0: do not wait).") var wait: Int = 30
+    @OptionGroup var named: AccountOption
+    @OptionGroup var waiting: WaitOption
     @OptionGroup var options: ConfigOptions
 
-    func validate() throws {
-        guard validID(token) else { throw ValidationError("TOKEN must be 1–255 printable ASCII characters without spaces") }
-        guard wait >= 0 else { throw ValidationError("--wait must be 0 or more seconds") }
-    }
+    func validate() throws { try validateToken(token) }
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
-        let account = try settings.commandAccount(self.account)
+        let account = try settings.commandAccount(named.account)
         var orderLines: [ChargeLine]?
         if let lines {
             do {
@@ -60,7 +57,7 @@ struct ChargeCommand: AsyncParsableCommand {
             action: .charge(ask, key: key, capture: capture ?? account.capturePolicy), callerWakes: false)
         let request = IntentRequest(record: record, key: key, what: "charge")
         let intent = try await request.submit(
-            to: store, wait: wait,
+            to: store, wait: waiting.wait,
             accepted:
                 "charge of \(amount) \(currency) to customer token \(Redact.tail(token)) recorded (reference \(reference), idempotency key \(key))",
             repeated: { "reference \(reference) on this customer token was recorded at \($0.formatted(.iso8601)): the same charge, not another" })

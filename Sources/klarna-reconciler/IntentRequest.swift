@@ -38,3 +38,22 @@ struct IntentRequest {
         "not finished yet (\(intent.state.rawValue), \(intent.attempts) attempt(s)\(intent.lastError.map { ", last error: \($0)" } ?? "")): the daemon goes on"
     }
 }
+
+/// `--wait S`: how long a command that records an intent waits for the daemon's answer.
+struct WaitOption: ParsableArguments {
+    @Option(help: "Seconds to wait for the daemon's answer (0: do not wait).") var wait: Int = 30
+
+    func validate() throws {
+        guard wait >= 0 else { throw ValidationError("--wait must be 0 or more seconds") }
+    }
+}
+
+/// Refuses a customer token that cannot be one (`TOKEN` of `charge`, `token show`, `token cancel`).
+func validateToken(_ token: String) throws {
+    guard validID(token) else { throw ValidationError("TOKEN must be 1–255 printable ASCII characters without spaces") }
+}
+
+/// `--account ID`: the account a command that creates work is for (``Settings/commandAccount(_:)``).
+struct AccountOption: ParsableArguments {
+    @Option(help: "The Klarna account (an id of accounts:); by default the only one, else the one named default.") var account: AccountID?
+}

@@ -10,7 +10,8 @@ struct KlarnaReconciler: AsyncParsableCommand {
         subcommands: [
             RunCommand.self, ReloadCommand.self, CheckConfigCommand.self, TrackCommand.self, CaptureCommand.self, StatusCommand.self,
             ListCommand.self, ShowCommand.self, SettlementsCommand.self, HoldCommand.self, ReleaseCommand.self, RetryCommand.self, CancelCommand.self,
-            ReleaseRemainingCommand.self, RefundCommand.self, ChargeCommand.self, CallbackURLCommand.self, QuarantineCommand.self, BackupCommand.self,
+            ReleaseRemainingCommand.self, RefundCommand.self, ChargeCommand.self, TokensCommand.self, TokenCommand.self, CallbackURLCommand.self,
+            QuarantineCommand.self, BackupCommand.self,
             PruneCommand.self,
             StoreCommand.self, DisputesCommand.self, DisputeCommand.self,
             ClusterCommand.self,

@@ -25,7 +25,7 @@ struct TrackCommand: AsyncParsableCommand {
     @Option(help: "The merchant's own reference (merchant_reference1 on the order).") var reference: String?
     @Option(help: "immediate, on_request or never (default: capture.default_policy).") var capture: CapturePolicy?
     @Option(help: "buy (default), tokenize or buy_and_tokenize.") var intent: PaymentPurpose = .buy
-    @Option(help: "The Klarna account (an id of accounts:); by default the only one, else the one named default.") var account: AccountID?
+    @OptionGroup var named: AccountOption
     @OptionGroup var options: ConfigOptions
 
     func validate() throws {
@@ -36,7 +36,7 @@ struct TrackCommand: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try await options.load(needsKlarnaPassword: false)
-        let account = try settings.commandAccount(self.account)
+        let account = try settings.commandAccount(named.account)
         let store = try await options.openStore(settings, readOnly: false)
         let now = Date()
         var session = TrackedSession(

@@ -19,7 +19,7 @@ struct RefundCommand: AsyncParsableCommand {
     @Option(help: "Amount in minor units (cents).") var amount: Int
     @Option(help: "The shop's reference for this refund (1–255 characters); Klarna repeats it in settlements.") var reference: String
     @Option(help: "Shown to the customer (at most 255 characters).") var description: String?
-    @Option(help: "Seconds to wait for the daemon's answer (0: do not wait).") var wait: Int = 30
+    @OptionGroup var waiting: WaitOption
     @OptionGroup var options: ConfigOptions
 
     func validate() throws {
@@ -27,7 +27,6 @@ struct RefundCommand: AsyncParsableCommand {
         guard amount > 0 else { throw ValidationError("--amount must be a positive number of minor units") }
         if let problem = RefundAsk.textProblem(reference) { throw ValidationError("--reference \(problem)") }
         if let description, let problem = RefundAsk.textProblem(description) { throw ValidationError("--description \(problem)") }
-        guard wait >= 0 else { throw ValidationError("--wait must be 0 or more seconds") }
     }
 
     func run() async throws {
@@ -41,7 +40,8 @@ struct RefundCommand: AsyncParsableCommand {
             callerWakes: false)
         let request = IntentRequest(record: record, key: key, what: "refund")
         let intent = try await request.submit(
-            to: store, wait: wait, accepted: "refund of \(amount) on order \(orderID) recorded (reference \(reference), idempotency key \(key))",
+            to: store, wait: waiting.wait,
+            accepted: "refund of \(amount) on order \(orderID) recorded (reference \(reference), idempotency key \(key))",
             repeated: { "reference \(reference) on order \(orderID) was recorded at \($0.formatted(.iso8601)): the same refund, not another" })
         guard let intent else { return }
         switch intent.state {

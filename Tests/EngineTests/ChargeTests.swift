@@ -27,7 +27,7 @@ struct ChargeTests {
                 SandboxFault(
                     route: "ct.create_order", kind: kind, status: status, delayMs: 2_500, resetSeconds: 5, afterEffect: afterEffect, count: 1))
             let key = IdempotencyKey.make(.charge, ChargeAsk(token: token, reference: "2026-12", amount: 0, currency: "EUR").keyTarget)
-            #expect(try await h.askCharge(token, 1_990, reference: "2026-12") == .accepted(wake: [.charge(key)]))
+            #expect(try await h.askCharge(token, 1_990, reference: "2026-12") == .accepted(wake: [.customerToken(key)]))
             try await h.run()
             let charged = h.sandbox.effects(kind: .tokenCharged)
             #expect(charged.count == 1, "\(name): \(charged.count) orders placed")
@@ -103,7 +103,7 @@ struct ChargeTests {
             h.sandbox.addFault(SandboxFault(route: "ct.read_token", kind: .status, status: 503, count: 2))
             _ = try await h.askCharge(token, 1_000, currency: "SEK", reference: "slow")
             let key = IdempotencyKey.make(.charge, "\(token.utf8.count):\(token):slow")
-            _ = try await h.reconciler.process(.charge(key))
+            _ = try await h.reconciler.process(.customerToken(key))
             let first = try #require(try await h.store.intent(key))
             #expect(first.readFailures == 1 && first.state == .intended && first.attempts == 0)
             #expect(first.nextAttemptAt.map { $0 > h.clock.now } == true, "it waits before reading again")
@@ -263,5 +263,80 @@ extension EngineHarness {
     /// Every outcome recorded, oldest first.
     func allOutcomes() async throws -> [Outcome] {
         try await store.undeliveredOutcomes(now: clock.now.addingTimeInterval(365 * 86_400), limit: 1_000).map(\.outcome)
+    }
+}
+
+/// Customer tokens as operators see them, and their cancellation: an intent sent once, against the sandbox over real
+/// sockets with a real store (each test on SQLite and on PostgreSQL).
+@Suite("Customer tokens", .serialized)
+struct CustomerTokenTests {
+    @Test(
+        "A token's cancellation is sent until Klarna answers (a 503 first), once: customer_token_cancelled; asked again it is the same; a charge recorded before and not yet sent then reads the token and is not made",
+        arguments: StoreKind.allCases)
+    func cancel(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
+            let token = try h.sandbox.createCustomerToken()
+            _ = try await h.askCharge(token, 1_000, currency: "SEK", reference: "placed")
+            try await h.run()
+            _ = try await h.askCharge(token, 1_000, currency: "SEK", reference: "after-cancel")
+            h.sandbox.addFault(SandboxFault(route: "ct.update_status", kind: .status, status: 503, count: 1))
+            let desk = TokenDesk(store: h.store, accounts: h.reconciler.accounts)
+            guard case .recorded(let recorded) = try await desk.cancel(token, account: .default, by: "test", wait: .zero) else {
+                Issue.record("the cancellation is not recorded")
+                return
+            }
+            #expect(recorded.kind == .cancelToken && recorded.subject == Redact.tail(token), "shown by its tail")
+            guard case .repeated = try await desk.cancel(token, account: .default, by: "test", wait: .zero) else {
+                Issue.record("a second ask is not the same cancellation")
+                return
+            }
+            // The cancellation first (its 503, then Klarna's answer), then the charge that was waiting: it reads the
+            // token, cancelled, and sends nothing.
+            let cancelKey = IdempotencyKey.make(.cancelToken, token)
+            _ = try await h.reconciler.process(.customerToken(cancelKey))
+            let waiting = try #require(try await h.store.intent(cancelKey))
+            #expect(waiting.state == .ambiguous && waiting.attempts == 1)
+            let retryAt = try #require(waiting.nextAttemptAt)
+            h.clock.advance(by: Duration(timeInterval: max(0, retryAt.timeIntervalSince(h.clock.now))))
+            _ = try await h.reconciler.process(.customerToken(cancelKey))
+            #expect(try await h.store.intent(cancelKey)?.state == .confirmed)
+            try await h.run()
+            #expect(h.sandbox.effects(kind: .customerTokenCancelled).count == 1)
+            #expect(h.sandbox.requests(route: "ct.update_status").count == 2, "the 503, then the cancellation")
+            #expect(h.sandbox.effects(kind: .tokenCharged).count == 1, "only the charge made before the cancellation")
+            let all = try await h.allOutcomes()
+            #expect(all.filter { $0.kind == .customerTokenCancelled }.map(\.customerTokenID) == [token])
+            #expect(all.filter { $0.kind == .chargeFailed }.map(\.chargeReference) == ["after-cancel"])
+
+            let view = try #require(try await desk.token(token))
+            #expect(view.token == Redact.tail(token) && view.status == "CANCELLED" && view.statusNote == nil)
+            #expect(view.charges.map(\.reference) == ["placed", "after-cancel"] && view.charges.map(\.state) == [.confirmed, .failed])
+            #expect(view.cancellation?.state == .confirmed)
+            let listed = try await desk.tokens(limit: 10)
+            #expect(listed.map(\.token) == [Redact.tail(token)] && listed.first?.charges.count == 2)
+            #expect(try await TokenDesk(store: h.store).token(token)?.statusNote == "not read: the daemon is not running")
+            #expect(try await desk.token("never-seen-token") == nil)
+        }
+    }
+
+    @Test(
+        "A token the daemon created at a tokenize checkout is listed with its session and account; cancelling a token Klarna does not know ends needs_attention",
+        arguments: StoreKind.allCases)
+    func createdAndUnknown(store: StoreKind) async throws {
+        try await EngineHarness.with(store: store) { h in
+            let created = try await h.track(
+                SessionSpec(orderAmount: 5_000, schedule: [ScheduleStep(afterSeconds: 2, status: "COMPLETED")]), purpose: .buyAndTokenize)
+            try await h.run()
+            let token = try #require(try await h.session(created).customerTokenID)
+            let desk = TokenDesk(store: h.store, accounts: h.reconciler.accounts)
+            let view = try #require(try await desk.token(token))
+            #expect(view.createdBy == created.hppSessionId && view.status == "ACTIVE" && view.charges.isEmpty)
+
+            _ = try await desk.cancel("unknown-token-1", account: .default, by: "test", wait: .zero)
+            try await h.run()
+            let outcome = try #require(try await h.allOutcomes().last)
+            #expect(outcome.kind == .needsAttention && outcome.reason.contains("was not cancelled"), "\(outcome.reason)")
+            #expect(h.sandbox.requests(route: "ct.update_status").count == 1, "Klarna's 404 is final")
+        }
     }
 }

@@ -71,6 +71,22 @@ struct ChargeProcessTests {
         #expect(MetricsTests.value(samples, "klarna_reconciler_outcomes_total", ["kind": "charge_placed"]) == 2)
         #expect(MetricsTests.value(samples, "klarna_reconciler_outcomes_total", ["kind": "charge_declined"]) == 1)
         #expect(MetricsTests.value(samples, "klarna_reconciler_intents_finished_total", ["kind": "charge", "state": "confirmed"]) == 2)
+        // The operator's view of the token, read through the daemon, and its cancellation, once.
+        let listed = try await fixture.cli(["tokens"])
+        #expect(listed.status == 0 && listed.output.contains(Redact.tail(token)) && !listed.output.contains(token), "\(listed.output)")
+        let shown = try await fixture.cli(["token", "show", token])
+        #expect(
+            shown.output.contains("status at Klarna: ACTIVE") && shown.output.contains("charge sub-1-2026-12: 1990 EUR, confirmed"), "\(shown.output)"
+        )
+        let cancelled = try await fixture.cli(["token", "cancel", token])
+        #expect(cancelled.status == 0 && cancelled.output.contains("Klarna cancelled customer token"), "\(cancelled.output) \(cancelled.errors)")
+        let cancelAgain = try await fixture.cli(["token", "cancel", token])
+        #expect(cancelAgain.status == 0 && cancelAgain.output.contains("the same one, not another"), "\(cancelAgain.output)")
+        #expect(fixture.sandbox.effects(kind: .customerTokenCancelled).count == 1)
+        let afterwards = try await fixture.cli(["charge", token, "--amount", "1990", "--currency", "EUR", "--reference", "sub-1-2027-03"])
+        #expect(afterwards.status == 1 && afterwards.errors.contains("not ACTIVE"), "\(afterwards.output) \(afterwards.errors)")
+        let json = try await fixture.cli(["token", "show", token, "--json"])
+        #expect(json.output.contains(#""status" : "CANCELLED""#) || json.output.contains(#""status":"CANCELLED""#), "\(json.output)")
         #expect(!fixture.daemonLog.contains(token), "the journal shows the token by its tail only")
     }
 

@@ -15,7 +15,7 @@ struct ChargeRulesTests {
         }
         #expect(intent.kind == .charge && intent.subject == "tok-123456789" && intent.amount == 1_990 && intent.reference == "2026-12")
         #expect(intent.charge?.capture == .onRequest && intent.charge?.currency == "EUR" && intent.charge?.merchantReference == "2026-12")
-        #expect(intent.nextAttemptAt == now && intent.charge?.account == nil)
+        #expect(intent.nextAttemptAt == now && intent.account == nil)
         let body = try #require(intent.charge?.body)
         #expect(body == (try ask.orderBody()), "the same ask builds the same bytes")
         let decoded = try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any]

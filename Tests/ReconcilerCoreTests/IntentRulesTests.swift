@@ -11,7 +11,8 @@ struct IntentRulesTests {
         OrderFacts(status: status, capturedTotal: captured, remainingAuthorizedAmount: remaining, expiresAt: expires)
     }
 
-    @Test("Every intent kind acts on a session, on an order, refunds an order or charges a customer token, and each maps back to its kind")
+    @Test(
+        "Every intent kind acts on a session, on an order, refunds an order, or charges or cancels a customer token, and each maps back to its kind")
     func targets() {
         for kind in Intent.Kind.allCases {
             switch kind.target {
@@ -19,10 +20,12 @@ struct IntentRulesTests {
             case .order(let order): #expect(order.intentKind == kind)
             case .refund: #expect(kind == .refund)
             case .charge: #expect(kind == .charge)
+            case .cancelToken: #expect(kind == .cancelToken)
             }
         }
-        #expect(SessionIntentKind.allCases.count + OrderIntentKind.allCases.count + 2 == Intent.Kind.allCases.count)
-        // Klarna deduplicates exactly the Order Management writes (the order's and refunds) and charges.
+        #expect(SessionIntentKind.allCases.count + OrderIntentKind.allCases.count + 3 == Intent.Kind.allCases.count)
+        // Klarna deduplicates exactly the Order Management writes (the order's and refunds) and the customer-token API's
+        // writes (a charge by its key, a cancellation by nature).
         for kind in Intent.Kind.allCases {
             if case .session = kind.target { #expect(!kind.klarnaDeduplicates) } else { #expect(kind.klarnaDeduplicates) }
         }

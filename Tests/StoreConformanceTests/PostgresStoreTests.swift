@@ -503,18 +503,18 @@ struct PostgresStoreTests {
         let record = IngestRecord(
             dedupeKey: nil, kind: "charge_request", source: "test", summary: "charge", action: .charge(ask, key: key, capture: .immediate),
             callerWakes: false)
-        #expect(try await a.ingest(record, at: Date()) == .accepted(wake: [.charge(key)]))
+        #expect(try await a.ingest(record, at: Date()) == .accepted(wake: [.customerToken(key)]))
         let claimed = try await a.claimWork(ttl: .seconds(30), limit: 10, liveDaemons: 1, patience: .zero)
-        #expect(claimed.map(\.key) == [.charge(key)])
-        #expect(claimed.first?.work?.kind == .charge && claimed.first?.work?.account.rawValue == "nordic")
+        #expect(claimed.map(\.key) == [.customerToken(key)])
+        #expect(claimed.first?.work?.kind == .customerToken && claimed.first?.work?.account.rawValue == "nordic")
         _ = try await a.takeWakeups()
-        #expect(try await a.releaseLeases([.charge(key)]).isEmpty, "the charge under way keeps its lease")
+        #expect(try await a.releaseLeases([.customerToken(key)]).isEmpty, "the charge under way keeps its lease")
         var ended = try #require(try await a.intent(key))
         ended.state = .failed
         var change = Change()
         change.intents = [ended]
-        try await a.commit(change, at: Date(), fencedBy: .charge(key))
-        #expect(try await a.releaseLeases([.charge(key)]) == [.charge(key)])
+        try await a.commit(change, at: Date(), fencedBy: .customerToken(key))
+        #expect(try await a.releaseLeases([.customerToken(key)]) == [.customerToken(key)])
         #expect(try await a.unclaimedWork() == 0)
     }
 

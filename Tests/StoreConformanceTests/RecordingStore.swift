@@ -102,6 +102,14 @@ struct RecordingStore: ReconcilerStore {
         noted("OperatorStore.operatorRequests"); return try await base.operatorRequests(ids)
     }
     func holds(_ keys: [WorkKey]) async throws -> [WorkKey: Hold] { noted("OperatorStore.holds"); return try await base.holds(keys) }
+    func customerTokens(limit: Int) async throws -> [CustomerTokenView] {
+        noted("OperatorStore.customerTokens")
+        return try await base.customerTokens(limit: limit)
+    }
+    func customerToken(_ token: String) async throws -> CustomerTokenView? {
+        noted("OperatorStore.customerToken")
+        return try await base.customerToken(token)
+    }
 
     // ReloadMailbox
     func requestReload(at: Date) async throws -> Int64 { noted("ReloadMailbox.requestReload"); return try await base.requestReload(at: at) }
@@ -223,7 +231,7 @@ enum RoleCoverage {
         "IngestStore.sessionAccount",
         "OutcomeQueue.undeliveredOutcomes", "OutcomeQueue.markOutboxWritten", "OutcomeQueue.markNotified", "OutcomeQueue.notifyFailed",
         "OperatorStore.summary", "OperatorStore.list", "OperatorStore.timeline", "OperatorStore.submit", "OperatorStore.operatorRequests",
-        "OperatorStore.holds",
+        "OperatorStore.holds", "OperatorStore.customerTokens", "OperatorStore.customerToken",
         "ReloadMailbox.requestReload", "ReloadMailbox.newestReloadRequest", "ReloadMailbox.answerReloads", "ReloadMailbox.reloadAnswer",
         "PruningStore.prune",
         "StoreHealth.liveStatus", "StoreHealth.stateSnapshot", "StoreHealth.probeWrites",

@@ -163,6 +163,41 @@ struct StoreConformanceTests {
         }
     }
 
+    @Test(
+        "Customer tokens: the ones created at a checkout (with their session's account) and the ones charged or cancelled, the most recently used first; one token with its charges oldest first",
+        arguments: Backend.allCases)
+    func customerTokens(_ backend: Backend) async throws {
+        try await StoreUnderTest.with(backend) { s in
+            var session = Fixtures.session("hpp-tok")
+            session.account = AccountID(rawValue: "nordic")!
+            _ = try await s.store.track(session, event: DomainEvent(.tracked, "t"), at: Fixtures.t0)
+            var made = Intent(key: "ct-1", kind: .customerToken, subject: "hpp-tok", now: Fixtures.t0).confirmed(result: "tok-made", now: Fixtures.t0)
+            made.updatedAt = Fixtures.t0
+            func charge(_ key: String, _ token: String, _ reference: String, at seconds: Double) -> Intent {
+                var intent = Intent(key: key, kind: .charge, subject: token, amount: 100, now: Fixtures.t0.addingTimeInterval(seconds))
+                intent.reference = reference
+                return intent
+            }
+            var change = Change()
+            change.intents = [
+                made, charge("ch-1", "tok-made", "r-1", at: 10), charge("ch-2", "tok-other", "r-2", at: 20),
+                charge("ch-3", "tok-made", "r-3", at: 30),
+                TokenCancelRules.intent(token: "tok-other", key: "cancel-1", account: .default, now: Fixtures.t0.addingTimeInterval(5)),
+                Intent(key: "ct-2", kind: .customerToken, subject: "hpp-tok", now: Fixtures.t0),  // not confirmed: no token
+            ]
+            try await s.store.commit(change, at: Fixtures.t0)
+            let listed = try await s.store.customerTokens(limit: 10)
+            #expect(listed.map(\.token) == ["tok-made", "tok-other"])
+            #expect(listed.first?.account.rawValue == "nordic" && listed.first?.createdBy == "hpp-tok")
+            #expect(listed.first?.charges.map(\.reference) == ["r-1", "r-3"])
+            #expect(listed.last?.cancellation?.key == "cancel-1" && listed.last?.charges.map(\.reference) == ["r-2"])
+            #expect(try await s.store.customerTokens(limit: 1).map(\.token) == ["tok-made"])
+            let one = try #require(try await s.store.customerToken("tok-other"))
+            #expect(one.charges.count == 1 && one.createdBy == nil && one.account == .default)
+            #expect(try await s.store.customerToken("tok-none") == nil)
+        }
+    }
+
     @Test("Every value comes back as it was committed: sessions, orders, payment requests, intents", arguments: Backend.allCases)
     func roundTrip(_ backend: Backend) async throws {
         try await StoreUnderTest.with(backend) { s in
@@ -698,8 +733,8 @@ struct StoreConformanceTests {
                         #expect(inputs.order == (try await s.store.order(id)) && inputs.session == nil && inputs.paymentRequest == nil)
                     case .paymentRequest(let id):
                         #expect(inputs.paymentRequest == (try await s.store.paymentRequest(id)) && inputs.session == nil && inputs.order == nil)
-                    case .charge:
-                        Issue.record("a charge's step reads its intent alone")
+                    case .customerToken:
+                        Issue.record("a customer token's step reads its intent alone")
                     }
                 }
             }

@@ -126,7 +126,7 @@ extension Reconciler {
         case .session(let id): try await store.session(id)?.isOpen ?? false
         case .order(let id):
             if try await store.order(id)?.isOpen ?? false { true } else { try await pendingRefund(of: id) != nil }
-        case .paymentRequest, .charge: false
+        case .paymentRequest, .customerToken: false
         }
     }
 
@@ -135,7 +135,7 @@ extension Reconciler {
         switch key {
         case .session(let id): (id, nil)
         case .order(let id): (try await store.order(id)?.hppSessionID, id)
-        case .paymentRequest, .charge: (nil, nil)
+        case .paymentRequest, .customerToken: (nil, nil)
         }
     }
 }

@@ -77,7 +77,7 @@ public struct Reconciler: Sendable {
                 case .session(let id): change.sessions.last { $0.hppSessionID == id }.map(Unit.session)
                 case .order(let id): change.orders.last { $0.orderID == id }.map(Unit.order)
                 case .paymentRequest(let id): change.paymentRequests.last { $0.paymentRequestID == id }.map(Unit.paymentRequest)
-                case .charge: nil
+                case .customerToken: nil
                 }
             if let found { unit.withLock { $0 = found } }
         }
@@ -183,7 +183,7 @@ public struct Reconciler: Sendable {
             case .session(let id): try await processSession(id, hinted: hinted)
             case .order(let id): try await processOrder(id, hinted: hinted)
             case .paymentRequest(let id): try await LogContext.about(paymentRequest: id) { try await processPaymentRequest(id, hinted: hinted) }
-            case .charge(let key): try await processCharge(key)
+            case .customerToken(let key): try await processTokenIntent(key)
             }
         step.wake += operatorWake
         guard let due = step.next else { return WorkResult(next: nil, wake: step.wake, ending: step.ending) }
@@ -197,7 +197,7 @@ public struct Reconciler: Sendable {
             case (.session(let id), _): try await store.session(id)?.plan(now: now)
             case (.order(let id), _): try await store.order(id)?.plan(now: now, deadlines: settings.deadlines)
             case (.paymentRequest(let id), _): try await store.paymentRequest(id)?.plan()
-            case (.charge(let key), _): try await store.intent(key).flatMap { ChargeRules.plan($0, due: due) }
+            case (.customerToken(let key), _): try await store.intent(key).flatMap { ChargeRules.plan($0, due: due) }
             }
         let urgency = max(plan?.urgency ?? .routine, step.urgency ?? .routine)
         return WorkResult(

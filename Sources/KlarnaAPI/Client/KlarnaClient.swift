@@ -89,6 +89,14 @@ public struct KlarnaClient: Sendable {
             send(.chargeCustomerToken, "POST", path, resource: Redact.tail(token), body: Array(body.utf8), idempotencyKey: idempotencyKey))
     }
 
+    /// Cancels the customer token (`202`): a status Klarna keeps, so sending it again changes nothing.
+    public func cancelCustomerToken(_ token: String, idempotencyKey: String) async throws {
+        let path = "/customer-token/v1/tokens/\(segment(token))/status"
+        _ = try await send(
+            .cancelCustomerToken, "PATCH", path, resource: Redact.tail(token), body: Array(#"{"status":"CANCELLED"}"#.utf8),
+            idempotencyKey: idempotencyKey)
+    }
+
     // MARK: Order Management
 
     public func readOrder(id: String) async throws -> Order {

@@ -146,15 +146,12 @@ public struct ChargeTerms: Codable, Sendable, Equatable {
     public var body: String
     /// When the first attempt was marked sent: Klarna answers the same key the same way for 24 hours from then.
     public var firstSentAt: Date?
-    /// Absent for the default account.
-    public var account: AccountID?
 
-    public init(currency: String, capture: CapturePolicy, merchantReference: String, body: String, account: AccountID?) {
+    public init(currency: String, capture: CapturePolicy, merchantReference: String, body: String) {
         self.currency = currency
         self.capture = capture
         self.merchantReference = merchantReference
         self.body = body
-        self.account = account == .default ? nil : account
     }
 }
 
@@ -194,8 +191,8 @@ public enum ChargeRules {
         }
         var intent = Intent(key: key, kind: .charge, subject: ask.token, amount: ask.amount, now: now)
         intent.reference = ask.reference
-        intent.charge = ChargeTerms(
-            currency: ask.currency, capture: capture, merchantReference: ask.merchantReference1 ?? ask.reference, body: body, account: ask.account)
+        intent.charge = ChargeTerms(currency: ask.currency, capture: capture, merchantReference: ask.merchantReference1 ?? ask.reference, body: body)
+        intent.account = ask.account == .default ? nil : ask.account
         intent.nextAttemptAt = now
         return .record(intent)
     }
@@ -249,14 +246,14 @@ public enum ChargeRules {
         order.currency = intent.charge?.currency
         // `charge_placed` says it: no `order_placed` besides.
         order.placedOutcomeRecorded = true
-        order.account = intent.charge?.account ?? .default
+        order.account = intent.ownAccount
         return order
     }
 
     /// Its next run: a renewal's level of urgency, in the charge's account; nil once finished.
     public static func plan(_ intent: Intent, due: Date) -> WorkPlan? {
         guard !intent.isFinished else { return nil }
-        return WorkPlan(due: due, urgency: .renewal, account: intent.charge?.account ?? .default)
+        return WorkPlan(due: due, urgency: .renewal, account: intent.ownAccount)
     }
 
     /// An outcome of the charge `intent`.
@@ -267,5 +264,21 @@ public enum ChargeRules {
             currency: intent.charge?.currency, fraudStatus: fraudStatus, customerTokenID: intent.subject)
         outcome.chargeReference = intent.reference
         return outcome
+    }
+}
+
+/// Cancelling a customer token (`klarna-reconciler token cancel`): an intent of its own, asked for once.
+public enum TokenCancelRules {
+    /// The intent that cancels `token` of `account`, under `key`.
+    public static func intent(token: String, key: String, account: AccountID, now: Date) -> Intent {
+        var intent = Intent(key: key, kind: .cancelToken, subject: token, now: now)
+        intent.account = account == .default ? nil : account
+        intent.nextAttemptAt = now
+        return intent
+    }
+
+    /// The outcome of a cancellation: done, or (`kind` needs attention) not done and why.
+    public static func outcome(_ kind: OutcomeKind, _ reason: String, _ intent: Intent) -> Outcome {
+        Outcome(kind: kind, reason: reason, customerTokenID: intent.subject)
     }
 }

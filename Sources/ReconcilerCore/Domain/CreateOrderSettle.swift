@@ -91,7 +91,7 @@ extension Intent.Kind {
     public var settlesAfterUnclearAttempt: Bool {
         switch self {
         case .placeOrder: true
-        case .capture, .extendAuthorization, .customerToken, .cancelOrder, .releaseRemaining, .refund, .charge: false
+        case .capture, .extendAuthorization, .customerToken, .cancelOrder, .releaseRemaining, .refund, .charge, .cancelToken: false
         }
     }
 }

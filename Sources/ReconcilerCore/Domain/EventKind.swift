@@ -61,6 +61,8 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
     case chargeDeclined = "charge_declined"
     /// A charge did not happen.
     case chargeFailed = "charge_failed"
+    /// Klarna cancelled a customer token.
+    case customerTokenCancelled = "customer_token_cancelled"
     /// Klarna opened a dispute of a payment.
     case disputeOpened = "dispute_opened"
     /// A dispute moved to another state, or Klarna moved its deadline.
@@ -116,6 +118,7 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
             case .chargePlaced: .chargePlaced
             case .chargeDeclined: .chargeDeclined
             case .chargeFailed: .chargeFailed
+            case .customerTokenCancelled: .customerTokenCancelled
             case .settlementOrphan: .settlementOrphan
             case .settlementMismatch: .settlementMismatch
             case .settlementDrift: .settlementDrift
@@ -145,7 +148,8 @@ public enum EventKind: String, Codable, Sendable, CaseIterable {
             .warning
         case .failed, .needsAttention, .refundFailed, .chargeFailed, .disputeLost: .error
         case .webhook, .settling, .operatorRequest, .authorized, .done, .orderPlaced, .orderLinked, .customerTokenCreated, .captured,
-            .authorizationExtended, .cancelled, .rejected, .paymentRequestCompleted, .refunded, .chargePlaced, .disputeWon, .settlementOrphan,
+            .authorizationExtended, .cancelled, .rejected, .paymentRequestCompleted, .refunded, .chargePlaced, .customerTokenCancelled, .disputeWon,
+            .settlementOrphan,
             .settlementMismatch,
             .settlementDrift,
             .settlementReversal, .payoutMismatch, .captureUnsettled, .operatorAction, .operatorRefused:

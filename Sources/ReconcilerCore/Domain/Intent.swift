@@ -20,6 +20,9 @@ public struct Intent: Codable, Sendable, Equatable {
         /// An order placed with a customer token, asked for by the shop (`klarna-reconciler charge`, the socket's
         /// charge route): a renewal. Klarna deduplicates it by `Klarna-Idempotency-Key` for 24 hours.
         case charge
+        /// A customer token cancelled (`PATCH …/status` `CANCELLED`), asked for by an operator (`klarna-reconciler token
+        /// cancel`): setting a status Klarna keeps, so sending it again changes nothing.
+        case cancelToken = "cancel_customer_token"
 
         /// Klarna deduplicates these by `Klarna-Idempotency-Key` (OM writes); the others have no documented
         /// idempotency and must never be repeated after an unclear answer without reading first.
@@ -52,8 +55,14 @@ public struct Intent: Codable, Sendable, Equatable {
     /// `merchant_refund_reference`) and the customer-visible description.
     public var reference: String?
     public var refundDescription: String?
-    /// Charges: the currency, capture policy and account of the order it places, and the request, built once.
+    /// Charges: the currency and capture policy of the order it places, and the request, built once.
     public var charge: ChargeTerms?
+    /// The Klarna account of an intent no unit names one for (a charge, a token's cancellation: the intent is its own
+    /// unit); nil for the default account (``ownAccount``) and for every other intent.
+    public var account: AccountID?
+
+    /// The account of an intent that is its own unit.
+    public var ownAccount: AccountID { account ?? .default }
     /// Reads before the next attempt that failed in a row (refunds read the order before every attempt), for the
     /// backoff; nil when the last read went through.
     public var readFailures: Int?

@@ -36,6 +36,8 @@ extension Intent.Kind {
         case refund
         /// An order placed with a customer token: a unit of its own until Klarna placed it (``ChargeRules``).
         case charge
+        /// A customer token cancelled: a unit of its own (``TokenCancelRules``).
+        case cancelToken
     }
 
     public var target: Target {
@@ -48,6 +50,7 @@ extension Intent.Kind {
         case .releaseRemaining: .order(.releaseRemaining)
         case .refund: .refund
         case .charge: .charge
+        case .cancelToken: .cancelToken
         }
     }
 }

@@ -55,6 +55,8 @@ public enum OutcomeKind: String, Codable, Sendable, CaseIterable {
     /// A charge that did not happen and was not a decline: the token is not active or unknown, Klarna refused the
     /// request, or no clear answer came within Klarna's 24 hours.
     case chargeFailed = "charge_failed"
+    /// Klarna cancelled a customer token an operator asked to cancel: no charge of it is made from now on.
+    case customerTokenCancelled = "customer_token_cancelled"
 
     // Disputes (`disputes.enabled`): what Klarna's Disputes API shows of a payment's disputes, and the operators'
     // actions on them. `dispute_id`, `dispute_state` and `deadline` say which and by when.

@@ -25,6 +25,7 @@ public enum MessageID: String, CaseIterable, Sendable {
     case chargePlaced = "5b0e7d1c9a4f4e27b36c18d2f0a94c51"
     case chargeDeclined = "e3a92f40c1d84b6f9a7025be61c3d8f4"
     case chargeFailed = "8c14d6e2b7f04a9385e1f0c2a6d7b913"
+    case customerTokenCancelled = "a7d3e95b0c1f4e6a8b2d7c4f19e0a536"
     case settlementOrphan = "dc06efe0539a40be95b5b7a7f9bb5714"
     case settlementMismatch = "29b0c382ac764f879cf6db339ef5c458"
     case settlementDrift = "78a9e002cc9248488baef0e786b1be6b"
@@ -92,6 +93,7 @@ public enum MessageID: String, CaseIterable, Sendable {
             case .chargePlaced: .chargePlaced
             case .chargeDeclined: .chargeDeclined
             case .chargeFailed: .chargeFailed
+            case .customerTokenCancelled: .customerTokenCancelled
             case .settlementOrphan: .settlementOrphan
             case .settlementMismatch: .settlementMismatch
             case .settlementDrift: .settlementDrift
@@ -122,6 +124,7 @@ public enum MessageID: String, CaseIterable, Sendable {
             .authorizationExtended, .tokenExpired, .cancelled, .rejected, .expired, .needsAttention, .paymentRequestCompleted,
             .settlementOrphan, .settlementMismatch, .settlementDrift, .settlementReversal, .payoutMismatch, .captureUnsettled,
             .operatorRequest, .refundRequested, .refunded, .refundFailed, .chargeRequested, .chargePlaced, .chargeDeclined, .chargeFailed,
+            .customerTokenCancelled,
             .disputeOpened, .disputeChanged, .disputeDeadline, .disputeWon,
             .disputeLost:
             return nil

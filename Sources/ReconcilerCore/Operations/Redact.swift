@@ -17,11 +17,11 @@ extension TrackedSession {
 }
 
 extension Intent {
-    /// A customer-token intent's result is the token itself; a charge's subject is the token it charges.
+    /// A customer-token intent's result is the token itself; a charge's or a cancellation's subject is its token.
     public var redacted: Intent {
         var intent = self
         if kind == .customerToken { intent.result = result.map(Redact.tail) }
-        if kind == .charge { intent.subject = Redact.tail(subject) }
+        if kind == .charge || kind == .cancelToken { intent.subject = Redact.tail(subject) }
         return intent
     }
 }

@@ -95,8 +95,8 @@ public enum IngestTransactions {
             return .read("SELECT data FROM payment_requests WHERE payment_request_id = \(id)\(Statement.forUpdate)") {
                 .answer(.paymentRequest(try $0.first?.decoded(TrackedPaymentRequest.self)))
             }
-        case .charge(let key):
-            return .read("SELECT data FROM intents WHERE key = \(key)") { .answer(.charge(existing: try $0.first?.decoded(Intent.self))) }
+        case .intent(let key):
+            return .read("SELECT data FROM intents WHERE key = \(key)") { .answer(.intent(existing: try $0.first?.decoded(Intent.self))) }
         case .refund(let orderID, let key):
             return .run(["SELECT data FROM orders WHERE order_id = \(orderID)", "SELECT data FROM intents WHERE key = \(key)"]) { rows in
                 .answer(.refund(order: try rows[0].first?.decoded(TrackedOrder.self), existing: try rows[1].first?.decoded(Intent.self)))

@@ -2,8 +2,8 @@ import Foundation
 import ReconcilerCore
 
 extension OpenWork {
-    /// Every open session, order, payment request, refund and charge under way, as ``merging(rows:)`` reads them: a
-    /// kind (`s`, `o`, `p`, `r`, `c`), the unit's id (a charge's: its key), when it is due, its phase, deadline and account, and a session's poll
+    /// Every open session, order, payment request, refund and intent on a customer token under way, as
+    /// ``merging(rows:)`` reads them: a kind (`s`, `o`, `p`, `r`, `c`), the unit's id (a token intent's: its key), when it is due, its phase, deadline and account, and a session's poll
     /// profile.
     public static let all: Statement = """
         SELECT 's', hpp_session_id, next_due, phase, deadline, tracked_at, \(jsonNumber: "data", StoredJSON.sessionLastReadAt),
@@ -18,8 +18,8 @@ extension OpenWork {
         FROM intents WHERE kind = 'refund' AND state IN ('intended', 'sent', 'ambiguous')
         GROUP BY subject
         UNION ALL
-        SELECT 'c', key, coalesce(next_attempt, created_at), NULL, NULL, NULL, NULL, NULL, NULL, \(json: "data", StoredJSON.chargeAccount)
-        FROM intents WHERE kind = 'charge' AND state IN ('intended', 'sent', 'ambiguous')
+        SELECT 'c', key, coalesce(next_attempt, created_at), NULL, NULL, NULL, NULL, NULL, NULL, \(json: "data", StoredJSON.intentAccount)
+        FROM intents WHERE kind IN ('charge', 'cancel_customer_token') AND state IN ('intended', 'sent', 'ambiguous')
         """
 
     /// The open work in rows of ``all``'s columns, an order's refunds merged into its own.
@@ -45,7 +45,7 @@ extension OpenWork {
             case "r":
                 refunds.append(OpenWork(key: .order(id), due: due, kind: .refund))
             case "c":
-                work.append(OpenWork(key: .charge(id), due: due, kind: .charge, account: account))
+                work.append(OpenWork(key: .customerToken(id), due: due, kind: .customerToken, account: account))
             default:
                 work.append(OpenWork(key: .paymentRequest(id), due: due, kind: .paymentRequest, account: account))
             }

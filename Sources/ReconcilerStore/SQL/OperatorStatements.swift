@@ -45,7 +45,7 @@ extension OperatorStore where Self: StatementRunner {
                 switch request.key {
                 case .session(let id): ("\(id)", "NULL")
                 case .order(let id): ("(SELECT hpp_session_id FROM orders WHERE order_id = \(id))", "\(id)")
-                case .paymentRequest, .charge: ("NULL", "NULL")
+                case .paymentRequest, .customerToken: ("NULL", "NULL")
                 }
             return .write(
                 [
@@ -81,8 +81,14 @@ extension OperatorStore where Self: StatementRunner {
         let of: Statement = "hpp_session_id \(anyOf: sessionIDs) OR (order_id \(anyOf: orderIDs) AND hpp_session_id IS NULL)"
         let events = try await rows(of: "SELECT \(RecordedEvent.columns) FROM events WHERE \(of) ORDER BY id").map(RecordedEvent.init(row:))
         let outcomes = try await rows(of: "SELECT \(StoredOutcome.columns) FROM outcomes WHERE \(of) ORDER BY id").map(StoredOutcome.init(row:))
-        let intents = try await rows(of: "SELECT data FROM intents WHERE subject \(anyOf: sessionIDs + orderIDs) ORDER BY created_at")
-            .map { try $0.decoded(Intent.self) }
+        // A charge's order: the charge too (its subject is the token, its result the order).
+        let intents = try await rows(
+            of: """
+                SELECT data FROM intents WHERE subject \(anyOf: sessionIDs + orderIDs)
+                  OR (kind = 'charge' AND \(json: "data", StoredJSON.intentResult) \(anyOf: orderIDs))
+                ORDER BY created_at
+                """
+        ).map { try $0.decoded(Intent.self) }
         return PaymentTimeline(sessions: sessions, orders: orders, intents: intents, events: events, outcomes: outcomes)
     }
 

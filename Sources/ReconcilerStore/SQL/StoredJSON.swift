@@ -40,8 +40,11 @@ public enum StoredJSON {
     /// A tracked order's (`TrackedOrder`, `orders.data`) currency.
     public static let orderCurrency = Path("currency")
 
-    /// A charge intent's (`Intent`, `intents.data`) account; absent for the default account.
-    public static let chargeAccount = Path("charge", "account")
+    /// The account of an intent that is its own unit (`Intent`, `intents.data`: a charge, a token's cancellation);
+    /// absent for the default account.
+    public static let intentAccount = Path("account")
+    /// What Klarna created for an intent (`Intent`, `intents.data`): a charge's order id, a customer token.
+    public static let intentResult = Path("result")
 
     /// A recorded settlement line's (`LineReconciliation`, `settlement_lines.data`) merchant reference.
     public static let lineMerchantReference = Path("line", "merchantReference")

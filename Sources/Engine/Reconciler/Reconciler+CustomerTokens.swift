@@ -3,17 +3,25 @@ import KlarnaAPI
 import ReconcilerCore
 import ReconcilerStore
 
-/// Charges of customer tokens (renewals): one intent each, a unit of its own until Klarna placed its order, which is
+/// Intents on customer tokens. Charges (renewals): one intent each, a unit of its own until Klarna placed its order, which is
 /// then followed like any order. The token is read before the first attempt; every attempt sends the body built when
 /// the charge was recorded with the same `Klarna-Idempotency-Key`, which Klarna answers the same way for 24 hours, so
 /// an unclear answer is resolved by sending again inside that window and never by a second charge after it.
 extension Reconciler {
-    /// One step of the charge recorded under `key`.
-    func processCharge(_ key: String) async throws -> StepResult {
-        guard let intent = try await store.intent(key), intent.kind == .charge, !intent.isFinished, let terms = intent.charge else {
-            return StepResult(next: nil)
+    /// One step of the intent on a customer token recorded under `key`: a charge, or the token's cancellation.
+    func processTokenIntent(_ key: String) async throws -> StepResult {
+        guard let intent = try await store.intent(key), !intent.isFinished else { return StepResult(next: nil) }
+        return try await on(intent.ownAccount) {
+            switch intent.kind {
+            case .charge where intent.charge != nil: try await driveCharge(intent)
+            case .cancelToken: try await driveTokenCancel(intent)
+            default:
+                // Only a store edited by hand holds another intent under a token's key: stop rather than guess.
+                try await chargeEnded(
+                    intent.failed("not an intent on a customer token", now: clock.now), .needsAttention,
+                    reason: "intent \(intent.key) (\(intent.kind.rawValue)) is not a charge or a token's cancellation", change: Change(), detail: [:])
+            }
         }
-        return try await on(terms.account ?? .default) { try await driveCharge(intent) }
     }
 
     private func driveCharge(_ intent: Intent) async throws -> StepResult {
@@ -56,25 +64,22 @@ extension Reconciler {
             }
         }
 
-        try await spendBudget(.renewal)  // before the sent mark, as for every side effect
-        now = clock.now
-        change.intents = [intent]
-        if let deferred = try await deferredSideEffect(change, "charge \(intent.reference ?? intent.key)", now: now) {
-            return StepResult(next: deferred.next, urgency: .renewal)
+        switch try await markSent(
+            intent, carrying: change, what: "charge \(intent.reference ?? intent.key)",
+            event: { sent in
+                NewEvent(
+                    hppSessionID: nil, orderID: nil,
+                    DomainEvent(
+                        .attempt,
+                        "charging \(sent.amount ?? 0) \(sent.charge?.currency ?? "") to customer token \(Redact.tail(token)), reference \(sent.reference ?? "—"), attempt \(sent.attempts)"
+                    ), detail: detail.merging(["attempt": "\(sent.attempts)"]) { $1 })
+            })
+        {
+        case .deferred(let result): return result
+        case .sent(let sent, let answering):
+            intent = sent
+            change = answering
         }
-        intent = intent.sending(now: now)
-        change.intents = [intent]
-        change.events.append(
-            NewEvent(
-                hppSessionID: nil, orderID: nil,
-                DomainEvent(
-                    .attempt,
-                    "charging \(intent.amount ?? 0) \(intent.charge?.currency ?? "") to customer token \(Redact.tail(token)), reference \(intent.reference ?? "—"), attempt \(intent.attempts)"
-                ),
-                detail: detail.merging(["attempt": "\(intent.attempts)"]) { $1 }))
-        try await commit(change, now: now)
-        change = Change.answering(intent)
-
         let key = intent.key
         let body = intent.charge?.body ?? ""
         let result = try await klarna(
@@ -111,7 +116,6 @@ extension Reconciler {
     /// Klarna's refusal, or no clear answer: a decline or a final refusal ends the charge; anything else is sent again
     /// with the same key, within Klarna's window.
     private func chargeFailed(_ intent: Intent, _ error: KlarnaAPIError, change: Change, detail: [String: String]) async throws -> StepResult {
-        var change = change
         let now = clock.now
         let errorDetail = Self.detail(error).merging(detail) { $1 }
         if case .http(let status) = error.failure {
@@ -140,10 +144,7 @@ extension Reconciler {
             createOrderSettle: settings.createOrderSettle, random: random)
         {
         case .tryAgain(let next, let at, let event):
-            change.intents = [next.waiting(until: at, now: now)]
-            change.events.append(NewEvent(hppSessionID: nil, orderID: nil, event, detail: errorDetail))
-            try await commit(change, now: now)
-            return StepResult(next: at, urgency: .renewal)
+            return try await tryAgain(next, at: at, event, change: change, detail: errorDetail)
         case .giveUp(let ended, _) where ended.state == .ambiguous:
             return try await chargeUnclear(ended, change: change, detail: errorDetail)
         case .giveUp(let ended, let reason):
@@ -177,6 +178,95 @@ extension Reconciler {
         change.events.append(NewEvent(hppSessionID: nil, orderID: nil, DomainEvent(EventKind(kind), reason), detail: detail))
         try await commit(change, now: clock.now)
         return StepResult(next: nil)
+    }
+
+    /// A token's cancellation, asked for by an operator: sent until Klarna answers (a status it keeps, so sending again
+    /// changes nothing), then `customer_token_cancelled`; Klarna's refusal, or no clear answer after every attempt, is a
+    /// person's to look at.
+    private func driveTokenCancel(_ intent: Intent) async throws -> StepResult {
+        var intent = intent
+        var now = clock.now
+        if let next = intent.nextAttemptAt, !now.hasReached(next) { return StepResult(next: next, urgency: .renewal) }
+        let token = intent.subject
+        let detail = ["intent": intent.key, "customer_token": Redact.tail(token)]
+        var change: Change
+        switch try await markSent(
+            intent, carrying: Change(), what: "cancellation of customer token \(Redact.tail(token))",
+            event: { sent in
+                NewEvent(
+                    hppSessionID: nil, orderID: nil,
+                    DomainEvent(.attempt, "cancelling customer token \(Redact.tail(token)), attempt \(sent.attempts)"),
+                    detail: detail.merging(["attempt": "\(sent.attempts)"]) { $1 })
+            })
+        {
+        case .deferred(let result): return result
+        case .sent(let sent, let answering):
+            intent = sent
+            change = answering
+        }
+        let key = intent.key
+        let result = try await klarna(
+            &change, .renewal, budgetSpent: true, { client in try await client.cancelCustomerToken(token, idempotencyKey: key) })
+        now = clock.now
+        switch result {
+        case .success:
+            change.intents = [intent.confirmed(result: nil, now: now)]
+            let reason = "Klarna cancelled customer token \(Redact.tail(token)): nothing more is charged from it"
+            change.outcomes.append(TokenCancelRules.outcome(.customerTokenCancelled, reason, intent))
+            change.events.append(NewEvent(hppSessionID: nil, orderID: nil, DomainEvent(.customerTokenCancelled, reason), detail: detail))
+            try await commit(change, now: now)
+            return StepResult(next: nil)
+        case .failure(let error):
+            let errorDetail = Self.detail(error).merging(detail) { $1 }
+            switch IntentVerdict.decide(
+                intent: intent, failure: Self.callFailure(error), now: now, deadline: nil, policy: settings.writeRetry,
+                createOrderSettle: settings.createOrderSettle, random: random)
+            {
+            case .tryAgain(let next, let at, let event):
+                return try await tryAgain(next, at: at, event, change: change, detail: errorDetail)
+            case .giveUp(let ended, let reason):
+                change.intents = [ended]
+                let why = "customer token \(Redact.tail(token)) was not cancelled: Klarna answered \(Self.short(error)); \(reason)"
+                change.outcomes.append(TokenCancelRules.outcome(.needsAttention, why, ended))
+                change.events.append(NewEvent(hppSessionID: nil, orderID: nil, DomainEvent(.needsAttention, why), detail: errorDetail))
+                try await commit(change, now: now)
+                return StepResult(next: nil)
+            }
+        }
+    }
+
+    /// The intent is sent again at `at` (its own wait: an unclear or refused attempt), with `event` saying why.
+    private func tryAgain(_ next: Intent, at: Date, _ event: DomainEvent, change: Change, detail: [String: String]) async throws -> StepResult {
+        var change = change
+        let now = clock.now
+        change.intents = [next.waiting(until: at, now: now)]
+        change.events.append(NewEvent(hppSessionID: nil, orderID: nil, event, detail: detail))
+        try await commit(change, now: now)
+        return StepResult(next: at, urgency: .renewal)
+    }
+
+    enum SendMark {
+        /// Marked sent, committed: the request leaves now; its answer goes into this change.
+        case sent(Intent, answering: Change)
+        /// Not sent now (a stop begun, disk pressure): the step comes back.
+        case deferred(StepResult)
+    }
+
+    /// Waits for the account's budget at a renewal's level, then commits `intent` marked sent with `change` and the
+    /// event `event` makes of the sent intent, right before its request leaves; or defers it (``deferredSideEffect``).
+    private func markSent(_ intent: Intent, carrying change: Change, what: String, event: (Intent) -> NewEvent) async throws -> SendMark {
+        try await spendBudget(.renewal)  // before the sent mark, as for every side effect
+        let now = clock.now
+        var change = change
+        change.intents = [intent]
+        if let deferred = try await deferredSideEffect(change, what, now: now) {
+            return .deferred(StepResult(next: deferred.next, urgency: .renewal))
+        }
+        let sent = intent.sending(now: now)
+        change.intents = [sent]
+        change.events.append(event(sent))
+        try await commit(change, now: now)
+        return .sent(sent, answering: Change.answering(sent))
     }
 
     /// What every event of a charge carries: its key, the shop's reference and the token's tail.
