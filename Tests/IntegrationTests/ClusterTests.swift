@@ -1,4 +1,5 @@
 import Foundation
+import Engine
 import Glibc
 import KlarnaSandbox
 import Logging
@@ -436,6 +437,77 @@ extension SeveralDaemons {
             #expect(cluster.sandbox.effects(kind: .orderPlaced).count == total)
             for fixture in cluster.fixtures { #expect(try await fixture.stop() == 0) }
             try await server.stop()
+        }
+    }
+}
+
+extension SeveralDaemons {
+    @Suite("Charges on several daemons", .serialized)
+    struct ChargeClusterTests {
+        /// A charge of a fresh token recorded as the socket records it; its key.
+        static func charge(_ cluster: Cluster, reference: String) async throws -> (token: String, key: String) {
+            let token = try cluster.sandbox.createCustomerToken(currency: "EUR")
+            let ask = ChargeAsk(token: token, reference: reference, amount: 2_500, currency: "EUR")
+            let key = IdempotencyKey.make(.charge, ask.keyTarget)
+            let record = IngestRecord(
+                dedupeKey: nil, kind: "charge_request", source: "test", summary: "charge", action: .charge(ask, key: key, capture: .immediate),
+                callerWakes: false)
+            _ = try await cluster.store.ingest(record, at: Date())
+            return (token, key)
+        }
+
+        @Test(
+            "A daemon frozen (SIGSTOP) with a charge in flight, then one killed (kill -9) while Klarna holds its answer: the other waits for the lease plus the longest call before it sends the charge again with the same key; one order each, captured once"
+        )
+        func frozenAndKilledWithChargeInFlight() async throws {
+            let cluster = try await Cluster(daemons: 2)
+            try await cluster.start(0)
+            // Klarna places the order at once; its answer takes 1.5 s (the request timeout is 2 s): the call is in flight.
+            _ = cluster.sandbox.addFault(SandboxFault(route: "ct.create_order", kind: .delay, delayMs: 1_500, afterEffect: true))
+            let frozenCharge = try await Self.charge(cluster, reference: "frozen-1")
+            try await waitUntil(timeout: .seconds(20)) { cluster.sandbox.effects(kind: .tokenCharged).count == 1 }
+            let frozen = try #require(cluster.fixtures[0].daemon)
+            kill(frozen.processIdentifier, SIGSTOP)
+            var resumed = false
+            defer { if !resumed { kill(frozen.processIdentifier, SIGCONT) } }
+            let stopped = Date()
+
+            try await cluster.start(1)
+            let other = cluster.fixtures[1]
+            try await waitUntil(timeout: .seconds(30)) {
+                try await cluster.store.intent(frozenCharge.key)?.state == .confirmed
+            }
+            let again = cluster.sandbox.requests(route: "ct.create_order").filter { $0.path.contains(frozenCharge.token) && $0.at > stopped }
+            // Not before any call of the frozen daemon is over: its lease (3 s, renewed every second, so at least 2 s
+            // after the stop) plus the longest call (2 + 1 s); without that wait it came 3 s after the stop.
+            #expect(
+                again.count == 1 && again.allSatisfy { $0.at.timeIntervalSince(stopped) >= 4.5 && $0.replayed },
+                "\(again.map { $0.at.timeIntervalSince(stopped) })")
+            kill(frozen.processIdentifier, SIGCONT)
+            resumed = true
+            try await waitUntil(timeout: .seconds(20)) {
+                cluster.fixtures[0].daemonLog.contains("is no longer this daemon's: another daemon holds the work; nothing was committed")
+            }
+
+            // Now the other way round: the second daemon killed while Klarna holds its answer; the first takes over.
+            _ = cluster.sandbox.addFault(SandboxFault(route: "ct.create_order", kind: .holdAnswer, holdSeconds: 30, count: 1))
+            let killedCharge = try await Self.charge(cluster, reference: "killed-1")
+            try await waitUntil(timeout: .seconds(30)) { cluster.sandbox.effects(kind: .tokenCharged).count == 2 }
+            let holder = try await cluster.count(
+                "SELECT count(*) FROM work_leases WHERE work_key = 'customer_token:\(killedCharge.key)' AND holder LIKE '%/\(other.daemon!.processIdentifier)/%'"
+            )
+            if holder == 1 { try await other.kill9() } else { try await cluster.fixtures[0].kill9() }
+            try await waitUntil(timeout: .seconds(30)) { try await cluster.store.intent(killedCharge.key)?.state == .confirmed }
+
+            #expect(cluster.sandbox.effects(kind: .tokenCharged).count == 2, "one order per charge")
+            #expect(cluster.duplicates(.tokenCharged) { $0.tokenId }.isEmpty)
+            for charge in [frozenCharge, killedCharge] {
+                let order = try #require(try await cluster.store.intent(charge.key)?.result)
+                try await waitUntil(timeout: .seconds(30)) { cluster.sandbox.effects(kind: .captured).contains { $0.orderId == order } }
+            }
+            #expect(cluster.duplicates(.captured) { $0.orderId }.isEmpty)
+            #expect(try await cluster.count("SELECT count(*) FROM outcomes WHERE kind = 'charge_placed'") == 2)
+            for fixture in cluster.fixtures where fixture.daemon != nil { _ = try await fixture.stop() }
         }
     }
 }

@@ -145,8 +145,14 @@ public struct Reconciler: Sendable {
     /// flight for a `sent` intent of it (``Takeover``).
     private func takeoverWait(_ key: WorkKey) async throws -> Date? {
         guard let ownership, let takeover = ownership.takeover(of: key) else { return nil }
-        guard let subject = key.intentSubject else { return nil }
-        let intents = try await store.intents(subject: subject)
+        let intents: [Intent]
+        switch key {
+        // A token's intent is its own unit: a charge sent again meanwhile would meet the first at Klarna.
+        case .customerToken(let intentKey): intents = try await store.intent(intentKey).map { [$0] } ?? []
+        default:
+            guard let subject = key.intentSubject else { return nil }
+            intents = try await store.intents(subject: subject)
+        }
         // Decided on the monotonic clock; the wall time only says when to look again.
         guard let until = takeover.resumeAt(intents: intents, longestCall: ownership.longestCall, now: ContinuousClock.now, wallNow: clock.now) else {
             return nil
