@@ -218,6 +218,33 @@ struct ChargeTests {
     }
 
     @Test(
+        "Klarna placed the order but no answer came within its 24 hours: an OM notification for an order the daemon does not track names it by the merchant reference, and it is followed, read first, then captured once",
+        arguments: StoreKind.allCases)
+    func unclearFoundByNotification(store: StoreKind) async throws {
+        var settings = EngineHarness.fastSettings
+        settings.writeRetry.maxDelay = .seconds(1_800)
+        try await EngineHarness.with(store: store, settings: settings) { h in
+            let token = try h.sandbox.createCustomerToken()
+            // Klarna acts on the first attempt; every answer, the replayed ones too, is lost.
+            h.sandbox.addFault(SandboxFault(route: "ct.create_order", kind: .status, status: 503, afterEffect: true, count: 100_000))
+            _ = try await h.askCharge(token, 3_000, currency: "SEK", reference: "lost-answer")
+            try await h.run(for: .seconds(3_600))
+            let orderID = try #require(h.sandbox.effects(kind: .tokenCharged).first?.orderId)
+            let notified = IngestRecord(
+                dedupeKey: "om-notification:\(orderID):FRAUD_RISK_ACCEPTED", kind: "om_notification", source: "test", summary: "notification",
+                action: .hintOrder(orderID: orderID))
+            _ = try await h.store.ingest(notified, at: h.clock.now)
+            try await h.run(for: .seconds(26 * 3_600))
+            #expect(h.sandbox.effects(kind: .tokenCharged).count == 1)
+            let outcomes = try await h.chargeOutcomes(orderID)
+            #expect(outcomes.map(\.kind) == [.chargePlaced, .captured], "\(outcomes.map(\.reason))")
+            #expect(outcomes.first?.reason.contains("an OM notification") == true, "\(outcomes.first?.reason ?? "")")
+            #expect(h.effects(.captured, order: orderID).map(\.amount) == [3_000])
+            #expect(try await h.store.openWork().isEmpty)
+        }
+    }
+
+    @Test(
         "A charge's order that Klarna leaves PENDING is followed until accepted, then captured once; capture on_request waits for a request",
         arguments: StoreKind.allCases)
     func pendingThenCaptured(store: StoreKind) async throws {

@@ -153,16 +153,47 @@ extension Reconciler {
         }
     }
 
-    /// No clear answer within Klarna's window: the key no longer tells, and a second charge is never made. An operator
-    /// looks for the order by its merchant reference.
+    /// No clear answer within Klarna's window: the key no longer tells, and a second charge is never made. The order is
+    /// looked for where Klarna names orders by the merchant reference (an OM notification, a settlement SALE), as for
+    /// an unclear create-order; found, it is followed; else an operator looks for it.
     private func chargeUnclear(_ intent: Intent, change: Change, detail: [String: String]) async throws -> StepResult {
-        let now = clock.now
+        var change = change
         let reference = intent.charge?.merchantReference ?? intent.reference ?? "—"
-        let reason =
-            "charge \(intent.reference ?? "—") got no clear answer in \(intent.attempts) attempt(s) within Klarna's 24 hours of idempotency (last: \(intent.lastError ?? "no answer")): Klarna may have placed its order, so it is not sent again; look for an order with merchant_reference1 \(reference) in the Merchant Portal before charging again with a new reference"
-        var ended = intent.failed(intent.lastError ?? "no clear answer within Klarna's 24 hours", now: now)
-        ended.lastError = "unclear: no answer within Klarna's 24 hours; Klarna may have placed the order"
-        return try await chargeEnded(ended, .needsAttention, reason: reason, change: change, detail: detail)
+        let found: PlacedOrderClues
+        switch try await placedOrderClues(
+            merchantReference: reference, account: intent.ownAccount, since: intent.createdAt, urgency: .renewal, change: &change)
+        {
+        case .success(let clues): found = clues
+        case .failure(let error):
+            let at = try await readBeforeAttemptFailed(
+                intent, error, "reading an order while looking for the order of charge \(intent.reference ?? "—")", owner: (nil, nil), detail: detail,
+                change: change)
+            return StepResult(next: at, urgency: .renewal)
+        }
+        let now = clock.now
+        switch PlacedOrderSearch.verdict(
+            hppOrderID: nil, clues: found.clues, merchantReference: reference, currency: intent.charge?.currency, searched: found.searched)
+        {
+        case .found(let orderID, let how, let sources):
+            // Its answer was lost; its fraud status is not known, so the order is read before anything is captured.
+            change.intents = [intent.confirmed(result: orderID, now: now)]
+            let reason =
+                "Klarna placed order \(orderID) for charge \(intent.reference ?? "—") of \(intent.amount ?? 0) \(intent.charge?.currency ?? ""), its answer lost: \(how)"
+            change.outcomes.append(ChargeRules.outcome(.chargePlaced, reason, intent, orderID: orderID))
+            change.events.append(
+                NewEvent(
+                    hppSessionID: nil, orderID: orderID, DomainEvent(.chargePlaced, reason),
+                    detail: detail.merging(["order_id": orderID, "found_in": sources.map(\.word).joined(separator: ",")]) { $1 }))
+            change.newOrders.append(ChargeRules.order(intent, orderID: orderID, now: now))
+            try await commit(change, now: now)
+            return StepResult(next: nil, wake: [.order(orderID)])
+        case .notFound(let why):
+            let reason =
+                "charge \(intent.reference ?? "—") got no clear answer in \(intent.attempts) attempt(s) within Klarna's 24 hours of idempotency (last: \(intent.lastError ?? "no answer")): Klarna may have placed its order, so it is not sent again; \(why); look for an order with merchant_reference1 \(reference) in the Merchant Portal before charging again with a new reference"
+            var ended = intent.failed(intent.lastError ?? "no clear answer within Klarna's 24 hours", now: now)
+            ended.lastError = "unclear: no answer within Klarna's 24 hours; Klarna may have placed the order"
+            return try await chargeEnded(ended, .needsAttention, reason: reason, change: change, detail: detail)
+        }
     }
 
     /// The charge ends without an order of its own: declined, failed, or left to an operator.

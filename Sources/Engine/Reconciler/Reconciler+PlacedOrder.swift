@@ -13,6 +13,51 @@ extension Reconciler {
     /// Settlement lines with the payment's merchant reference looked through per search.
     static let settlementLinesPerSearch = 50
 
+    /// What the sources other than the HPP session name for a payment with `merchantReference` in `account`, and what
+    /// was looked through.
+    struct PlacedOrderClues: Sendable {
+        var clues: [PlacedOrderSearch.Clue]
+        var searched: String
+    }
+
+    /// Looks where Klarna names orders by the shop's merchant reference: OM notifications received since `since` for
+    /// orders this daemon does not track (each read from OM), and `account`'s recorded settlement SALE lines carrying
+    /// `merchantReference` for untracked orders. A read that fails (other than Klarna not knowing the order) is the
+    /// caller's to retry.
+    func placedOrderClues(
+        merchantReference reference: String, account: AccountID, since: Date, urgency: Urgency, change: inout Change
+    ) async throws -> Result<PlacedOrderClues, KlarnaAPIError> {
+        var clues: [PlacedOrderSearch.Clue] = []
+        // A notification for this payment's order arrives after the order was placed, so after the intent began.
+        let notified = try await store.untrackedNotifiedOrders(since: since, limit: Self.notifiedOrdersPerSearch)
+        for orderID in notified {
+            switch try await klarna(&change, urgency, { client in try await client.readOrder(id: orderID) }) {
+            case .success(let order):
+                clues.append(
+                    .init(orderID: orderID, source: .omNotification, merchantReference: order.merchantReference1, currency: order.purchaseCurrency))
+            case .failure(let error) where error.status == 404: continue  // not an order of this merchant account
+            case .failure(let error): return .failure(error)
+            }
+        }
+        // This account's payouts only: another account's SALE with the same reference is not this order.
+        var lines = 0
+        for line in try await store.settlementLines(merchantReference: reference, account: account, limit: Self.settlementLinesPerSearch)
+        where line.kind == .sale {
+            lines += 1
+            guard let orderID = line.orderID, try await store.order(orderID) == nil else { continue }
+            clues.append(
+                .init(
+                    orderID: orderID, source: .settlementSale(SettledLineKey(paymentReference: line.paymentReference, ordinal: line.ordinal)),
+                    merchantReference: line.merchantReference, currency: line.currency))
+        }
+        return .success(
+            PlacedOrderClues(
+                clues: clues,
+                searched:
+                    "OM notification for an unknown order since \(TrackedSession.format(since)) (\(notified.count) read) or recorded settlement SALE (\(lines) with that reference, all of tracked orders)"
+            ))
+    }
+
     func linkPlacedOrder(
         _ session: TrackedSession, _ intent: Intent, currency: String?, urgency: Urgency, change: Change
     ) async throws -> StepResult {
@@ -24,36 +69,16 @@ extension Reconciler {
         case .failure(let error): return try await sessionReadFailed(session, error, change: change)
         }
 
-        var clues: [PlacedOrderSearch.Clue] = []
-        var notifications = 0, lines = 0
+        var found = PlacedOrderClues(clues: [], searched: "")
         if hppOrderID == nil, let reference = session.merchantReference {
-            // A notification for this payment's order arrives after the order was placed, so after the intent began.
-            let notified = try await store.untrackedNotifiedOrders(since: intent.createdAt, limit: Self.notifiedOrdersPerSearch)
-            notifications = notified.count
-            for orderID in notified {
-                switch try await klarna(&change, urgency, { client in try await client.readOrder(id: orderID) }) {
-                case .success(let order):
-                    clues.append(
-                        .init(
-                            orderID: orderID, source: .omNotification, merchantReference: order.merchantReference1, currency: order.purchaseCurrency))
-                case .failure(let error) where error.status == 404: continue  // not an order of this merchant account
-                case .failure(let error): return try await sessionReadFailed(session, error, change: change)
-                }
-            }
-            // This account's payouts only: another account's SALE with the same reference is not this order.
-            let recorded = try await store.settlementLines(
-                merchantReference: reference, account: session.account, limit: Self.settlementLinesPerSearch)
-            for line in recorded where line.kind == .sale {
-                lines += 1
-                guard let orderID = line.orderID, try await store.order(orderID) == nil else { continue }
-                clues.append(
-                    .init(
-                        orderID: orderID, source: .settlementSale(SettledLineKey(paymentReference: line.paymentReference, ordinal: line.ordinal)),
-                        merchantReference: line.merchantReference, currency: line.currency))
+            switch try await placedOrderClues(
+                merchantReference: reference, account: session.account, since: intent.createdAt, urgency: urgency, change: &change)
+            {
+            case .success(let clues): found = clues
+            case .failure(let error): return try await sessionReadFailed(session, error, change: change)
             }
         }
-        let searched =
-            "OM notification for an unknown order since \(TrackedSession.format(intent.createdAt)) (\(notifications) read) or recorded settlement SALE (\(lines) with that reference, all of tracked orders)"
+        let (clues, searched) = (found.clues, found.searched)
         var verdict = PlacedOrderSearch.verdict(
             hppOrderID: hppOrderID, clues: clues, merchantReference: session.merchantReference, currency: currency,
             searched: searched)
