@@ -231,6 +231,15 @@ let package = Package(
             path: "Benchmarks/SimulationBench",
             swiftSettings: strict
         ),
+        .executableTarget(
+            name: "klarna-renewal-bench",
+            dependencies: [
+                "Engine", "KlarnaAPI", "KlarnaSandbox", "HTTPServer", "ReconcilerCore", "ReconcilerStore", "SQLiteBackend",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Benchmarks/RenewalBench",
+            swiftSettings: strict
+        ),
 
         .testTarget(name: "ReconcilerCoreTests", dependencies: ["ReconcilerCore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "KlarnaAPITests", dependencies: ["KlarnaAPI"], swiftSettings: strict),

@@ -82,6 +82,12 @@ public final class KlarnaSandbox: Sendable {
 
     let configuration: Configuration
     let state = Mutex(SandboxState())
+    /// Answers a `hold_answer` fault holds right now (a simulation on a manual clock waits for them to be parked before
+    /// it moves the clock).
+    let answersHeld = AtomicCount()
+
+    /// How many answers a `hold_answer` fault holds right now.
+    public var heldAnswerCount: Int { answersHeld.value }
     /// The merchant ids served, the primary one first.
     let merchantIDs: [String]
     /// Merchant id by the `Authorization` header its calls carry.
@@ -157,7 +163,10 @@ public final class KlarnaSandbox: Sendable {
         if let fault, afterEffect || fault.kind == .holdAnswer {
             switch fault.kind {
             case .delay: try? await Task.sleep(for: .milliseconds(fault.delayMs ?? 1_000))
-            case .holdAnswer: try? await configuration.clock.sleep(until: arrived.addingTimeInterval(Self.holdSeconds(fault)))
+            case .holdAnswer:
+                answersHeld.add(1)
+                try? await configuration.clock.sleep(until: arrived.addingTimeInterval(Self.holdSeconds(fault)))
+                answersHeld.add(-1)
             case .holdRequest: break  // held before Klarna's work, above
             case .status, .rateLimit, .reset, .malformed: return finish(seq, fault: fault, reply: faultReply(fault, response: response))
             }
@@ -282,4 +291,11 @@ public final class KlarnaSandbox: Sendable {
             return .response(SandboxResponse.klarnaError(status, code, "Injected fault").serverResponse)
         }
     }
+}
+
+/// A count several tasks change.
+final class AtomicCount: Sendable {
+    private let count = Mutex(0)
+    var value: Int { count.withLock { $0 } }
+    func add(_ delta: Int) { count.withLock { $0 += delta } }
 }

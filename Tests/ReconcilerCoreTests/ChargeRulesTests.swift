@@ -115,8 +115,8 @@ struct ChargeRulesTests {
         #expect(ChargeRules.plan(intent.confirmed(result: "o-1", now: now), due: now) == nil)
     }
 
-    @Test("Charges wait behind a live payment's side effects and go before every read")
+    @Test("Charges wait behind a live payment's side effects and the reads its webhooks ask for, and go before every scheduled read")
     func urgency() {
-        #expect(Urgency.renewal < .inMotion && Urgency.renewal > .hinted && Urgency.renewal > .routine)
+        #expect(Urgency.renewal < .inMotion && Urgency.renewal < .hinted && Urgency.renewal > .routine && Urgency.renewal > .background)
     }
 }

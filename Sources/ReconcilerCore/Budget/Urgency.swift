@@ -8,11 +8,12 @@ public enum Urgency: Int, Sendable, Comparable, CaseIterable {
     case background
     /// A scheduled read of a session nobody said anything about: chosen by how likely it is to find a change.
     case routine
+    /// A charge of a customer token (a renewal): a side effect with no authorization running out, so a live payment
+    /// goes before it (its create-order and capture, and the read its webhook asks for, the first step towards them);
+    /// it goes before every scheduled read.
+    case renewal
     /// A read someone asked for: a webhook, a capture request, an operator; also the read that confirms an expiry.
     case hinted
-    /// A charge of a customer token (a renewal): a side effect with no authorization running out, so a live payment's
-    /// create-order and capture go before it; it goes before every read.
-    case renewal
     /// A side effect, a read that moves a payment already in motion (the KP read before create-order, the OM read
     /// before a capture) or a read that resolves an intent whose answer was lost.
     case inMotion

@@ -52,6 +52,10 @@ public final class ManualClock: WallClock {
     /// How many tasks are currently suspended in ``sleep(for:)``; tests wait on this instead of sleeping.
     public var sleeperCount: Int { state.withLock { $0.sleepers.count } }
 
+    /// When the earliest sleeper wakes; nil when none sleeps. A simulation moves the clock there when nothing else
+    /// can happen first.
+    public var nextWake: Date? { state.withLock { $0.sleepers.map(\.deadline).min() } }
+
     public func advance(by duration: Duration) {
         let woken: [Sleeper] = state.withLock { state in
             state.now = state.now.addingTimeInterval(duration.timeInterval)
