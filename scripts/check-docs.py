@@ -9,8 +9,8 @@ Documents: README.md, BENCHMARKS.md, docs/*.md and etc/**/*.md. In each, outside
     Benchmarks/, packaging/) names a file or directory that exists (patterns with * and placeholders are skipped).
   - no text, link or code span names a file outside this repository: `../` beyond the repository's root, or the design
     notes kept beside it (DESIGN.md, API-NOTES.md, SETTLEMENTS.md, DISPUTES.md, `notes/`); the contract is docs/design.md.
-In Sources/, Tests/ and Benchmarks/: no line cites DESIGN.md or API-NOTES.md (`DESIGN §…`, `API-NOTES §…`), files that
-live outside this repository.
+In Sources/, Tests/ and Benchmarks/: no line cites DESIGN.md, API-NOTES.md, SETTLEMENTS.md or DISPUTES.md (`DESIGN §…`,
+`API-NOTES §…`) or a path under ../shared, files that live outside this repository.
 
 Usage: scripts/check-docs.py (from any directory). Python 3 standard library only.
 """
@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 PATH_PREFIXES = ("Sources/", "Tests/", "scripts/", "systemd/", "etc/", "docs/", "Benchmarks/", "packaging/")
 # A code span holding one of these is a pattern or a placeholder, not a path.
 PLACEHOLDER = re.compile(r"[*…<>{}$?\[\]]|\.\.\.")
-OUTSIDE_CITATION = re.compile(r"DESIGN §|API-NOTES §|DESIGN\.md|API-NOTES\.md")
+OUTSIDE_CITATION = re.compile(r"DESIGN §|API-NOTES §|DESIGN\.md|API-NOTES\.md|SETTLEMENTS\.md|DISPUTES\.md|\.\./shared\b")
 # In a document: a path above the repository (../shared/...), or a design note that lives beside the repository.
 OUTSIDE_MENTION = re.compile(r"\.\./shared\b|\.\./\.\./|\bDESIGN\.md|\bAPI-NOTES(\.md)?\b|\bSETTLEMENTS\.md|\bDISPUTES\.md|\bklarna/specs/")
 SOURCE_TREES = ("Sources", "Tests", "Benchmarks")

@@ -143,7 +143,7 @@ public struct WebhookReader: Sendable {
     public static let omEventTypes: Set<String> = ["FRAUD_RISK_ACCEPTED", "FRAUD_RISK_REJECTED", "FRAUD_RISK_STOPPED"]
     public static let networkEventPrefix = "payment.request.state-change."
     public static let disputeEventPrefix = "payment.dispute."
-    /// Disputes API v4's state changes (klarna/DISPUTES.md §6). Older generations share the prefix with other names
+    /// Disputes API v4's state changes (Klarna's Disputes API v4 reference). Older generations share the prefix with other names
     /// and other ids: refused, their disputes are found by the list.
     public static let disputeEventTypes: Set<String> = [
         "payment.dispute.state-change.initiated", "payment.dispute.state-change.representment", "payment.dispute.state-change.pre-arbitration",

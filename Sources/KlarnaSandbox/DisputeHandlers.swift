@@ -1,7 +1,7 @@
 import Foundation
 import HTTPServer
 
-/// The Disputes API v4 endpoints (`/v4/payment/disputes…`, klarna/DISPUTES.md §2.1), with Klarna Network's error body.
+/// The Disputes API v4 endpoints (`/v4/payment/disputes…`, Klarna's Disputes API v4 reference), with Klarna Network's error body.
 enum DisputeHandlers {
     static func handle(_ route: KlarnaRoute, _ context: KlarnaCallContext, _ state: inout SandboxState) -> SandboxResponse {
         state.catchUpDisputes(now: context.now)

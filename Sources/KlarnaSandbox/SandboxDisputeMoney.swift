@@ -1,12 +1,12 @@
 import Foundation
 
-/// A dispute's money in the payouts (klarna/DISPUTES.md §5): the dispute fee once it opens (`FEE` `DISPUTE_FEE`,
+/// A dispute's money in the payouts (Klarna's Disputes API v4 reference): the dispute fee once it opens (`FEE` `DISPUTE_FEE`,
 /// charged whatever the outcome), the disputed amount held while it is open under the hold policy
 /// `ON_DISPUTE_INITIATED` (`HOLDBACK` `DISPUTE_HOLD`, released when it closes), and a lost dispute's `REVERSAL`, whose
 /// `reversal_reference` is the dispute's id. Klarna documents neither the v4 fee's amount nor how a hold shows in a
 /// settlement; these are the sandbox's choices, stated in docs/sandbox.md.
 struct DisputeMoney {
-    /// The fee per dispute, in minor units of any currency (the legacy EUR fee, FEE in klarna/DISPUTES.md §5).
+    /// The fee per dispute, in minor units of any currency (the legacy EUR fee, FEE in Klarna's Disputes API v4 reference).
     static let fee = 750
 
     /// Disputes whose fee was paid out, what is held for each, and the closed ones whose lines are all out.

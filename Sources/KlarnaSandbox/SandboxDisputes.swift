@@ -1,6 +1,6 @@
 import Foundation
 
-/// Klarna's Disputes API v4 as the sandbox plays it (klarna/DISPUTES.md §2.1, §3.1, §4.1, §4.3, §6): a customer's
+/// Klarna's Disputes API v4 as the sandbox plays it: a customer's
 /// dispute of a captured order opens INITIATED with a response deadline Klarna sets (7 days for an unauthorized
 /// purchase, 96 hours for a high-risk one, 21 days otherwise; a test may set its own); the merchant represents with
 /// evidence or accepts the loss; Klarna decides; a preliminary loss may be appealed within 10 days; a missed deadline
@@ -44,7 +44,7 @@ extension SandboxState {
 
     static let disputeStates: Set<String> = ["INITIATED", "REPRESENTMENT", "PRE_ARBITRATION", "ARBITRATION", "CLOSED"]
 
-    /// How long the merchant has to respond to a new dispute, by reason (klarna/DISPUTES.md §4.3).
+    /// How long the merchant has to respond to a new dispute, by reason (Klarna's Disputes API v4 reference).
     static func responseWindow(reason: String) -> TimeInterval {
         switch reason {
         case "PURCHASE_UNAUTHORIZED": 7 * 86_400
@@ -131,7 +131,7 @@ extension SandboxState {
         disputes[id] = dispute
     }
 
-    // MARK: What the merchant may do (the API's state rules, klarna/DISPUTES.md §2.1)
+    // MARK: What the merchant may do (the API's state rules, Klarna's Disputes API v4 reference)
 
     mutating func acceptLoss(_ id: String, at now: Date) throws(Rejection) {
         var dispute = try disputeNamed(id)
@@ -143,7 +143,7 @@ extension SandboxState {
         disputes[id] = dispute
     }
 
-    /// Klarna's accepted evidence files and their limit (klarna/DISPUTES.md §2.1).
+    /// Klarna's accepted evidence files and their limit (Klarna's Disputes API v4 reference).
     static let attachmentTypes: [String: String] = [
         "application/pdf": "pdf", "image/jpeg": "jpg", "image/png": "png",
         "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
@@ -272,7 +272,7 @@ extension SandboxState {
     }
 }
 
-/// A dispute as Klarna's v4 API and webhooks show it (klarna/DISPUTES.md §3.1).
+/// A dispute as Klarna's v4 API and webhooks show it (Klarna's Disputes API v4 reference).
 enum SandboxDisputeJSON {
     static func date(_ date: Date) -> String {
         date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))

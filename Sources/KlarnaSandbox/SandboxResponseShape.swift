@@ -4,7 +4,7 @@ import Foundation
 /// ``KlarnaSandbox/setResponseShape(_:)`` or `POST /_sandbox/response-shape {"shape": "minimal"}`:
 ///
 /// - `normal`: as the sandbox always answers.
-/// - `minimal`: only the fields Klarna's specs require (`required` in `specs/*.yml`, SETTLEMENTS.md §2). HPP's
+/// - `minimal`: only the fields Klarna's specs require (`required` in Klarna's OpenAPI specs and its Settlements API reference). HPP's
 ///   SessionResponseV1, KP's session_read and OM's MerchantOrderDto require none at all, and an empty document
 ///   leaves nothing to act on; those keep only the state they exist to report: the HPP status with the token or
 ///   order id a `COMPLETED` hands over, the order data KP's `session_create` requires (create-order requires it

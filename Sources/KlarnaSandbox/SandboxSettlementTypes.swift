@@ -68,7 +68,7 @@ public struct CreatedPayout: Codable, Sendable, Equatable {
 }
 
 /// A payout's `totals`, minor units. Amounts are magnitudes; `settlementAmount` follows Klarna's formula
-/// (SETTLEMENTS.md §3) unless ``KlarnaSandbox/breakTotals(by:)`` made it disagree.
+/// (Klarna's Settlements API reference) unless ``KlarnaSandbox/breakTotals(by:)`` made it disagree.
 public struct SandboxSettlementTotals: Codable, Sendable, Equatable {
     public var saleAmount = 0
     public var returnAmount = 0
@@ -90,7 +90,7 @@ public struct SandboxSettlementTotals: Codable, Sendable, Equatable {
     public var settlementAmount = 0
 }
 
-/// One row of a payout. `amount` is a positive magnitude whose sign comes from `type` (SETTLEMENTS.md §6), except
+/// One row of a payout. `amount` is a positive magnitude whose sign comes from `type` (Klarna's Settlements API reference), except
 /// CORRECTION, which is signed. Klarna's transactions have no id of their own.
 public struct SandboxSettlementTransaction: Codable, Sendable, Equatable {
     /// SALE, FEE, RETURN, REVERSAL, CORRECTION, HOLDBACK or RELEASE here; Klarna has more.

@@ -302,7 +302,7 @@ struct PayoutBuilder {
 }
 
 extension SandboxSettlementTotals {
-    /// Klarna's totals of `transactions`, `settlementAmount` by the payout formula (SETTLEMENTS.md §3). CORRECTION
+    /// Klarna's totals of `transactions`, `settlementAmount` by the payout formula (Klarna's Settlements API reference). CORRECTION
     /// rows count in no total; `tax` is the VAT on fees. Every amount a control records is bounded, so only millions
     /// of rows could reach `Int`'s limits; the sums are held there rather than trap (the payout is then wrong, the
     /// sandbox still up).

@@ -1,7 +1,7 @@
 import Foundation
 import ReconcilerCore
 
-/// Klarna's Settlements API v1 (SETTLEMENTS.md §2): payouts, their summary and their transactions, read-only. A
+/// Klarna's Settlements API v1: payouts, their summary and their transactions, read-only. A
 /// settlement schedule catches up first, so a read sees every payout due by now on the sandbox clock. A merchant sees
 /// its own payouts only.
 enum SettlementHandlers {
@@ -161,7 +161,7 @@ enum SettlementHandlers {
                     filters: ["payment_reference", "order_id"], from: query)))
     }
 
-    /// An ISO 8601 date-time query parameter; a bare date means its midnight UTC (SETTLEMENTS.md §2). Read as the
+    /// An ISO 8601 date-time query parameter; a bare date means its midnight UTC (Klarna's Settlements API reference). Read as the
     /// CLI's `--since` is (``PayoutSince``), so a day that does not exist (`2026-02-30`) is refused, not rolled over.
     static func date(_ query: [String: String], _ name: String) throws(Rejection) -> Date? {
         guard let text = query[name] else { return nil }

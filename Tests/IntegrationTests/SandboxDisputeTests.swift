@@ -7,7 +7,7 @@ import Testing
 import TestSupport
 
 /// The sandbox's Disputes API v4 over a real socket: the lifecycle and its state rules, deadlines a test controls,
-/// extensions, evidence limits and signed webhooks (klarna/DISPUTES.md §2.1, §4, §6).
+/// extensions, evidence limits and signed webhooks (Klarna's Disputes API v4 reference).
 @Suite("Sandbox: disputes v4")
 struct SandboxDisputeTests {
     /// One call to the Disputes API; the JSON answer as an object.

@@ -11,7 +11,7 @@ import Testing
         try KlarnaJSON.decoder().decode(T.self, from: KlarnaJSON.encoder().encode(value))
     }
 
-    /// SETTLEMENTS.md §6, payouts: zero totals left out.
+    /// Klarna's Settlements API reference, payouts: zero totals left out.
     static let payoutPage = #"""
         {"payouts":[{"totals":{"sale_amount":500000,"return_amount":20000,"fee_amount":12000,"tax_amount":3000,
          "settlement_amount":465000},"payment_reference":"XISA93DJ","payout_date":"2024-05-14T07:52:26Z","currency_code":"EUR",
@@ -20,7 +20,7 @@ import Testing
          "pagination":{"count":1,"total":2,"offset":0,"next":"https://api.klarna.com/settlements/v1/payouts?offset=1&size=1"}}
         """#
 
-    /// SETTLEMENTS.md §6, transactions, with the required fields it leaves out filled in.
+    /// Klarna's Settlements API reference, transactions, with the required fields it leaves out filled in.
     static let transactionPage = #"""
         {"transactions":[
          {"type":"SALE","detailed_type":"PURCHASE","amount":500000,"order_id":"ce17b4cb-147f-48b7-b8e6-dde2fa397f04",

@@ -3,7 +3,7 @@ import Testing
 @testable import KlarnaAPI
 
 /// Every response model the daemon decodes, fed what Klarna's specs allow: spec-minimal documents (only the fields
-/// the schema's `required` list names, in `specs/*.yml` or SETTLEMENTS.md §2) decode, with the fallbacks the models
+/// the schema's `required` list names, in Klarna's OpenAPI specs or its Settlements API reference) decode, with the fallbacks the models
 /// name; spec-maximal ones (every documented field, fields no spec names, values no spec's enum lists) decode the
 /// known fields and keep unknown enum values as themselves.
 @Suite("Decoding what Klarna's specs allow, and nothing stricter")
@@ -250,7 +250,7 @@ struct SpecMinimalTests {
         #expect(request.klarnaNetworkSessionToken == "krn:network:eu1:session-token:1")
     }
 
-    // MARK: Settlements (required lists: SETTLEMENTS.md §2)
+    // MARK: Settlements (required lists: Klarna's Settlements API reference)
 
     static let requiredTotals =
         #"{"commission_amount":0,"repay_amount":0,"sale_amount":10000,"holdback_amount":0,"settlement_amount":9700,"reversal_amount":0,"release_amount":0,"return_amount":0,"fee_amount":300,"charge_amount":0,"credit_amount":0,"fee_refund_amount":0,"tax_refund_amount":0,"deposit_amount":0,"opening_debt_balance_amount":0,"closing_debt_balance_amount":0}"#

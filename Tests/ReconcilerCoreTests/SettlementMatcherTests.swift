@@ -48,7 +48,7 @@ struct SettlementMatcherTests {
 
     func key(_ captureID: String, order: String = "o-1") -> CaptureKey { CaptureKey(orderID: order, captureID: captureID) }
 
-    /// SETTLEMENTS.md §6: a sale, its fee with VAT, a partial return.
+    /// Klarna's Settlements API reference: a sale, its fee with VAT, a partial return.
     var exampleLines: [SettledLine] {
         [
             line(0, .sale, 500_000, capture: "c-1", detailed: "PURCHASE"),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A private systemd world for the system tests: a tmpfs on /run, a real systemd-journald and a real user manager
 # (`systemd --user`), in a mount namespace of their own, so nothing touches the machine's /run or journal.
-# Recipe and limits: ../shared/notes/systemd-testing.md. Sourced by run.sh; needs root and unshare.
+# Recipe and limits: docs/development.md, "System tests". Sourced by run.sh; needs root and unshare.
 
 W=/run/klarna-systest            # everything the tests make lives here, on the private /run
 export XDG_RUNTIME_DIR=/run/user/0 HOME=$W/home

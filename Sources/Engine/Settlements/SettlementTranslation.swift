@@ -3,7 +3,7 @@ import KlarnaAPI
 import ReconcilerCore
 
 // Klarna's settlement answers as the core's matcher takes them. The core keeps the amounts as Klarna sent them;
-// the sign comes from the type there (SETTLEMENTS.md §2: the JSON sign per type is not documented).
+// the sign comes from the type there (Klarna's Settlements API reference: the JSON sign per type is not documented).
 
 extension SettledTotals {
     public init(_ totals: PayoutTotals) {

@@ -1,6 +1,6 @@
 import Foundation
 
-/// Klarna's Disputes API v4 (klarna/DISPUTES.md §2.1): list and read disputes, and the merchant's three answers. Same
+/// Klarna's Disputes API v4: list and read disputes, and the merchant's three answers. Same
 /// host and credentials as OM. Klarna declares no idempotency key for the answers: after an unclear failure, read the
 /// dispute before anything else (the daemon's dispute actions do).
 extension KlarnaClient {

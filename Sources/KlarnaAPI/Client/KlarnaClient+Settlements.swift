@@ -1,6 +1,6 @@
 import Foundation
 
-/// Klarna's Settlements API v1 (SETTLEMENTS.md): what Klarna paid out, and the transactions each payout is made of.
+/// Klarna's Settlements API v1: what Klarna paid out, and the transactions each payout is made of.
 /// Same host and credentials as OM. v1 has no webhook: the reconciler polls.
 extension KlarnaClient {
     /// The largest `size` Klarna accepts.

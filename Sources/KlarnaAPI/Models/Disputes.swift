@@ -1,6 +1,6 @@
 import Foundation
 
-/// A dispute as Klarna's Disputes API v4 answers it (klarna/DISPUTES.md §3.1), read leniently: only the id and the
+/// A dispute as Klarna's Disputes API v4 answers it (Klarna's Disputes API v4 reference), read leniently: only the id and the
 /// state are required; dates come in several ISO 8601 shapes (with or without seconds, fractions or a zone); states,
 /// reasons and outcomes are open words. `raw` is the JSON as Klarna sent it, kept with the dispute.
 public struct PaymentDispute: Sendable, Equatable {

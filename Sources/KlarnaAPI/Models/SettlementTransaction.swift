@@ -1,6 +1,6 @@
 import Foundation
 
-/// One row of `GET /settlements/v1/transactions` (SETTLEMENTS.md §2). Klarna gives rows no id of their own: the
+/// One row of `GET /settlements/v1/transactions` (Klarna's Settlements API reference). Klarna gives rows no id of their own: the
 /// reconciler keys them on their fields (§5).
 ///
 /// `amount` is kept as Klarna sends it: which sign each type has in the JSON is not documented, so the sign is the

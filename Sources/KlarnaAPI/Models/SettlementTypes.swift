@@ -1,6 +1,6 @@
 import ReconcilerCore
 
-/// Settlements `Transaction.type` (SETTLEMENTS.md §3). The spec's enum; Klarna adds kinds without notice.
+/// Settlements `Transaction.type` (Klarna's Settlements API reference). The spec's enum; Klarna adds kinds without notice.
 ///
 /// The type carries the sign: Klarna's JSON `amount` per type is not documented (§2), so the matcher decides.
 public struct SettlementTransactionType: OpenEnum {

@@ -38,7 +38,7 @@ public struct Payout: Codable, Hashable, Sendable {
     }
 }
 
-/// A payout's `totals`, in minor units, as Klarna states them (SETTLEMENTS.md §3 has the formula relating them).
+/// A payout's `totals`, in minor units, as Klarna states them (Klarna's Settlements API reference has the formula relating them).
 ///
 /// The spec requires every total but `tax_amount` and `fee_correction_amount`, yet Klarna's illustrations leave zero
 /// totals out: a missing required total decodes as 0. `settlement_amount` is the exception: it is what reached the

@@ -14,7 +14,7 @@ public struct DisputeAction: Codable, Sendable, Equatable {
         /// `POST …/appeal`: PRE_ARBITRATION; the dispute moves to ARBITRATION.
         case appeal
 
-        /// The states Klarna takes it in (klarna/DISPUTES.md §2.1).
+        /// The states Klarna takes it in (Klarna's Disputes API v4 reference).
         public var allowedIn: [DisputeState] {
             switch self {
             case .acceptLoss: [.initiated, .preArbitration]
@@ -84,7 +84,7 @@ public struct DisputeAction: Codable, Sendable, Equatable {
 
     public var isFinished: Bool { state == .done || state == .refused || state == .failed }
 
-    /// The longest dispute id Klarna's read takes (`payment_dispute_id`, klarna/DISPUTES.md §2.1).
+    /// The longest dispute id Klarna's read takes (`payment_dispute_id`, Klarna's Disputes API v4 reference).
     public static let maxDisputeIDLength = 100
 
     /// Whether `id` can name a dispute: 1–100 printable ASCII characters without spaces.
@@ -127,7 +127,7 @@ public struct DisputeEvidence: Codable, Sendable, Equatable {
         self.additionalInformation = additionalInformation
     }
 
-    /// Klarna's limit per file (klarna/DISPUTES.md §2.1: "7 MB"; the smaller reading, so nothing Klarna refuses passes).
+    /// Klarna's limit per file (Klarna's Disputes API v4 reference: "7 MB"; the smaller reading, so nothing Klarna refuses passes).
     public static let maxSize = 7_000_000
 
     /// Why a file of `size` bytes is refused.

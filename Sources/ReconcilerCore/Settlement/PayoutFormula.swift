@@ -1,6 +1,6 @@
 import Foundation
 
-/// A payout's figures in the terms of Klarna's formula (SETTLEMENTS.md §3): each a magnitude the formula adds or
+/// A payout's figures in the terms of Klarna's formula (Klarna's Settlements API reference): each a magnitude the formula adds or
 /// subtracts, except `reversal` (REVERSAL less REVERSAL_MERCHANT_PROTECTION), `feeCorrection` and `settlement`,
 /// which may go either way and are taken as sent.
 ///

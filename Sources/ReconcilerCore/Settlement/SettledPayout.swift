@@ -1,7 +1,7 @@
 import Foundation
 
 /// A settlement line's identity. Klarna gives transactions no id, so a line is its payout's `payment_reference` and
-/// its position among that payout's transactions (SETTLEMENTS.md §5).
+/// its position among that payout's transactions (Klarna's Settlements API reference).
 public struct SettledLineKey: Codable, Sendable, Hashable, CustomStringConvertible {
     public var paymentReference: String
     public var ordinal: Int
@@ -77,7 +77,7 @@ public struct SettledLine: Codable, Sendable, Equatable {
     }
 }
 
-/// A payout's `totals` (SETTLEMENTS.md §2), minor units as Klarna sent them. Klarna requires all but `tax_amount`
+/// A payout's `totals` (Klarna's Settlements API reference), minor units as Klarna sent them. Klarna requires all but `tax_amount`
 /// and `fee_correction_amount`; `commission_reversal_amount` appears only in third-party schemas.
 public struct SettledTotals: Codable, Sendable, Equatable {
     public var saleAmount: Int

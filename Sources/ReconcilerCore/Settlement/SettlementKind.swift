@@ -1,6 +1,6 @@
 import Foundation
 
-/// A settlement transaction's `type` (SETTLEMENTS.md §3), as an open vocabulary: the known types have names, and a
+/// A settlement transaction's `type` (Klarna's Settlements API reference), as an open vocabulary: the known types have names, and a
 /// type Klarna adds later is kept as itself (never refused, never renamed) so the line still counts and is shown.
 public struct SettlementKind: RawRepresentable, Codable, Sendable, Hashable, CustomStringConvertible {
     public var rawValue: String
@@ -44,7 +44,7 @@ public struct SettlementKind: RawRepresentable, Codable, Sendable, Hashable, Cus
     /// In Klarna's enum, not documented.
     public static let tax = SettlementKind("TAX")
 
-    /// The types SETTLEMENTS.md §3 lists.
+    /// The types Klarna's Settlements API reference lists.
     public static let known: [SettlementKind] = [
         .sale, .fee, .return, .reversal, .reversalMerchantProtection, .commission, .correction, .holdback, .release,
         .charge, .credit, .feeRefund, .tax,
@@ -70,8 +70,8 @@ public enum SettlementSign: String, Codable, Sendable, CaseIterable {
 }
 
 extension SettlementKind {
-    /// The sign by type. Klarna does not document the sign of a transaction's `amount` in its JSON (SETTLEMENTS.md
-    /// §2), so for the types whose direction is known the magnitude is taken and this sign given to it.
+    /// The sign by type. Klarna does not document the sign of a transaction's `amount` in its JSON (its Settlements
+    /// API reference), so for the types whose direction is known the magnitude is taken and this sign given to it.
     public var sign: SettlementSign {
         switch rawValue {
         case "SALE", "REVERSAL_MERCHANT_PROTECTION", "COMMISSION", "RELEASE", "CREDIT", "FEE_REFUND":

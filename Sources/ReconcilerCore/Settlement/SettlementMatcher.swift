@@ -1,6 +1,6 @@
 import Foundation
 
-/// Matches one payout's lines against the shop's ledger (SETTLEMENTS.md §4, §5): SALE ↔ capture by order id and
+/// Matches one payout's lines against the shop's ledger (Klarna's Settlements API reference): SALE ↔ capture by order id and
 /// capture id, RETURN ↔ refund by order id and refund id, FEE, COMMISSION, TAX, REVERSAL and the like to their
 /// order; HOLDBACK, RELEASE, CHARGE, CREDIT and lines without an order id are the payout's own. Pure: it decides and
 /// says why; recording what it found (and never "fixing" the ledger) is the caller's.

@@ -33,7 +33,7 @@ public struct UnsettledCheck: Sendable, Equatable {
     }
 }
 
-/// Captures Klarna has not settled in time (SETTLEMENTS.md §5, "captured-not-settled"): a capture with no SALE
+/// Captures Klarna has not settled in time (Klarna's Settlements API reference, "captured-not-settled"): a capture with no SALE
 /// `settle_within_days` after it was captured.
 ///
 /// Flag once: the check returns each overdue capture's ``CaptureKey``; the caller records the keys it flagged in the
