@@ -55,7 +55,7 @@ public enum IngestHTTP {
                 return json(answer.status, ["error": answer.word, "detail": answer.detail])
             default:
                 let answer = await ingestor.refuse(
-                    Rejection(404, "not_found", "no route \(request.method.prefix(20)) \(request.path.prefix(200))"), source: "socket")
+                    Rejection(404, "not_found", "no route \(request.method.prefix(20)) \(shown(request.path))"), source: "socket")
                 return json(answer.status, ["error": answer.word, "detail": answer.detail])
             }
             if let what = route.movesMoney, request.peerUID == nil {
@@ -71,6 +71,16 @@ public enum IngestHTTP {
                 ? json(202, ["status": answer.word, "detail": answer.detail])
                 : json(answer.status, ["error": answer.word, "detail": answer.detail])
         }
+    }
+
+    /// A refused request's path as the refusal records and logs it: at most 200 characters, and a customer token in it
+    /// (`/v1/customer-tokens/{token}/…`, a wrong method or a wrong tail) by its tail only, as everywhere.
+    static func shown(_ path: String) -> String {
+        var segments = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        if let index = segments.firstIndex(of: "customer-tokens"), index + 1 < segments.count, !segments[index + 1].isEmpty {
+            segments[index + 1] = Redact.tail(segments[index + 1])
+        }
+        return String(segments.joined(separator: "/").prefix(200))
     }
 
     /// Only what a monitoring system reads, for `metrics.listen`: `/metrics`, `/v1/health`, `/v1/ready`.

@@ -39,6 +39,10 @@ struct ChargeProcessTests {
             let refused = try await fixture.post(route, body)
             #expect(refused.status == 400 && refused.body.contains(word), "\(body): \(refused.status) \(refused.body)")
         }
+        // A wrong method is refused, and the refusal (recorded, logged) names the token by its tail.
+        let wrongMethod = try await fixture.post(route, "", method: "GET")
+        #expect(
+            wrongMethod.status == 404 && wrongMethod.body.contains(Redact.tail(token)) && !wrongMethod.body.contains(token), "\(wrongMethod.body)")
         let unknown = try await fixture.post(route, #"{"amount":100,"reference":"x","currency":"EUR","account":"nobody"}"#)
         #expect(unknown.status == 422 && unknown.body.contains("unknown_account"), "\(unknown.body)")
         try await waitUntil(timeout: .seconds(30)) { fixture.outboxFiles().contains { $0.hasSuffix("charge_placed.json") } }

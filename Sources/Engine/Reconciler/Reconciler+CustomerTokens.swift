@@ -158,6 +158,9 @@ extension Reconciler {
     /// an unclear create-order; found, it is followed; else an operator looks for it.
     private func chargeUnclear(_ intent: Intent, change: Change, detail: [String: String]) async throws -> StepResult {
         var change = change
+        // What this step writes of the charge requires it still unfinished at its last attempt: a commit that landed and
+        // lost its answer, tried again, writes its outcome once (the step after an attempt has that guard already).
+        if change.intentRead == nil { change.intentRead = Change.answering(intent).intentRead }
         let reference = intent.charge?.merchantReference ?? intent.reference ?? "—"
         let found: PlacedOrderClues
         switch try await placedOrderClues(
