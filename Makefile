@@ -51,7 +51,8 @@ test:
 
 ## Every test: unit, engine against the sandbox over real sockets, the daemon as a process (kill -9 included, and
 ## behind Debian's nginx; its hostile-input storm alone, after the rest), the demo (which checks what it shows), the shipped units checked by systemd-analyze, the system tests under a real systemd user
-## manager and journald, and the Debian package built, linted, installed, run from its installed units and purged.
+## manager and journald, and the Debian package built, linted, installed, run from its installed units and purged,
+## then installed over the previous release (built from its tag) with payments open.
 check: deps
 	@scripts/install-deps.sh $(CHECK_PACKAGES)
 	scripts/check-docs.py

@@ -129,7 +129,7 @@ func run(charges: Int) async throws -> Measured {
     /// the clock moves.
     func settled() -> Bool {
         let waiting = limiter.waiting
-        return inFlight.current == waiting + sandbox.heldAnswerCount && !(waiting > 0 && limiter.nextToken <= clock.now)
+        return inFlight.current == waiting + sandbox.heldAnswerCount && !(limiter.nextGrant.map { $0 <= clock.now } ?? false)
     }
     func chargesOpen() async throws -> Bool { try await store.stateSnapshot().chargesWaiting > 0 }
 
@@ -167,7 +167,7 @@ func run(charges: Int) async throws -> Measured {
         var next: [Date] = []
         if let arrival = arrivals.first { next.append(arrival) }
         if let hook = webhooks.first { next.append(hook.at) }
-        if limiter.waiting > 0 { next.append(limiter.nextToken) }
+        if let grant = limiter.nextGrant { next.append(grant) }
         if let wake = clock.nextWake { next.append(wake) }
         if inFlight.current < settings.maxConcurrency, let due = await scheduler.nextDue(budget: limiter) { next.append(due) }
         guard let earliest = next.min() else { break }

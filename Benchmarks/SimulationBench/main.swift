@@ -188,7 +188,7 @@ var lastProgress = start
 /// Every in-flight job waits for a token that is not there yet: nothing more happens until the clock moves.
 func settled() -> Bool {
     let waiting = limiter.waiting
-    return inFlight.current == waiting && !(waiting > 0 && limiter.nextToken <= clock.now)
+    return inFlight.current == waiting && !(limiter.nextGrant.map { $0 <= clock.now } ?? false)
 }
 
 var iterations = 0
@@ -224,7 +224,7 @@ while clock.now < horizon {
     }
     var next: [Date] = []
     if let arrival = pending.first { next.append(start.addingTimeInterval(arrival.at)) }
-    if limiter.waiting > 0 { next.append(limiter.nextToken) }
+    if let grant = limiter.nextGrant { next.append(grant) }
     if inFlight.current < settings.maxConcurrency, let due = await scheduler.nextDue(budget: limiter) { next.append(due) }
     guard let earliest = next.min() else { break }
     clock.advance(by: Duration(timeInterval: max(0.000_1, earliest.timeIntervalSince(clock.now))))

@@ -14,7 +14,7 @@ extension RateLimiter {
 
     /// A call Klarna refused as too many (429) pauses everyone until the reset it named.
     func heed(_ error: KlarnaAPIError) {
-        if error.status == 429, let hint = error.rateLimit.hint { pause(for: hint) }
+        if error.answer.pausesTheAccount, let hint = error.rateLimit.hint { pause(for: hint) }
     }
 }
 

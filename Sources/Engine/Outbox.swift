@@ -215,7 +215,7 @@ public struct OutcomeNotifier: Sendable {
             body: body, timeout: timeout, freshConnection: true)
         do {
             let response = try await transport.execute(request)
-            return (200..<300).contains(response.status) ? nil : "HTTP \(response.status)"
+            return response.succeeded ? nil : "HTTP \(response.status)"
         } catch let error as TransportError {
             return error.description
         }

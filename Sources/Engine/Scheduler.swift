@@ -173,16 +173,16 @@ public actor Scheduler {
     /// ``nextDue(budget:)`` with one budget per account.
     public func nextDue(budgetOf: (AccountID) -> RateLimiter?) -> Date? {
         var earliest = Urgency.allCases.compactMap { validTop($0)?.due }.min()
-        // A key held back is due: it waits for its account's next token, and the callers before it take that one.
+        // A key held back is due: it waits until the callers before it are served (at once when none waits now).
         for account in heldBack.keys {
             guard let budget = budgetOf(account) else { continue }
-            let at = budget.nextToken.addingTimeInterval(0.001)
+            let at = budget.nextGrant?.addingTimeInterval(0.001) ?? .distantPast
             earliest = min(earliest ?? at, at)
         }
         for account in readyCounts.keys {
-            // Routine reads in `ready` are due already: they wait for a token. While more urgent callers wait, the
-            // token that exists now is theirs: look again just after.
-            let at = budgetOf(account).map { $0.waiting > 0 ? $0.nextToken.addingTimeInterval(0.001) : $0.nextToken } ?? .distantPast
+            // Routine reads in `ready` are due already: they wait for a spare token. While others wait, the tokens
+            // go to them first: look again just after the next is served.
+            let at = budgetOf(account).map { $0.nextGrant?.addingTimeInterval(0.001) ?? $0.nextSpare } ?? .distantPast
             earliest = min(earliest ?? at, at)
         }
         return earliest

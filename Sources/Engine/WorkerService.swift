@@ -120,7 +120,7 @@ public struct WorkerService: Service {
         if let prepaid, prepaid.use() { reconciler.accounts.budget(of: job.account ?? .default)?.refund(1) }
         if let ending = result.ending { await scheduler.observe(ending) }
         for other in result.wake {
-            if let leases { await leases.hint(other) } else { await scheduler.schedule(other, at: reconciler.clock.now, urgency: .inMotion) }
+            if let leases { await leases.hint(other) } else { await scheduler.schedule(other, at: reconciler.clock.now, urgency: result.wakeUrgency) }
         }
         await scheduler.finished(job.key, next: result.next)
         if let leases {

@@ -40,6 +40,15 @@ public final class SQLiteStore: ReconcilerStore, @unchecked Sendable {
         }
     }
 
+    /// The schema version this binary writes: a store at a lower one is migrated when the daemon opens it.
+    public static var latestSchemaVersion: Int { Migrations.latest }
+
+    /// The schema version of the store file at `path`, read without migrating it; `nil` when there is no file yet.
+    public static func schemaVersion(at path: String) throws -> Int? {
+        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        return try Migrations.version(of: SQLiteConnection(path: path, readOnly: true, busyTimeout: .seconds(5)))
+    }
+
     /// Runs `body`, and once more after `reserve` gave its space back if it found the disk full.
     private static func relieved<T>(by reserve: ReserveFile?, _ body: () throws -> T) throws -> T {
         do {

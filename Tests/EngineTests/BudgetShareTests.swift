@@ -8,7 +8,7 @@ struct BudgetShareTests {
     @Test("Each daemon spends the configured budget divided by the live daemons; a reload keeps the division")
     func share() {
         let clock = ManualClock()
-        let limiter = RateLimiter(ratePerSecond: 30, burst: 30, clock: clock)
+        let limiter = RateLimiter(ratePerSecond: 30, burst: 30, reserve: 0, clock: clock)
         let budget = BudgetShare(limiter: limiter, ratePerSecond: 30, burst: 30)
         budget.daemons(3)
         #expect(budget.share == (10, 10, 3))

@@ -143,7 +143,7 @@ struct SchedulerBudgetTests {
             await scheduler.schedule(.session("s\(index)"), at: Fixtures.t0, urgency: .routine, poll: poll(tracked: 60, read: 2, now: Fixtures.t0))
         }
         let burst = await scheduler.take(now: Fixtures.t0, capacity: 100, budget: budget)
-        #expect(burst.count == 10)
+        #expect(burst.count == 10 - Int(RateBudget.liveReserve), "the burst less the tokens kept for live payments")
         #expect(burst.allSatisfy { $0.prepaid && $0.urgency == .routine })
         #expect(await scheduler.take(now: Fixtures.t0, capacity: 100, budget: budget).isEmpty)
         // The dispatcher sleeps until the next token, not until the next due time (which has passed).
@@ -157,7 +157,10 @@ struct SchedulerBudgetTests {
     func budgetsPerAccount() async throws {
         let clock = ManualClock(now: Fixtures.t0)
         let (a, b) = (AccountID(rawValue: "a")!, AccountID(rawValue: "b")!)
-        let budgets = [a: RateLimiter(ratePerSecond: 50, burst: 10, clock: clock), b: RateLimiter(ratePerSecond: 5, burst: 2, clock: clock)]
+        let budgets = [
+            a: RateLimiter(ratePerSecond: 50, burst: 10, reserve: 0, clock: clock),
+            b: RateLimiter(ratePerSecond: 5, burst: 2, reserve: 0, clock: clock),
+        ]
         let scheduler = Scheduler()
         for index in 0..<1_000 {
             let profile = poll(tracked: 60, read: 2, now: Fixtures.t0)
@@ -182,6 +185,27 @@ struct SchedulerBudgetTests {
         clock.advance(by: .milliseconds(180))
         let later = await scheduler.take(now: clock.now, capacity: 100) { budgets[$0] }
         #expect(later.filter { $0.account == b }.count == 1, "B's one token in 200 ms")
+    }
+
+    @Test(
+        "Renewals waiting behind the live payments' reserve hold their account's next renewal back until a token beyond the reserve, not in a loop at the token that is there"
+    )
+    func heldBehindTheReserve() async throws {
+        let clock = ManualClock(now: Fixtures.t0)
+        let account = AccountID.default
+        let budget = RateLimiter(ratePerSecond: 50, burst: 10, clock: clock)
+        #expect(budget.takeSpare(limit: 100) == 8, "two tokens left: the reserve")
+        let charge = Task { try await budget.acquire(.renewal) }
+        try await waitUntil { budget.waiting == 1 }
+        let scheduler = Scheduler()
+        await scheduler.schedule(.customerToken("renewal-2"), WorkPlan(due: Fixtures.t0, urgency: .renewal, account: account))
+        #expect(await scheduler.take(now: clock.now, capacity: 10) { _ in budget }.isEmpty, "held back: a renewal waits already")
+        // Two tokens are there, but not for renewals: the next look is when a third exists (20 ms), not now.
+        let next = try #require(await scheduler.nextDue { _ in budget })
+        #expect(abs(next.timeIntervalSince(Fixtures.t0) - 0.021) < 1e-6)
+        clock.advance(by: .milliseconds(21))
+        _ = try await charge.value
+        #expect(await scheduler.take(now: clock.now, capacity: 10) { _ in budget }.map(\.key) == [.customerToken("renewal-2")])
     }
 
     @Test(

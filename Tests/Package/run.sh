@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Package tests: the .deb that `make deb` built, inspected, installed with apt on this host, run from the installed
-# paths under a real systemd user manager with /opt/swift made inaccessible, then removed and purged.
+# paths under a real systemd user manager with /opt/swift made inaccessible, then removed and purged; then installed
+# over the previous release's .deb (built from its tag, scripts/previous-release-deb.sh) with payments open.
 # Usage: Tests/Package/run.sh dist/klarna-reconciler_VERSION_amd64.deb path/to/klarna-sandbox
 #        (needs root; `make check` runs it; the sandbox plays Klarna and is not in the package)
 set -uo pipefail
@@ -96,8 +97,9 @@ fi
 
 # --- 3. the installed units under a real systemd user manager, /opt/swift inaccessible --------------------------
 echo "3. the installed units, without /opt/swift"
-if command -v unshare >/dev/null && unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs /mnt' 2>/dev/null; then
-    # Klarna for the installed daemon, started out here: inside, /opt/swift is hidden, and the build's sandbox needs it.
+# Klarna for the installed daemon, started out here: inside the namespaces, /opt/swift may be hidden, and the build's
+# sandbox needs it. Sets SANDBOX_PORT and SANDBOX_DIR (its password file in it).
+sandbox_up() {
     SANDBOX_DIR=$(mktemp -d)
     printf 'package-test-password-%s\n' "$RANDOM$RANDOM" >"$SANDBOX_DIR/password"
     SANDBOX_PORT=$(free_port)
@@ -105,9 +107,15 @@ if command -v unshare >/dev/null && unshare --mount --propagation private sh -c 
     SANDBOX_PID=$!
     for _ in $(seq 100); do curl -sf -o /dev/null http://127.0.0.1:$SANDBOX_PORT/_sandbox/clock && break; sleep 0.05; done
     check "the sandbox (Klarna for this test) answers" curl -sf -o /dev/null http://127.0.0.1:$SANDBOX_PORT/_sandbox/clock
+}
+sandbox_down() { kill "$SANDBOX_PID"; wait "$SANDBOX_PID" 2>/dev/null; rm -rf "$SANDBOX_DIR"; }
+PRIVATE_MOUNTS=no
+if command -v unshare >/dev/null && unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs /mnt' 2>/dev/null; then PRIVATE_MOUNTS=yes; fi
+if [ $PRIVATE_MOUNTS = yes ]; then
+    sandbox_up
     SANDBOX_PORT=$SANDBOX_PORT SANDBOX_PASSWORD_FILE=$SANDBOX_DIR/password \
         unshare --mount --propagation private "$HERE/units.sh" || FAILURES=$((FAILURES + $?))
-    kill "$SANDBOX_PID"; wait "$SANDBOX_PID" 2>/dev/null; rm -rf "$SANDBOX_DIR"
+    sandbox_down
 else
     echo "  SKIPPED (no private mount namespace here)"
 fi
@@ -129,6 +137,22 @@ LEFT=$(find /etc /usr /lib /var /opt /srv -xdev -name '*klarna-reconciler*' 2>/d
 check "nothing of the package is left on the file system" test -z "$LEFT"
 [ -n "$LEFT" ] && sed 's/^/      left: /' <<<"$LEFT"
 check "the system user stays (Debian policy: never delete a uid that files may still carry)" getent passwd klarna-reconciler
+
+# --- 5. an upgrade from the previous release, with payments open in every phase ----------------------------------
+echo "5. upgrade from the previous release"
+NEW_VERSION=$(dpkg-deb -f "$DEB" Version)
+if [ $PRIVATE_MOUNTS = no ]; then
+    echo "  SKIPPED (no private mount namespace here)"
+elif PREVIOUS_DEB=$("$REPO/scripts/previous-release-deb.sh" "$NEW_VERSION"); then
+    check "the previous release ($(basename "$PREVIOUS_DEB")) installs" apt-get install -y -qq "$PREVIOUS_DEB"
+    sandbox_up
+    NEW_DEB=$DEB SANDBOX_PORT=$SANDBOX_PORT SANDBOX_PASSWORD_FILE=$SANDBOX_DIR/password \
+        unshare --mount --propagation private "$HERE/upgrade.sh" || FAILURES=$((FAILURES + $?))
+    sandbox_down
+    check "apt purge after the upgrade" apt-get purge -y -qq $PKG
+else
+    fail "the previous release's package could not be built (scripts/previous-release-deb.sh $NEW_VERSION)"
+fi
 
 echo
 if [ "$FAILURES" -gt 0 ]; then echo "package tests: $FAILURES FAILED"; exit 1; fi

@@ -9,6 +9,7 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../System/harness.sh"
 source "$HERE/../System/checks.sh"
+source "$HERE/user-units.sh"
 mount -t tmpfs -o mode=0755,size=1m tmpfs /opt/swift || { echo "  FAIL: cannot hide /opt/swift"; exit 1; }
 trap 'world_down' EXIT
 world_up || exit 1
@@ -34,20 +35,8 @@ klarna:
 polling:
   dense_interval_seconds: 0.2
 YAML
-# The installed units, changed only where a user manager differs from the system manager (as in the system tests,
-# Tests/System/run.sh, which explains each): no user switching, three protections a user manager cannot apply here,
-# and the credentials from the test's folder. The config, the spool, the outbox and both sockets are the installed
-# ones, with the modes and groups sysusers.d and tmpfiles.d gave them; only their owner changes, from
-# klarna-reconciler to root, because here root plays the daemon (with no capabilities, CapabilityBoundingSet=, root
-# is just another user to a directory it does not own).
-chown root $SPOOL $SPOOL/tmp $SPOOL/new $OUTBOX $OUTBOX/tmp $OUTBOX/new $OUTBOX/cur
-sed -e "s#/etc/credstore/klarna-reconciler\.#$W/credstore/#g" \
-    -e '/^User=/d' -e '/^Group=/d' -e '/^SupplementaryGroups=/d' \
-    -e '/^ProtectHome=/d' -e '/^ProtectKernelTunables=/d' -e '/^ProtectKernelLogs=/d' \
-    /lib/systemd/system/klarna-reconciler.service >"$UNITS/klarna-reconciler.service"
-cp /lib/systemd/system/klarna-reconciler.socket /lib/systemd/system/klarna-reconciler-control.socket "$UNITS/"
+user_units "$W/credstore"
 check "the installed unit runs the installed binary" grep -q "^ExecStart=/usr/bin/klarna-reconciler run" "$UNITS/klarna-reconciler.service"
-systemctl --user daemon-reload
 
 check "a unit here cannot see the Swift runtime in /opt/swift" systemctl --user start toolchain-probe.service
 check "the installed binary runs without it" $BIN --version

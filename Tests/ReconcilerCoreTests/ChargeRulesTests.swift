@@ -119,4 +119,24 @@ struct ChargeRulesTests {
     func urgency() {
         #expect(Urgency.renewal < .inMotion && Urgency.renewal < .hinted && Urgency.renewal > .routine && Urgency.renewal > .background)
     }
+
+    @Test("A charge's order is read and captured at the renewal level, until its authorization is about to expire; another order in motion")
+    func orderUrgency() {
+        let deadlines = Deadlines(
+            authorizationWarnBefore: .seconds(3 * 86_400), autoExtendAuthorization: false, pendingFraudInterval: .seconds(900),
+            orderRecheckInterval: .seconds(6 * 3_600))
+        guard case .record(let intent) = ChargeRules.request(ask, key: "k", capture: .immediate, existing: nil, now: now) else { return }
+        var charged = ChargeRules.order(intent, orderID: "o-1", now: now)
+        #expect(charged.isRenewal)
+        #expect(charged.plan(now: now, deadlines: deadlines)?.urgency == .renewal)
+        #expect(charged.sideEffectUrgency(now: now, deadlines: deadlines) == .renewal)
+        charged.expiresAt = now.addingTimeInterval(86_400)
+        #expect(charged.plan(now: now, deadlines: deadlines)?.urgency == .deadline, "its authorization expires within the warning")
+        #expect(charged.sideEffectUrgency(now: now, deadlines: deadlines) == .deadline)
+        var live = charged
+        live.isRenewal = false
+        live.expiresAt = nil
+        #expect(live.plan(now: now, deadlines: deadlines)?.urgency == .inMotion)
+        #expect(live.sideEffectUrgency(now: now, deadlines: deadlines) == .inMotion)
+    }
 }

@@ -206,6 +206,59 @@ struct RateBudgetTests {
         #expect(!result13)
         #expect(drain(&budget, from: start).map(\.0) == [stays])
     }
+
+    @Test(
+        "A renewal burst leaves the reserve: a live payment's calls find tokens at once, the renewals wait for tokens beyond it, and nobody is served less over time"
+    )
+    func reserveForLivePayments() {
+        var budget = RateBudget(ratePerSecond: 50, burst: 10, reserve: 2, now: start)
+        let renewals = (0..<1_000).map { _ in budget.request(.renewal) }
+        #expect(budget.grant(now: start) == Array(renewals.prefix(8)), "the burst less the reserve")
+        // The renewals wait for a third token, not "now": a scheduler waking at the next grant does not spin.
+        #expect(abs(budget.nextGrant(now: start)!.timeIntervalSince(start) - 1.0 / 50) < 1e-6)
+        let live = [budget.request(.hinted), budget.request(.inMotion)]
+        #expect(budget.grant(now: start) == [live[1], live[0]], "both live calls served at once from the reserve")
+        // The reserve spent, the renewals wait until it is whole again plus one: three tokens, 60 ms.
+        #expect(abs(budget.nextGrant(now: start)!.timeIntervalSince(start) - 3.0 / 50) < 1e-6)
+        #expect(budget.takeSpare(limit: 5, now: start) == 0, "routine reads leave the reserve too")
+        // Ten seconds on: the renewals had every token but the reserve, 50 a second.
+        var now = start
+        var served = 8
+        while now < start.addingTimeInterval(10) {
+            now = budget.nextGrant(now: now)!
+            served += budget.grant(now: now).count
+        }
+        #expect(served >= 8 + 500 - 3 && served <= 8 + 500, "\(served) renewals in 10 s at 50/s")
+    }
+
+    @Test("The fairness turn of a renewal waits for a token beyond the reserve; a live caller is not held up by it")
+    func fairnessTurnLeavesTheReserve() {
+        var budget = RateBudget(ratePerSecond: 50, burst: 3, reserve: 2, now: start)
+        _ = budget.takeSpare(limit: 1, now: start)
+        let renewal = budget.request(.renewal)
+        // Nine live calls pass the waiting renewal, one token each as it comes; the tenth token would be its turn.
+        var now = start
+        for _ in 0..<(RateBudget.fairEvery - 1) {
+            let live = budget.request(.inMotion)
+            #expect(budget.grant(now: now) == [live])
+            now = now.addingTimeInterval(1.0 / 50)
+        }
+        // Its turn has come, but two tokens is the reserve: the live call takes one, the renewal waits for a third.
+        let live = budget.request(.inMotion)
+        #expect(budget.grant(now: now) == [live])
+        now = budget.nextGrant(now: now)!
+        #expect(budget.grant(now: now) == [renewal])
+    }
+
+    @Test("A reserve larger than the burst allows is cut to the burst less one: everyone is served")
+    func reserveWithinTheBurst() {
+        var budget = RateBudget(ratePerSecond: 10, burst: 1, reserve: 2, now: start)
+        #expect(budget.reserve == 0)
+        let renewal = budget.request(.renewal)
+        #expect(budget.grant(now: start) == [renewal])
+        budget.reconfigure(ratePerSecond: 10, burst: 2, now: start)
+        #expect(budget.reserve == 0, "a reload keeps it within the new burst")
+    }
 }
 
 @Suite("Rate limiter")

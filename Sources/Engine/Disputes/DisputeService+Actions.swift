@@ -151,9 +151,9 @@ extension DisputeService {
             return .taken
         } catch let error as KlarnaAPIError {
             let message = Reconciler.short(error)
-            if error.status == 409 { return .conflict(message) }
+            if error.answer == .conflict { return .conflict(message) }
             // Klarna's other 4xx on the call itself (a file it refuses, a 403 for this action): sending again gets the same.
-            if let status = error.status, (400..<500).contains(status), status != 408, status != 429 { return .refused(status: status, message) }
+            if error.answer.refusesTheAction, let status = error.status { return .refused(status: status, message) }
             return .unclear(message, retryAfter: error.rateLimit.hint)
         } catch {
             return .unclear("\(error)", retryAfter: nil)

@@ -96,8 +96,8 @@ extension DisputeService {
             backoff.succeeded(id)
             return .read(read)
         } catch let error as KlarnaAPIError {
-            if error.isRefusal { return .refused(Reconciler.short(error)) }
-            if error.concernsTheAccount { throw error }
+            if error.answer.refusesThisResourceOnly { return .refused(Reconciler.short(error)) }
+            if error.answer.concernsTheAccount { throw error }
             let until = backoff.failed(id, at: clock.now, policy: settings.retry)
             logger.warning(
                 "reading dispute \(id) failed (\(Reconciler.short(error))): read again from \(TrackedSession.format(until)), the others go on",
@@ -168,15 +168,6 @@ extension DisputeService {
         }
         throw DisputeWriteConflict(disputeID: observation.id)
     }
-}
-
-extension KlarnaAPIError {
-    /// Klarna does not know this one resource or refuses the request for it (404, 400): asking again gets the same.
-    var isRefusal: Bool { status == 404 || status == 400 }
-
-    /// About the account rather than one dispute (credentials, onboarding, the rate limit): every other call would
-    /// fail alike.
-    var concernsTheAccount: Bool { status == 401 || status == 403 || status == 429 }
 }
 
 /// A dispute kept changing under this daemon's writes (another daemon wrote it every time): the sync fails and is

@@ -48,7 +48,7 @@ extension Reconciler {
         } else if intent.attempts == 0 {
             // Before the first attempt only: a token that is not active is not charged, and nothing is sent.
             switch try await klarna(&change, .renewal, { client in try await client.readCustomerToken(token) }) {
-            case .failure(let error) where error.status == 404:
+            case .failure(let error) where error.answer.endsWhatWasRead:
                 let reason = "Klarna does not know customer token \(Redact.tail(token)) (\(Self.short(error))): nothing was charged"
                 return try await chargeEnded(
                     intent.failed(Self.short(error), now: now), .chargeFailed, reason: reason, error: error, change: change,
@@ -110,7 +110,7 @@ extension Reconciler {
                 detail: detail.merging(["order_id": created.orderID]) { $1 }))
         handOff(order, fraudStatus: created.fraudStatus, amount: intent.amount, currency: intent.charge?.currency, now: now, into: &change)
         try await commit(change, now: now)
-        return StepResult(next: nil, wake: [.order(created.orderID)])
+        return StepResult(next: nil, wake: [.order(created.orderID)], wakeUrgency: .renewal)
     }
 
     /// Klarna's refusal, or no clear answer: a decline or a final refusal ends the charge; anything else is sent again
@@ -189,7 +189,7 @@ extension Reconciler {
                     detail: detail.merging(["order_id": orderID, "found_in": sources.map(\.word).joined(separator: ",")]) { $1 }))
             change.newOrders.append(ChargeRules.order(intent, orderID: orderID, now: now))
             try await commit(change, now: now)
-            return StepResult(next: nil, wake: [.order(orderID)])
+            return StepResult(next: nil, wake: [.order(orderID)], wakeUrgency: .renewal)
         case .notFound(let why):
             let reason =
                 "charge \(intent.reference ?? "—") got no clear answer in \(intent.attempts) attempt(s) within Klarna's 24 hours of idempotency (last: \(intent.lastError ?? "no answer")): Klarna may have placed its order, so it is not sent again; \(why); look for an order with merchant_reference1 \(reference) in the Merchant Portal before charging again with a new reference"

@@ -244,7 +244,7 @@ extension Reconciler {
             try await commit(change, now: now)
             return StepResult(next: nil)
         }
-        let urgency = Urgency.inMotion(now: now, deadline: order.expiresAt, margin: settings.deadlines.authorizationWarnBefore)
+        let urgency = order.sideEffectUrgency(now: now, deadlines: settings.deadlines)
         if intent.needsResolution {
             switch try await klarna(&change, urgency, { client in try await client.readOrder(id: order.orderID) }) {
             case .failure(let error):

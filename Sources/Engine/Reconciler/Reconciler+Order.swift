@@ -55,12 +55,12 @@ extension Reconciler {
         }
         if let due = order.nextDueAt, !isDue(due) { return StepResult(next: due) }
         var change = Change()
-        let phaseUrgency = order.phase.urgency(now: clock.now, expiresAt: order.expiresAt, deadlines: settings.deadlines)
+        let phaseUrgency = order.urgency(now: clock.now, deadlines: settings.deadlines)
         let result = try await klarna(&change, hinted ? max(.hinted, phaseUrgency) : phaseUrgency, { client in try await client.readOrder(id: id) })
         let now = clock.now
         let read: KlarnaAPI.Order
         switch result {
-        case .failure(let error) where error.status == 404:
+        case .failure(let error) where error.answer.endsWhatWasRead:
             record(
                 order.closed(.needsAttention, "Klarna does not know order \(id) (\(Self.short(error)))"), into: &change, detail: Self.detail(error))
             try await commit(change, now: now)

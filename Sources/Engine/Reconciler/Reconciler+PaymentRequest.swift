@@ -24,7 +24,7 @@ extension Reconciler {
             step = request.applying(
                 state: read.state, expiresAt: read.expiresAt, sessionToken: read.klarnaNetworkSessionToken, now: now,
                 recheck: settings.polling.maxInterval)
-        case .failure(let error) where error.status == 404:
+        case .failure(let error) where error.answer.endsWhatWasRead:
             // Klarna deletes payment requests when they expire.
             step = request.applying(state: .expired, expiresAt: nil, sessionToken: nil, now: now, recheck: settings.polling.maxInterval)
         case .failure(let error):

@@ -35,7 +35,7 @@ extension Reconciler {
             case .success(let order):
                 clues.append(
                     .init(orderID: orderID, source: .omNotification, merchantReference: order.merchantReference1, currency: order.purchaseCurrency))
-            case .failure(let error) where error.status == 404: continue  // not an order of this merchant account
+            case .failure(let error) where error.answer.endsWhatWasRead: continue  // not an order of this merchant account
             case .failure(let error): return .failure(error)
             }
         }
@@ -65,7 +65,7 @@ extension Reconciler {
         var hppOrderID: String?
         switch try await klarna(&change, urgency, { client in try await client.readHPPSession(id: session.hppSessionID) }) {
         case .success(let hpp): hppOrderID = hpp.orderID
-        case .failure(let error) where error.status == 404: break  // expired: it names nothing any more
+        case .failure(let error) where error.answer.endsWhatWasRead: break  // expired: it names nothing any more
         case .failure(let error): return try await sessionReadFailed(session, error, change: change)
         }
 

@@ -21,7 +21,7 @@ extension Reconciler {
         let detail = ["intent": intent.key, "reference": intent.reference ?? ""]
         let read: KlarnaAPI.Order
         switch try await klarna(&change, .inMotion, { client in try await client.readOrder(id: order.orderID) }) {
-        case .failure(let error) where error.status == 404:
+        case .failure(let error) where error.answer.endsWhatWasRead:
             // No order at Klarna, so no refund of it either, whatever an earlier attempt did.
             return try await refundEnded(
                 order, intent.failed(Self.short(error), now: now),

@@ -73,7 +73,7 @@ extension Reconciler {
         switch (request.action, request.key) {
         case (.retry, .session(let id)):
             guard let session = try await store.session(id) else {
-                return .failure(RemediationRefusal(status: 404, "HPP session \(id) is not tracked"))
+                return .failure(.notTracked("HPP session \(id) is not tracked"))
             }
             if let refusal = session.retryRefusal(orderID: request.orderID, now: now) { return .failure(refusal) }
             if let orderID = request.orderID, let known = try await store.order(orderID) {
@@ -92,7 +92,7 @@ extension Reconciler {
             }
             return .success("re-driven: reading Klarna first")
         case (.retry, .order(let id)):
-            guard let order = try await store.order(id) else { return .failure(RemediationRefusal(status: 404, "order \(id) is not tracked")) }
+            guard let order = try await store.order(id) else { return .failure(.notTracked("order \(id) is not tracked")) }
             if let refusal = order.retryRefusal { return .failure(refusal) }
             let intents = try await store.intents(subject: id)
             let (step, intent) = order.retried(intents: intents, by: who, now: now)
@@ -100,7 +100,7 @@ extension Reconciler {
             if let intent { change.intents.append(intent) }
             return .success("re-driven: reading the order first")
         case (.cancel, .order(let id)), (.releaseRemaining, .order(let id)):
-            guard let order = try await store.order(id) else { return .failure(RemediationRefusal(status: 404, "order \(id) is not tracked")) }
+            guard let order = try await store.order(id) else { return .failure(.notTracked("order \(id) is not tracked")) }
             if let refusal = request.action == .cancel ? order.cancelRefusal : order.releaseRemainingRefusal { return .failure(refusal) }
             let kind: Intent.Kind = request.action == .cancel ? .cancelOrder : .releaseRemaining
             let key = IdempotencyKey.make(kind, id)

@@ -65,7 +65,7 @@ extension Reconciler {
                     status: status, updatedAt: hpp.updatedAt, expiresAt: hpp.expiresAt,
                     authorizationToken: hpp.authorizationToken, orderID: hpp.orderID, klarnaReference: hpp.klarnaReference),
                 now: now, schedule: settings.polling)
-        case .failure(let error) where error.status == 404:
+        case .failure(let error) where error.answer.endsWhatWasRead:
             step = session.applying(.notFound, now: now, schedule: settings.polling)
             detail = Self.detail(error)
         case .failure(let error):

@@ -18,12 +18,15 @@ public struct Reconciler: Sendable {
         public var next: WorkPlan?
         /// Other keys that now have work (an order handed off by its session).
         public var wake: [WorkKey] = []
+        /// How urgent their first run is: a payment in motion's, a renewal's for the order a charge placed.
+        public var wakeUrgency: Urgency = .inMotion
         /// An HPP session ended: what it teaches the scheduler about how long sessions take.
         public var ending: SessionEnding?
 
-        public init(next: WorkPlan?, wake: [WorkKey] = [], ending: SessionEnding? = nil) {
+        public init(next: WorkPlan?, wake: [WorkKey] = [], wakeUrgency: Urgency = .inMotion, ending: SessionEnding? = nil) {
             self.next = next
             self.wake = wake
+            self.wakeUrgency = wakeUrgency
             self.ending = ending
         }
     }
@@ -32,6 +35,7 @@ public struct Reconciler: Sendable {
     struct StepResult: Sendable {
         var next: Date?
         var wake: [WorkKey] = []
+        var wakeUrgency: Urgency = .inMotion
         var ending: SessionEnding?
         /// At least this urgent, whatever the unit's own plan says (a refund of a closed order has none).
         var urgency: Urgency?
@@ -192,7 +196,7 @@ public struct Reconciler: Sendable {
             case .customerToken(let key): try await processTokenIntent(key)
             }
         step.wake += operatorWake
-        guard let due = step.next else { return WorkResult(next: nil, wake: step.wake, ending: step.ending) }
+        guard let due = step.next else { return WorkResult(next: nil, wake: step.wake, wakeUrgency: step.wakeUrgency, ending: step.ending) }
         // How urgent the next run is follows from the state just committed, by the core's rules.
         let now = clock.now
         let plan: WorkPlan? =
@@ -207,7 +211,8 @@ public struct Reconciler: Sendable {
             }
         let urgency = max(plan?.urgency ?? .routine, step.urgency ?? .routine)
         return WorkResult(
-            next: WorkPlan(due: due, urgency: urgency, poll: plan?.poll, account: plan?.account), wake: step.wake, ending: step.ending)
+            next: WorkPlan(due: due, urgency: urgency, poll: plan?.poll, account: plan?.account), wake: step.wake, wakeUrgency: step.wakeUrgency,
+            ending: step.ending)
     }
 
     // MARK: Plumbing
@@ -247,7 +252,7 @@ public struct Reconciler: Sendable {
             return .success(value)
         } catch let error as KlarnaAPIError {
             rateLimiter?.heed(error)
-            if error.status != 404 { change.health.append((.klarnaError, Self.short(error))) }
+            if error.answer.isKlarnaFault { change.health.append((.klarnaError, Self.short(error))) }
             return .failure(error)
         }
     }

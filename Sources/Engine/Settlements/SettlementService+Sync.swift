@@ -141,7 +141,7 @@ extension SettlementService {
         do {
             let order = try await klarna { try await client.readOrder(id: orderID) }
             return OrderMovements(order, orderID: orderID)
-        } catch let error as KlarnaAPIError where error.status == 404 || error.status == 403 {
+        } catch let error as KlarnaAPIError where error.answer.hidesTheOrder {
             logger.warning(
                 "order \(orderID) of a settlement line could not be read (\(Reconciler.short(error))): the line's finding stands",
                 metadata: ["order_id": .string(orderID)])

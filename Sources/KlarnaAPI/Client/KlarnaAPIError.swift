@@ -94,6 +94,9 @@ public struct KlarnaAPIError: Error, RetryClassifiable, CustomStringConvertible 
         }
     }
 
+    /// What the answer says, for the rules that decide what follows a failure.
+    public var answer: KlarnaAnswer { KlarnaAnswer(status: status) }
+
     /// The id to quote to Klarna support (Merchant Portal → Logs).
     public var klarnaCorrelationID: String? { correlationIDHeader ?? correlationID }
 

@@ -215,7 +215,7 @@ public struct KlarnaClient: Sendable {
         log[metadataKey: "duration_ms"] = .stringConvertible((ContinuousClock.now - started).milliseconds)
         if let correlation { log[metadataKey: "klarna.correlation_id"] = .string(correlation) }
 
-        guard (200..<300).contains(response.status) else {
+        guard response.succeeded else {
             let parsed = try? KlarnaJSON.decoder().decode(KlarnaErrorBody.self, from: Data(response.body))
             let error = KlarnaAPIError(
                 operation: operation, failure: .http(status: response.status), requestID: requestID,

@@ -49,7 +49,7 @@ public struct KlarnaConfiguration: Sendable, CustomStringConvertible {
 public enum ProductInfo {
     public static let name = "klarna-reconciler"
     /// The package version follows it (`make deb`).
-    public static let version = "0.1.0"
+    public static let version = "0.2.0"
     /// The git commit the binary was built from; "unknown" when built without `make`.
     public static let commit = String(cString: klarna_reconciler_commit())
 }

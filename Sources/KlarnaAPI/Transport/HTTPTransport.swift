@@ -77,6 +77,9 @@ public struct HTTPResponse: Sendable {
         self.headers = headers
         self.body = body
     }
+
+    /// A 2xx: the server did what was asked.
+    public var succeeded: Bool { (200..<300).contains(status) }
 }
 
 /// A failure below HTTP: nothing, or not all of a response, came back.

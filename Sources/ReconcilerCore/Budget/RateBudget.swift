@@ -9,6 +9,11 @@ import Foundation
 /// oldest waiter (so the less urgent get at least one token in ``fairEvery`` however busy the rest is, and delay the
 /// more urgent by one token interval at most); and a pause (a 429) holds everyone. ``Urgency/background`` work is
 /// outside the fairness rule: it gets a token only while nobody more urgent waits, however long it has waited.
+///
+/// The last ``reserve`` tokens are kept for ``Urgency/hinted`` and above: a renewal burst or the routine reads take a
+/// token only while more than that many are there, so a live payment's call finds one at once instead of waiting a
+/// token interval behind them (and its fairness turn). Over time nobody gets fewer tokens: the bucket just holds the
+/// reserve unspent.
 public struct RateBudget: Sendable, Equatable {
     public struct Ticket: Hashable, Sendable {
         public let id: UInt64
@@ -16,12 +21,18 @@ public struct RateBudget: Sendable, Equatable {
     }
 
     public static let fairEvery = 10
+    /// The tokens an account's budget keeps for live payments (``reserve``), when its burst allows.
+    public static let liveReserve: Double = 2
+    /// The levels that leave the reserve alone.
+    public static let belowReserve: Urgency = .renewal
     /// A token less than this far away counts as there: `Date` keeps about a tenth of a microsecond, so a token
     /// computed to arrive "now" may be a hair short when the time comes.
     private static let slack: TimeInterval = 1e-6
 
     public private(set) var ratePerSecond: Double
     public private(set) var burst: Double
+    /// Tokens only ``Urgency/hinted`` and above take; at most `burst - 1`, so everyone can be served.
+    public private(set) var reserve: Double
     private var tokens: Double
     private var updatedAt: Date
     private var pausedUntil: Date?
@@ -30,10 +41,11 @@ public struct RateBudget: Sendable, Equatable {
     private var issued: UInt64 = 0
     private var passedOver = 0
 
-    public init(ratePerSecond: Double, burst: Double, now: Date) {
-        precondition(ratePerSecond > 0 && burst >= 1)
+    public init(ratePerSecond: Double, burst: Double, reserve: Double = 0, now: Date) {
+        precondition(ratePerSecond > 0 && burst >= 1 && reserve >= 0)
         self.ratePerSecond = ratePerSecond
         self.burst = burst
+        self.reserve = min(reserve, burst - 1)
         self.tokens = burst
         self.updatedAt = now
     }
@@ -62,29 +74,39 @@ public struct RateBudget: Sendable, Equatable {
     public mutating func grant(now: Date) -> [Ticket] {
         refill(now: now)
         var served: [Ticket] = []
-        while hasToken, isOpen(now: now), let ticket = next() {
+        while isOpen(now: now), let ticket = next() {
             tokens -= 1
             served.append(ticket)
         }
         return served
     }
 
-    /// When the next waiting ticket can be served; `nil` when nobody waits.
+    /// When the next waiting ticket can be served (the most urgent one's level decides whether the reserve is
+    /// there for it); `nil` when nobody waits.
     public func nextGrant(now: Date) -> Date? {
-        guard waiting > 0 else { return nil }
-        return nextToken(now: now)
+        guard let level = queues.lastIndex(where: { !$0.isEmpty }) else { return nil }
+        return when(tokens: needed(by: Urgency(rawValue: level)!), now: now)
     }
 
-    /// When the next token exists (now, if one is there).
-    public func nextToken(now: Date) -> Date {
+    /// When a read that runs only on spare tokens could take one (``takeSpare(limit:now:)``): once a token beyond
+    /// the reserve exists.
+    public func nextSpare(now: Date) -> Date { when(tokens: needed(by: .routine), now: now) }
+
+    /// When the bucket holds `count` tokens (now, if it does). "Now" only when they are all there, not within the
+    /// slack ``has(_:)`` allows: a pump sleeping until the exact time, on a clock that landed a hair short of it, is
+    /// then told to wait a moment more, never that its token is there while it sleeps.
+    private func when(tokens count: Double, now: Date) -> Date {
         var copy = self
         copy.refill(now: now)
         if let pausedUntil = copy.pausedUntil, pausedUntil > now {
-            return pausedUntil.addingTimeInterval(1 / ratePerSecond)
+            return pausedUntil.addingTimeInterval(count / ratePerSecond)
         }
-        if copy.hasToken { return now }
-        return now.addingTimeInterval(max(Self.slack, (1 - copy.tokens) / ratePerSecond))
+        if copy.tokens >= count { return now }
+        return now.addingTimeInterval(max(Self.slack, (count - copy.tokens) / ratePerSecond))
     }
+
+    /// The tokens that must be there for a caller at `urgency` to take one.
+    private func needed(by urgency: Urgency) -> Double { urgency <= Self.belowReserve ? 1 + reserve : 1 }
 
     /// Takes up to `limit` tokens that nobody is waiting for, for reads that run only when the budget has room (routine
     /// polls). Background work waiting does not count: it comes after those reads too.
@@ -92,7 +114,7 @@ public struct RateBudget: Sendable, Equatable {
         refill(now: now)
         let waitingAhead = waiting - queues[Urgency.background.rawValue].count
         guard waitingAhead == 0, isOpen(now: now), limit > 0 else { return 0 }
-        let count = min(limit, Int((tokens + Self.slack * ratePerSecond).rounded(.down)))
+        let count = min(limit, max(0, Int((tokens - reserve + Self.slack * ratePerSecond).rounded(.down))))
         tokens -= Double(count)
         return count
     }
@@ -117,29 +139,28 @@ public struct RateBudget: Sendable, Equatable {
         refill(now: now)
         self.ratePerSecond = ratePerSecond
         self.burst = burst
+        reserve = min(reserve, burst - 1)
         tokens = min(tokens, burst)
     }
 
-    private var hasToken: Bool { tokens >= 1 - Self.slack * ratePerSecond }
+    private func has(_ count: Double) -> Bool { tokens >= count - Self.slack * ratePerSecond }
 
     private func isOpen(now: Date) -> Bool { pausedUntil.map { now >= $0 } ?? true }
 
-    /// The ticket the next token goes to: the most urgent, unless the fairness turn of the oldest (background work
-    /// aside) has come.
+    /// The ticket the token there is goes to, taken from its queue: the most urgent, unless the fairness turn of
+    /// the oldest (background work aside) has come and the tokens there are leave it the reserve; `nil` when
+    /// nobody waits or the tokens there are not for the one whose turn it is.
     private mutating func next() -> Ticket? {
         guard let level = queues.lastIndex(where: { !$0.isEmpty }) else { return nil }
         let oldest =
             queues.indices.filter { $0 != Urgency.background.rawValue && !queues[$0].isEmpty }
             .min { queues[$0][0].id < queues[$1][0].id } ?? level
-        if oldest != level {
-            passedOver += 1
-            if passedOver >= Self.fairEvery {
-                passedOver = 0
-                return queues[oldest].removeFirst()
-            }
-        } else {
+        if oldest != level, passedOver + 1 >= Self.fairEvery, has(needed(by: Urgency(rawValue: oldest)!)) {
             passedOver = 0
+            return queues[oldest].removeFirst()
         }
+        guard has(needed(by: Urgency(rawValue: level)!)) else { return nil }
+        passedOver = oldest != level ? passedOver + 1 : 0
         return queues[level].removeFirst()
     }
 

@@ -4,7 +4,9 @@ import Synchronization
 /// The process-wide outbound budget: a ``RateBudget`` shared by every caller, sleeping on the injected clock.
 ///
 /// A caller asks with its ``Urgency`` and is resumed when a token is its own. While anyone waits, one pump task
-/// sleeps until the next token exists and hands it out; it ends when the queue is empty.
+/// sleeps until the next waiter can be served and serves it; it ends when the queue is empty. A caller that can be
+/// served sooner than the pump wakes (a live call arriving while renewals wait for a token beyond the reserve)
+/// starts a new pump, and the one asleep ends when it wakes.
 public final class RateLimiter: Sendable {
     private struct State {
         var budget: RateBudget
@@ -12,7 +14,10 @@ public final class RateLimiter: Sendable {
         var parked: [UInt64: CheckedContinuation<Void, any Error>] = [:]
         /// Tickets served before their caller had parked.
         var served: Set<UInt64> = []
-        var pumping = false
+        /// When the pump wakes next; `nil` while no pump runs.
+        var pumpWake: Date?
+        /// The pump that serves; an older one ends when it wakes.
+        var pumpGeneration: UInt64 = 0
     }
 
     /// A token the dispatcher took for a job before it started (a routine read admitted because the budget had
@@ -36,10 +41,14 @@ public final class RateLimiter: Sendable {
     /// Told how long each call waited for its token, by urgency (benchmarks; metrics later).
     private let observer: (@Sendable (Urgency, Duration) -> Void)?
 
-    public init(ratePerSecond: Double, burst: Double, clock: any WallClock, observer: (@Sendable (Urgency, Duration) -> Void)? = nil) {
+    /// `reserve`: the tokens kept for live payments (``RateBudget/reserve``).
+    public init(
+        ratePerSecond: Double, burst: Double, reserve: Double = RateBudget.liveReserve, clock: any WallClock,
+        observer: (@Sendable (Urgency, Duration) -> Void)? = nil
+    ) {
         self.clock = clock
         self.observer = observer
-        self.state = Mutex(State(budget: RateBudget(ratePerSecond: ratePerSecond, burst: burst, now: clock.now)))
+        self.state = Mutex(State(budget: RateBudget(ratePerSecond: ratePerSecond, burst: burst, reserve: reserve, now: clock.now)))
     }
 
     /// Callers waiting for a token now.
@@ -47,8 +56,11 @@ public final class RateLimiter: Sendable {
     /// Callers waiting at `urgency` or above (``RateBudget/waiting(atLeast:)``).
     public func waiting(atLeast urgency: Urgency) -> Int { state.withLock { $0.budget.waiting(atLeast: urgency) } }
 
-    /// When the next token exists.
-    public var nextToken: Date { let now = clock.now; return state.withLock { $0.budget.nextToken(now: now) } }
+    /// When the next waiting caller can be served; `nil` when nobody waits.
+    public var nextGrant: Date? { let now = clock.now; return state.withLock { $0.budget.nextGrant(now: now) } }
+
+    /// When a read that runs on spare tokens only could take one (``takeSpare(limit:)``).
+    public var nextSpare: Date { let now = clock.now; return state.withLock { $0.budget.nextSpare(now: now) } }
 
     /// Waits until the caller may send one request at `urgency`. Returns how long it waited.
     @discardableResult
@@ -58,8 +70,12 @@ public final class RateLimiter: Sendable {
         let (ticket, mine, others, startPump) = state.withLock { state in
             let ticket = state.budget.request(urgency)
             let (mine, others) = Self.deliver(state.budget.grant(now: started), except: ticket, in: &state)
-            let startPump = !mine && !state.pumping
-            if startPump { state.pumping = true }
+            var startPump: UInt64?
+            if !mine, let next = state.budget.nextGrant(now: started), state.pumpWake.map({ next < $0 }) ?? true {
+                state.pumpGeneration += 1
+                state.pumpWake = next
+                startPump = state.pumpGeneration
+            }
             return (ticket, mine, others, startPump)
         }
         for continuation in others { continuation.resume() }
@@ -67,7 +83,7 @@ public final class RateLimiter: Sendable {
             observer?(urgency, .zero)
             return .zero
         }
-        if startPump { Task { await self.pump() } }
+        if let startPump { Task { await self.pump(generation: startPump) } }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let result: Result<Void, any Error>? = state.withLock { state in
@@ -129,14 +145,15 @@ public final class RateLimiter: Sendable {
         for continuation in resumed { continuation.resume() }
     }
 
-    /// Serves waiting callers as tokens come, until nobody waits.
-    private func pump() async {
+    /// Serves waiting callers as tokens come, until nobody waits or a newer pump took over.
+    private func pump(generation: UInt64) async {
         while true {
             let now = clock.now
-            let (resumed, next) = state.withLock { state in
+            let (resumed, next) = state.withLock { state -> ([CheckedContinuation<Void, any Error>], Date?) in
+                guard state.pumpGeneration == generation else { return ([], nil) }
                 let (_, resumed) = Self.deliver(state.budget.grant(now: now), except: nil, in: &state)
                 let next = state.budget.nextGrant(now: now)
-                if next == nil { state.pumping = false }
+                state.pumpWake = next
                 return (resumed, next)
             }
             for continuation in resumed { continuation.resume() }

@@ -43,7 +43,23 @@ extension TrackedSession {
 extension TrackedOrder {
     public func plan(now: Date, deadlines: Deadlines) -> WorkPlan? {
         guard isOpen, let due = nextDueAt else { return nil }
-        return WorkPlan(due: due, urgency: phase.urgency(now: max(now, due), expiresAt: expiresAt, deadlines: deadlines), account: account)
+        return WorkPlan(due: due, urgency: urgency(now: max(now, due), deadlines: deadlines), account: account)
+    }
+
+    /// How urgent its next run is: by its phase, a charge's order no more than a renewal (a live payment goes
+    /// first) until its authorization is about to expire.
+    public func urgency(now: Date, deadlines: Deadlines) -> Urgency {
+        renewalAtMost(phase.urgency(now: now, expiresAt: expiresAt, deadlines: deadlines))
+    }
+
+    /// How urgent its side effects (capture, cancellation, extension) are: in motion, at the deadline once its
+    /// authorization is about to expire; a charge's order's at the renewal level until then.
+    public func sideEffectUrgency(now: Date, deadlines: Deadlines) -> Urgency {
+        renewalAtMost(.inMotion(now: now, deadline: expiresAt, margin: deadlines.authorizationWarnBefore))
+    }
+
+    private func renewalAtMost(_ urgency: Urgency) -> Urgency {
+        isRenewal && urgency < .deadline ? min(urgency, .renewal) : urgency
     }
 }
 

@@ -247,6 +247,7 @@ public enum ChargeRules {
         // `charge_placed` says it: no `order_placed` besides.
         order.placedOutcomeRecorded = true
         order.account = intent.ownAccount
+        order.isRenewal = true
         return order
     }
 

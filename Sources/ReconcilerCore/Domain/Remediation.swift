@@ -27,6 +27,9 @@ public struct RemediationRefusal: Error, Sendable, Equatable, CustomStringConver
         self.reason = reason
     }
 
+    /// Nothing the daemon tracks has that name.
+    public static func notTracked(_ reason: String) -> RemediationRefusal { RemediationRefusal(status: 404, reason) }
+
     public var description: String { reason }
 }
 
@@ -74,7 +77,7 @@ public enum Remediation {
     public static func targets(
         _ action: OperatorAction, payment: PaymentView, orderID: String? = nil, now: Date
     ) -> Result<[RemediationTarget], RemediationRefusal> {
-        if payment.sessions.isEmpty && payment.orders.isEmpty { return .failure(RemediationRefusal(status: 404, "nothing tracked matches")) }
+        if payment.sessions.isEmpty && payment.orders.isEmpty { return .failure(.notTracked("nothing tracked matches")) }
         if orderID != nil && action != .retry { return .failure(RemediationRefusal(status: 400, "--order-id applies to retry only")) }
         // A merchant reference may name several payments: a repair applies to one, named exactly.
         if payment.sessions.count > 1 || payment.orders.count > 1 {

@@ -38,6 +38,8 @@ public struct TrackedOrder: Codable, Sendable, Equatable {
     public var placedOutcomeRecorded: Bool
     /// Named by an operator (`retry --order-id`) rather than found: its first read checks that it is this payment's.
     public var namedByOperator: Bool?
+    /// Placed by a charge of a customer token (a renewal); absent for every other order.
+    private var renewal: Bool?
     /// The capture or extension intent under way (its idempotency key).
     public var activeIntent: String?
     public var outcome: OutcomeKind?
@@ -46,6 +48,12 @@ public struct TrackedOrder: Codable, Sendable, Equatable {
     public var reads: Int
     public var consecutiveFailures: Int
     public var lastError: String?
+
+    /// A charge of a customer token placed it: its work waits behind live payments' (``Urgency/renewal``).
+    public var isRenewal: Bool {
+        get { renewal ?? false }
+        set { renewal = newValue ? true : nil }
+    }
 
     /// The Klarna account whose credentials and rate budget every call for this unit uses.
     public var account: AccountID {
