@@ -66,7 +66,7 @@ check: deps
 	$(MAKE) deb
 	Tests/Package/run.sh dist/klarna-reconciler_*_amd64.deb .build/debug/klarna-sandbox
 
-## Client against wrk, then the engine end to end; results go in BENCHMARKS.md.
+## Every area of BENCHMARKS.md, each figure next to its reference measured in the same run; the figures go there.
 bench: deps
 	@scripts/install-deps.sh $(BENCH_PACKAGES)
 	@scripts/stamp-commit.sh >/dev/null

@@ -6,7 +6,7 @@
 # Why: the root file system of the machines this is measured on is ext4 without a journal. There the kernel's inode
 # allocator reads the inode of each free slot it passes that was freed within the last minute (five more while its
 # block is dirty) and skips it (recently_deleted()); a file created after thousands of deletions nearby pays for each.
-# The daemons' outbox threads spent 24 to 58 % of their samples there in runs minutes apart (BENCHMARKS.md, the ninth
+# The daemons' outbox threads spent 24 to 58 % of their samples there in runs minutes apart (BENCHMARKS.md at 0490c17, the ninth
 # look): a cost of whatever this machine deleted before, not of the daemon. Not root, or no loop device: a folder in
 # $TMPDIR as it is, and BENCH_DISK_KIND says so.
 # The folder's name is short: the PostgreSQL server's and the daemons' unix sockets are made in it (at most 107 bytes).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where PostgreSQL's time goes in chosen phases of the engine bench: a server of its own with pg_stat_statements
 # (planning tracked too), the phases run against it, then the statements of one database by calls (DB, by default
-# klarna_cluster_1: phase 5c's one-daemon run), and each database's totals. Used for issue 23's investigations (BENCHMARKS.md).
+# klarna_cluster_1: phase 5c's one-daemon run), and each database's totals. Used for issue 23's investigations (BENCHMARKS.md at 0490c17).
 # Usage: scripts/bench-pg-statements.sh [PHASES] (default 5c; after `swift build -c release`, or BIN=DIR with both binaries)
 #   SESSIONS=N payments per run (2000); PG_OPTIONS="-c name=value ..." more server settings (to add auto_explain, name
 #   shared_preload_libraries=pg_stat_statements,auto_explain again); EXTRA="..." more options of the engine bench

@@ -51,7 +51,7 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
 /// Where every daemon's folder goes; removed when the bench exits, not phase by phase. On ext4 without a journal (this
 /// machine's root file system, the bench's disk where no loop mount is allowed: scripts/bench-disk.sh) a file created
 /// within minutes of many deletions near it pays for each: one phase's removal of its folder (4,000 outbox files)
-/// took 29 % of the next phase's daemon CPU (BENCHMARKS.md, the ninth look).
+/// took 29 % of the next phase's daemon CPU (BENCHMARKS.md at 0490c17, the ninth look).
 let benchRoot = NSTemporaryDirectory() + "klarna-engine-bench-" + UUID().uuidString.prefix(8)
 atexit { try? FileManager.default.removeItem(atPath: benchRoot) }
 
@@ -604,7 +604,7 @@ if phase("5c"), let urls = stringOption("--postgres-cluster-urls")?.split(separa
 }
 // 5p. Phase 1 on SQLite and phase 5c's one daemon on PostgreSQL in turn, three pairs (`--postgres-pair-urls`: three
 //     empty databases on that server). One run of each moved 15 % and more between two `make bench` runs 20 minutes
-//     apart on this machine (BENCHMARKS.md, the tenth look); run in turn, both stores meet the same moments of it. The
+//     apart on this machine (BENCHMARKS.md at 0490c17, the tenth look); run in turn, both stores meet the same moments of it. The
 //     ratios of each pair, and their median: the figures issue 23 judges.
 if phase("5p"), let urls = stringOption("--postgres-pair-urls")?.split(separator: ",").map(String.init), !urls.isEmpty {
     let count = option("--sessions", 2_000)

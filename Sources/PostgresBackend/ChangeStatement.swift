@@ -6,7 +6,7 @@ import Synchronization
 
 /// A step's whole commit as one statement: the lease fence and every write of the ``Change``, one exchange with the
 /// server and one implicit transaction, where a `BEGIN`, the fence, a statement per row and a `COMMIT` each waited
-/// for its answer (measured in BENCHMARKS.md).
+/// for its answer (measured in BENCHMARKS.md at 0490c17).
 ///
 /// The rows travel as one JSON document (`$4`), a list per table, each read with `jsonb_to_recordset`; every write
 /// joins `fenced`, which has its one row only when the step may commit (no fence asked, or this daemon's lease row,
@@ -25,7 +25,7 @@ import Synchronization
 ///
 /// A commit has only the writes of the lists its change fills (``statement(for:)``): every write in a statement is
 /// set up at each execution, its table and indexes opened and locked, whether it has rows or not. A step fills two to
-/// five of the thirteen lists in phase 5c; with only those, a commit took 0.06-0.14 ms (12-30 %) less (BENCHMARKS.md,
+/// five of the thirteen lists in phase 5c; with only those, a commit took 0.06-0.14 ms (12-30 %) less (BENCHMARKS.md at 0490c17,
 /// the eighth look). Each combination is a statement of its own, prepared on a connection at its first use
 /// (``CommitShape``).
 enum CommitChange {

@@ -7,7 +7,7 @@ import Synchronization
 /// Why not a timer per lease: a statement's lease waited in a task group beside a sleeping task, and that sleep armed
 /// and disarmed a timer of the global executor at every statement, handled on its manager thread. Sleeps and that
 /// thread took 9.5 % of a daemon's samples on PostgreSQL, 6.0 % with this (the rest are the pool's own timers), and
-/// its CPU over a run fell by about 2 % on average, within the runs' spread (BENCHMARKS.md, the ninth look). Waiting
+/// its CPU over a run fell by about 2 % on average, within the runs' spread (BENCHMARKS.md at 0490c17, the ninth look). Waiting
 /// longer than the patience is rare (the server unreachable, every connection busy).
 final class LeasePatience: Sendable {
     /// Whether a waiting lease got its connection or was given up first: exactly one of the two wins, so a body that

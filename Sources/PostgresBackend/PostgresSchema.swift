@@ -138,7 +138,7 @@ enum PostgresSchema {
         """,
         // 5: new work is announced by its writer after the commit (`PostgresStore.announceWork`), no longer by the
         // trigger inside the transaction: PostgreSQL holds one lock across the commit of every transaction that
-        // notifies, its WAL flush included, so such transactions never share a flush (measured in BENCHMARKS.md:
+        // notifies, its WAL flush included, so such transactions never share a flush (measured in BENCHMARKS.md at 0490c17:
         // 2,250 against 9,944 one-row transactions/s). The trigger keeps making the lease rows.
         """
         CREATE OR REPLACE FUNCTION klarna_work_arrived() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -149,7 +149,7 @@ enum PostgresSchema {
         """,
         // 6: a lease lasts as long as its holder's heartbeat (`daemons.leased_until`), no longer a time per row: a
         // renewal writes one row, not every lease the daemon holds (each rewrite of an indexed column was a new row
-        // version and index entries; BENCHMARKS.md), and a claim reads the free rows and the rows of daemons that
+        // version and index entries; BENCHMARKS.md at 0490c17), and a claim reads the free rows and the rows of daemons that
         // lapsed, never every lease. `holds` is each daemon's count of leases (exact at its renewal, kept up by its
         // claims) for the share a claim may take. A wakeup takes its lease row's lock (`woken`), so that a release
         // running at the same moment sees it (``PostgresStore/releaseLeases(_:)``). An older daemon still running

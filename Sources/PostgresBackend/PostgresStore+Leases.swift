@@ -110,7 +110,7 @@ extension PostgresStore: LeaseStore, ClusterView {
         // Looked up wakeup by wakeup (a subquery on the lease's primary key), not joined: a join the planner chose from
         // statistics that lag a burst hashed every lease this daemon holds (thousands) for a few dozen wakeups. The
         // cost is one probe per wakeup waiting in the cluster; a wakeup waits only until its key is held and taken, and
-        // in a burst of 30,000 new sessions on one daemon about 35 waited at a time (BENCHMARKS.md).
+        // in a burst of 30,000 new sessions on one daemon about 35 waited at a time (BENCHMARKS.md at 0490c17).
         let taken = try await rows(
             """
             DELETE FROM wakeups w WHERE (SELECT l.holder FROM work_leases l WHERE l.work_key = w.work_key) = \(id)

@@ -30,7 +30,7 @@ struct Prepared<Text: StatementText>: PostgresPreparedStatement {
 /// The hot statements, each with the values it binds in the order of its parameters.
 enum Statements {
     // What steps read, claim, release and mark: prepared, so the server plans each once per connection (as unnamed
-    // statements they were planned at every use, a third of PostgreSQL's statement time per payment; BENCHMARKS.md).
+    // statements they were planned at every use, a third of PostgreSQL's statement time per payment; BENCHMARKS.md at 0490c17).
 
     enum SessionData: StatementText {
         static let sql = "SELECT data FROM sessions WHERE hpp_session_id = $1"
@@ -55,7 +55,7 @@ enum Statements {
     /// Why: the plan a connection keeps for a prepared statement is made at its sixth execution, from the statistics of
     /// then. On a database not analyzed yet (a new one, during a burst of work into it), the plan for `= ANY` scanned
     /// every session for the ten keys it assumes an array holds, and kept scanning as the table grew: 8 ms a claim
-    /// during a burst of 30,000 tracked sessions, about 40 % of PostgreSQL's statement time (BENCHMARKS.md, the
+    /// during a burst of 30,000 tracked sessions, about 40 % of PostgreSQL's statement time (BENCHMARKS.md at 0490c17, the
     /// eighth look). Looking up one key on its index is the cheaper plan under those statistics too. The keys
     /// are counted by `generate_subscripts`, which the planner assumes yields 1,000 rows whether it knows the array or
     /// not: with `unnest`, whose length a plan for the array in hand knows, that plan always looked cheaper than the
@@ -111,7 +111,7 @@ enum Statements {
     /// One statement for every kind, with the other kinds' ids bound as null, was planned again at nearly every
     /// execution: a custom plan drops the branches a null cannot match, the generic plan cannot, so PostgreSQL kept
     /// choosing custom plans: 0.21-0.32 ms an execution with its round trip, against 0.075-0.087 ms with every
-    /// parameter bound, where the generic plan is as cheap and is kept (BENCHMARKS.md, the seventh look).
+    /// parameter bound, where the generic plan is as cheap and is kept (BENCHMARKS.md at 0490c17, the seventh look).
     enum StepInputs {
         private static let none = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
 

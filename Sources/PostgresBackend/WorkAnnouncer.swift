@@ -5,7 +5,7 @@ import Synchronization
 ///
 /// Why not inside the write (a trigger's `pg_notify`, as before schema step 5): PostgreSQL takes one lock for the
 /// commit of every transaction that notifies and holds it through the commit's WAL flush, so such transactions never
-/// share a flush (BENCHMARKS.md: 2,250 one-row transactions/s with a notification, 9,944 without). A notification
+/// share a flush (BENCHMARKS.md at 0490c17: 2,250 one-row transactions/s with a notification, 9,944 without). A notification
 /// alone writes no WAL and waits for no flush. One lost to a crash costs the other daemons a claim poll, never the
 /// work: the lease rows are made in the transaction that made the work.
 ///

@@ -74,6 +74,8 @@ struct ChargeProcessTests {
         let samples = try await MetricsTests.parse(try await fixture.post("/metrics", "", method: "GET").body, in: fixture.directory)
         #expect(MetricsTests.value(samples, "klarna_reconciler_outcomes_total", ["kind": "charge_placed"]) == 2)
         #expect(MetricsTests.value(samples, "klarna_reconciler_outcomes_total", ["kind": "charge_declined"]) == 1)
+        #expect(MetricsTests.value(samples, "klarna_reconciler_charges_total", ["outcome": "placed"]) == 2)
+        #expect(MetricsTests.value(samples, "klarna_reconciler_charges_total", ["outcome": "declined"]) == 1)
         #expect(MetricsTests.value(samples, "klarna_reconciler_intents_finished_total", ["kind": "charge", "state": "confirmed"]) == 2)
         // The operator's view of the token, read through the daemon, and its cancellation, once.
         let listed = try await fixture.cli(["tokens"])

@@ -277,7 +277,7 @@ struct PostgresStoreTests {
                 .joined(separator: "\n")
         }
         // Kept, the plan made while the intents were few scans every intent (run alone, this test's database shows it with
-        // `replanning: nil`; BENCHMARKS.md, the eighth look). Not asserted: a server whose catalogs change fast (the
+        // `replanning: nil`; BENCHMARKS.md at 0490c17, the eighth look). Not asserted: a server whose catalogs change fast (the
         // other tests' migrations) resets its backends' caches, and PostgreSQL then plans again on its own.
         let afresh = try await plan(replanning: .milliseconds(1))
         #expect(!afresh.contains("Seq Scan") && afresh.contains("intents_subject"), "\(afresh)")

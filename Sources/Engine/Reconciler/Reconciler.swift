@@ -332,7 +332,10 @@ public struct Reconciler: Sendable {
         }
         if let key = Self.workKey { Self.committed?.keep(key, from: change) }
         EventLog.log(change, logger: logger)
-        for outcome in change.outcomes { Telemetry.count(.outcomes, ("kind", outcome.kind.rawValue)) }
+        for outcome in change.outcomes {
+            Telemetry.count(.outcomes, ("kind", outcome.kind.rawValue))
+            if let result = outcome.kind.chargeResult { Telemetry.count(.charges, ("outcome", result)) }
+        }
         for intent in change.intents where intent.isFinished {
             Telemetry.count(.intentsFinished, ("kind", intent.kind.rawValue), ("state", intent.state.rawValue))
         }

@@ -108,6 +108,18 @@ public enum OutcomeKind: String, Codable, Sendable, CaseIterable {
     }
 }
 
+extension OutcomeKind {
+    /// The `outcome` label of ``MetricName/charges`` for a charge's outcome; `nil` for every other outcome.
+    public var chargeResult: String? {
+        switch self {
+        case .chargePlaced: "placed"
+        case .chargeDeclined: "declined"
+        case .chargeFailed: "failed"
+        default: nil
+        }
+    }
+}
+
 /// An outcome as the domain decides it; the engine stores it and writes it to the outbox.
 public struct Outcome: Codable, Sendable, Equatable {
     public var kind: OutcomeKind
