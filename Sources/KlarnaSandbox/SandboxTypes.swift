@@ -181,6 +181,46 @@ public struct SandboxFault: Codable, Sendable {
     }
 }
 
+extension SandboxFault {
+    private enum CodingKeys: String, CodingKey {
+        case route, kind, status, errorCode, delayMs, holdSeconds, resetSeconds, retryAfterSeconds, afterEffect, count, skip, probability
+    }
+
+    /// As the control API documents it: `count` absent fires once, `null` fires for every matching request.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            route: try container.decode(String.self, forKey: .route), kind: try container.decode(Kind.self, forKey: .kind),
+            status: try container.decodeIfPresent(Int.self, forKey: .status),
+            errorCode: try container.decodeIfPresent(String.self, forKey: .errorCode),
+            delayMs: try container.decodeIfPresent(Int.self, forKey: .delayMs),
+            holdSeconds: try container.decodeIfPresent(Double.self, forKey: .holdSeconds),
+            resetSeconds: try container.decodeIfPresent(Int.self, forKey: .resetSeconds),
+            retryAfterSeconds: try container.decodeIfPresent(Int.self, forKey: .retryAfterSeconds),
+            afterEffect: try container.decodeIfPresent(Bool.self, forKey: .afterEffect),
+            count: container.contains(.count) ? try container.decodeIfPresent(Int.self, forKey: .count) : 1,
+            skip: try container.decodeIfPresent(Int.self, forKey: .skip),
+            probability: try container.decodeIfPresent(Double.self, forKey: .probability))
+    }
+
+    /// `count` is always written (`null` for every matching request), so a fault read back is the same fault.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(route, forKey: .route)
+        try container.encode(kind, forKey: .kind)
+        try container.encodeIfPresent(status, forKey: .status)
+        try container.encodeIfPresent(errorCode, forKey: .errorCode)
+        try container.encodeIfPresent(delayMs, forKey: .delayMs)
+        try container.encodeIfPresent(holdSeconds, forKey: .holdSeconds)
+        try container.encodeIfPresent(resetSeconds, forKey: .resetSeconds)
+        try container.encodeIfPresent(retryAfterSeconds, forKey: .retryAfterSeconds)
+        try container.encodeIfPresent(afterEffect, forKey: .afterEffect)
+        try container.encode(count, forKey: .count)
+        try container.encodeIfPresent(skip, forKey: .skip)
+        try container.encodeIfPresent(probability, forKey: .probability)
+    }
+}
+
 /// The create-orders one authorization token received. KP create-order has no idempotency: one that arrives while an
 /// earlier one for the same token is still pending (held, being processed, or not answered yet) is the second
 /// create-order meeting the first that a client must never cause, so tests fail when `overlapping` is not 0.

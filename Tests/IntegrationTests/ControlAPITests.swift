@@ -30,10 +30,14 @@ import Testing
             for _ in 0..<2 { await #expect(throws: KlarnaAPIError.self) { try await h.client.readPaymentSession(id: kp) } }
             #expect(try await call(h, "DELETE", "/_sandbox/faults").0 == 204)
             #expect(try await h.client.readPaymentSession(id: kp).status == .incomplete)
+            // Without `count`, a fault fires once, as the control API says.
+            #expect(try await call(h, "POST", "/_sandbox/faults", #"{"route":"kp.read_session","kind":"status","status":503}"#).0 == 201)
+            await #expect(throws: KlarnaAPIError.self) { try await h.client.readPaymentSession(id: kp) }
+            #expect(try await h.client.readPaymentSession(id: kp).status == .incomplete)
 
             let (_, log) = try await call(h, "GET", "/_sandbox/requests?route=kp.read_session")
             let statuses = (log["requests"] as? [[String: Any]])?.map { $0["status"] as? Int }
-            #expect(statuses == [200, 500, 500, 200])
+            #expect(statuses == [200, 500, 500, 200, 503, 200])
             let (_, effects) = try await call(h, "GET", "/_sandbox/effects?kind=order_placed")
             #expect((effects["effects"] as? [Any])?.isEmpty == true)
         }
