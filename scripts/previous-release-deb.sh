@@ -9,14 +9,22 @@ cd "$(dirname "$0")/.."
 NEW_VERSION=$1
 CACHE=$PWD/.build/previous-release
 
-# The newest tag whose version sorts below the new one (dpkg's ordering, as apt will compare them).
+# The newest tag whose version sorts below the new one (dpkg's ordering, as apt will compare them); in a clone made
+# without tags, the commit v0.1.0 was made from.
+PINNED=6c8e710a6b29
 TAG=
 for tag in $(git tag --list 'v[0-9]*' --merged HEAD --sort=-version:refname); do
     if dpkg --compare-versions "${tag#v}" lt "$NEW_VERSION"; then TAG=$tag; break; fi
 done
-[ -n "$TAG" ] || { echo "no release tag below $NEW_VERSION is reachable from HEAD (git tag --list 'v*')" >&2; exit 1; }
+if [ -z "$TAG" ]; then
+    git cat-file -e "$PINNED^{commit}" 2>/dev/null ||
+        { echo "no release tag below $NEW_VERSION is reachable from HEAD (git tag --list 'v*'), nor commit $PINNED" >&2; exit 1; }
+    echo "no release tag in this clone: the previous release is built from commit $PINNED (v0.1.0)" >&2
+    TAG=$PINNED
+fi
 COMMIT=$(git rev-parse --short=12 "$TAG^{commit}")
-DEB=$CACHE/klarna-reconciler_${TAG#v}_${COMMIT}_amd64.deb
+VERSION=$(git show "$COMMIT:Sources/KlarnaAPI/Client/KlarnaConfiguration.swift" | sed -n 's/.*static let version = "\(.*\)".*/\1/p')
+DEB=$CACHE/klarna-reconciler_${VERSION}_${COMMIT}_amd64.deb
 if [ -s "$DEB" ]; then echo "$DEB"; exit 0; fi
 
 mkdir -p "$CACHE"

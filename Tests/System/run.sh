@@ -214,7 +214,7 @@ check "the store is in the StateDirectory" test -s "$XDG_CONFIG_HOME/klarna-reco
 
 # --- 5. STATUS= follows live state ---------------------------------------------------------------------------
 echo "5. live status"
-sandbox faults -H 'Content-Type: application/json' -d '{"route": "*", "kind": "status", "status": 503}' >/dev/null
+sandbox faults -H 'Content-Type: application/json' -d '{"route": "*", "kind": "status", "status": 503, "count": null}' >/dev/null
 read -r HPP2 KP2 <<<"$(new_payment PLACE_ORDER ref-outage)"
 track "$HPP2" "$KP2" PLACE_ORDER ref-outage >/dev/null
 status_says() { grep -q "$1" <<<"$(prop StatusText)"; }
