@@ -286,6 +286,35 @@ struct RateLimiterTests {
         #expect(order.entries == ["capture", "routine"])
     }
 
+    @Test("A caller who can be served before the pump wakes gets a pump of its own: a live call beside renewals, and tokens given back")
+    func pumpComesForward() async throws {
+        let clock = ManualClock()
+        let limiter = RateLimiter(ratePerSecond: 50, burst: 10, clock: clock)
+        #expect(limiter.takeSpare(limit: 100) == 8, "two tokens left: the reserve")
+        try await limiter.acquire(.hinted)
+        try await limiter.acquire(.hinted)
+        let order = OrderLog()
+        // A renewal needs three tokens: its pump sleeps until 60 ms.
+        let renewal = Task {
+            try await limiter.acquire(.renewal); order.append("renewal")
+        }
+        try await waitUntil { limiter.waiting == 1 && clock.sleeperCount == 1 }
+        // A live call needs one: served at 20 ms, not left to the renewal's pump.
+        let live = Task {
+            try await limiter.acquire(.inMotion); order.append("live")
+        }
+        try await waitUntil { limiter.waiting == 2 && clock.sleeperCount == 2 }
+        clock.advance(by: .milliseconds(20))
+        try await live.value
+        // The pump that served the live call looks again at 80 ms (three tokens from none). One token given back:
+        // the renewal's three are there at 60 ms, and a pump is there to serve it.
+        limiter.refund(1)
+        clock.advance(by: .milliseconds(40))
+        try await waitUntil(timeout: .seconds(5)) { order.entries.count == 2 }
+        #expect(order.entries == ["live", "renewal"])
+        _ = try await renewal.value
+    }
+
     @Test("A background caller that came first waits for a routine read that came after it")
     func backgroundYieldsToRoutine() async throws {
         let clock = ManualClock()

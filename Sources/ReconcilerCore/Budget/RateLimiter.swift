@@ -70,13 +70,7 @@ public final class RateLimiter: Sendable {
         let (ticket, mine, others, startPump) = state.withLock { state in
             let ticket = state.budget.request(urgency)
             let (mine, others) = Self.deliver(state.budget.grant(now: started), except: ticket, in: &state)
-            var startPump: UInt64?
-            if !mine, let next = state.budget.nextGrant(now: started), state.pumpWake.map({ next < $0 }) ?? true {
-                state.pumpGeneration += 1
-                state.pumpWake = next
-                startPump = state.pumpGeneration
-            }
-            return (ticket, mine, others, startPump)
+            return (ticket, mine, others, mine ? nil : Self.newPump(now: started, in: &state))
         }
         for continuation in others { continuation.resume() }
         if mine {
@@ -138,11 +132,22 @@ public final class RateLimiter: Sendable {
     /// sleeps until the token it computed before the change).
     private func serveNow(_ change: (inout RateBudget) -> Void) {
         let now = clock.now
-        let resumed = state.withLock { state in
+        let (resumed, startPump) = state.withLock { state in
             change(&state.budget)
-            return Self.deliver(state.budget.grant(now: now), except: nil, in: &state).resume
+            let resumed = Self.deliver(state.budget.grant(now: now), except: nil, in: &state).resume
+            return (resumed, Self.newPump(now: now, in: &state))
         }
         for continuation in resumed { continuation.resume() }
+        if let startPump { Task { await self.pump(generation: startPump) } }
+    }
+
+    /// The generation of a pump to start when a waiter can be served before the pump asleep wakes (or none runs);
+    /// `nil` when the pump there is wakes in time or nobody waits.
+    private static func newPump(now: Date, in state: inout State) -> UInt64? {
+        guard let next = state.budget.nextGrant(now: now), state.pumpWake.map({ next < $0 }) ?? true else { return nil }
+        state.pumpGeneration += 1
+        state.pumpWake = next
+        return state.pumpGeneration
     }
 
     /// Serves waiting callers as tokens come, until nobody waits or a newer pump took over.
