@@ -257,7 +257,11 @@ struct RateBudgetTests {
         let renewal = budget.request(.renewal)
         #expect(budget.grant(now: start) == [renewal])
         budget.reconfigure(ratePerSecond: 10, burst: 2, now: start)
+        #expect(budget.reserve == 1, "a larger burst makes room for more of it")
+        budget.reconfigure(ratePerSecond: 10, burst: 1, now: start)
         #expect(budget.reserve == 0, "a reload keeps it within the new burst")
+        budget.reconfigure(ratePerSecond: 10, burst: 10, now: start)
+        #expect(budget.reserve == 2, "and a burst cut and raised again (a daemon's share) brings back what was asked")
     }
 }
 

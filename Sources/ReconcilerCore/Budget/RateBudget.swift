@@ -31,8 +31,10 @@ public struct RateBudget: Sendable, Equatable {
 
     public private(set) var ratePerSecond: Double
     public private(set) var burst: Double
-    /// Tokens only ``Urgency/hinted`` and above take; at most `burst - 1`, so everyone can be served.
-    public private(set) var reserve: Double
+    /// Tokens only ``Urgency/hinted`` and above take: the reserve asked for, within `burst - 1` so that everyone
+    /// can be served. A burst cut and raised again (a daemon's share while others come and go) brings it back.
+    public var reserve: Double { min(askedReserve, burst - 1) }
+    private let askedReserve: Double
     private var tokens: Double
     private var updatedAt: Date
     private var pausedUntil: Date?
@@ -45,7 +47,7 @@ public struct RateBudget: Sendable, Equatable {
         precondition(ratePerSecond > 0 && burst >= 1 && reserve >= 0)
         self.ratePerSecond = ratePerSecond
         self.burst = burst
-        self.reserve = min(reserve, burst - 1)
+        self.askedReserve = reserve
         self.tokens = burst
         self.updatedAt = now
     }
@@ -139,7 +141,6 @@ public struct RateBudget: Sendable, Equatable {
         refill(now: now)
         self.ratePerSecond = ratePerSecond
         self.burst = burst
-        reserve = min(reserve, burst - 1)
         tokens = min(tokens, burst)
     }
 
